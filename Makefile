@@ -1,0 +1,93 @@
+# Makefile: builds `train` and its tests from the flat sources.
+#
+#   make train        build, fetch or find data, train a small model, sample
+#   make test         build and run every test (what CI runs); ends "N passed, N failed"
+#   make bench-cpu    GPT-2 124M step time on the CPU
+#   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
+#
+# CUDA is compiled in when nvcc is found (NO_CUDA=1 to leave it out); NCCL
+# when nccl.h is found under NCCL_HOME (NO_NCCL=1 to leave it out). A CUDA
+# build still runs on a machine without a GPU with --device cpu.
+
+CC       ?= gcc
+ARCH     ?= -march=native
+CFLAGS   ?= -O3 $(ARCH) -fopenmp -Wall -Wextra -Wno-unused-parameter -std=gnu11
+LDLIBS   := -lm -fopenmp -lpthread -lrt
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
+NCCL_HOME ?= $(CUDA_HOME)
+
+OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o
+
+ifeq ($(NO_CUDA),)
+ifneq ($(NVCC),)
+USE_CUDA := 1
+endif
+endif
+
+ifeq ($(USE_CUDA),1)
+CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
+OBJS    += kernels.o
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
+NCCL_INC := $(wildcard $(NCCL_HOME)/include/nccl.h)
+NCCL_LIB := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
+                                   $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2))
+ifeq ($(NO_NCCL),)
+ifneq ($(NCCL_INC),)
+ifneq ($(NCCL_LIB),)
+USE_NCCL := 1
+CFLAGS   += -DUSE_NCCL -I$(NCCL_HOME)/include
+LDLIBS   += $(NCCL_LIB) -Wl,-rpath,$(dir $(NCCL_LIB))
+endif
+endif
+endif
+endif
+
+TESTS := test/test_ops test/test_model test/test_kernels test/test_comm
+
+.PHONY: all build train test bench-cpu bench-comm clean data
+
+all: build
+
+# `make train` is the demo; the binary it builds is also called train, so
+# it is linked by the phony `build` (objects are cached; linking is cheap).
+build: main.o $(OBJS)
+	$(CC) -o train main.o $(OBJS) $(LDLIBS)
+
+train: build
+	@sh scripts/train.sh
+
+%.o: %.c *.h
+	$(CC) $(CFLAGS) -c $< -o $@
+
+kernels.o: kernels.cu tensor.h
+	$(NVCC) $(NVFLAGS) -c kernels.cu -o kernels.o
+
+# The float64 build of the CPU reference, for finite differences.
+ops64.o: ops.c tensor.h
+	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
+
+test/test_ops: test/test_ops.c ops64.o ops.o tensor.o test/check.h
+	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o tensor.o $(filter kernels.o,$(OBJS)) $(LDLIBS)
+
+test/%: test/%.c $(OBJS) test/check.h
+	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
+
+bench/%: bench/%.c $(OBJS)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
+
+test: build $(TESTS)
+	@sh test/run.sh
+
+bench-cpu: build
+	@sh bench/bench_cpu.sh
+
+bench-comm: bench/bench_comm
+	./bench/bench_comm
+
+clean:
+	rm -f *.o train $(TESTS) bench/bench_comm
+	rm -rf test/out

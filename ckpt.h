@@ -1,0 +1,21 @@
+/* ckpt.h: llm.c model files (float32, version 3), read and written whole. */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include "gpt.h"
+
+/* Reads the header of an llm.c model file into cfg and checks that the file
+ * holds exactly the parameters the header promises. Returns 0, or -1 with
+ * one line in err (missing, foreign, bf16, truncated). */
+int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen);
+
+/* Loads this stage's share of the parameters (m built from the file's config).
+ * Returns 0 or -1 with err. */
+int ckpt_load(const char *path, GPT *m, char *err, size_t errlen);
+
+/* Writes the whole model (m must hold all layers, the embedding and the head)
+ * to path through path.tmp and a rename, so a crash keeps the last file.
+ * Returns 0 or -1 with err. */
+int ckpt_save(const char *path, GPT *m, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,150 @@
+/* gpt.h: the GPT-2 model: configuration, parameter layout, forward, backward.
+ *
+ * A GPT holds the parameters (and their gradients) of one pipeline stage:
+ * layers [layer0, layer0 + nlayers), plus the embedding on the first stage
+ * and the final LayerNorm and head on the last. On one rank that is the whole
+ * model. Activations live apart, in GPTActs, because a pipeline keeps one set
+ * per micro-batch in flight.
+ */
+#ifndef GPT_H
+#define GPT_H
+
+#include <stdint.h>
+#include "tensor.h"
+
+typedef struct GPTConfig {
+    int max_seq;       /* maxT: rows of wpe */
+    int vocab;         /* V: real vocabulary, the classes of the loss */
+    int padded_vocab;  /* Vp: rows of wte, V rounded up */
+    int layers;        /* L */
+    int heads;         /* NH */
+    int dim;           /* C */
+} GPTConfig;
+
+/* The parameter tensors in llm.c's order; per-layer ones stacked over layers. */
+enum {
+    GPT_WTE,       /* [Vp, C] */
+    GPT_WPE,       /* [maxT, C] */
+    GPT_LN1W,      /* [L, C] */
+    GPT_LN1B,      /* [L, C] */
+    GPT_QKVW,      /* [L, 3C, C] */
+    GPT_QKVB,      /* [L, 3C] */
+    GPT_ATTPROJW,  /* [L, C, C] */
+    GPT_ATTPROJB,  /* [L, C] */
+    GPT_LN2W,      /* [L, C] */
+    GPT_LN2B,      /* [L, C] */
+    GPT_FCW,       /* [L, 4C, C] */
+    GPT_FCB,       /* [L, 4C] */
+    GPT_FCPROJW,   /* [L, C, 4C] */
+    GPT_FCPROJB,   /* [L, C] */
+    GPT_LNFW,      /* [C] */
+    GPT_LNFB,      /* [C] */
+    GPT_NTENSORS
+};
+
+typedef struct GPT {
+    GPTConfig cfg;
+    Dev *dev;
+    int layer0, nlayers;       /* the layers this stage holds */
+    int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
+    size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
+    size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads */
+    size_t num_params;
+    float *params;   /* [num_params] on dev, the tensors back to back */
+    float *grads;    /* [num_params] on dev, same layout */
+    /* Backward scratch, one layer's worth, reused layer after layer;
+     * sized for max_bt = B*T rows. */
+    int max_bt;
+    float *dx;       /* [B,T,C]  gradient of the residual stream */
+    float *dln;      /* [B,T,C]  gradient of a LayerNorm output */
+    float *datty;    /* [B,T,C]  gradient of the attention output */
+    float *dqkv;     /* [B,T,3C] */
+    float *dfch;     /* [B,T,4C] gradient of the fc output (pre-GELU) */
+    float *dfchg;    /* [B,T,4C] gradient of the GELU output */
+    float *datt;     /* [B,NH,T,T] attention backward scratch */
+} GPT;
+
+/* Activations of one micro-batch of B sequences of T tokens on one stage. */
+typedef struct GPTActs {
+    int B, T;
+    int *tokens;     /* [B,T] inputs on dev (first stage) */
+    int *targets;    /* [B,T] on dev (last stage) */
+    float *x_in;     /* [B,T,C] the stage's input: the embedding, or what the previous stage sent */
+    /* per layer, stacked over the stage's layers */
+    float *ln1;      /* [nl,B,T,C] */
+    float *ln1_mean, *ln1_rstd;  /* [nl,B,T] */
+    float *qkv;      /* [nl,B,T,3C] */
+    float *atty;     /* [nl,B,T,C] attention output, heads side by side */
+    float *att;      /* [nl,B,NH,T,T] softmax probabilities */
+    float *res2;     /* [nl,B,T,C] residual stream after attention */
+    float *ln2;      /* [nl,B,T,C] */
+    float *ln2_mean, *ln2_rstd;  /* [nl,B,T] */
+    float *fch;      /* [nl,B,T,4C] fc output, pre-GELU */
+    float *fchg;     /* [nl,B,T,4C] GELU output */
+    float *res3;     /* [nl,B,T,C] the layer's output */
+    float *proj;     /* [B,T,C] scratch: a projection before its residual add */
+    /* head */
+    float *lnf;      /* [B,T,C] */
+    float *lnf_mean, *lnf_rstd;  /* [B,T] */
+    float *logits;   /* [B,T,Vp] logits, then their gradient */
+    float *losses;   /* [B,T] */
+    size_t bytes;    /* what this set holds on dev */
+} GPTActs;
+
+/* Fills padded_vocab (V rounded up to a multiple of 128 when 0) and checks
+ * the sizes. Returns 0, or -1 with one line in err naming the rule broken. */
+int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
+
+/* Allocates the parameters and gradients of a stage on dev, zeroed.
+ * Exits only when memory runs out. */
+void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, int has_embed,
+               int has_head);
+void gpt_free(GPT *m);
+
+/* The number of parameters of the whole model (padded rows included). */
+size_t gpt_total_params(const GPTConfig *cfg);
+const char *gpt_tensor_name(int i);
+/* Whether tensor i gets weight decay (the 2-D weights). */
+int gpt_tensor_decays(int i);
+/* Elements of tensor i on a stage of nlayers layers, with the embedding
+ * and/or the head (0 when the stage does not hold it). */
+size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);
+/* The element counts of one layer of tensor i (0 for tensors not per-layer). */
+size_t gpt_layer_size(const GPTConfig *cfg, int i);
+
+/* GPT-2 initialisation: N(0, 0.02) weights, 0.02/sqrt(2L) for the two
+ * residual projections, zero biases, unit LayerNorm. Each element's value
+ * depends only on (seed, tensor, its index in the whole model), so every
+ * parallel layout starts from the same model. */
+void gpt_init_random(GPT *m, uint64_t seed);
+
+GPTActs *gpt_acts_build(GPT *m, int B, int T);
+void gpt_acts_free(GPT *m, GPTActs *a);
+
+/* Copies B*T host tokens and targets (either may be NULL) into a. */
+void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, int B, int T);
+
+/* Forward pieces; B, T may be smaller than what a was built for. */
+void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T);
+/* Runs the stage's layers on a->x_in; returns the output [B,T,C] (in a). */
+float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T);
+/* Final LayerNorm, tied head, cross-entropy on the output of the layers.
+ * Returns the mean loss over the B*T positions. With dloss != 0 the logits
+ * become their gradient, scaled by dloss, ready for gpt_head_backward. */
+double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss);
+/* Like gpt_head_forward without targets: leaves the logits [B,T,Vp] in a->logits. */
+void gpt_head_logits(GPT *m, GPTActs *a, int B, int T);
+
+/* Backward pieces; each accumulates into m->grads. The residual gradient
+ * travels in m->dx: head_backward writes it, layers_backward takes the
+ * stage output's gradient there and leaves the stage input's. */
+void gpt_head_backward(GPT *m, GPTActs *a, int B, int T);
+void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T);
+void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T);
+
+/* The whole model on one stage: forward, loss, backward. Returns the mean loss. */
+double gpt_forward_backward(GPT *m, GPTActs *a, int B, int T, float dloss);
+/* Forward only: the mean loss. */
+double gpt_forward_loss(GPT *m, GPTActs *a, int B, int T);
+
+#endif

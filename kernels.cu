@@ -1,0 +1,869 @@
+/* kernels.cu: the device side of the ops table, float32 CUDA kernels.
+ *
+ * This is the one-rank training foundation of the articles on a GPU: every op
+ * of tensor.h's Ops table (embedding, LayerNorm, linear layers, causal
+ * attention, GELU, the residual, fused softmax + cross-entropy, AdamW and the
+ * reductions of the gradient norm), with exactly the contracts of the plain-C
+ * reference in ops.c, which test/test_kernels.c checks them against. It also
+ * holds the cuda_* functions tensor.c uses for device memory and streams.
+ *
+ * Everything is hand-written: no cuBLAS, no cuDNN, no device-wide library
+ * algorithms. Reductions use warp shuffles, the matmuls a shared-memory tiled
+ * kernel with register blocking. Tensor cores and bf16 come in a later issue;
+ * what matters here is that each kernel is correct for any size (tests use
+ * sizes that are multiples of nothing) and easy to read next to ops.c.
+ *
+ * Every kernel runs on the Dev's compute stream, so ops queued one after the
+ * other see each other's results without any synchronisation; only the ops
+ * that return a value to the host (sumsq, sum) wait for the stream.
+ * Sums over rows that many blocks share (dw, db of LayerNorm, dbias, dwte)
+ * use atomicAdd: their float order varies from run to run, by about 1e-7.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "tensor.h"
+}
+
+/* ---------------------------------------------------------------------------
+ * Error checking: every runtime call and every launch goes through
+ * CUDA_CHECK, which names the call, the file and the line, then exits. */
+
+static void cuda_check(cudaError_t err, const char *call, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
+    exit(1);
+}
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+/* A launch reports a bad configuration through cudaGetLastError. */
+#define LAUNCH_CHECK(kernel) cuda_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+
+#define STREAM(d) ((cudaStream_t)(d)->stream)
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* Elementwise kernels loop with a grid stride, so a grid of at most 2^20
+ * blocks covers any n (size_t) without overflowing gridDim.x. */
+static unsigned elementwise_grid(size_t n, int block) {
+    size_t g = ceil_div(n, (size_t)block);
+    return (unsigned)(g < (1u << 20) ? g : (1u << 20));
+}
+
+/* ---------------------------------------------------------------------------
+ * Memory, streams and device selection (the cuda_* half of tensor.h). */
+
+extern "C" int cuda_device_count(void) {
+    int n = 0;
+    /* No driver or no GPU is an answer here, not an error: a CUDA build runs
+     * on the CPU of a machine without a GPU. Clear the sticky error. */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen) {
+    cudaError_t e = cudaSetDevice(gpu);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "--device cuda: cudaSetDevice(%d) failed: %s", gpu, cudaGetErrorString(e));
+        return -1;
+    }
+    cudaStream_t s;
+    e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "--device cuda: creating a stream on GPU %d failed: %s", gpu,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    void *p;
+    e = cudaMalloc(&p, DEV_SCRATCH_BYTES);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "--device cuda: allocating %d bytes of scratch on GPU %d failed: %s",
+                 DEV_SCRATCH_BYTES, gpu, cudaGetErrorString(e));
+        cudaStreamDestroy(s);
+        return -1;
+    }
+    *stream = (void *)s;
+    *scratch = p;
+    return 0;
+}
+
+extern "C" void cuda_close(void *stream, void *scratch) {
+    if (stream) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+    if (stream) CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
+}
+
+extern "C" void *cuda_malloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "CUDA error: cudaMalloc(%zu bytes) at %s:%d: %s\n", bytes, __FILE__,
+                __LINE__, cudaGetErrorString(e));
+        exit(1);
+    }
+    return p;
+}
+
+extern "C" void cuda_free(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void cuda_memset0(void *p, size_t bytes, void *stream) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream));
+}
+
+/* Host copies wait for the stream: on return the host data is valid (d2h)
+ * and the host buffer may be reused (h2d), whatever kind of memory it is. */
+extern "C" void cuda_copy_d2h(void *host, const void *dev, size_t bytes, void *stream) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+extern "C" void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *stream) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+}
+
+extern "C" void cuda_sync(void *stream) {
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+/* ---------------------------------------------------------------------------
+ * Warp and block reductions. A block reduction leaves the result in every
+ * thread; blockDim.x must be a multiple of 32 and at most 1024. */
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* shared: 32 slots. The leading barrier lets one call follow another on the
+ * same slots: no warp writes them before every warp has read the last result. */
+template <typename T> __device__ T block_sum(T v, T *shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    return warp_sum(lane < warps ? shared[lane] : (T)0);
+}
+
+__device__ float block_max(float v, float *shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    return warp_max(lane < warps ? shared[lane] : -INFINITY);
+}
+
+/* ---------------------------------------------------------------------------
+ * Embedding: token row plus position row. */
+
+// out [B,T,C], tokens [B,T], wte [Vp,C], wpe [maxT,C]; one thread per output.
+__global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte,
+                                       const float *wpe, int T, int C, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+// dwte [Vp,C] += dout [B,T,C] rows by token. Positions may share a token, so atomics.
+__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *tokens,
+                                            int C, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        atomicAdd(&dwte[(size_t)tokens[bt] * C + i % C], dout[i]);
+    }
+}
+
+// dwpe [T,C] += sum over b of dout [B,T,C]: one thread owns each dwpe element.
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t TC = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += dout[b * TC + i];
+        dwpe[i] += s;
+    }
+}
+
+static void encoder_forward(Dev *d, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+    size_t total = (size_t)B * T * C;
+    if (!total) return;
+    encoder_forward_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(out, tokens, wte, wpe, T, C, total);
+    LAUNCH_CHECK(encoder_forward_kernel);
+}
+
+static void encoder_backward(Dev *d, float *dwte, float *dwpe, const float *dout,
+                             const int *tokens, int B, int T, int C) {
+    size_t total = (size_t)B * T * C;
+    if (!total) return;
+    encoder_backward_wte_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(dwte, dout, tokens, C, total);
+    LAUNCH_CHECK(encoder_backward_wte_kernel);
+    encoder_backward_wpe_kernel<<<elementwise_grid((size_t)T * C, 256), 256, 0, STREAM(d)>>>(dwpe, dout, B, T, C);
+    LAUNCH_CHECK(encoder_backward_wpe_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * LayerNorm, one warp per row: eps 1e-5, biased variance, two passes over
+ * the row (mean first, then the squared deviations) as ops.c does. */
+
+#define ROWS_PER_BLOCK 8  /* warps per block in the warp-per-row kernels */
+
+// out [N,C], mean [N], rstd [N], inp [N,C], w [C], b [C]
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *b, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const float *x = inp + (size_t)n * C;
+    float *o = out + (size_t)n * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float dx = x[c] - m; v += dx * dx; }
+    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    if (lane == 0) { mean[n] = m; rstd[n] = r; }
+}
+
+// dinp [N,C] += d/dinp, one warp per row (rows are independent).
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *mean,
+                                               const float *rstd, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const float *g = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+    float *dx = dinp + (size_t)n * C;
+    float m = mean[n], r = rstd[n];
+    // The mean of dnorm and of dnorm * norm, then each element's share.
+    float gsum = 0.0f, gnsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dnorm = g[c] * w[c];
+        gsum += dnorm;
+        gnsum += dnorm * (x[c] - m) * r;
+    }
+    float gmean = warp_sum(gsum) / C, gnmean = warp_sum(gnsum) / C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r;
+        dx[c] += (g[c] * w[c] - gmean - norm * gnmean) * r;
+    }
+}
+
+/* Column sums over rows, shared by LayerNorm's dw, db and the matmul's dbias:
+ * a block of 32 x 8 threads takes 32 columns (a warp reads 128 contiguous
+ * bytes of a row) and a chunk of COLSUM_ROWS rows, sums them in registers and
+ * shared memory, and adds its partial to the output with one atomic. */
+#define COLSUM_ROWS 256
+
+// dw [C] += sum_n dout * norm, db [C] += sum_n dout; dout, inp [N,C]
+__global__ void layernorm_backward_params_kernel(float *dw, float *db, const float *dout,
+                                                 const float *inp, const float *mean,
+                                                 const float *rstd, int N, int C) {
+    __shared__ float part_w[8][33], part_b[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float sw = 0.0f, sb = 0.0f;
+    if (c < C) {
+        for (int r0 = blockIdx.y * COLSUM_ROWS; r0 < N; r0 += gridDim.y * COLSUM_ROWS) {
+            int r1 = min(N, r0 + COLSUM_ROWS);
+            for (int n = r0 + threadIdx.y; n < r1; n += 8) {
+                size_t i = (size_t)n * C + c;
+                sw += dout[i] * (inp[i] - mean[n]) * rstd[n];
+                sb += dout[i];
+            }
+        }
+    }
+    part_w[threadIdx.y][threadIdx.x] = sw;
+    part_b[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int y = 1; y < 8; y++) { sw += part_w[y][threadIdx.x]; sb += part_b[y][threadIdx.x]; }
+        atomicAdd(&dw[c], sw);
+        atomicAdd(&db[c], sb);
+    }
+}
+
+// out [C] += sum_n x [N,C]
+__global__ void column_sum_kernel(float *out, const float *x, int N, int C) {
+    __shared__ float part[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (c < C) {
+        for (int r0 = blockIdx.y * COLSUM_ROWS; r0 < N; r0 += gridDim.y * COLSUM_ROWS) {
+            int r1 = min(N, r0 + COLSUM_ROWS);
+            for (int n = r0 + threadIdx.y; n < r1; n += 8) s += x[(size_t)n * C + c];
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
+        atomicAdd(&out[c], s);
+    }
+}
+
+static dim3 column_sum_grid(int N, int C) {
+    size_t chunks = ceil_div((size_t)N, COLSUM_ROWS);
+    return dim3((unsigned)ceil_div((size_t)C, 32), (unsigned)(chunks < 65535 ? chunks : 65535));
+}
+
+static void layernorm_forward(Dev *d, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
+    layernorm_forward_kernel<<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(out, mean, rstd, inp, w, b, N, C);
+    LAUNCH_CHECK(layernorm_forward_kernel);
+}
+
+static void layernorm_backward(Dev *d, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
+    layernorm_backward_dinp_kernel<<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    LAUNCH_CHECK(layernorm_backward_dinp_kernel);
+    layernorm_backward_params_kernel<<<column_sum_grid(N, C), dim3(32, 8), 0, STREAM(d)>>>(dw, db, dout, inp, mean, rstd, N, C);
+    LAUNCH_CHECK(layernorm_backward_params_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * Matmul: one tiled kernel for the three products of a linear layer.
+ *
+ *   forward  out [N,OC]  = inp [N,C]   @ w^T  ([C,OC], w read along C)
+ *   backward dinp [N,C] += dout [N,OC] @ w    ([OC,C])
+ *            dw [OC,C]  += dout^T      @ inp  ([N,C])
+ *
+ * All three are D[M,P] (+)= A[M,K] @ B[K,P]; they differ only in which index
+ * of A and B is contiguous in memory. A_KCONTIG: A[m,k] = A[m*lda + k], else
+ * A[k*lda + m]; B_KCONTIG: B[k,p] = B[p*ldb + k], else B[k*ldb + p]. The
+ * loader reads along whichever index is contiguous, so global loads stay
+ * coalesced, and stores the tile k-major in shared memory either way.
+ *
+ * A block of 256 threads (16 x 16) computes a BM x BP tile of D, each thread
+ * a TM x TP micro-tile held in registers: per step of k, it reads TM values
+ * of A and TP of B from shared memory and makes TM*TP FMAs. The micro-tile is
+ * split in groups of 4 rows (4 columns) that are 64 apart, so the 16 threads
+ * of a half-warp read 64 consecutive floats as float4s, free of bank
+ * conflicts. While a tile of K is being multiplied, the next one is already
+ * on its way from global memory into registers.
+ *
+ * Out-of-range rows, columns and k are loaded as zeros and never stored, so
+ * any M, P, K work. Two shapes: 128x128 (8x8 per thread) when the product
+ * has enough tiles to fill the GPU, else 64x64 (4x4 per thread). */
+
+#define MM_BK 16
+#define MM_THREADS 256
+
+/* Loads this thread's share of a ROWS x MM_BK tile (rows r0.., k k0..) into
+ * registers; KCONTIG says whether k or the row index is contiguous. */
+template <int ROWS, bool KCONTIG>
+__device__ __forceinline__ void mm_load_tile(float (&regs)[ROWS * MM_BK / MM_THREADS],
+                                             const float *X, int ld, int rows, int K, int r0,
+                                             int k0) {
+#pragma unroll
+    for (int i = 0; i < ROWS * MM_BK / MM_THREADS; i++) {
+        int e = threadIdx.x + i * MM_THREADS;
+        int r = KCONTIG ? e / MM_BK : e % ROWS;
+        int k = KCONTIG ? e % MM_BK : e / ROWS;
+        int gr = r0 + r, gk = k0 + k;
+        bool in = gr < rows && gk < K;
+        regs[i] = in ? X[KCONTIG ? (size_t)gr * ld + gk : (size_t)gk * ld + gr] : 0.0f;
+    }
+}
+
+/* Stores the registers of mm_load_tile into the k-major shared tile S[k][r]. */
+template <int ROWS, bool KCONTIG>
+__device__ __forceinline__ void mm_store_tile(float (*S)[ROWS + 4],
+                                              const float (&regs)[ROWS * MM_BK / MM_THREADS]) {
+#pragma unroll
+    for (int i = 0; i < ROWS * MM_BK / MM_THREADS; i++) {
+        int e = threadIdx.x + i * MM_THREADS;
+        int r = KCONTIG ? e / MM_BK : e % ROWS;
+        int k = KCONTIG ? e % MM_BK : e / ROWS;
+        S[k][r] = regs[i];
+    }
+}
+
+// D [M,P] (+)= A [M,K] @ B [K,P] (+ bias [P]); layouts as described above.
+template <int BM, int BP, int TM, int TP, bool A_KCONTIG, bool B_KCONTIG>
+__global__ void __launch_bounds__(MM_THREADS)
+matmul_tiled_kernel(float *D, const float *A, const float *Bm, const float *bias, int M, int P,
+                    int K, int lda, int ldb, int ldd, int accumulate) {
+    static_assert((BM / TM) * (BP / TP) == MM_THREADS, "256 threads a block");
+    static_assert(BM / TM == 16 && BP / TP == 16, "16 x 16 threads");
+    static_assert(TM % 4 == 0 && TP % 4 == 0, "micro-tiles in groups of 4");
+    // k-major tiles; the +4 keeps float4 alignment and spreads the stores of
+    // a k-contiguous load over the banks.
+    __shared__ __align__(16) float As[MM_BK][BM + 4];
+    __shared__ __align__(16) float Bs[MM_BK][BP + 4];
+    const int tp = threadIdx.x % 16, tm = threadIdx.x / 16;
+    const int m0 = blockIdx.x * BM, p0 = blockIdx.y * BP;
+
+    float acc[TM][TP];
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TP; j++) acc[i][j] = 0.0f;
+
+    float a_regs[BM * MM_BK / MM_THREADS], b_regs[BP * MM_BK / MM_THREADS];
+    mm_load_tile<BM, A_KCONTIG>(a_regs, A, lda, M, K, m0, 0);
+    mm_load_tile<BP, B_KCONTIG>(b_regs, Bm, ldb, P, K, p0, 0);
+
+    for (int k0 = 0; k0 < K; k0 += MM_BK) {
+        mm_store_tile<BM, A_KCONTIG>(As, a_regs);
+        mm_store_tile<BP, B_KCONTIG>(Bs, b_regs);
+        __syncthreads();
+        if (k0 + MM_BK < K) {  // prefetch the next tile while this one is used
+            mm_load_tile<BM, A_KCONTIG>(a_regs, A, lda, M, K, m0, k0 + MM_BK);
+            mm_load_tile<BP, B_KCONTIG>(b_regs, Bm, ldb, P, K, p0, k0 + MM_BK);
+        }
+#pragma unroll
+        for (int k = 0; k < MM_BK; k++) {
+            float a[TM], b[TP];
+#pragma unroll
+            for (int g = 0; g < TM / 4; g++) {
+                float4 v = *reinterpret_cast<const float4 *>(&As[k][g * 64 + tm * 4]);
+                a[g * 4 + 0] = v.x; a[g * 4 + 1] = v.y; a[g * 4 + 2] = v.z; a[g * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int g = 0; g < TP / 4; g++) {
+                float4 v = *reinterpret_cast<const float4 *>(&Bs[k][g * 64 + tp * 4]);
+                b[g * 4 + 0] = v.x; b[g * 4 + 1] = v.y; b[g * 4 + 2] = v.z; b[g * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TP; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();  // everyone is done with the tile before it is overwritten
+    }
+
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        int m = m0 + (i / 4) * 64 + tm * 4 + i % 4;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TP; j++) {
+            int p = p0 + (j / 4) * 64 + tp * 4 + j % 4;
+            if (p >= P) continue;
+            float v = acc[i][j] + (bias ? bias[p] : 0.0f);
+            float *dst = &D[(size_t)m * ldd + p];
+            *dst = accumulate ? *dst + v : v;
+        }
+    }
+}
+
+/* Launches D[M,P] (+)= A[M,K] @ B[K,P] (+ bias) with the tile that fits. */
+template <bool A_KCONTIG, bool B_KCONTIG>
+static void matmul_tiled(Dev *d, float *D, const float *A, const float *B, const float *bias,
+                         int M, int P, int K, int lda, int ldb, int ldd, int accumulate) {
+    if (M <= 0 || P <= 0) return;
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->gpu));
+    size_t big_tiles = ceil_div((size_t)M, 128) * ceil_div((size_t)P, 128);
+    if (big_tiles >= (size_t)sms) {
+        dim3 grid((unsigned)ceil_div((size_t)M, 128), (unsigned)ceil_div((size_t)P, 128));
+        matmul_tiled_kernel<128, 128, 8, 8, A_KCONTIG, B_KCONTIG><<<grid, MM_THREADS, 0, STREAM(d)>>>(
+            D, A, B, bias, M, P, K, lda, ldb, ldd, accumulate);
+        LAUNCH_CHECK(matmul_tiled_kernel<128x128>);
+    } else {
+        dim3 grid((unsigned)ceil_div((size_t)M, 64), (unsigned)ceil_div((size_t)P, 64));
+        matmul_tiled_kernel<64, 64, 4, 4, A_KCONTIG, B_KCONTIG><<<grid, MM_THREADS, 0, STREAM(d)>>>(
+            D, A, B, bias, M, P, K, lda, ldb, ldd, accumulate);
+        LAUNCH_CHECK(matmul_tiled_kernel<64x64>);
+    }
+}
+
+static void matmul_forward(Dev *d, float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC) {
+    // out[n,o] = sum_c inp[n,c] w[o,c]: A = inp (k = c contiguous), B[c,o] = w[o*C + c].
+    matmul_tiled<true, true>(d, out, inp, w, bias, N, OC, C, C, C, OC, 0);
+}
+
+static void matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
+    // dinp[n,c] += sum_o dout[n,o] w[o,c]: A = dout (k = o contiguous), B[o,c] = w[o*C + c].
+    if (dinp) matmul_tiled<true, false>(d, dinp, dout, w, NULL, N, C, OC, OC, C, C, 1);
+    // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
+    matmul_tiled<false, false>(d, dw, dout, inp, NULL, OC, C, N, OC, C, C, 1);
+    if (dbias && N > 0 && OC > 0) {
+        column_sum_kernel<<<column_sum_grid(N, OC), dim3(32, 8), 0, STREAM(d)>>>(dbias, dout, N, OC);
+        LAUNCH_CHECK(column_sum_kernel);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Causal self-attention, written plainly: scores and softmax one warp per
+ * query row, then att @ v one thread per output element. The backward
+ * mirrors it: one warp per row for datt and the softmax's backward, then one
+ * thread per channel of a position for dq, dk and dv together (each thread
+ * owns its three outputs, so there are no races and no atomics).
+ *
+ * qkv [B,T,3C]: q, k, v of position t at channel offsets 0, C, 2C; head h
+ * uses channels h*hs .. (h+1)*hs. att, datt [B,NH,T,T], row (b,h,t). */
+
+// att [B,NH,T,T] = causal softmax(q.k * scale); zeros above the diagonal.
+// Dynamic shared memory: ROWS_PER_BLOCK * hs floats (each warp's query).
+__global__ void attention_softmax_kernel(float *att, const float *qkv, int B, int T, int C, int NH,
+                                         float scale) {
+    extern __shared__ float q_shared[];
+    int hs = C / NH, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + warp;  // (b*NH + h)*T + t
+    if (row >= (size_t)B * NH * T) return;
+    int t = (int)(row % T), h = (int)(row / T % NH);
+    size_t b = row / ((size_t)T * NH);
+    const float *qkv_b = qkv + b * T * 3 * C;
+    float *q = q_shared + warp * hs;
+    for (int i = lane; i < hs; i += 32) q[i] = qkv_b[(size_t)t * 3 * C + h * hs + i];
+    __syncwarp();
+    float *a = att + row * T;  // [T]
+
+    // Lane l takes keys l, l+32, ...; it reads back only what it wrote.
+    float maxv = -INFINITY;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *k = qkv_b + (size_t)t2 * 3 * C + C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        s *= scale;
+        a[t2] = s;
+        maxv = fmaxf(maxv, s);
+    }
+    maxv = warp_max(maxv);
+    float sum = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        float e = expf(a[t2] - maxv);
+        a[t2] = e;
+        sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+}
+
+// out [B,T,C]: out[b,t,c] = sum_{t2<=t} att[b,h,t,t2] v[b,t2,c], h = c / hs.
+// Threads of one position read the same att row (a broadcast) and
+// consecutive channels of v (coalesced).
+__global__ void attention_value_kernel(float *out, const float *att, const float *qkv, int T, int C,
+                                       int NH, size_t total) {
+    int hs = C / NH;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % C);
+        size_t bt = i / C;
+        int t = (int)(bt % T);
+        size_t b = bt / T;
+        const float *a = att + ((b * NH + c / hs) * T + t) * T;
+        const float *v = qkv + b * T * 3 * C + 2 * C + c;
+        float s = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) s += a[t2] * v[(size_t)t2 * 3 * C];
+        out[i] = s;
+    }
+}
+
+// datt [B,NH,T,T] = dpre, the gradient of the scaled scores, for t2 <= t
+// (entries above the diagonal are left as they were: nothing reads them).
+// datt = dout . v, then the softmax's backward dpre = att (datt - sum(att datt)),
+// times scale. Dynamic shared memory: ROWS_PER_BLOCK * hs floats (dout rows).
+__global__ void attention_softmax_backward_kernel(float *datt, const float *dout,
+                                                  const float *qkv, const float *att, int B,
+                                                  int T, int C, int NH, float scale) {
+    extern __shared__ float g_shared[];
+    int hs = C / NH, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + warp;
+    if (row >= (size_t)B * NH * T) return;
+    int t = (int)(row % T), h = (int)(row / T % NH);
+    size_t b = row / ((size_t)T * NH);
+    const float *qkv_b = qkv + b * T * 3 * C;
+    float *g = g_shared + warp * hs;
+    for (int i = lane; i < hs; i += 32) g[i] = dout[(b * T + t) * C + h * hs + i];
+    __syncwarp();
+    const float *a = att + row * T;
+    float *da = datt + row * T;
+
+    float dot = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *v = qkv_b + (size_t)t2 * 3 * C + 2 * C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += v[i] * g[i];
+        da[t2] = s;
+        dot += a[t2] * s;
+    }
+    dot = warp_sum(dot);
+    for (int t2 = lane; t2 <= t; t2 += 32) da[t2] = a[t2] * (da[t2] - dot) * scale;
+}
+
+// dqkv [B,T,3C] += gradients, one thread per (b, t, c), c < C:
+//   dq[t]  = sum_{t2<=t} dpre[t,t2] k[t2]
+//   dk[t]  = sum_{t3>=t} dpre[t3,t] q[t3]
+//   dv[t]  = sum_{t3>=t} att[t3,t] dout[t3]
+// dpre (in datt) already carries the scale. A thread at position t walks
+// t+1 keys and T-t queries: the same T+1 steps for every thread.
+__global__ void attention_qkv_backward_kernel(float *dqkv, const float *datt, const float *dout,
+                                              const float *qkv, const float *att, int T, int C,
+                                              int NH, size_t total) {
+    int hs = C / NH;
+    size_t C3 = (size_t)3 * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % C);
+        size_t bt = i / C;
+        int t = (int)(bt % T);
+        size_t b = bt / T;
+        size_t head = (b * NH + c / hs) * T;  // row index of (b, h, 0)
+        const float *qkv_b = qkv + b * T * C3;
+        const float *dpre_row = datt + (head + t) * T;  // [T], row t
+        float dq = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) dq += dpre_row[t2] * qkv_b[(size_t)t2 * C3 + C + c];
+        float dk = 0.0f, dv = 0.0f;
+        for (int t3 = t; t3 < T; t3++) {  // column t of rows t3 >= t
+            size_t at = (head + t3) * T + t;
+            dk += datt[at] * qkv_b[(size_t)t3 * C3 + c];
+            dv += att[at] * dout[(b * T + t3) * C + c];
+        }
+        float *dst = dqkv + (b * T + t) * C3 + c;
+        dst[0] += dq;
+        dst[C] += dk;
+        dst[2 * (size_t)C] += dv;
+    }
+}
+
+static void attention_forward(Dev *d, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH) {
+    size_t rows = (size_t)B * NH * T;
+    if (!rows || C <= 0) return;
+    int hs = C / NH;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    size_t shmem = (size_t)ROWS_PER_BLOCK * hs * sizeof(float);
+    attention_softmax_kernel<<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
+        att, qkv, B, T, C, NH, scale);
+    LAUNCH_CHECK(attention_softmax_kernel);
+    size_t total = (size_t)B * T * C;
+    attention_value_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(out, att, qkv, T, C, NH, total);
+    LAUNCH_CHECK(attention_value_kernel);
+}
+
+static void attention_backward(Dev *d, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+    size_t rows = (size_t)B * NH * T;
+    if (!rows || C <= 0) return;
+    int hs = C / NH;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    size_t shmem = (size_t)ROWS_PER_BLOCK * hs * sizeof(float);
+    attention_softmax_backward_kernel<<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
+        datt, dout, qkv, att, B, T, C, NH, scale);
+    LAUNCH_CHECK(attention_softmax_backward_kernel);
+    size_t total = (size_t)B * T * C;
+    attention_qkv_backward_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+        dqkv, datt, dout, qkv, att, T, C, NH, total);
+    LAUNCH_CHECK(attention_qkv_backward_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * GELU (tanh approximation), the residual and its backward: elementwise. */
+
+#define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+        float sech2 = 1.0f - th * th;  // tanh' without cosh, which overflows
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] += src[i];
+}
+
+static void gelu_forward(Dev *d, float *out, const float *inp, size_t n) {
+    if (!n) return;
+    gelu_forward_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(out, inp, n);
+    LAUNCH_CHECK(gelu_forward_kernel);
+}
+
+static void gelu_backward(Dev *d, float *dinp, const float *inp, const float *dout, size_t n) {
+    if (!n) return;
+    gelu_backward_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(dinp, inp, dout, n);
+    LAUNCH_CHECK(gelu_backward_kernel);
+}
+
+static void add(Dev *d, float *out, const float *a, const float *b, size_t n) {
+    if (!n) return;
+    add_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(out, a, b, n);
+    LAUNCH_CHECK(add_kernel);
+}
+
+static void accumulate(Dev *d, float *dst, const float *src, size_t n) {
+    if (!n) return;
+    accumulate_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(dst, src, n);
+    LAUNCH_CHECK(accumulate_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * Softmax + cross-entropy, fused, one block per row: the max and the sum of
+ * exponentials over the V real columns (block reductions), the loss, and,
+ * when a gradient is asked for, the row overwritten with it in a third pass.
+ * Padded columns [V,Vp) are not classes: they get gradient 0. */
+
+#define CE_THREADS 512
+
+// losses [N], logits [N,Vp] (overwritten with its gradient if dloss != 0), targets [N]
+__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V,
+                                    int Vp, float dloss) {
+    __shared__ float shared_f[32];
+    int n = blockIdx.x;
+    float *z = logits + (size_t)n * Vp;
+    int y = targets[n];
+    float zy = z[y];  // read before any thread overwrites the row
+
+    float maxv = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) maxv = fmaxf(maxv, z[v]);
+    maxv = block_max(maxv, shared_f);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - maxv);
+    sum = block_sum(sum, shared_f);
+    float logsum = logf(sum) + maxv;
+    if (threadIdx.x == 0) losses[n] = logsum - zy;
+    if (dloss != 0.0f) {
+        // Each element is read and written by the same thread: no barrier needed.
+        for (int v = threadIdx.x; v < Vp; v += blockDim.x)
+            z[v] = v < V ? dloss * (expf(z[v] - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f;
+    }
+}
+
+static void crossentropy(Dev *d, float *losses, float *logits, const int *targets, int N, int V,
+                         int Vp, float dloss) {
+    if (N <= 0) return;
+    crossentropy_kernel<<<N, CE_THREADS, 0, STREAM(d)>>>(losses, logits, targets, V, Vp, dloss);
+    LAUNCH_CHECK(crossentropy_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * AdamW, torch.optim.AdamW's arithmetic in ops.c's order. */
+
+// param, grad, m, v [n]
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd, float step,
+                             float rbc2, float grad_scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = grad[i] * grad_scale;
+        float p = param[i] * (1.0f - lr * wd);
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        param[i] = p - step * mi / (sqrtf(vi) * rbc2 + eps);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+static void adamw(Dev *d, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                  float grad_scale) {
+    if (!n) return;
+    float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2);  // the bias corrections, folded once
+    adamw_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(param, grad, m, v, n, lr, beta1, beta2,
+                                                                  eps, wd, step, rbc2, grad_scale);
+    LAUNCH_CHECK(adamw_kernel);
+}
+
+/* ---------------------------------------------------------------------------
+ * Sum and sum of squares in double: each block writes its partial sum to
+ * the Dev's scratch, the host adds the partials in block order. */
+
+#define SUM_THREADS 256
+#define SUM_BLOCKS 1024  /* 8 KiB of partials, well inside DEV_SCRATCH_BYTES */
+
+// partials [gridDim.x] = per-block sum of x[i] (or x[i]^2) over x [n]
+__global__ void sum_partials_kernel(double *partials, const float *x, size_t n, int squares) {
+    __shared__ double shared_d[32];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double xi = x[i];
+        s += squares ? xi * xi : xi;
+    }
+    s = block_sum(s, shared_d);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
+    if (!n) return 0.0;
+    unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
+    if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
+    double *partials = (double *)d->scratch;
+    sum_partials_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, squares);
+    LAUNCH_CHECK(sum_partials_kernel);
+    double host[SUM_BLOCKS];
+    cuda_copy_d2h(host, partials, blocks * sizeof(double), d->stream);  // waits for the stream
+    double s = 0.0;
+    for (unsigned i = 0; i < blocks; i++) s += host[i];
+    return s;
+}
+
+static double sumsq(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 1); }
+static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 0); }
+
+/* ---------------------------------------------------------------------------
+ * The table gpt.c calls through, in the order of struct Ops. */
+
+extern "C" const Ops cuda_ops = {
+    encoder_forward,
+    encoder_backward,
+    layernorm_forward,
+    layernorm_backward,
+    matmul_forward,
+    matmul_backward,
+    attention_forward,
+    attention_backward,
+    gelu_forward,
+    gelu_backward,
+    add,
+    accumulate,
+    crossentropy,
+    adamw,
+    sumsq,
+    sum,
+};

@@ -1,0 +1,392 @@
+/* main.c: the `train` program: flags, then the training loop that wires the modules.
+ *
+ * One step, as DESIGN.md draws it: data.c hands out the micro-batches of the
+ * global batch; gpt.c runs forward and backward (gradients accumulate over
+ * micro-batches); the gradient norm is taken and clipped; AdamW updates
+ * (optim.c); rank 0 prints the step line. Every flag is checked before
+ * anything is allocated: a bad one is one line on stderr and exit status 2.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <libgen.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "tensor.h"
+#include "gpt.h"
+#include "data.h"
+#include "ckpt.h"
+#include "optim.h"
+
+#define EXIT_USAGE 2
+
+/* Everything the command line says. */
+typedef struct Args {
+    const char *data, *val, *init, *save;
+    GPTConfig model;          /* when there is no --init; 0 = default */
+    int batch, seq, micro_batches, steps;
+    OptConfig opt;
+    uint64_t seed;
+    int shuffle;
+    const char *device;       /* "cpu", "cuda" or NULL = cuda if a GPU is visible */
+    int gpu;
+    int threads;
+    int val_every, val_batches;
+    int sample;               /* tokens to generate at the end */
+    float temperature;
+} Args;
+
+/* The state of one run on one rank. */
+typedef struct Run {
+    Args a;
+    Dev dev;
+    GPT model;
+    GPTActs *acts;
+    Adam adam;
+    DataSet train, val;
+    int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
+} Run;
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: ./train --data FILE [options]\n"
+        "  --data FILE            training tokens: an llm.c token file, or any file read as bytes\n"
+        "  --val FILE             validation tokens (same formats)\n"
+        "  --init FILE            start from an llm.c model file (float32)\n"
+        "  --save FILE            write an llm.c model file at the end\n"
+        "model, when there is no --init:\n"
+        "  --layers L (4)  --heads H (4)  --dim C (128)  --max-seq S (256)\n"
+        "  --vocab V              (the data's: 256 for bytes, 50257 for token files)\n"
+        "batch and schedule:\n"
+        "  --batch B (4)  --seq T (64)  --micro-batches M (1)  --steps N (100)\n"
+        "  --lr F (3e-4)  --lr-min F (0)  --warmup N (0)  --lr-decay cosine|none (cosine)\n"
+        "  --beta1 F (0.9)  --beta2 F (0.95)  --eps F (1e-8)  --wd F (0.1)  --clip F (1.0, 0 = off)\n"
+        "  --seed N (1337)  --shuffle\n"
+        "  --val-every N (0: only at the end)  --val-batches N (8)\n"
+        "device:\n"
+        "  --device cpu|cuda      (cuda when a GPU is visible)  --gpu N (0)  --threads N\n"
+        "generation:\n"
+        "  --sample N             generate N tokens at the end  --temperature F (1.0)\n");
+}
+
+/* One line on stderr, exit status 2: for everything the user can fix. */
+__attribute__((noreturn, format(printf, 1, 2)))
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "train: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    exit(EXIT_USAGE);
+}
+
+static long parse_int(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end) die_usage("%s expects an integer, got '%s'", flag, s);
+    if (v < lo || v > hi) die_usage("%s must be between %ld and %ld, got %ld", flag, lo, hi, v);
+    return v;
+}
+
+static float parse_float(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) die_usage("%s expects a number, got '%s'", flag, s);
+    if (v < lo || v > hi) die_usage("%s must be between %g and %g, got %g", flag, lo, hi, v);
+    return (float)v;
+}
+
+enum {
+    F_DATA = 256, F_VAL, F_INIT, F_SAVE, F_LAYERS, F_HEADS, F_DIM, F_MAXSEQ, F_VOCAB, F_BATCH,
+    F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
+    F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
+    F_TEMP, F_HELP,
+};
+
+static void parse_args(Args *a, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", 1, 0, F_DATA}, {"val", 1, 0, F_VAL}, {"init", 1, 0, F_INIT},
+        {"save", 1, 0, F_SAVE}, {"layers", 1, 0, F_LAYERS}, {"heads", 1, 0, F_HEADS},
+        {"dim", 1, 0, F_DIM}, {"max-seq", 1, 0, F_MAXSEQ}, {"vocab", 1, 0, F_VOCAB},
+        {"batch", 1, 0, F_BATCH}, {"seq", 1, 0, F_SEQ}, {"micro-batches", 1, 0, F_MICRO},
+        {"steps", 1, 0, F_STEPS}, {"lr", 1, 0, F_LR}, {"lr-min", 1, 0, F_LRMIN},
+        {"warmup", 1, 0, F_WARMUP}, {"lr-decay", 1, 0, F_DECAY}, {"beta1", 1, 0, F_BETA1},
+        {"beta2", 1, 0, F_BETA2}, {"eps", 1, 0, F_EPS}, {"wd", 1, 0, F_WD},
+        {"clip", 1, 0, F_CLIP}, {"seed", 1, 0, F_SEED}, {"shuffle", 0, 0, F_SHUFFLE},
+        {"device", 1, 0, F_DEVICE}, {"gpu", 1, 0, F_GPU}, {"threads", 1, 0, F_THREADS},
+        {"val-every", 1, 0, F_VALEVERY}, {"val-batches", 1, 0, F_VALBATCHES},
+        {"sample", 1, 0, F_SAMPLE}, {"temperature", 1, 0, F_TEMP}, {"help", 0, 0, F_HELP},
+        {0, 0, 0, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->batch = 4; a->seq = 64; a->micro_batches = 1; a->steps = 100;
+    a->opt = (OptConfig){.lr = 3e-4f, .lr_min = 0.0f, .warmup = 0, .cosine = 1,
+                         .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 1.0f};
+    a->seed = 1337; a->val_batches = 8; a->temperature = 1.0f;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        const char *flag = argv[optind - 1];
+        switch (c) {
+        case F_DATA: a->data = optarg; break;
+        case F_VAL: a->val = optarg; break;
+        case F_INIT: a->init = optarg; break;
+        case F_SAVE: a->save = optarg; break;
+        case F_LAYERS: a->model.layers = parse_int("--layers", optarg, 1, 1024); break;
+        case F_HEADS: a->model.heads = parse_int("--heads", optarg, 1, 1024); break;
+        case F_DIM: a->model.dim = parse_int("--dim", optarg, 1, 65536); break;
+        case F_MAXSEQ: a->model.max_seq = parse_int("--max-seq", optarg, 1, 1 << 20); break;
+        case F_VOCAB: a->model.vocab = parse_int("--vocab", optarg, 1, 1 << 24); break;
+        case F_BATCH: a->batch = parse_int("--batch", optarg, 1, 1 << 20); break;
+        case F_SEQ: a->seq = parse_int("--seq", optarg, 1, 1 << 20); break;
+        case F_MICRO: a->micro_batches = parse_int("--micro-batches", optarg, 1, 1 << 20); break;
+        case F_STEPS: a->steps = parse_int("--steps", optarg, 0, 1L << 30); break;
+        case F_LR: a->opt.lr = parse_float("--lr", optarg, 0, 10); break;
+        case F_LRMIN: a->opt.lr_min = parse_float("--lr-min", optarg, 0, 10); break;
+        case F_WARMUP: a->opt.warmup = parse_int("--warmup", optarg, 0, 1L << 30); break;
+        case F_DECAY:
+            if (!strcmp(optarg, "cosine")) a->opt.cosine = 1;
+            else if (!strcmp(optarg, "none")) a->opt.cosine = 0;
+            else die_usage("--lr-decay must be cosine or none, got '%s'", optarg);
+            break;
+        case F_BETA1: a->opt.beta1 = parse_float("--beta1", optarg, 0, 0.999999); break;
+        case F_BETA2: a->opt.beta2 = parse_float("--beta2", optarg, 0, 0.999999); break;
+        case F_EPS: a->opt.eps = parse_float("--eps", optarg, 0, 1); break;
+        case F_WD: a->opt.wd = parse_float("--wd", optarg, 0, 10); break;
+        case F_CLIP: a->opt.clip = parse_float("--clip", optarg, 0, 1e30); break;
+        case F_SEED: a->seed = (uint64_t)parse_int("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+        case F_SHUFFLE: a->shuffle = 1; break;
+        case F_DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                die_usage("--device must be cpu or cuda, got '%s'", optarg);
+            a->device = optarg;
+            break;
+        case F_GPU: a->gpu = parse_int("--gpu", optarg, 0, 1023); break;
+        case F_THREADS: a->threads = parse_int("--threads", optarg, 1, 4096); break;
+        case F_VALEVERY: a->val_every = parse_int("--val-every", optarg, 0, 1L << 30); break;
+        case F_VALBATCHES: a->val_batches = parse_int("--val-batches", optarg, 1, 1L << 30); break;
+        case F_SAMPLE: a->sample = parse_int("--sample", optarg, 0, 1 << 24); break;
+        case F_TEMP: a->temperature = parse_float("--temperature", optarg, 1e-6, 100); break;
+        case F_HELP: usage(stdout); exit(0);
+        case ':': die_usage("%s needs a value", flag);
+        default: die_usage("unknown flag %s (see --help)", flag);
+        }
+    }
+    if (optind < argc) die_usage("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!a->data) die_usage("--data FILE is required");
+    if (a->init && (a->model.layers || a->model.heads || a->model.dim || a->model.max_seq ||
+                    a->model.vocab))
+        die_usage("--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
+    a->opt.steps = a->steps;
+}
+
+/* Loads a data file and checks it against the model. Exits 2 on bad input. */
+static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
+    char err[512];
+    if (data_load(ds, path, err, sizeof err) != 0 ||
+        data_prepare(ds, path, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
+        die_usage("%s", err);
+    if (ds->max_token >= vocab)
+        die_usage("%s: token id %d >= vocab %d", path, ds->max_token, vocab);
+}
+
+/* Everything checked and built, in the order: model shape, data, device. */
+static void run_setup(Run *r) {
+    Args *a = &r->a;
+    char err[512];
+    GPTConfig cfg = a->model;
+    DataSet *tr = &r->train;
+    if (data_load(tr, a->data, err, sizeof err) != 0) die_usage("%s", err);
+    if (a->init) {
+        if (ckpt_read_config(a->init, &cfg, err, sizeof err) != 0) die_usage("%s", err);
+    } else {
+        if (!cfg.layers) cfg.layers = 4;
+        if (!cfg.heads) cfg.heads = 4;
+        if (!cfg.dim) cfg.dim = 128;
+        if (!cfg.max_seq) cfg.max_seq = a->seq > 256 ? a->seq : 256;
+        if (!cfg.vocab) cfg.vocab = tr->is_bytes ? 256 : 50257;
+        if (gpt_config_check(&cfg, err, sizeof err) != 0) die_usage("%s", err);
+    }
+    if (a->seq > cfg.max_seq)
+        die_usage("--seq %d exceeds the model's max sequence length %d", a->seq, cfg.max_seq);
+    if (data_prepare(tr, a->data, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
+        die_usage("%s", err);
+    if (tr->max_token >= cfg.vocab)
+        die_usage("%s: token id %d >= vocab %d", a->data, tr->max_token, cfg.vocab);
+    if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
+    if (a->save) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", a->save);
+        if (access(dirname(dir), W_OK) != 0) die_usage("--save %s: directory is not writable", a->save);
+    }
+    DevKind kind = DEV_CPU;
+    if (a->device ? !strcmp(a->device, "cuda") : dev_gpu_count() > 0) kind = DEV_CUDA;
+    if (dev_open(&r->dev, kind, a->gpu, err, sizeof err) != 0) die_usage("%s", err);
+#ifdef _OPENMP
+    if (a->threads) omp_set_num_threads(a->threads);
+#endif
+    /* Allocation starts here. */
+    gpt_build(&r->model, &cfg, &r->dev, 0, cfg.layers, 1, 1);
+    if (a->init) {
+        if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) die_usage("%s", err);
+    } else {
+        gpt_init_random(&r->model, a->seed);
+    }
+    r->acts = gpt_acts_build(&r->model, a->batch, a->seq);
+    adam_build(&r->adam, &r->dev, r->model.num_params);
+    r->inputs = malloc((size_t)a->batch * a->seq * sizeof(int));
+    r->targets = malloc((size_t)a->batch * a->seq * sizeof(int));
+}
+
+static void run_free(Run *r) {
+    free(r->inputs);
+    free(r->targets);
+    adam_free(&r->adam);
+    gpt_acts_free(&r->model, r->acts);
+    gpt_free(&r->model);
+    data_free(&r->train);
+    data_free(&r->val);
+    dev_close(&r->dev);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* One optimizer step over the global batch of `step`; returns the mean loss
+ * and leaves the pre-clip gradient norm and the lr used in *norm, *lr. */
+static double train_step(Run *r, int step, double *norm, float *lr) {
+    Args *a = &r->a;
+    GPT *m = &r->model;
+    int B = a->batch, T = a->seq, M = a->micro_batches, G = B * M;
+    float dloss = 1.0f / ((float)B * T * M);
+    double loss = 0.0;
+    dev_zero(&r->dev, m->grads, m->num_params * sizeof(float));
+    for (int mb = 0; mb < M; mb++) {
+        data_batch(&r->train, step, G, mb * B, B, r->inputs, r->targets);
+        gpt_set_batch(m, r->acts, r->inputs, r->targets, B, T);
+        loss += gpt_forward_backward(m, r->acts, B, T, dloss) / M;
+    }
+    *norm = sqrt(r->dev.ops->sumsq(&r->dev, m->grads, m->num_params));
+    *lr = optim_lr(&a->opt, step);
+    adam_update(&r->adam, m, &a->opt, *lr, optim_clip_scale(&a->opt, *norm));
+    return loss;
+}
+
+/* Mean loss over the first val_batches batches of the validation file. */
+static double evaluate(Run *r) {
+    Args *a = &r->a;
+    int B = a->batch, T = a->seq;
+    double loss = 0.0;
+    for (int i = 0; i < a->val_batches; i++) {
+        data_batch(&r->val, i, B, 0, B, r->inputs, r->targets);
+        gpt_set_batch(&r->model, r->acts, r->inputs, r->targets, B, T);
+        loss += gpt_forward_loss(&r->model, r->acts, B, T) / a->val_batches;
+    }
+    return loss;
+}
+
+static uint32_t rng_u32(uint64_t *s) {
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return (uint32_t)((*s * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+/* Generates n tokens with a sliding window of T, starting from one token
+ * (a newline for byte data, GPT-2's <|endoftext|> for token data), and
+ * prints them: as text for bytes, as ids otherwise. */
+static void sample(Run *r, int n) {
+    GPT *m = &r->model;
+    int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
+    int *ctx = malloc((size_t)(n + 1) * sizeof(int));
+    float *logits = malloc((size_t)Vp * sizeof(float));
+    uint64_t rng = r->a.seed * 2654435761ULL + 1;
+    ctx[0] = r->train.is_bytes ? '\n' : (V > 50256 ? 50256 : 0);
+    printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
+    if (r->train.is_bytes) putchar(ctx[0]);
+    for (int i = 1; i <= n; i++) {
+        int start = i > T ? i - T : 0, len = i - start;
+        gpt_set_batch(m, r->acts, ctx + start, NULL, 1, len);
+        gpt_embed_forward(m, r->acts, 1, len);
+        gpt_layers_forward(m, r->acts, 1, len);
+        gpt_head_logits(m, r->acts, 1, len);
+        dev_to_host(m->dev, logits, r->acts->logits + (size_t)(len - 1) * Vp, (size_t)Vp * 4);
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += exp((logits[v] - maxv) / r->a.temperature);
+        double u = (rng_u32(&rng) / 4294967296.0) * sum, acc = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp((logits[v] - maxv) / r->a.temperature);
+            if (acc > u) { next = v; break; }
+        }
+        ctx[i] = next;
+        if (r->train.is_bytes) putchar(next);
+        else printf("%d ", next);
+    }
+    printf("\n");
+    fflush(stdout);
+    free(ctx);
+    free(logits);
+}
+
+int main(int argc, char **argv) {
+    Run r;
+    memset(&r, 0, sizeof r);
+    parse_args(&r.a, argc, argv);
+    run_setup(&r);
+    Args *a = &r.a;
+    GPT *m = &r.model;
+    int tokens_per_step = a->batch * a->seq * a->micro_batches;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("model: %d layers, %d heads, dim %d, vocab %d (padded %d), max-seq %d | %zu parameters\n",
+           m->cfg.layers, m->cfg.heads, m->cfg.dim, m->cfg.vocab, m->cfg.padded_vocab,
+           m->cfg.max_seq, m->num_params);
+    printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches = %d tokens a step | %s\n",
+           a->data, r.train.n_tokens, a->batch, a->seq, a->micro_batches, tokens_per_step,
+           r.dev.kind == DEV_CUDA ? "cuda" : "cpu");
+    if (r.dev.kind == DEV_CPU) printf("cpu threads: %d\n", threads);
+    printf("memory: %.1f MB parameters+gradients, %.1f MB optimizer, %.1f MB activations\n",
+           2.0 * m->num_params * 4 / 1e6, 2.0 * m->num_params * 4 / 1e6, r.acts->bytes / 1e6);
+    fflush(stdout);
+    for (int s = 0; s < a->steps; s++) {
+        double t0 = now_ms(), norm;
+        float lr;
+        double loss = train_step(&r, s, &norm, &lr);
+        dev_sync(&r.dev);
+        double ms = now_ms() - t0;
+        printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", s + 1,
+               a->steps, loss, norm, lr, ms, tokens_per_step / (ms / 1e3));
+        fflush(stdout);
+        if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps)
+            printf("val loss %#.7g\n", evaluate(&r));
+    }
+    if (a->val) printf("val loss %#.7g\n", evaluate(&r));
+    if (a->sample) sample(&r, a->sample);
+    if (a->save) {
+        char err[512];
+        if (ckpt_save(a->save, m, err, sizeof err) != 0) {
+            fprintf(stderr, "train: %s\n", err);
+            run_free(&r);
+            return 1;
+        }
+        printf("saved %s\n", a->save);
+    }
+    run_free(&r);
+    return 0;
+}

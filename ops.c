@@ -1,0 +1,410 @@
+/* ops.c: the plain-C reference of every op of the GPT-2 (CPU, OpenMP).
+ *
+ * This file is the specification: kernels.cu is tested against it, and it is
+ * tested against finite differences (test/test_ops.c, from a float64 build
+ * of this same file) and, through the whole model, against PyTorch
+ * (test/reference.py). It is also what CI trains with and what people
+ * without a GPU use, so the matmuls are register-blocked and their inner
+ * loops vectorise (`omp simd`), and every loop that writes a shared output
+ * is split so that each output element is summed by one thread in a fixed
+ * order: the result does not depend on the thread count, which is what lets
+ * the parallel layouts of the articles be compared with one rank exactly.
+ *
+ * Forward and backward of each op sit side by side, as in llm.c.
+ */
+#include <math.h>
+#include <string.h>
+#include "tensor.h"
+
+#ifdef OPS_REAL
+typedef OPS_REAL real;
+#define OP(name) cpu64_##name
+#else
+typedef float real;
+#define OP(name) cpu_##name
+#endif
+#include "ops.h"
+
+/* Type-generic math for the two builds: float calls stay float. */
+#define R_EXP(x)  (sizeof(real) == sizeof(float) ? (real)expf((float)(x)) : (real)exp((double)(x)))
+#define R_TANH(x) (sizeof(real) == sizeof(float) ? (real)tanhf((float)(x)) : (real)tanh((double)(x)))
+#define R_SQRT(x) (sizeof(real) == sizeof(float) ? (real)sqrtf((float)(x)) : (real)sqrt((double)(x)))
+
+/* ---------------------------------------------------------------------------
+ * Embedding: token row plus position row. */
+
+void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, const real *wpe,
+                         int B, int T, int C) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            real *o = out + ((size_t)b * T + t) * C;              /* [C] */
+            const real *te = wte + (size_t)tokens[b * T + t] * C;  /* [C] */
+            const real *pe = wpe + (size_t)t * C;                  /* [C] */
+            for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+        }
+    }
+}
+
+/* Several positions may hold the same token, so threads split the channels,
+ * never the positions: each dwte element is summed by one thread in order. */
+void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, const int *tokens,
+                          int B, int T, int C) {
+    #pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int c1 = c0 + 16 < C ? c0 + 16 : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const real *g = dout + ((size_t)b * T + t) * C;
+                real *dte = dwte + (size_t)tokens[b * T + t] * C;
+                real *dpe = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) { dte[c] += g[c]; dpe[c] += g[c]; }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * LayerNorm over the channels of each row, eps 1e-5, biased variance. */
+
+void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real *inp,
+                           const real *w, const real *b, int N, int C) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;  /* [C] */
+        real *o = out + (size_t)n * C;        /* [C] */
+        double s = 0.0;
+        for (int c = 0; c < C; c++) s += x[c];
+        real m = (real)(s / C);
+        double v = 0.0;
+        for (int c = 0; c < C; c++) { double dx = x[c] - m; v += dx * dx; }
+        real r = (real)(1.0 / sqrt(v / C + 1e-5));
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *dout,
+                            const real *inp, const real *w, const real *mean, const real *rstd,
+                            int N, int C) {
+    /* dinp: rows are independent. */
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const real *g = dout + (size_t)n * C;
+        const real *x = inp + (size_t)n * C;
+        real *dx = dinp + (size_t)n * C;
+        real m = mean[n], r = rstd[n];
+        double gsum = 0.0, gnsum = 0.0;  /* mean of dnorm and of dnorm * norm */
+        for (int c = 0; c < C; c++) {
+            real dnorm = g[c] * w[c];
+            gsum += dnorm;
+            gnsum += dnorm * (x[c] - m) * r;
+        }
+        real gmean = (real)(gsum / C), gnmean = (real)(gnsum / C);
+        for (int c = 0; c < C; c++) {
+            real norm = (x[c] - m) * r;
+            dx[c] += (g[c] * w[c] - gmean - norm * gnmean) * r;
+        }
+    }
+    /* dw, db: sums over rows, so threads split the channels. */
+    #pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int c1 = c0 + 16 < C ? c0 + 16 : C;
+        for (int n = 0; n < N; n++) {
+            const real *g = dout + (size_t)n * C;
+            const real *x = inp + (size_t)n * C;
+            for (int c = c0; c < c1; c++) {
+                dw[c] += g[c] * (x[c] - mean[n]) * rstd[n];
+                db[c] += g[c];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias.
+ *
+ * Both operands are read along C, so each output is a dot product of two
+ * contiguous rows. A 4x4 block of outputs shares its loads: 8 rows read, 16
+ * dot products made, and the inner loop over c vectorises. */
+
+#define MM_TILE 4
+
+static void mm_block(real *out, const real *inp, const real *w, const real *bias,
+                     int n0, int o0, int C, int OC) {
+    real acc[MM_TILE][MM_TILE] = {{0}};
+    const real *x0 = inp + (size_t)n0 * C, *x1 = x0 + C, *x2 = x1 + C, *x3 = x2 + C;
+    for (int j = 0; j < MM_TILE; j++) {
+        const real *wr = w + (size_t)(o0 + j) * C;
+        real a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        #pragma omp simd reduction(+:a0, a1, a2, a3)
+        for (int c = 0; c < C; c++) {
+            a0 += x0[c] * wr[c]; a1 += x1[c] * wr[c];
+            a2 += x2[c] * wr[c]; a3 += x3[c] * wr[c];
+        }
+        acc[0][j] = a0; acc[1][j] = a1; acc[2][j] = a2; acc[3][j] = a3;
+    }
+    for (int i = 0; i < MM_TILE; i++)
+        for (int j = 0; j < MM_TILE; j++)
+            out[(size_t)(n0 + i) * OC + o0 + j] = acc[i][j] + (bias ? bias[o0 + j] : 0);
+}
+
+static real mm_dot(const real *x, const real *wr, int C) {
+    real a = 0;
+    #pragma omp simd reduction(+:a)
+    for (int c = 0; c < C; c++) a += x[c] * wr[c];
+    return a;
+}
+
+void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+                        int N, int C, int OC) {
+    int Nb = N / MM_TILE * MM_TILE, OCb = OC / MM_TILE * MM_TILE;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int n0 = 0; n0 < Nb; n0 += MM_TILE)
+        for (int o0 = 0; o0 < OCb; o0 += MM_TILE)
+            mm_block(out, inp, w, bias, n0, o0, C, OC);
+    /* The ragged edges, one dot product each (same order of summation per
+     * output as far as a single reduction goes; exactness across layouts
+     * only needs the same shapes to give the same answer). */
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        int ostart = n < Nb ? OCb : 0;
+        for (int o = ostart; o < OC; o++)
+            out[(size_t)n * OC + o] = mm_dot(inp + (size_t)n * C, w + (size_t)o * C, C) +
+                                      (bias ? bias[o] : 0);
+    }
+}
+
+void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
+                         const real *inp, const real *w, int N, int C, int OC) {
+    /* dinp[n,:] += sum_o dout[n,o] w[o,:]: rows of dinp are independent. */
+    if (dinp) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            real *dx = dinp + (size_t)n * C;
+            const real *g = dout + (size_t)n * OC;
+            for (int o = 0; o < OC; o++) {
+                const real *wr = w + (size_t)o * C;
+                real go = g[o];
+                #pragma omp simd
+                for (int c = 0; c < C; c++) dx[c] += go * wr[c];
+            }
+        }
+    }
+    /* dw[o,:] += sum_n dout[n,o] inp[n,:]: rows of dw are independent; four
+     * at a time share each read of an input row. */
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += MM_TILE) {
+        int o1 = o0 + MM_TILE < OC ? o0 + MM_TILE : OC;
+        for (int n = 0; n < N; n++) {
+            const real *x = inp + (size_t)n * C;
+            const real *g = dout + (size_t)n * OC;
+            for (int o = o0; o < o1; o++) {
+                real *dwr = dw + (size_t)o * C;
+                real go = g[o];
+                #pragma omp simd
+                for (int c = 0; c < C; c++) dwr[c] += go * x[c];
+            }
+        }
+        if (dbias) {
+            for (int o = o0; o < o1; o++) {
+                real s = 0;
+                for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+                dbias[o] += s;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Causal self-attention, one (batch, head, query position) row at a time. */
+
+void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B, int T, int C,
+                           int NH) {
+    int hs = C / NH;
+    real scale = (real)(1.0 / sqrt((double)hs));
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const real *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;  /* [hs] */
+                real *a = att + (((size_t)b * NH + h) * T + t) * T;         /* [T] */
+                real maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    real s = 0;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    a[t2] = s * scale;
+                    if (a[t2] > maxv) maxv = a[t2];
+                }
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = R_EXP(a[t2] - maxv); sum += a[t2]; }
+                real inv = (real)(1.0 / sum);
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+                real *o = out + ((size_t)b * T + t) * C + h * hs;  /* [hs] */
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+        }
+    }
+}
+
+/* A (batch, head) pair owns its channels of dqkv at every position, so the
+ * threads split pairs and no two ever write the same element. */
+void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, const real *qkv,
+                            const real *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    real scale = (real)(1.0 / sqrt((double)hs));
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                size_t row = (((size_t)b * NH + h) * T + t) * T;
+                const real *a = att + row;  /* [T] */
+                real *da = datt + row;      /* [T] */
+                const real *g = dout + ((size_t)b * T + t) * C + h * hs;
+                const real *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                real *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                /* out = att @ v */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    real *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    real s = 0;
+                    for (int i = 0; i < hs; i++) { s += v[i] * g[i]; dv[i] += a[t2] * g[i]; }
+                    da[t2] = s;
+                }
+                /* softmax: dpre = att * (datt - sum(att * datt)) */
+                double dot = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                for (int t2 = 0; t2 <= t; t2++) {
+                    real dpre = a[t2] * (da[t2] - (real)dot) * scale;
+                    const real *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    real *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * GELU, tanh approximation (GPT-2's). */
+
+#define GELU_S 0.7978845608028654  /* sqrt(2/pi) */
+
+void OP(gelu_forward)(Dev *d, real *out, const real *inp, size_t n) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        out[i] = (real)0.5 * x * (1 + R_TANH((real)GELU_S * (x + (real)0.044715 * x * x * x)));
+    }
+}
+
+void OP(gelu_backward)(Dev *d, real *dinp, const real *inp, const real *dout, size_t n) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real th = R_TANH((real)GELU_S * (x + (real)0.044715 * x * x * x));
+        real sech2 = 1 - th * th;
+        real grad = (real)0.5 * (1 + th) +
+                    (real)0.5 * x * sech2 * (real)GELU_S * (1 + 3 * (real)0.044715 * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * The residual connection and its backward. */
+
+void OP(add)(Dev *d, real *out, const real *a, const real *b, size_t n) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* ---------------------------------------------------------------------------
+ * Softmax + cross-entropy, fused: the probabilities are never stored apart,
+ * the logits row becomes its own gradient. Padded columns are not classes. */
+
+void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
+                      real dloss) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        real *z = logits + (size_t)n * Vp;  /* [Vp] */
+        real maxv = -INFINITY;
+        for (int v = 0; v < V; v++) if (z[v] > maxv) maxv = z[v];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += R_EXP(z[v] - maxv);
+        real logsum = (real)log(sum) + maxv;
+        int y = targets[n];
+        losses[n] = logsum - z[y];
+        if (dloss != 0) {
+            for (int v = 0; v < V; v++) z[v] = dloss * (R_EXP(z[v] - logsum) - (v == y ? 1 : 0));
+            for (int v = V; v < Vp; v++) z[v] = 0;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * AdamW, torch.optim.AdamW's arithmetic (decoupled weight decay). */
+
+void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
+               real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale) {
+    real step = lr / bc1, rbc2 = 1 / R_SQRT(bc2);
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) {
+        real g = grad[i] * grad_scale;
+        real p = param[i] * (1 - lr * wd);
+        real mi = beta1 * m[i] + (1 - beta1) * g;
+        real vi = beta2 * v[i] + (1 - beta2) * g * g;
+        param[i] = p - step * mi / (R_SQRT(vi) * rbc2 + eps);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Reductions for the gradient norm and the loss, in double. */
+
+double OP(sumsq)(Dev *d, const real *x, size_t n) {
+    double s = 0.0;
+    #pragma omp parallel for reduction(+:s)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+double OP(sum)(Dev *d, const real *x, size_t n) {
+    double s = 0.0;
+    #pragma omp parallel for reduction(+:s)
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+#ifndef OPS_REAL
+const Ops cpu_ops = {
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .crossentropy = cpu_crossentropy,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
+};
+#endif

@@ -1,0 +1,35 @@
+/* ops.h: the plain-C reference ops, declared for one precision.
+ *
+ * ops.c is compiled twice: as float (`real` = float, names cpu_*), which is
+ * what `train` runs and what the cpu_ops table points to, and as double
+ * (-DOPS_REAL=double, names cpu64_*), which only the finite-difference tests
+ * link. So this header has no include guard: the includer defines `real` and
+ * OP(name) first. Contracts are the Ops comments in tensor.h.
+ */
+void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, const real *wpe,
+                         int B, int T, int C);
+void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, const int *tokens,
+                          int B, int T, int C);
+void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real *inp,
+                           const real *w, const real *b, int N, int C);
+void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *dout,
+                            const real *inp, const real *w, const real *mean, const real *rstd,
+                            int N, int C);
+void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+                        int N, int C, int OC);
+void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
+                         const real *inp, const real *w, int N, int C, int OC);
+void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B, int T, int C,
+                           int NH);
+void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, const real *qkv,
+                            const real *att, int B, int T, int C, int NH);
+void OP(gelu_forward)(Dev *d, real *out, const real *inp, size_t n);
+void OP(gelu_backward)(Dev *d, real *dinp, const real *inp, const real *dout, size_t n);
+void OP(add)(Dev *d, real *out, const real *a, const real *b, size_t n);
+void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n);
+void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
+                      real dloss);
+void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
+               real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale);
+double OP(sumsq)(Dev *d, const real *x, size_t n);
+double OP(sum)(Dev *d, const real *x, size_t n);

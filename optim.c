@@ -1,0 +1,49 @@
+/* optim.c: AdamW with bias correction, warmup + cosine schedule, clipping.
+ *
+ * torch.optim.AdamW's arithmetic (decoupled weight decay), the schedule of
+ * nanoGPT and llm.c, clipping as torch.nn.utils.clip_grad_norm_. The ZeRO
+ * stages (zero.c) shard the state this file keeps whole.
+ */
+#include <math.h>
+#include <string.h>
+#include "optim.h"
+
+float optim_lr(const OptConfig *o, int step) {
+    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
+    if (!o->cosine || o->steps <= o->warmup) return o->lr;
+    double p = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    return (float)(o->lr_min + 0.5 * (o->lr - o->lr_min) * (1.0 + cos(M_PI * p)));
+}
+
+float optim_clip_scale(const OptConfig *o, double norm) {
+    if (o->clip <= 0) return 1.0f;
+    double s = o->clip / (norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+}
+
+void adam_build(Adam *a, Dev *dev, size_t n) {
+    memset(a, 0, sizeof *a);
+    a->dev = dev;
+    a->n = n;
+    a->m = dev_alloc(dev, n * sizeof(float));
+    a->v = dev_alloc(dev, n * sizeof(float));
+}
+
+void adam_free(Adam *a) {
+    dev_free(a->dev, a->m, a->n * sizeof(float));
+    dev_free(a->dev, a->v, a->n * sizeof(float));
+    memset(a, 0, sizeof *a);
+}
+
+void adam_update(Adam *a, GPT *m, const OptConfig *o, float lr, float grad_scale) {
+    a->t++;
+    float bc1 = (float)(1.0 - pow(o->beta1, a->t));
+    float bc2 = (float)(1.0 - pow(o->beta2, a->t));
+    for (int i = 0; i < GPT_NTENSORS; i++) {
+        size_t off = m->offsets[i], n = m->sizes[i];
+        if (!n) continue;
+        float wd = gpt_tensor_decays(i) ? o->wd : 0.0f;
+        m->dev->ops->adamw(m->dev, m->params + off, m->grads + off, a->m + off, a->v + off, n, lr,
+                           o->beta1, o->beta2, o->eps, wd, bc1, bc2, grad_scale);
+    }
+}

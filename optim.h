@@ -1,0 +1,39 @@
+/* optim.h: AdamW, the learning-rate schedule and gradient clipping. */
+#ifndef OPTIM_H
+#define OPTIM_H
+
+#include "gpt.h"
+
+typedef struct OptConfig {
+    float lr, lr_min;    /* peak and floor of the schedule */
+    int warmup;          /* steps of linear warmup */
+    int cosine;          /* 1: cosine decay to lr_min after warmup; 0: constant */
+    int steps;           /* length of the run, for the cosine */
+    float beta1, beta2, eps, wd;
+    float clip;          /* max global gradient norm, 0 = off */
+} OptConfig;
+
+/* AdamW state for n parameters: moments m and v on dev, and the step count. */
+typedef struct Adam {
+    Dev *dev;
+    size_t n;
+    float *m, *v;   /* [n] */
+    int t;
+} Adam;
+
+/* Learning rate of step s (0-based): (s+1)/warmup of lr while warming up,
+ * then constant or lr_min + (lr - lr_min)(1 + cos(pi p))/2 with
+ * p = (s - warmup)/(steps - warmup). */
+float optim_lr(const OptConfig *o, int step);
+
+/* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip / (norm + 1e-6)), 1 when off. */
+float optim_clip_scale(const OptConfig *o, double norm);
+
+void adam_build(Adam *a, Dev *dev, size_t n);
+void adam_free(Adam *a);
+
+/* One AdamW step on every tensor of m: gradients times grad_scale, weight
+ * decay only on the 2-D weights. */
+void adam_update(Adam *a, GPT *m, const OptConfig *o, float lr, float grad_scale);
+
+#endif

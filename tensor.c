@@ -1,0 +1,120 @@
+/* tensor.c: a rank's device, its memory and its op table.
+ *
+ * The CPU needs nothing but malloc; a CUDA device goes through the cuda_*
+ * functions of kernels.cu, which exist only in a CUDA build. Everything
+ * allocated is counted (bytes_live, bytes_peak) so the memory tables of the
+ * ZeRO issue measure what was really held, not what a formula says.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+
+int dev_gpu_count(void) {
+#ifdef USE_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+int dev_open(Dev *d, DevKind kind, int gpu, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    d->kind = kind;
+    d->gpu = -1;
+    if (kind == DEV_CPU) {
+        d->ops = &cpu_ops;
+        return 0;
+    }
+#ifdef USE_CUDA
+    int n = cuda_device_count();
+    if (n == 0) {
+        snprintf(err, errlen, "--device cuda: no CUDA GPU is visible");
+        return -1;
+    }
+    if (gpu < 0 || gpu >= n) {
+        snprintf(err, errlen, "--device cuda: GPU %d does not exist (%d visible)", gpu, n);
+        return -1;
+    }
+    if (cuda_open(gpu, &d->stream, &d->scratch, err, errlen) != 0) return -1;
+    d->gpu = gpu;
+    d->ops = &cuda_ops;
+    return 0;
+#else
+    snprintf(err, errlen, "--device cuda: this build has no CUDA (nvcc was not found at build time)");
+    return -1;
+#endif
+}
+
+void dev_close(Dev *d) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_close(d->stream, d->scratch);
+#endif
+    d->stream = d->scratch = NULL;
+}
+
+void *dev_alloc(Dev *d, size_t bytes) {
+    void *p;
+    if (bytes == 0) bytes = 1;
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) {
+        p = cuda_malloc(bytes);
+        cuda_memset0(p, bytes, d->stream);
+    } else
+#endif
+    {
+        p = calloc(1, bytes);
+        if (!p) {
+            fprintf(stderr, "error: out of host memory allocating %zu bytes\n", bytes);
+            exit(1);
+        }
+    }
+    d->bytes_live += bytes;
+    if (d->bytes_live > d->bytes_peak) d->bytes_peak = d->bytes_live;
+    return p;
+}
+
+void dev_free(Dev *d, void *p, size_t bytes) {
+    if (!p) return;
+    if (bytes == 0) bytes = 1;
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_free(p);
+    else
+#endif
+        free(p);
+    d->bytes_live -= bytes;
+}
+
+void dev_zero(Dev *d, void *p, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_memset0(p, bytes, d->stream); return; }
+#endif
+    memset(p, 0, bytes);
+}
+
+void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_copy_d2h(host_dst, dev_src, bytes, d->stream); return; }
+#endif
+    memcpy(host_dst, dev_src, bytes);
+}
+
+void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_copy_h2d(dev_dst, host_src, bytes, d->stream); return; }
+#endif
+    memcpy(dev_dst, host_src, bytes);
+}
+
+void dev_copy(Dev *d, void *dst, const void *src, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_copy_d2d(dst, src, bytes, d->stream); return; }
+#endif
+    memmove(dst, src, bytes);
+}
+
+void dev_sync(Dev *d) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_sync(d->stream);
+#endif
+}

@@ -1,0 +1,130 @@
+/* tensor.h: where buffers live and the table of ops that computes on them.
+ *
+ * A Dev is one device of one rank: the CPU, or one CUDA GPU with its compute
+ * stream. Memory is allocated, zeroed and copied through dev_* so the rest of
+ * the program never asks where a pointer lives. Every op of the model sits in
+ * an Ops table: ops.c holds the plain-C reference (float32 in `train`, and a
+ * float64 build of the same file for the finite-difference tests), kernels.cu
+ * the CUDA kernels with the same contracts. gpt.c only ever calls d->ops->x.
+ *
+ * Contracts shared by both tables (B batch, T time, C channels, NH heads,
+ * N = B*T rows, V real vocabulary, Vp padded vocabulary):
+ *  - every pointer is on the op's device; sizes are element counts;
+ *  - "accumulates" means the op adds into its outputs (+=): callers zero
+ *    gradient buffers once per step, so micro-batches accumulate for free;
+ *  - offsets are computed in size_t: N*Vp and B*NH*T*T exceed int range
+ *    for real models.
+ */
+#ifndef TENSOR_H
+#define TENSOR_H
+
+#include <stddef.h>
+
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } DevKind;
+
+typedef struct Ops Ops;
+
+#define DEV_SCRATCH_BYTES (1 << 20)
+
+typedef struct Dev {
+    DevKind kind;
+    int gpu;               /* CUDA device index, -1 on the CPU */
+    void *stream;          /* cudaStream_t of compute, NULL on the CPU */
+    void *scratch;         /* CUDA: DEV_SCRATCH_BYTES of device memory for reductions */
+    const Ops *ops;        /* cpu_ops or cuda_ops */
+    size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
+    size_t bytes_peak;     /* high-water mark of bytes_live */
+} Dev;
+
+struct Ops {
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t]. wte [Vp,C], wpe [maxT,C]. */
+    void (*encoder_forward)(Dev *d, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    /* dwte[tokens[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Accumulates. */
+    void (*encoder_backward)(Dev *d, float *dwte, float *dwpe, const float *dout,
+                             const int *tokens, int B, int T, int C);
+    /* out[N,C] = (inp - mean) * rstd * w + b, eps 1e-5 (biased variance);
+     * mean[N], rstd[N] saved for backward. */
+    void (*layernorm_forward)(Dev *d, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* Accumulates dinp[N,C], dw[C], db[C]. */
+    void (*layernorm_backward)(Dev *d, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; bias may be NULL. */
+    void (*matmul_forward)(Dev *d, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC);
+    /* Accumulates dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
+     * dinp or dbias may be NULL to skip them. */
+    void (*matmul_backward)(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+    /* Causal self-attention. qkv [B,T,3C] holds q, k, v at channel offsets
+     * 0, C, 2C; head h uses channels [h*hs, (h+1)*hs), hs = C/NH.
+     * att [B,NH,T,T]: softmax(q.k / sqrt(hs)) over t2 <= t, zero above the
+     * diagonal; out [B,T,C] = att @ v, heads side by side. */
+    void (*attention_forward)(Dev *d, float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH);
+    /* Accumulates dqkv [B,T,3C]. datt [B,NH,T,T] is scratch the op may overwrite. */
+    void (*attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
+    /* out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_forward)(Dev *d, float *out, const float *inp, size_t n);
+    /* Accumulates dinp[n] += gelu'(inp) * dout. */
+    void (*gelu_backward)(Dev *d, float *dinp, const float *inp, const float *dout, size_t n);
+    /* out[n] = a + b (the residual connection; out may alias a or b). */
+    void (*add)(Dev *d, float *out, const float *a, const float *b, size_t n);
+    /* dst[n] += src (the residual's backward). */
+    void (*accumulate)(Dev *d, float *dst, const float *src, size_t n);
+    /* Fused softmax + cross-entropy over the first V of Vp columns of
+     * logits [N,Vp]: losses[N] = -log softmax(logits[n])[targets[n]].
+     * If dloss != 0, logits is overwritten with its gradient
+     * dloss * (softmax - onehot(target)), padded columns [V,Vp) set to 0. */
+    void (*crossentropy)(Dev *d, float *losses, float *logits, const int *targets,
+                         int N, int V, int Vp, float dloss);
+    /* torch.optim.AdamW on n elements, with g = grad * grad_scale:
+     * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr * (m/bc1) / (sqrt(v/bc2) + eps), bc1 = 1-b1^t, bc2 = 1-b2^t. */
+    void (*adamw)(Dev *d, float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd,
+                  float bc1, float bc2, float grad_scale);
+    /* Sum of squares and plain sum of x[n], accumulated in double, returned to the host. */
+    double (*sumsq)(Dev *d, const float *x, size_t n);
+    double (*sum)(Dev *d, const float *x, size_t n);
+};
+
+extern const Ops cpu_ops;   /* ops.c */
+extern const Ops cuda_ops;  /* kernels.cu, only when built with CUDA */
+
+/* Opens device `kind` (gpu index for CUDA). Returns 0, or -1 with a one-line
+ * reason in err (no CUDA in this build, no GPU, bad index). */
+int dev_open(Dev *d, DevKind kind, int gpu, char *err, size_t errlen);
+void dev_close(Dev *d);
+/* Number of CUDA GPUs visible, 0 without CUDA or without a driver. */
+int dev_gpu_count(void);
+
+/* Allocates bytes on d, zeroed. Exits with a message naming the size on failure. */
+void *dev_alloc(Dev *d, size_t bytes);
+void dev_free(Dev *d, void *p, size_t bytes);
+void dev_zero(Dev *d, void *p, size_t bytes);
+void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes);
+void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
+void dev_copy(Dev *d, void *dst, const void *src, size_t bytes);
+/* Waits for all work queued on d's compute stream. */
+void dev_sync(Dev *d);
+
+/* CUDA side, implemented in kernels.cu (extern "C"); tensor.c calls these
+ * only in a CUDA build. Each checks its CUDA call and exits with
+ * "CUDA error: <call> at <file>:<line>: <reason>" on failure. */
+int cuda_device_count(void);
+/* Selects GPU `gpu`, creates the compute stream and DEV_SCRATCH_BYTES of scratch. */
+int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen);
+void cuda_close(void *stream, void *scratch);
+void *cuda_malloc(size_t bytes);
+void cuda_free(void *p);
+void cuda_memset0(void *p, size_t bytes, void *stream);
+void cuda_copy_d2h(void *host, const void *dev, size_t bytes, void *stream);
+void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *stream);
+void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream);
+void cuda_sync(void *stream);
+
+#endif
