@@ -1,0 +1,284 @@
+/* test/test_ops.c: every op's backward against central finite differences.
+ *
+ * Runs on the float64 build of ops.c (cpu64_*), so the differences are
+ * accurate to ~1e-9 and the bound can be tight. For an op y = f(x) we take
+ * the scalar L = sum(y * r) with random r, give the backward dy = r, and
+ * compare each input's gradient with (L(x + h) - L(x - h)) / 2h, h = 1e-5,
+ * over every element of small random inputs of awkward sizes. Backward ops
+ * accumulate, so their gradient buffers start from random values that are
+ * subtracted after, which checks the += as well. AdamW is checked against
+ * torch's formula written out by hand, and the float32 table against the
+ * float64 one.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include "check.h"
+#include "tensor.h"
+
+typedef double real;
+#define OP(name) cpu64_##name
+#include "ops.h"
+
+#define H 1e-5
+#define BOUND 1e-6
+
+/* The one piece of mutable state, in a test only: a fixed-seed generator. */
+static uint64_t rng = 42;
+static double randn(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    double u1 = ((rng >> 11) + 1.0) / 9007199254740993.0;
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    double u2 = (rng >> 11) / 9007199254740992.0;
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+static double *rand_buf(size_t n, double scale) {
+    double *x = malloc((n + 1) * sizeof(double));
+    for (size_t i = 0; i < n; i++) x[i] = randn() * scale;
+    return x;
+}
+
+/* One op under test: forward computes L = sum(out * r); backward adds the
+ * gradient of L into the gradient buffers of the inputs. */
+typedef struct Case {
+    const char *name;
+    int nin;
+    double *in[4];        /* inputs */
+    size_t n[4];          /* their sizes */
+    double *grad[4];      /* their gradients, from backward */
+    double (*loss)(struct Case *);
+    void (*backward)(struct Case *);
+    int B, T, C, NH, N, OC, V, Vp;
+    int *tokens;
+    double *r, *out, *aux1, *aux2, *aux3;  /* upstream weights, output, saved state */
+} Case;
+
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Runs backward (on top of random starting gradients), then finite
+ * differences on every input element; reports the worst relative error. */
+static void run_case(Checks *c, Case *k) {
+    double *start[4];
+    for (int j = 0; j < k->nin; j++) {
+        start[j] = rand_buf(k->n[j], 1.0);
+        k->grad[j] = malloc(k->n[j] * sizeof(double));
+        memcpy(k->grad[j], start[j], k->n[j] * sizeof(double));
+    }
+    k->loss(k);
+    k->backward(k);
+    double worst = 0;
+    for (int j = 0; j < k->nin; j++) {
+        double diff = 0, mag = 0;
+        for (size_t i = 0; i < k->n[j]; i++) {
+            double x = k->in[j][i];
+            k->in[j][i] = x + H;
+            double up = k->loss(k);
+            k->in[j][i] = x - H;
+            double down = k->loss(k);
+            k->in[j][i] = x;
+            double fd = (up - down) / (2 * H), ad = k->grad[j][i] - start[j][i];
+            diff = fmax(diff, fabs(fd - ad));
+            mag = fmax(mag, fabs(fd));
+        }
+        double rel = diff / fmax(mag, 1e-12);
+        worst = fmax(worst, rel);
+        free(start[j]);
+        free(k->grad[j]);
+    }
+    check(c, worst <= BOUND, k->name, "worst relative error vs finite differences %.2e (bound %.0e)",
+          worst, BOUND);
+}
+
+/* --- encoder: inputs wte [V,C], wpe [T,C] */
+static double enc_loss(Case *k) {
+    cpu64_encoder_forward(NULL, k->out, k->tokens, k->in[0], k->in[1], k->B, k->T, k->C);
+    return dot(k->out, k->r, (size_t)k->B * k->T * k->C);
+}
+static void enc_back(Case *k) {
+    cpu64_encoder_backward(NULL, k->grad[0], k->grad[1], k->r, k->tokens, k->B, k->T, k->C);
+}
+
+/* --- layernorm: inputs x [N,C], w [C], b [C] */
+static double ln_loss(Case *k) {
+    cpu64_layernorm_forward(NULL, k->out, k->aux1, k->aux2, k->in[0], k->in[1], k->in[2], k->N, k->C);
+    return dot(k->out, k->r, (size_t)k->N * k->C);
+}
+static void ln_back(Case *k) {
+    cpu64_layernorm_backward(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
+                             k->aux1, k->aux2, k->N, k->C);
+}
+
+/* --- matmul: inputs x [N,C], w [OC,C], bias [OC] */
+static double mm_loss(Case *k) {
+    cpu64_matmul_forward(NULL, k->out, k->in[0], k->in[1], k->in[2], k->N, k->C, k->OC);
+    return dot(k->out, k->r, (size_t)k->N * k->OC);
+}
+static void mm_back(Case *k) {
+    cpu64_matmul_backward(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
+                          k->N, k->C, k->OC);
+}
+
+/* --- attention: input qkv [B,T,3C]; aux1 = att [B,NH,T,T], aux2 = scratch */
+static double att_loss(Case *k) {
+    cpu64_attention_forward(NULL, k->out, k->aux1, k->in[0], k->B, k->T, k->C, k->NH);
+    return dot(k->out, k->r, (size_t)k->B * k->T * k->C);
+}
+static void att_back(Case *k) {
+    cpu64_attention_backward(NULL, k->grad[0], k->aux2, k->r, k->in[0], k->aux1, k->B, k->T, k->C,
+                             k->NH);
+}
+
+/* --- gelu: input x [N] */
+static double gelu_loss(Case *k) {
+    cpu64_gelu_forward(NULL, k->out, k->in[0], k->N);
+    return dot(k->out, k->r, k->N);
+}
+static void gelu_back(Case *k) { cpu64_gelu_backward(NULL, k->grad[0], k->in[0], k->r, k->N); }
+
+/* --- residual: inputs a [N], b [N]; backward is accumulate into both */
+static double add_loss(Case *k) {
+    cpu64_add(NULL, k->out, k->in[0], k->in[1], k->N);
+    return dot(k->out, k->r, k->N);
+}
+static void add_back(Case *k) {
+    cpu64_accumulate(NULL, k->grad[0], k->r, k->N);
+    cpu64_accumulate(NULL, k->grad[1], k->r, k->N);
+}
+
+/* --- crossentropy: input logits [N,Vp]; L = sum_n r[n] * loss[n], and the
+ * fused backward with dloss = r... takes one scalar, so r is constant. */
+static double ce_loss(Case *k) {
+    memcpy(k->aux1, k->in[0], (size_t)k->N * k->Vp * sizeof(double));
+    cpu64_crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, 0);
+    double s = 0;
+    for (int n = 0; n < k->N; n++) s += k->out[n] * k->r[0];
+    return s;
+}
+static void ce_back(Case *k) {
+    memcpy(k->aux1, k->in[0], (size_t)k->N * k->Vp * sizeof(double));
+    cpu64_crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, k->r[0]);
+    cpu64_accumulate(NULL, k->grad[0], k->aux1, (size_t)k->N * k->Vp);
+}
+
+static void test_adamw(Checks *c) {
+    size_t n = 37;
+    double *p = rand_buf(n, 1), *g = rand_buf(n, 1), *m = rand_buf(n, 0.1), *v = rand_buf(n, 0.1);
+    double *p2 = malloc(n * 8), *m2 = malloc(n * 8), *v2 = malloc(n * 8);
+    for (size_t i = 0; i < n; i++) { v[i] = fabs(v[i]); p2[i] = p[i]; m2[i] = m[i]; v2[i] = v[i]; }
+    double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
+    int t = 3;
+    double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+    cpu64_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, scale);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {  /* torch.optim.AdamW, step by step */
+        double gi = g[i] * scale;
+        p2[i] *= 1 - lr * wd;
+        m2[i] = b1 * m2[i] + (1 - b1) * gi;
+        v2[i] = b2 * v2[i] + (1 - b2) * gi * gi;
+        double denom = sqrt(v2[i]) / sqrt(bc2) + eps;
+        p2[i] -= (lr / bc1) * m2[i] / denom;
+        worst = fmax(worst, fabs(p[i] - p2[i]) + fabs(m[i] - m2[i]) + fabs(v[i] - v2[i]));
+    }
+    check(c, worst < 1e-14, "adamw", "max difference from torch's formula %.2e (bound 1e-14)", worst);
+    free(p); free(g); free(m); free(v); free(p2); free(m2); free(v2);
+}
+
+/* The float32 table (what train runs) against the float64 one on a matmul
+ * with ragged edges: catches a float path that diverges from the reference. */
+static void test_f32_matches_f64(Checks *c) {
+    int N = 37, C = 45, OC = 77;
+    double *x = rand_buf(N * C, 1), *w = rand_buf(OC * C, 1), *b = rand_buf(OC, 1);
+    double *y = malloc(N * OC * 8);
+    float *xf = malloc(N * C * 4), *wf = malloc(OC * C * 4), *bf = malloc(OC * 4), *yf = malloc(N * OC * 4);
+    for (int i = 0; i < N * C; i++) xf[i] = (float)x[i];
+    for (int i = 0; i < OC * C; i++) wf[i] = (float)w[i];
+    for (int i = 0; i < OC; i++) bf[i] = (float)b[i];
+    for (int i = 0; i < N * C; i++) x[i] = xf[i];
+    for (int i = 0; i < OC * C; i++) w[i] = wf[i];
+    for (int i = 0; i < OC; i++) b[i] = bf[i];
+    cpu64_matmul_forward(NULL, y, x, w, b, N, C, OC);
+    cpu_ops.matmul_forward(NULL, yf, xf, wf, bf, N, C, OC);
+    double diff = 0, mag = 0;
+    for (int i = 0; i < N * OC; i++) { diff = fmax(diff, fabs(yf[i] - y[i])); mag = fmax(mag, fabs(y[i])); }
+    check(c, diff / mag < 1e-6, "float32 matmul vs float64", "relative error %.2e (bound 1e-6)", diff / mag);
+    free(x); free(w); free(b); free(y); free(xf); free(wf); free(bf); free(yf);
+}
+
+int main(void) {
+    Checks c = {0};
+    Case k;
+
+    memset(&k, 0, sizeof k);  /* encoder: B=2, T=5, C=7, vocab 11 with a repeated token */
+    k.name = "encoder backward"; k.B = 2; k.T = 5; k.C = 7;
+    int toks[10] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+    k.tokens = toks;
+    k.nin = 2; k.n[0] = 11 * 7; k.n[1] = 5 * 7;
+    k.in[0] = rand_buf(k.n[0], 1); k.in[1] = rand_buf(k.n[1], 1);
+    k.out = malloc(70 * 8); k.r = rand_buf(70, 1);
+    k.loss = enc_loss; k.backward = enc_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);  /* layernorm: N=6, C=13 */
+    k.name = "layernorm backward"; k.N = 6; k.C = 13;
+    k.nin = 3; k.n[0] = 78; k.n[1] = 13; k.n[2] = 13;
+    k.in[0] = rand_buf(78, 2); k.in[1] = rand_buf(13, 1); k.in[2] = rand_buf(13, 1);
+    k.out = malloc(78 * 8); k.aux1 = malloc(6 * 8); k.aux2 = malloc(6 * 8); k.r = rand_buf(78, 1);
+    k.loss = ln_loss; k.backward = ln_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);  /* matmul: N=9, C=11, OC=7 (ragged against the 4x4 blocks) */
+    k.name = "matmul backward"; k.N = 9; k.C = 11; k.OC = 7;
+    k.nin = 3; k.n[0] = 99; k.n[1] = 77; k.n[2] = 7;
+    k.in[0] = rand_buf(99, 1); k.in[1] = rand_buf(77, 1); k.in[2] = rand_buf(7, 1);
+    k.out = malloc(63 * 8); k.r = rand_buf(63, 1);
+    k.loss = mm_loss; k.backward = mm_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);  /* attention: B=2, T=5, C=6, NH=2 */
+    k.name = "attention backward"; k.B = 2; k.T = 5; k.C = 6; k.NH = 2;
+    k.nin = 1; k.n[0] = 2 * 5 * 18;
+    k.in[0] = rand_buf(k.n[0], 1);
+    k.out = malloc(60 * 8); k.r = rand_buf(60, 1);
+    k.aux1 = malloc(2 * 2 * 25 * 8); k.aux2 = malloc(2 * 2 * 25 * 8);
+    k.loss = att_loss; k.backward = att_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);  /* gelu: 53 values over [-6, 6] */
+    k.name = "gelu backward"; k.N = 53;
+    k.nin = 1; k.n[0] = 53; k.in[0] = rand_buf(53, 2.5);
+    k.out = malloc(53 * 8); k.r = rand_buf(53, 1);
+    k.loss = gelu_loss; k.backward = gelu_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);
+    k.name = "residual backward"; k.N = 17;
+    k.nin = 2; k.n[0] = 17; k.n[1] = 17; k.in[0] = rand_buf(17, 1); k.in[1] = rand_buf(17, 1);
+    k.out = malloc(17 * 8); k.r = rand_buf(17, 1);
+    k.loss = add_loss; k.backward = add_back;
+    run_case(&c, &k);
+
+    memset(&k, 0, sizeof k);  /* crossentropy: N=4 rows, V=9 real of Vp=12 */
+    k.name = "crossentropy backward"; k.N = 4; k.V = 9; k.Vp = 12;
+    int tg[4] = {0, 8, 3, 3};
+    k.tokens = tg;
+    k.nin = 1; k.n[0] = 48; k.in[0] = rand_buf(48, 2);
+    k.out = malloc(4 * 8); k.aux1 = malloc(48 * 8); k.r = rand_buf(1, 1);
+    k.loss = ce_loss; k.backward = ce_back;
+    run_case(&c, &k);
+    /* padded columns: no gradient, and they do not change the loss */
+    memcpy(k.aux1, k.in[0], 48 * 8);
+    cpu64_crossentropy(NULL, k.out, k.aux1, tg, 4, 9, 12, 1.0);
+    double padded = 0;
+    for (int n = 0; n < 4; n++) for (int v = 9; v < 12; v++) padded = fmax(padded, fabs(k.aux1[n * 12 + v]));
+    check(&c, padded == 0, "crossentropy padded columns", "max |gradient| in padded columns %.1e", padded);
+
+    test_adamw(&c);
+    test_f32_matches_f64(&c);
+    return check_done(&c);
+}
