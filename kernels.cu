@@ -375,42 +375,55 @@ static void layernorm_backward(Dev *d, float *dinp, float *dw, float *db, const 
  * any M, P, K work. Two shapes: 128x128 (8x8 per thread) when the product
  * has enough tiles to fill the GPU, else 64x64 (4x4 per thread). */
 
-#define MM_BK 16
+#define MM_BK 8
 #define MM_THREADS 256
 
-/* Loads this thread's share of a ROWS x MM_BK tile (rows r0.., k k0..) into
- * registers; KCONTIG says whether k or the row index is contiguous. */
+/* One thread's share of the loads of an operand's ROWS x MM_BK tiles, worked
+ * out once. With k contiguous a thread reads one k (tid % MM_BK) of rows
+ * tid / MM_BK + 32 i; with the rows contiguous, one row (tid % ROWS) at
+ * k = tid / ROWS + (256 / ROWS) i. Either way consecutive threads read
+ * consecutive addresses, and from one tile to the next only k0 moves. */
 template <int ROWS, bool KCONTIG>
-__device__ __forceinline__ void mm_load_tile(float (&regs)[ROWS * MM_BK / MM_THREADS],
-                                             const float *X, int ld, int rows, int K, int r0,
-                                             int k0) {
-#pragma unroll
-    for (int i = 0; i < ROWS * MM_BK / MM_THREADS; i++) {
-        int e = threadIdx.x + i * MM_THREADS;
-        int r = KCONTIG ? e / MM_BK : e % ROWS;
-        int k = KCONTIG ? e % MM_BK : e / ROWS;
-        int gr = r0 + r, gk = k0 + k;
-        bool in = gr < rows && gk < K;
-        regs[i] = in ? X[KCONTIG ? (size_t)gr * ld + gk : (size_t)gk * ld + gr] : 0.0f;
-    }
-}
+struct MmTileLoader {
+    static constexpr int PER_THREAD = ROWS * MM_BK / MM_THREADS;
+    static constexpr int STEP = MM_THREADS / (KCONTIG ? MM_BK : ROWS);  // rows (or k) apart
+    const float *p;  // this thread's element 0 of the tile at k0 = 0
+    size_t ld;
+    int rl, kl;      // its row and k within the tile
+    int r, rows, K;  // its global row, and the bounds
 
-/* Stores the registers of mm_load_tile into the k-major shared tile S[k][r]. */
-template <int ROWS, bool KCONTIG>
-__device__ __forceinline__ void mm_store_tile(float (*S)[ROWS + 4],
-                                              const float (&regs)[ROWS * MM_BK / MM_THREADS]) {
-#pragma unroll
-    for (int i = 0; i < ROWS * MM_BK / MM_THREADS; i++) {
-        int e = threadIdx.x + i * MM_THREADS;
-        int r = KCONTIG ? e / MM_BK : e % ROWS;
-        int k = KCONTIG ? e % MM_BK : e / ROWS;
-        S[k][r] = regs[i];
+    __device__ MmTileLoader(const float *X, int ld_, int rows_, int K_, int r0)
+        : ld((size_t)ld_), rows(rows_), K(K_) {
+        rl = KCONTIG ? threadIdx.x / MM_BK : threadIdx.x % ROWS;
+        kl = KCONTIG ? threadIdx.x % MM_BK : threadIdx.x / ROWS;
+        r = r0 + rl;
+        p = KCONTIG ? X + r * ld + kl : X + kl * ld + r;
     }
-}
+
+    // Out-of-range elements read as zeros, which add nothing to the products.
+    __device__ __forceinline__ void load(float (&regs)[PER_THREAD], int k0) const {
+        const float *q = p + (KCONTIG ? (size_t)k0 : (size_t)k0 * ld);
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; i++) {
+            int ri = KCONTIG ? r + STEP * i : r;
+            int ki = k0 + (KCONTIG ? kl : kl + STEP * i);
+            regs[i] = (ri < rows && ki < K) ? q[(size_t)(STEP * i) * ld] : 0.0f;
+        }
+    }
+
+    // Into the k-major shared tile S[k][row].
+    __device__ __forceinline__ void store(float (*S)[ROWS + 4], const float (&regs)[PER_THREAD]) const {
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; i++) {
+            if (KCONTIG) S[kl][rl + STEP * i] = regs[i];
+            else S[kl + STEP * i][rl] = regs[i];
+        }
+    }
+};
 
 // D [M,P] (+)= A [M,K] @ B [K,P] (+ bias [P]); layouts as described above.
 template <int BM, int BP, int TM, int TP, bool A_KCONTIG, bool B_KCONTIG>
-__global__ void __launch_bounds__(MM_THREADS)
+__global__ void __launch_bounds__(MM_THREADS, BM == 128 ? 2 : 3)
 matmul_tiled_kernel(float *D, const float *A, const float *Bm, const float *bias, int M, int P,
                     int K, int lda, int ldb, int ldd, int accumulate) {
     static_assert((BM / TM) * (BP / TP) == MM_THREADS, "256 threads a block");
@@ -429,17 +442,19 @@ matmul_tiled_kernel(float *D, const float *A, const float *Bm, const float *bias
 #pragma unroll
         for (int j = 0; j < TP; j++) acc[i][j] = 0.0f;
 
-    float a_regs[BM * MM_BK / MM_THREADS], b_regs[BP * MM_BK / MM_THREADS];
-    mm_load_tile<BM, A_KCONTIG>(a_regs, A, lda, M, K, m0, 0);
-    mm_load_tile<BP, B_KCONTIG>(b_regs, Bm, ldb, P, K, p0, 0);
+    const MmTileLoader<BM, A_KCONTIG> a_loader(A, lda, M, K, m0);
+    const MmTileLoader<BP, B_KCONTIG> b_loader(Bm, ldb, P, K, p0);
+    float a_regs[a_loader.PER_THREAD], b_regs[b_loader.PER_THREAD];
+    a_loader.load(a_regs, 0);
+    b_loader.load(b_regs, 0);
 
     for (int k0 = 0; k0 < K; k0 += MM_BK) {
-        mm_store_tile<BM, A_KCONTIG>(As, a_regs);
-        mm_store_tile<BP, B_KCONTIG>(Bs, b_regs);
+        a_loader.store(As, a_regs);
+        b_loader.store(Bs, b_regs);
         __syncthreads();
         if (k0 + MM_BK < K) {  // prefetch the next tile while this one is used
-            mm_load_tile<BM, A_KCONTIG>(a_regs, A, lda, M, K, m0, k0 + MM_BK);
-            mm_load_tile<BP, B_KCONTIG>(b_regs, Bm, ldb, P, K, p0, k0 + MM_BK);
+            a_loader.load(a_regs, k0 + MM_BK);
+            b_loader.load(b_regs, k0 + MM_BK);
         }
 #pragma unroll
         for (int k = 0; k < MM_BK; k++) {
@@ -481,7 +496,7 @@ matmul_tiled_kernel(float *D, const float *A, const float *Bm, const float *bias
 template <bool A_KCONTIG, bool B_KCONTIG>
 static void matmul_tiled(Dev *d, float *D, const float *A, const float *B, const float *bias,
                          int M, int P, int K, int lda, int ldb, int ldd, int accumulate) {
-    if (M <= 0 || P <= 0) return;
+    if (M <= 0 || P <= 0 || (K <= 0 && accumulate)) return;  // nothing to compute or to add
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->gpu));
     size_t big_tiles = ceil_div((size_t)M, 128) * ceil_div((size_t)P, 128);

@@ -114,7 +114,11 @@ void dev_sync(Dev *d);
 
 /* CUDA side, implemented in kernels.cu (extern "C"); tensor.c calls these
  * only in a CUDA build. Each checks its CUDA call and exits with
- * "CUDA error: <call> at <file>:<line>: <reason>" on failure. */
+ * "CUDA error: <call> at <file>:<line>: <reason>" on failure. They act on
+ * the calling thread's current device, which cuda_open sets: call them from
+ * the thread that opened the Dev. Everything is queued on the compute
+ * stream; another stream (communication) must wait on it with an event
+ * before it reads what the ops wrote. */
 int cuda_device_count(void);
 /* Selects GPU `gpu`, creates the compute stream and DEV_SCRATCH_BYTES of scratch. */
 int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen);

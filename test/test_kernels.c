@@ -1,0 +1,466 @@
+/* test/test_kernels.c: every CUDA kernel of kernels.cu against the plain-C
+ * reference of ops.c.
+ *
+ * Each op runs twice on the same random inputs, once through cpu_ops on host
+ * buffers and once through the CUDA Dev's table on device buffers, and the
+ * outputs are compared as max |gpu - cpu| / max |cpu| (the figure printed).
+ * Sizes are multiples of nothing (N=37, C=45, OC=77, T=37...), so every
+ * kernel's edge handling is exercised, and each op has one realistic GPT-2
+ * shape besides. Pure outputs start as NaN on the GPU, so an element a kernel
+ * forgets to write shows up; accumulated outputs start from the same random
+ * values on both sides, so a kernel that overwrites instead of adding shows
+ * up too.
+ *
+ * Without a CUDA build or a visible GPU every group prints one SKIP line.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+#include "check.h"
+
+/* float32 against float32: the two sides differ only in summation order.
+ * Errors are relative to the largest reference value, so even the longest
+ * dot products here (K = 2304) stay near 1e-6, far inside this bound. */
+#define TOL 1e-4
+
+typedef struct Test {
+    Dev cpu, gpu;
+    Checks checks;
+    unsigned long long rng;  /* xorshift64* state */
+} Test;
+
+/* ---------------------------------------------------------------------------
+ * Host and device buffers. */
+
+static float urand(Test *t) {  /* uniform in [-1, 1) */
+    t->rng ^= t->rng >> 12;
+    t->rng ^= t->rng << 25;
+    t->rng ^= t->rng >> 27;
+    return (float)((double)((t->rng * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "test_kernels: out of host memory (%zu bytes)\n", bytes); exit(1); }
+    return p;
+}
+
+static float *host_rand(Test *t, size_t n, float scale) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * urand(t);
+    return x;
+}
+
+static float *host_nan(size_t n) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+static float *host_copy(const float *src, size_t n) {
+    float *x = xmalloc(n * sizeof(float));
+    memcpy(x, src, n * sizeof(float));
+    return x;
+}
+
+static int *host_tokens(Test *t, size_t n, int range) {
+    int *x = xmalloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        int v = (int)((urand(t) + 1.0f) * 0.5f * range);
+        x[i] = v < range ? v : range - 1;
+    }
+    return x;
+}
+
+/* A new device buffer holding bytes of src. */
+static void *gpu_put(Test *t, const void *src, size_t bytes) {
+    void *p = dev_alloc(&t->gpu, bytes);
+    dev_from_host(&t->gpu, p, src, bytes);
+    return p;
+}
+
+/* A new host copy of n floats of device buffer src. */
+static float *gpu_get(Test *t, const float *src, size_t n) {
+    float *x = xmalloc(n * sizeof(float));
+    dev_to_host(&t->gpu, x, src, n * sizeof(float));
+    return x;
+}
+
+static void gpu_drop(Test *t, void *p, size_t bytes) { dev_free(&t->gpu, p, bytes); }
+
+/* max |got - want| / max |want|; infinite if got holds a NaN the reference
+ * does not (an element the kernel never wrote). */
+static double max_rel_err(const float *got, const float *want, size_t n) {
+    double diff = 0.0, ref = 1e-6;
+    for (size_t i = 0; i < n; i++) {
+        if (!!isnan(got[i]) != !!isnan(want[i])) return INFINITY;
+        double e = fabs((double)got[i] - want[i]);
+        if (e > diff) diff = e;
+        if (fabs(want[i]) > ref) ref = fabs(want[i]);
+    }
+    return diff / ref;
+}
+
+/* One check line: op and what was compared, the shape, the figure. */
+static void compare(Test *t, const char *op, const char *what, const char *shape,
+                    const float *got, const float *want, size_t n) {
+    char name[128];
+    snprintf(name, sizeof name, "%s %s", op, what);
+    double err = max_rel_err(got, want, n);
+    check(&t->checks, err <= TOL, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
+          err, n, TOL);
+}
+
+/* Downloads n floats of gpu_buf and compares them with the host reference. */
+static void compare_gpu(Test *t, const char *op, const char *what, const char *shape,
+                        const float *gpu_buf, const float *want, size_t n) {
+    float *got = gpu_get(t, gpu_buf, n);
+    compare(t, op, what, shape, got, want, n);
+    free(got);
+}
+
+/* ---------------------------------------------------------------------------
+ * One test per op group, one call per shape. */
+
+static void test_encoder(Test *t, int B, int T, int C, int Vp) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+    size_t BTC = (size_t)B * T * C, VC = (size_t)Vp * C, TC = (size_t)T * C;
+    int *tokens = host_tokens(t, (size_t)B * T, Vp);
+    float *wte = host_rand(t, VC, 1.0f), *wpe = host_rand(t, TC, 1.0f);
+    float *out = host_nan(BTC);
+    int *g_tokens = gpu_put(t, tokens, (size_t)B * T * sizeof(int));
+    float *g_wte = gpu_put(t, wte, VC * 4), *g_wpe = gpu_put(t, wpe, TC * 4), *g_out = gpu_put(t, out, BTC * 4);
+    cpu_ops.encoder_forward(&t->cpu, out, tokens, wte, wpe, B, T, C);
+    t->gpu.ops->encoder_forward(&t->gpu, g_out, g_tokens, g_wte, g_wpe, B, T, C);
+    compare_gpu(t, "encoder_forward", "out", shape, g_out, out, BTC);
+
+    /* backward: wte and wpe become the accumulated gradients */
+    float *dout = host_rand(t, BTC, 1.0f);
+    float *g_dout = gpu_put(t, dout, BTC * 4);
+    cpu_ops.encoder_backward(&t->cpu, wte, wpe, dout, tokens, B, T, C);
+    t->gpu.ops->encoder_backward(&t->gpu, g_wte, g_wpe, g_dout, g_tokens, B, T, C);
+    compare_gpu(t, "encoder_backward", "dwte", shape, g_wte, wte, VC);
+    compare_gpu(t, "encoder_backward", "dwpe", shape, g_wpe, wpe, TC);
+
+    gpu_drop(t, g_tokens, (size_t)B * T * sizeof(int));
+    gpu_drop(t, g_wte, VC * 4); gpu_drop(t, g_wpe, TC * 4);
+    gpu_drop(t, g_out, BTC * 4); gpu_drop(t, g_dout, BTC * 4);
+    free(tokens); free(wte); free(wpe); free(out); free(dout);
+}
+
+static void test_layernorm(Test *t, int N, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    size_t NC = (size_t)N * C;
+    float *inp = host_rand(t, NC, 2.0f);
+    for (size_t i = 0; i < NC; i++) inp[i] += 0.3f;  /* a row mean away from 0 */
+    float *w = host_rand(t, C, 1.0f), *b = host_rand(t, C, 1.0f);
+    float *out = host_nan(NC), *mean = host_nan(N), *rstd = host_nan(N);
+    float *g_inp = gpu_put(t, inp, NC * 4), *g_w = gpu_put(t, w, C * 4), *g_b = gpu_put(t, b, C * 4);
+    float *g_out = gpu_put(t, out, NC * 4), *g_mean = gpu_put(t, mean, N * 4), *g_rstd = gpu_put(t, rstd, N * 4);
+    cpu_ops.layernorm_forward(&t->cpu, out, mean, rstd, inp, w, b, N, C);
+    t->gpu.ops->layernorm_forward(&t->gpu, g_out, g_mean, g_rstd, g_inp, g_w, g_b, N, C);
+    compare_gpu(t, "layernorm_forward", "out", shape, g_out, out, NC);
+    compare_gpu(t, "layernorm_forward", "mean", shape, g_mean, mean, N);
+    compare_gpu(t, "layernorm_forward", "rstd", shape, g_rstd, rstd, N);
+
+    /* backward from the same saved statistics on both sides */
+    dev_from_host(&t->gpu, g_mean, mean, N * 4);
+    dev_from_host(&t->gpu, g_rstd, rstd, N * 4);
+    float *dout = host_rand(t, NC, 1.0f);
+    float *dinp = host_rand(t, NC, 0.5f), *dw = host_rand(t, C, 0.5f), *db = host_rand(t, C, 0.5f);
+    float *g_dout = gpu_put(t, dout, NC * 4), *g_dinp = gpu_put(t, dinp, NC * 4);
+    float *g_dw = gpu_put(t, dw, C * 4), *g_db = gpu_put(t, db, C * 4);
+    cpu_ops.layernorm_backward(&t->cpu, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    t->gpu.ops->layernorm_backward(&t->gpu, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, g_mean, g_rstd, N, C);
+    compare_gpu(t, "layernorm_backward", "dinp", shape, g_dinp, dinp, NC);
+    compare_gpu(t, "layernorm_backward", "dw", shape, g_dw, dw, C);
+    compare_gpu(t, "layernorm_backward", "db", shape, g_db, db, C);
+
+    gpu_drop(t, g_inp, NC * 4); gpu_drop(t, g_w, C * 4); gpu_drop(t, g_b, C * 4);
+    gpu_drop(t, g_out, NC * 4); gpu_drop(t, g_mean, N * 4); gpu_drop(t, g_rstd, N * 4);
+    gpu_drop(t, g_dout, NC * 4); gpu_drop(t, g_dinp, NC * 4); gpu_drop(t, g_dw, C * 4); gpu_drop(t, g_db, C * 4);
+    free(inp); free(w); free(b); free(out); free(mean); free(rstd);
+    free(dout); free(dinp); free(dw); free(db);
+}
+
+/* with_optional: bias in the forward, dinp and dbias in the backward; without
+ * them the NULL paths run. */
+static void test_matmul(Test *t, int N, int C, int OC, int with_optional) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d OC=%d%s", N, C, OC, with_optional ? "" : " (no bias, no dinp)");
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *inp = host_rand(t, NC, 1.0f), *w = host_rand(t, OCC, 1.0f);
+    float *bias = with_optional ? host_rand(t, OC, 1.0f) : NULL;
+    float *out = host_nan(NO);
+    float *g_inp = gpu_put(t, inp, NC * 4), *g_w = gpu_put(t, w, OCC * 4), *g_out = gpu_put(t, out, NO * 4);
+    float *g_bias = bias ? gpu_put(t, bias, OC * 4) : NULL;
+    cpu_ops.matmul_forward(&t->cpu, out, inp, w, bias, N, C, OC);
+    t->gpu.ops->matmul_forward(&t->gpu, g_out, g_inp, g_w, g_bias, N, C, OC);
+    compare_gpu(t, "matmul_forward", "out", shape, g_out, out, NO);
+
+    float *dout = host_rand(t, NO, 1.0f), *dw = host_rand(t, OCC, 0.5f);
+    float *dinp = with_optional ? host_rand(t, NC, 0.5f) : NULL;
+    float *dbias = with_optional ? host_rand(t, OC, 0.5f) : NULL;
+    float *g_dout = gpu_put(t, dout, NO * 4), *g_dw = gpu_put(t, dw, OCC * 4);
+    float *g_dinp = dinp ? gpu_put(t, dinp, NC * 4) : NULL;
+    float *g_dbias = dbias ? gpu_put(t, dbias, OC * 4) : NULL;
+    cpu_ops.matmul_backward(&t->cpu, dinp, dw, dbias, dout, inp, w, N, C, OC);
+    t->gpu.ops->matmul_backward(&t->gpu, g_dinp, g_dw, g_dbias, g_dout, g_inp, g_w, N, C, OC);
+    if (dinp) compare_gpu(t, "matmul_backward", "dinp", shape, g_dinp, dinp, NC);
+    compare_gpu(t, "matmul_backward", "dw", shape, g_dw, dw, OCC);
+    if (dbias) compare_gpu(t, "matmul_backward", "dbias", shape, g_dbias, dbias, OC);
+
+    gpu_drop(t, g_inp, NC * 4); gpu_drop(t, g_w, OCC * 4); gpu_drop(t, g_out, NO * 4);
+    gpu_drop(t, g_bias, OC * 4); gpu_drop(t, g_dout, NO * 4); gpu_drop(t, g_dw, OCC * 4);
+    gpu_drop(t, g_dinp, NC * 4); gpu_drop(t, g_dbias, OC * 4);
+    free(inp); free(w); free(bias); free(out); free(dout); free(dw); free(dinp); free(dbias);
+}
+
+/* The columns [offset, offset+width) of each of rows rows of stride floats. */
+static float *columns(const float *x, size_t rows, int stride, int offset, int width) {
+    float *y = xmalloc(rows * width * sizeof(float));
+    for (size_t r = 0; r < rows; r++) memcpy(y + r * width, x + r * stride + offset, width * sizeof(float));
+    return y;
+}
+
+static void test_attention(Test *t, int B, int T, int C, int NH) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d (hs=%d)", B, T, C, NH, C / NH);
+    size_t BT = (size_t)B * T, QKV = BT * 3 * C, BTC = BT * C, ATT = (size_t)B * NH * T * T;
+    float *qkv = host_rand(t, QKV, 1.5f);
+    float *out = host_nan(BTC), *att = host_nan(ATT);
+    float *g_qkv = gpu_put(t, qkv, QKV * 4), *g_out = gpu_put(t, out, BTC * 4), *g_att = gpu_put(t, att, ATT * 4);
+    cpu_ops.attention_forward(&t->cpu, out, att, qkv, B, T, C, NH);
+    t->gpu.ops->attention_forward(&t->gpu, g_out, g_att, g_qkv, B, T, C, NH);
+    compare_gpu(t, "attention_forward", "out", shape, g_out, out, BTC);
+    compare_gpu(t, "attention_forward", "att", shape, g_att, att, ATT);  /* zeros above the diagonal too */
+
+    /* backward from the reference's att on both sides; datt is scratch */
+    dev_from_host(&t->gpu, g_att, att, ATT * 4);
+    float *dout = host_rand(t, BTC, 1.0f), *dqkv = host_rand(t, QKV, 0.5f);
+    float *datt = host_nan(ATT);
+    float *g_dout = gpu_put(t, dout, BTC * 4), *g_dqkv = gpu_put(t, dqkv, QKV * 4);
+    float *g_datt = gpu_put(t, datt, ATT * 4);
+    cpu_ops.attention_backward(&t->cpu, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    t->gpu.ops->attention_backward(&t->gpu, g_dqkv, g_datt, g_dout, g_qkv, g_att, B, T, C, NH);
+    /* dq, dk and dv apart: each relative to its own size */
+    float *got = gpu_get(t, g_dqkv, QKV);
+    const char *part[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        float *g = columns(got, BT, 3 * C, p * C, C), *w = columns(dqkv, BT, 3 * C, p * C, C);
+        compare(t, "attention_backward", part[p], shape, g, w, BTC);
+        free(g); free(w);
+    }
+    free(got);
+
+    gpu_drop(t, g_qkv, QKV * 4); gpu_drop(t, g_out, BTC * 4); gpu_drop(t, g_att, ATT * 4);
+    gpu_drop(t, g_dout, BTC * 4); gpu_drop(t, g_dqkv, QKV * 4); gpu_drop(t, g_datt, ATT * 4);
+    free(qkv); free(out); free(att); free(dout); free(dqkv); free(datt);
+}
+
+/* gelu forward and backward, add (also in place), accumulate. */
+static void test_elementwise(Test *t, size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *x = host_rand(t, n, 4.0f), *y = host_rand(t, n, 1.0f), *out = host_nan(n);
+    float *g_x = gpu_put(t, x, n * 4), *g_y = gpu_put(t, y, n * 4), *g_out = gpu_put(t, out, n * 4);
+    cpu_ops.gelu_forward(&t->cpu, out, x, n);
+    t->gpu.ops->gelu_forward(&t->gpu, g_out, g_x, n);
+    compare_gpu(t, "gelu_forward", "out", shape, g_out, out, n);
+
+    float *dinp = host_rand(t, n, 0.5f);  /* dinp += gelu'(x) * y */
+    float *g_dinp = gpu_put(t, dinp, n * 4);
+    cpu_ops.gelu_backward(&t->cpu, dinp, x, y, n);
+    t->gpu.ops->gelu_backward(&t->gpu, g_dinp, g_x, g_y, n);
+    compare_gpu(t, "gelu_backward", "dinp", shape, g_dinp, dinp, n);
+
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    dev_from_host(&t->gpu, g_out, out, n * 4);
+    cpu_ops.add(&t->cpu, out, x, y, n);
+    t->gpu.ops->add(&t->gpu, g_out, g_x, g_y, n);
+    compare_gpu(t, "add", "out", shape, g_out, out, n);
+    /* in place, out = out + y, as the residual stream does */
+    cpu_ops.add(&t->cpu, out, out, y, n);
+    t->gpu.ops->add(&t->gpu, g_out, g_out, g_y, n);
+    compare_gpu(t, "add", "out aliasing a", shape, g_out, out, n);
+
+    cpu_ops.accumulate(&t->cpu, dinp, x, n);
+    t->gpu.ops->accumulate(&t->gpu, g_dinp, g_x, n);
+    compare_gpu(t, "accumulate", "dst", shape, g_dinp, dinp, n);
+
+    gpu_drop(t, g_x, n * 4); gpu_drop(t, g_y, n * 4); gpu_drop(t, g_out, n * 4); gpu_drop(t, g_dinp, n * 4);
+    free(x); free(y); free(out); free(dinp);
+}
+
+static void test_crossentropy(Test *t, int N, int V, int Vp) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d Vp=%d", N, V, Vp);
+    size_t NV = (size_t)N * Vp;
+    float *logits = host_rand(t, NV, 5.0f);  /* padded columns random: the kernel must zero them */
+    int *targets = host_tokens(t, N, V);
+    float *losses = host_nan(N);
+    float *g_logits = gpu_put(t, logits, NV * 4), *g_losses = gpu_put(t, losses, N * 4);
+    int *g_targets = gpu_put(t, targets, N * sizeof(int));
+
+    /* dloss = 0: losses only, logits untouched */
+    float *orig = host_copy(logits, NV);
+    cpu_ops.crossentropy(&t->cpu, losses, logits, targets, N, V, Vp, 0.0f);
+    t->gpu.ops->crossentropy(&t->gpu, g_losses, g_logits, g_targets, N, V, Vp, 0.0f);
+    compare_gpu(t, "crossentropy", "losses (dloss 0)", shape, g_losses, losses, N);
+    compare_gpu(t, "crossentropy", "logits untouched (dloss 0)", shape, g_logits, orig, NV);
+
+    /* dloss = 1/N: the row becomes its gradient */
+    float dloss = 1.0f / N;
+    for (int i = 0; i < N; i++) losses[i] = NAN;
+    dev_from_host(&t->gpu, g_losses, losses, N * 4);
+    cpu_ops.crossentropy(&t->cpu, losses, logits, targets, N, V, Vp, dloss);
+    t->gpu.ops->crossentropy(&t->gpu, g_losses, g_logits, g_targets, N, V, Vp, dloss);
+    compare_gpu(t, "crossentropy", "losses", shape, g_losses, losses, N);
+    compare_gpu(t, "crossentropy", "dlogits", shape, g_logits, logits, NV);
+
+    gpu_drop(t, g_logits, NV * 4); gpu_drop(t, g_losses, N * 4); gpu_drop(t, g_targets, N * sizeof(int));
+    free(logits); free(targets); free(losses); free(orig);
+}
+
+/* Three steps of AdamW from random state, with decay and a gradient scale. */
+static void test_adamw(Test *t, size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu, 3 steps", n);
+    float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.5f;
+    float *param = host_rand(t, n, 1.0f), *m = host_rand(t, n, 0.01f), *v = host_rand(t, n, 1e-4f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *g_param = gpu_put(t, param, n * 4), *g_m = gpu_put(t, m, n * 4), *g_v = gpu_put(t, v, n * 4);
+    float *g_grad = dev_alloc(&t->gpu, n * 4);
+    for (int step = 1; step <= 3; step++) {
+        float *grad = host_rand(t, n, 0.1f);
+        dev_from_host(&t->gpu, g_grad, grad, n * 4);
+        float bc1 = 1.0f - powf(beta1, step), bc2 = 1.0f - powf(beta2, step);
+        cpu_ops.adamw(&t->cpu, param, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        t->gpu.ops->adamw(&t->gpu, g_param, g_grad, g_m, g_v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        free(grad);
+    }
+    compare_gpu(t, "adamw", "param", shape, g_param, param, n);
+    compare_gpu(t, "adamw", "m", shape, g_m, m, n);
+    compare_gpu(t, "adamw", "v", shape, g_v, v, n);
+    gpu_drop(t, g_param, n * 4); gpu_drop(t, g_m, n * 4); gpu_drop(t, g_v, n * 4); gpu_drop(t, g_grad, n * 4);
+    free(param); free(m); free(v);
+}
+
+/* Sums in double against a double host loop. The GPU adds in another order,
+ * so the error is measured against the sum of |terms|, about 1e-16 * log n
+ * of it; 1e-12 leaves room and still catches a float accumulation (1e-7). */
+static void test_sums(Test *t, size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *x = host_rand(t, n, 1.0f);
+    float *g_x = gpu_put(t, x, n * 4);
+    double sum = 0, sumsq = 0, sum_abs = 0;
+    for (size_t i = 0; i < n; i++) { sum += x[i]; sumsq += (double)x[i] * x[i]; sum_abs += fabs(x[i]); }
+    double got_sum = t->gpu.ops->sum(&t->gpu, g_x, n), got_sumsq = t->gpu.ops->sumsq(&t->gpu, g_x, n);
+    double e_sum = fabs(got_sum - sum) / (sum_abs > 0 ? sum_abs : 1);
+    double e_sumsq = fabs(got_sumsq - sumsq) / (sumsq > 0 ? sumsq : 1);
+    check(&t->checks, e_sum <= 1e-12, "sum", "%s: %.10g vs host %.10g, err %.1e of sum|x|", shape, got_sum, sum, e_sum);
+    check(&t->checks, e_sumsq <= 1e-12, "sumsq", "%s: %.10g vs host %.10g, rel err %.1e", shape, got_sumsq, sumsq, e_sumsq);
+    gpu_drop(t, g_x, n * 4);
+    free(x);
+}
+
+/* Every op with a zero size: nothing may be launched (a zero grid is a
+ * launch error, which would exit), and nothing is touched. */
+static void test_zero_sizes(Test *t) {
+    Dev *g = &t->gpu;
+    const Ops *o = g->ops;
+    o->encoder_forward(g, NULL, NULL, NULL, NULL, 0, 4, 8);
+    o->encoder_backward(g, NULL, NULL, NULL, NULL, 0, 4, 8);
+    o->layernorm_forward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
+    o->layernorm_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
+    o->matmul_forward(g, NULL, NULL, NULL, NULL, 0, 8, 8);
+    o->matmul_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, 8);  /* dw += nothing */
+    o->attention_forward(g, NULL, NULL, NULL, 0, 4, 8, 2);
+    o->attention_backward(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2);
+    o->gelu_forward(g, NULL, NULL, 0);
+    o->gelu_backward(g, NULL, NULL, NULL, 0);
+    o->add(g, NULL, NULL, NULL, 0);
+    o->accumulate(g, NULL, NULL, 0);
+    o->crossentropy(g, NULL, NULL, NULL, 0, 8, 8, 1.0f);
+    o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
+    double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
+    dev_sync(g);
+    check(&t->checks, s == 0.0, "zero sizes", "every op with n = 0 or N = 0 returned, sums %g", s);
+}
+
+static const char *groups[] = {
+    "encoder", "layernorm", "matmul", "attention", "gelu/add/accumulate",
+    "crossentropy", "adamw", "sum/sumsq", "zero sizes",
+};
+
+int main(void) {
+    Test t;
+    memset(&t, 0, sizeof t);
+    t.rng = 0x9E3779B97F4A7C15ULL;
+    char err[256] = "";
+    if (dev_gpu_count() == 0 || dev_open(&t.gpu, DEV_CUDA, 0, err, sizeof err) != 0) {
+#ifdef USE_CUDA
+        const char *why = "no CUDA GPU visible; run on a GPU machine";
+#else
+        const char *why = "this build has no CUDA (nvcc was not found); run on a GPU machine";
+#endif
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) check_skip(&t.checks, groups[i], why);
+        return check_done(&t.checks);
+    }
+    dev_open(&t.cpu, DEV_CPU, 0, err, sizeof err);
+
+    test_encoder(&t, 3, 37, 45, 10);     /* few tokens: many positions share a dwte row */
+    test_encoder(&t, 4, 256, 768, 5000);
+
+    test_layernorm(&t, 37, 45);
+    test_layernorm(&t, 111, 40);
+    test_layernorm(&t, 1, 1);
+    test_layernorm(&t, 1024, 768);
+
+    test_matmul(&t, 37, 45, 77, 1);
+    test_matmul(&t, 37, 45, 77, 0);
+    test_matmul(&t, 1, 1, 1, 1);
+    test_matmul(&t, 5, 3, 130, 1);
+    test_matmul(&t, 256, 768, 2304, 1);  /* GPT-2 small's qkv projection */
+    /* Each of these has more than 132 tiles of 128x128 in one product
+     * (forward, dinp, dw in turn), so the large-tile kernel runs on an
+     * H100 for all three operand layouts; the other products take 64x64. */
+    test_matmul(&t, 1500, 45, 1500, 1);
+    test_matmul(&t, 1500, 1500, 45, 1);
+    test_matmul(&t, 45, 1500, 1500, 1);
+
+    test_attention(&t, 3, 37, 40, 5);    /* hs = 8: a warp spans several heads */
+    test_attention(&t, 2, 64, 96, 3);
+    test_attention(&t, 1, 130, 256, 2);  /* hs = 128 */
+    test_attention(&t, 2, 256, 768, 12); /* GPT-2 small's heads */
+    test_attention(&t, 1, 1024, 64, 1);  /* the longest context */
+
+    test_elementwise(&t, 1);
+    test_elementwise(&t, 1000);
+    test_elementwise(&t, 1000003);
+
+    test_crossentropy(&t, 4, 50257, 50304);  /* GPT-2's vocabulary, padded */
+    test_crossentropy(&t, 37, 45, 64);
+    test_crossentropy(&t, 3, 1000, 1000);
+    test_crossentropy(&t, 2, 1, 32);
+
+    test_adamw(&t, 7);
+    test_adamw(&t, 1000003);
+
+    test_sums(&t, 0);
+    test_sums(&t, 1);
+    test_sums(&t, 1000003);
+    test_sums(&t, (size_t)1 << 24);
+
+    test_zero_sizes(&t);
+
+    check(&t.checks, t.gpu.bytes_live == 0, "no leaks", "%zu device bytes still live", t.gpu.bytes_live);
+    dev_close(&t.gpu);
+    dev_close(&t.cpu);
+    return check_done(&t.checks);
+}
