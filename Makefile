@@ -9,7 +9,9 @@
 # when nccl.h is found under NCCL_HOME (NO_NCCL=1 to leave it out). A CUDA
 # build still runs on a machine without a GPU with --device cpu.
 
-CC       ?= gcc
+ifeq ($(origin CC),default)
+CC       := gcc
+endif
 ARCH     ?= -march=native
 CFLAGS   ?= -O3 $(ARCH) -fopenmp -Wall -Wextra -Wno-unused-parameter -std=gnu11
 LDLIBS   := -lm -fopenmp -lpthread -lrt
@@ -48,7 +50,7 @@ endif
 
 TESTS := test/test_ops test/test_model test/test_kernels test/test_comm
 
-.PHONY: all build train test bench-cpu bench-comm clean data
+.PHONY: all build train test bench-cpu bench-comm clean
 
 all: build
 
@@ -57,8 +59,37 @@ all: build
 build: main.o $(OBJS)
 	$(CC) -o train main.o $(OBJS) $(LDLIBS)
 
-train: build
-	@sh scripts/train.sh
+# The demo's data: tinyshakespeare, split 90/10 into training and validation
+# text. DATA=path trains on your own file instead (no validation split).
+SHAKESPEARE_URL := https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+ifeq ($(origin DATA),undefined)
+DATA := data/tinyshakespeare_train.txt
+VAL  := data/tinyshakespeare_val.txt
+endif
+GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+ifeq ($(GPUS),0)
+TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 16 --seq 128 --steps 600 \
+                  --lr 5e-3 --lr-min 5e-4 --warmup 30
+else
+TRAIN_DEFAULTS := --device cuda --layers 6 --heads 6 --dim 384 --batch 32 --seq 256 --steps 800 \
+                  --lr 1e-3 --lr-min 1e-4 --warmup 50
+endif
+
+train: build $(DATA) $(VAL)
+	./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
+	        --sample 400 $(TRAIN_FLAGS)
+
+data/tinyshakespeare.txt:
+	@mkdir -p data
+	@if [ -f ../shared/data/tinyshakespeare.txt ]; then cp ../shared/data/tinyshakespeare.txt $@; \
+	elif curl -fsSL --max-time 120 -o $@.tmp $(SHAKESPEARE_URL); then mv $@.tmp $@; \
+	else rm -f $@.tmp; echo "make train: no network to fetch tinyshakespeare; pass DATA=path/to/text.txt"; exit 2; fi
+
+data/tinyshakespeare_train.txt: data/tinyshakespeare.txt
+	head -c $$(( $$(wc -c < $<) * 9 / 10 )) $< > $@
+
+data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
+	tail -c +$$(( $$(wc -c < $<) * 9 / 10 + 1 )) $< > $@
 
 %.o: %.c *.h
 	$(CC) $(CFLAGS) -c $< -o $@
