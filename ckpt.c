@@ -2,9 +2,9 @@
  *
  * A 256-int32 header (magic 20240326, version 3 for float32, then maxT, V,
  * L, heads, C, Vp) and the parameters in llm.c's order, so models from
- * llm.c's tools load here and ours load there. A stage reads only its part:
- * the per-layer tensors are stacked with the layer outermost, so a stage's
- * layers are one contiguous run of each tensor.
+ * llm.c's tools load here and ours load there. gpt_llmc_copy converts
+ * between that order and the layer-major layout in memory; a stage takes
+ * only its own tensors from the file.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,31 +46,22 @@ int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* Offset (in floats, after the header) of element 0 of tensor i in the file. */
-static size_t file_offset(const GPTConfig *cfg, int i) {
-    size_t off = 0;
-    for (int k = 0; k < i; k++) off += gpt_tensor_size(cfg, k, cfg->layers, 1, 1);
-    return off;
-}
-
 int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return -1; }
+    size_t total = gpt_total_params(&m->cfg);
+    float *llmc = malloc(total * sizeof(float) + 1);     /* [total] in llm.c's order */
     float *host = malloc(m->num_params * sizeof(float) + 1);
-    for (int i = 0; i < GPT_NTENSORS; i++) {
-        if (!m->sizes[i]) continue;
-        size_t off = file_offset(&m->cfg, i) +
-                     (size_t)m->layer0 * gpt_layer_size(&m->cfg, i);
-        if (fseek(f, HEADER_BYTES + (long)(off * 4), SEEK_SET) != 0 ||
-            fread(host + m->offsets[i], 4, m->sizes[i], f) != m->sizes[i]) {
-            snprintf(err, errlen, "%s: truncated while reading %s", path, gpt_tensor_name(i));
-            free(host);
-            fclose(f);
-            return -1;
-        }
-    }
+    int ok = fseek(f, HEADER_BYTES, SEEK_SET) == 0 && fread(llmc, 4, total, f) == total;
     fclose(f);
+    if (!ok) {
+        snprintf(err, errlen, "%s: truncated: expected %zu parameters after the header", path, total);
+        free(llmc); free(host);
+        return -1;
+    }
+    gpt_llmc_copy(m, host, llmc, 0);
     dev_from_host(m->dev, m->params, host, m->num_params * sizeof(float));
+    free(llmc);
     free(host);
     return 0;
 }
@@ -89,10 +80,13 @@ int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
     h[2] = m->cfg.max_seq; h[3] = m->cfg.vocab; h[4] = m->cfg.layers;
     h[5] = m->cfg.heads; h[6] = m->cfg.dim; h[7] = m->cfg.padded_vocab;
     float *host = malloc(m->num_params * sizeof(float) + 1);
+    float *llmc = malloc(m->num_params * sizeof(float) + 1);
     dev_to_host(m->dev, host, m->params, m->num_params * sizeof(float));
+    gpt_llmc_copy(m, host, llmc, 1);
     int ok = fwrite(h, 4, 256, f) == 256 &&
-             fwrite(host, 4, m->num_params, f) == m->num_params;
+             fwrite(llmc, 4, m->num_params, f) == m->num_params;
     free(host);
+    free(llmc);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);

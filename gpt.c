@@ -85,11 +85,24 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, 
     m->nlayers = nlayers;
     m->has_embed = has_embed;
     m->has_head = has_head;
-    for (int i = 0; i < GPT_NTENSORS; i++) {
-        m->sizes[i] = gpt_tensor_size(cfg, i, nlayers, has_embed, has_head);
-        m->offsets[i] = m->num_params;
-        m->num_params += m->sizes[i];
+    size_t C = cfg->dim, n = 0;
+    for (int i = 0; i < GPT_NTENSORS; i++) m->sizes[i] = gpt_tensor_size(cfg, i, nlayers, has_embed, has_head);
+    if (has_embed) {
+        m->offsets[GPT_WTE] = n; n += (size_t)cfg->padded_vocab * C;
+        m->offsets[GPT_WPE] = n; n += (size_t)cfg->max_seq * C;
     }
+    for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++) {
+        m->offsets[i] = n + m->layer_stride;
+        m->layer_stride += gpt_layer_size(cfg, i);
+    }
+    n += (size_t)nlayers * m->layer_stride;
+    if (has_head) {
+        if (!has_embed) { m->offsets[GPT_WTE] = n; n += (size_t)cfg->padded_vocab * C; }
+        m->offsets[GPT_LNFW] = n; n += C;
+        m->offsets[GPT_LNFB] = n; n += C;
+    }
+    m->num_params = n;
+    m->nunits = has_embed + nlayers + has_head;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
 }
@@ -117,6 +130,67 @@ static void scratch_ensure(GPT *m, int B, int T) {
     m->dfch = dev_alloc(d, n * 4 * C * 4);
     m->dfchg = dev_alloc(d, n * 4 * C * 4);
     m->datt = dev_alloc(d, n * NH * m->cfg.max_seq * 4);
+}
+
+void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count) {
+    size_t layers_start = m->has_embed ? m->sizes[GPT_WTE] + m->sizes[GPT_WPE] : 0;
+    if (m->has_embed && u == 0) { *offset = 0; *count = layers_start; return; }
+    int l = u - m->has_embed;
+    if (l < m->nlayers) {
+        *offset = layers_start + (size_t)l * m->layer_stride;
+        *count = m->layer_stride;
+        return;
+    }
+    *offset = layers_start + (size_t)m->nlayers * m->layer_stride;  /* the head */
+    *count = m->num_params - *offset;
+}
+
+float *gpt_tensor(const GPT *m, float *base, int i, int l) {
+    if (i >= GPT_LN1W && i <= GPT_FCPROJB) return base + m->offsets[i] + (size_t)l * m->layer_stride;
+    return base + m->offsets[i];
+}
+
+void gpt_segments(const GPT *m, size_t offset, size_t count,
+                  void (*fn)(void *ctx, size_t off, size_t n, int tensor), void *ctx) {
+    size_t end = offset + count;
+    /* pieces in layout order: the embedding's, each layer's, the head's */
+    for (int u = 0; u < m->nunits; u++) {
+        size_t uo, un;
+        gpt_unit_range(m, u, &uo, &un);
+        if (uo >= end || uo + un <= offset) continue;
+        int l = u - m->has_embed;
+        for (int i = 0; i < GPT_NTENSORS; i++) {
+            int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
+            if (!m->sizes[i] || per_layer != (l >= 0 && l < m->nlayers)) continue;
+            size_t a = (size_t)(gpt_tensor(m, m->params, i, l) - m->params);
+            size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
+            if (a < uo || a >= uo + un) continue;  /* wte of the other unit */
+            size_t lo = a > offset ? a : offset, hi = a + n < end ? a + n : end;
+            if (lo < hi) fn(ctx, lo, hi - lo, i);
+        }
+    }
+}
+
+/* Where tensor i of (global) layer l starts in llm.c's order. */
+static size_t llmc_offset(const GPTConfig *cfg, int i, int l) {
+    size_t off = 0;
+    for (int k = 0; k < i; k++) off += gpt_tensor_size(cfg, k, cfg->layers, 1, 1);
+    return off + (size_t)l * gpt_layer_size(cfg, i);
+}
+
+void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
+    for (int i = 0; i < GPT_NTENSORS; i++) {
+        if (!m->sizes[i]) continue;
+        int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
+        int nl = per_layer ? m->nlayers : 1;
+        size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
+        for (int l = 0; l < nl; l++) {
+            float *a = gpt_tensor(m, internal, i, l);
+            float *b = llmc + llmc_offset(&m->cfg, i, per_layer ? m->layer0 + l : 0);
+            if (to_llmc) memcpy(b, a, n * sizeof(float));
+            else memcpy(a, b, n * sizeof(float));
+        }
+    }
 }
 
 void gpt_free(GPT *m) {
@@ -157,16 +231,21 @@ void gpt_init_random(GPT *m, uint64_t seed) {
     if (!host) { fprintf(stderr, "error: out of host memory initialising the model\n"); exit(1); }
     float resid_std = 0.02f / sqrtf(2.0f * m->cfg.layers);
     for (int i = 0; i < GPT_NTENSORS; i++) {
-        float *p = host + m->offsets[i];
-        /* where this stage's part of tensor i starts in the whole tensor */
-        uint64_t base = (uint64_t)m->layer0 * gpt_layer_size(&m->cfg, i);
+        if (!m->sizes[i]) continue;
+        int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
+        size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
         int is_ln_w = i == GPT_LN1W || i == GPT_LN2W || i == GPT_LNFW;
         float std = (i == GPT_ATTPROJW || i == GPT_FCPROJW) ? resid_std : 0.02f;
-        #pragma omp parallel for
-        for (size_t k = 0; k < m->sizes[i]; k++) {
-            if (is_ln_w) p[k] = 1.0f;
-            else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + k);
-            else p[k] = 0.0f;
+        for (int l = 0; l < (per_layer ? m->nlayers : 1); l++) {
+            float *p = gpt_tensor(m, host, i, l);
+            /* index of element 0 in the whole model's tensor i */
+            uint64_t base = per_layer ? (uint64_t)(m->layer0 + l) * n : 0;
+            #pragma omp parallel for
+            for (size_t k = 0; k < n; k++) {
+                if (is_ln_w) p[k] = 1.0f;
+                else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + k);
+                else p[k] = 0.0f;
+            }
         }
     }
     dev_from_host(m->dev, m->params, host, m->num_params * sizeof(float));
@@ -269,10 +348,8 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, float *dinp, float *d
     m->dev->ops->matmul_backward(m->dev, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
-/* Pointers to layer l (local index) of tensor i, in params or grads. */
-static float *lp(GPT *m, float *base, int i, int l) {
-    return base + m->offsets[i] + (size_t)l * gpt_layer_size(&m->cfg, i);
-}
+/* Tensor i of local layer l, in params or grads. */
+static float *lp(GPT *m, float *base, int i, int l) { return gpt_tensor(m, base, i, l); }
 
 /* Activation slices of local layer l, for a built with a->B * a->T rows. */
 #define ACT(a, field, l, width) ((a)->field + (size_t)(l) * (a)->B * (a)->T * (width))

@@ -21,7 +21,14 @@ typedef struct GPTConfig {
     int dim;           /* C */
 } GPTConfig;
 
-/* The parameter tensors in llm.c's order; per-layer ones stacked over layers. */
+/* The parameter tensors, named in llm.c's order (the order of checkpoint
+ * files, where per-layer tensors are stacked over layers). In memory the
+ * layout is layer-major instead, one contiguous unit per piece of work:
+ *   [embedding: wte, wpe] [layer l0: ln1w .. fcprojb] ... [head: (wte), lnfw, lnfb]
+ * so a layer's parameters and gradients are one range: what a DDP bucket,
+ * a ZeRO-3 gather and a pipeline stage need. The head unit carries its own
+ * wte only on a stage without the embedding (the tied copy of a pipeline's
+ * last stage). gpt_llmc_copy converts to and from llm.c's order. */
 enum {
     GPT_WTE,       /* [Vp, C] */
     GPT_WPE,       /* [maxT, C] */
@@ -48,8 +55,11 @@ typedef struct GPT {
     int layer0, nlayers;       /* the layers this stage holds */
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
-    size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads */
+    size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads; for per-layer
+                                       tensors, in the first local layer's unit */
+    size_t layer_stride;            /* elements of one layer's unit */
     size_t num_params;
+    int nunits;                     /* embedding?, nlayers layers, head? */
     float *params;   /* [num_params] on dev, the tensors back to back */
     float *grads;    /* [num_params] on dev, same layout */
     /* Backward scratch, one layer's worth, reused layer after layer;
@@ -100,6 +110,26 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, int has_embed,
                int has_head);
 void gpt_free(GPT *m);
+
+/* Unit u (0 .. nunits-1, in forward order) is [*offset, *offset + *count)
+ * of params and grads. */
+void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count);
+
+/* Pointer to tensor i of local layer l (l ignored for whole-model tensors)
+ * inside base, which is m->params, m->grads or any buffer of the same layout. */
+float *gpt_tensor(const GPT *m, float *base, int i, int l);
+
+/* Copies between this stage's layout (internal [num_params]) and llm.c's
+ * order of the whole model (llmc [gpt_total_params], host memory both):
+ * to_llmc 1 fills this stage's tensors of llmc, 0 fills internal from them. */
+void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
+
+/* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
+ * of this stage's layout that lies in one tensor of one layer, in order:
+ * how a range that ignores tensor boundaries (a ZeRO shard) learns which
+ * elements get weight decay. */
+void gpt_segments(const GPT *m, size_t offset, size_t count,
+                  void (*fn)(void *ctx, size_t off, size_t n, int tensor), void *ctx);
 
 /* The number of parameters of the whole model (padded rows included). */
 size_t gpt_total_params(const GPTConfig *cfg);

@@ -281,7 +281,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     }
     *norm = sqrt(r->dev.ops->sumsq(&r->dev, m->grads, m->num_params));
     *lr = optim_lr(&a->opt, step);
-    adam_update(&r->adam, m, &a->opt, *lr, optim_clip_scale(&a->opt, *norm));
+    adam_update(&r->adam, m, m->params, m->grads, 0, &a->opt, *lr, optim_clip_scale(&a->opt, *norm));
     return loss;
 }
 

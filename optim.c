@@ -35,15 +35,28 @@ void adam_free(Adam *a) {
     memset(a, 0, sizeof *a);
 }
 
-void adam_update(Adam *a, GPT *m, const OptConfig *o, float lr, float grad_scale) {
+typedef struct AdamStep {
+    Adam *a;
+    float *param;
+    const float *grad;
+    size_t offset;
+    const OptConfig *o;
+    float lr, bc1, bc2, grad_scale;
+} AdamStep;
+
+static void adam_segment(void *ctx, size_t off, size_t n, int tensor) {
+    AdamStep *s = ctx;
+    size_t k = off - s->offset;
+    float wd = gpt_tensor_decays(tensor) ? s->o->wd : 0.0f;
+    s->a->dev->ops->adamw(s->a->dev, s->param + k, s->grad + k, s->a->m + k, s->a->v + k, n,
+                          s->lr, s->o->beta1, s->o->beta2, s->o->eps, wd, s->bc1, s->bc2,
+                          s->grad_scale);
+}
+
+void adam_update(Adam *a, const GPT *m, float *param, const float *grad, size_t offset,
+                 const OptConfig *o, float lr, float grad_scale) {
     a->t++;
-    float bc1 = (float)(1.0 - pow(o->beta1, a->t));
-    float bc2 = (float)(1.0 - pow(o->beta2, a->t));
-    for (int i = 0; i < GPT_NTENSORS; i++) {
-        size_t off = m->offsets[i], n = m->sizes[i];
-        if (!n) continue;
-        float wd = gpt_tensor_decays(i) ? o->wd : 0.0f;
-        m->dev->ops->adamw(m->dev, m->params + off, m->grads + off, a->m + off, a->v + off, n, lr,
-                           o->beta1, o->beta2, o->eps, wd, bc1, bc2, grad_scale);
-    }
+    AdamStep s = {a, param, grad, offset, o, lr, (float)(1.0 - pow(o->beta1, a->t)),
+                  (float)(1.0 - pow(o->beta2, a->t)), grad_scale};
+    gpt_segments(m, offset, a->n, adam_segment, &s);
 }
