@@ -105,6 +105,18 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, 
     m->nunits = has_embed + nlayers + has_head;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
+    m->uparams = calloc(m->nunits, sizeof(float *));
+    m->ugrads = calloc(m->nunits, sizeof(float *));
+    gpt_units_default(m);
+}
+
+void gpt_units_default(GPT *m) {
+    for (int u = 0; u < m->nunits; u++) {
+        size_t uo, un;
+        gpt_unit_range(m, u, &uo, &un);
+        m->uparams[u] = m->params ? m->params + uo : NULL;
+        m->ugrads[u] = m->grads ? m->grads + uo : NULL;
+    }
 }
 
 /* Backward scratch is sized on first use, for the largest B*T seen. */
@@ -198,6 +210,8 @@ void gpt_free(GPT *m) {
     size_t C = m->cfg.dim, n = (size_t)m->max_bt;
     dev_free(d, m->params, m->num_params * 4);
     dev_free(d, m->grads, m->num_params * 4);
+    free(m->uparams);
+    free(m->ugrads);
     if (m->max_bt) {
         dev_free(d, m->dx, n * C * 4); dev_free(d, m->dln, n * C * 4);
         dev_free(d, m->datty, n * C * 4); dev_free(d, m->dqkv, n * 3 * C * 4);
@@ -348,15 +362,60 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, float *dinp, float *d
     m->dev->ops->matmul_backward(m->dev, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
-/* Tensor i of local layer l, in params or grads. */
-static float *lp(GPT *m, float *base, int i, int l) { return gpt_tensor(m, base, i, l); }
+/* ---------------------------------------------------------------------------
+ * Units and hooks. Unit u's parameters are read through m->uparams[u] and
+ * its gradients written through m->ugrads[u]: by default slices of
+ * m->params and m->grads, but the data-parallel modules may point them at
+ * gathered or transient buffers from the hooks, which fire at unit edges:
+ *   forward:  params_acquire(u) ... params_release(u)
+ *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
+ * The tied wte is the embedding unit's: the head takes it with its own unit,
+ * so the embedding's parameters stay acquired from the embedding's forward
+ * to the end of the head's, and its gradients from the head's backward to
+ * the end of the embedding's. */
+
+static int unit_of_layer(const GPT *m, int l) { return m->has_embed + l; }
+static int unit_embed(const GPT *m) { (void)m; return 0; }
+static int unit_head(const GPT *m) { return m->nunits - 1; }
+
+static int tensor_unit(const GPT *m, int i, int l) {
+    if (i >= GPT_LN1W && i <= GPT_FCPROJB) return unit_of_layer(m, l);
+    if (i == GPT_WPE || (i == GPT_WTE && m->has_embed)) return unit_embed(m);
+    return unit_head(m);
+}
+
+static float *unit_tensor(const GPT *m, float **ubase, int i, int l) {
+    int u = tensor_unit(m, i, l);
+    size_t uo, un;
+    gpt_unit_range(m, u, &uo, &un);
+    return ubase[u] + (size_t)(gpt_tensor(m, m->params, i, l) - m->params) - uo;
+}
+
+/* Parameters and gradients of tensor i of local layer l, where they are now. */
+static float *P(const GPT *m, int i, int l) { return unit_tensor(m, m->uparams, i, l); }
+static float *G(const GPT *m, int i, int l) { return unit_tensor(m, m->ugrads, i, l); }
+
+static void params_acquire(GPT *m, int u) {
+    if (m->hooks.params_acquire) m->hooks.params_acquire(m->hooks.ctx, m, u);
+}
+static void params_release(GPT *m, int u) {
+    if (m->hooks.params_release) m->hooks.params_release(m->hooks.ctx, m, u);
+}
+static void grads_acquire(GPT *m, int u) {
+    if (m->hooks.grads_acquire) m->hooks.grads_acquire(m->hooks.ctx, m, u);
+}
+static void grads_ready(GPT *m, int u) {
+    if (m->hooks.grads_ready) m->hooks.grads_ready(m->hooks.ctx, m, u);
+}
 
 /* Activation slices of local layer l, for a built with a->B * a->T rows. */
 #define ACT(a, field, l, width) ((a)->field + (size_t)(l) * (a)->B * (a)->T * (width))
 
 void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
-    m->dev->ops->encoder_forward(m->dev, a->x_in, a->tokens, m->params + m->offsets[GPT_WTE],
-                                 m->params + m->offsets[GPT_WPE], B, T, m->cfg.dim);
+    params_acquire(m, unit_embed(m));
+    m->dev->ops->encoder_forward(m->dev, a->x_in, a->tokens, P(m, GPT_WTE, 0), P(m, GPT_WPE, 0),
+                                 B, T, m->cfg.dim);
+    if (!m->has_head) params_release(m, unit_embed(m));  /* else the head releases it */
 }
 
 float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
@@ -365,27 +424,28 @@ float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
     int C = m->cfg.dim, NH = m->cfg.heads, N = B * T;
     float *x = a->x_in;
     for (int l = 0; l < m->nlayers; l++) {
-        float *p = m->params;
         float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * C), *atty = ACT(a, atty, l, C);
         float *att = a->att + (size_t)l * a->B * NH * a->T * a->T;
         float *res2 = ACT(a, res2, l, C), *ln2 = ACT(a, ln2, l, C), *res3 = ACT(a, res3, l, C);
         float *fch = ACT(a, fch, l, 4 * C), *fchg = ACT(a, fchg, l, 4 * C);
+        params_acquire(m, unit_of_layer(m, l));
         o->layernorm_forward(d, ln1, ACT(a, ln1_mean, l, 1), ACT(a, ln1_rstd, l, 1), x,
-                             lp(m, p, GPT_LN1W, l), lp(m, p, GPT_LN1B, l), N, C);
-        gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, lp(m, p, GPT_QKVW, l), lp(m, p, GPT_QKVB, l),
+                             P(m, GPT_LN1W, l), P(m, GPT_LN1B, l), N, C);
+        gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, P(m, GPT_QKVW, l), P(m, GPT_QKVB, l),
                            N, C, 3 * C);
         o->attention_forward(d, atty, att, qkv, B, T, C, NH);
-        gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, lp(m, p, GPT_ATTPROJW, l),
-                           lp(m, p, GPT_ATTPROJB, l), N, C, C);
+        gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, P(m, GPT_ATTPROJW, l),
+                           P(m, GPT_ATTPROJB, l), N, C, C);
         o->add(d, res2, x, a->proj, (size_t)N * C);
         o->layernorm_forward(d, ln2, ACT(a, ln2_mean, l, 1), ACT(a, ln2_rstd, l, 1), res2,
-                             lp(m, p, GPT_LN2W, l), lp(m, p, GPT_LN2B, l), N, C);
-        gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, lp(m, p, GPT_FCW, l), lp(m, p, GPT_FCB, l),
+                             P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N, C);
+        gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, P(m, GPT_FCW, l), P(m, GPT_FCB, l),
                            N, C, 4 * C);
         o->gelu_forward(d, fchg, fch, (size_t)N * 4 * C);
-        gpt_linear_forward(m, LINEAR_ROW, a->proj, fchg, lp(m, p, GPT_FCPROJW, l),
-                           lp(m, p, GPT_FCPROJB, l), N, 4 * C, C);
+        gpt_linear_forward(m, LINEAR_ROW, a->proj, fchg, P(m, GPT_FCPROJW, l),
+                           P(m, GPT_FCPROJB, l), N, 4 * C, C);
         o->add(d, res3, res2, a->proj, (size_t)N * C);
+        params_release(m, unit_of_layer(m, l));
         x = res3;
     }
     return x;
@@ -396,18 +456,32 @@ static float *stage_output(GPT *m, GPTActs *a) {
     return m->nlayers ? ACT(a, res3, m->nlayers - 1, m->cfg.dim) : a->x_in;
 }
 
-void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
+/* Final LayerNorm and the tied head; the caller holds the parameters. */
+static void head_logits(GPT *m, GPTActs *a, int B, int T) {
     const Ops *o = m->dev->ops;
     int C = m->cfg.dim, N = B * T;
     o->layernorm_forward(m->dev, a->lnf, a->lnf_mean, a->lnf_rstd, stage_output(m, a),
-                         m->params + m->offsets[GPT_LNFW], m->params + m->offsets[GPT_LNFB], N, C);
-    gpt_linear_forward(m, LINEAR_WHOLE, a->logits, a->lnf, m->params + m->offsets[GPT_WTE], NULL,
-                       N, C, m->cfg.padded_vocab);
+                         P(m, GPT_LNFW, 0), P(m, GPT_LNFB, 0), N, C);
+    gpt_linear_forward(m, LINEAR_WHOLE, a->logits, a->lnf, P(m, GPT_WTE, 0), NULL, N, C,
+                       m->cfg.padded_vocab);
+}
+
+static void head_release(GPT *m) {
+    params_release(m, unit_head(m));
+    if (m->has_embed) params_release(m, unit_embed(m));
+}
+
+void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
+    params_acquire(m, unit_head(m));
+    head_logits(m, a, B, T);
+    head_release(m);
 }
 
 double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
     int N = B * T;
-    gpt_head_logits(m, a, B, T);
+    params_acquire(m, unit_head(m));
+    head_logits(m, a, B, T);
+    head_release(m);
     m->dev->ops->crossentropy(m->dev, a->losses, a->logits, a->targets, N, m->cfg.vocab,
                               m->cfg.padded_vocab, dloss);
     return m->dev->ops->sum(m->dev, a->losses, N) / N;
@@ -415,14 +489,20 @@ double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
 
 void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
     Dev *d = m->dev;
-    int C = m->cfg.dim, N = B * T;
+    int C = m->cfg.dim, N = B * T, H = unit_head(m), E = unit_embed(m);
+    params_acquire(m, H);
+    if (m->has_embed) params_acquire(m, E);
+    grads_acquire(m, H);
+    if (m->has_embed) grads_acquire(m, E);  /* dwte; ready after the embedding's backward */
     dev_zero(d, m->dln, (size_t)N * C * 4);
-    gpt_linear_backward(m, LINEAR_WHOLE, m->dln, m->grads + m->offsets[GPT_WTE], NULL, a->logits,
-                        a->lnf, m->params + m->offsets[GPT_WTE], N, C, m->cfg.padded_vocab);
+    gpt_linear_backward(m, LINEAR_WHOLE, m->dln, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
+                        P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab);
     dev_zero(d, m->dx, (size_t)N * C * 4);
-    d->ops->layernorm_backward(d, m->dx, m->grads + m->offsets[GPT_LNFW],
-                               m->grads + m->offsets[GPT_LNFB], m->dln, stage_output(m, a),
-                               m->params + m->offsets[GPT_LNFW], a->lnf_mean, a->lnf_rstd, N, C);
+    d->ops->layernorm_backward(d, m->dx, G(m, GPT_LNFW, 0), G(m, GPT_LNFB, 0), m->dln,
+                               stage_output(m, a), P(m, GPT_LNFW, 0), a->lnf_mean, a->lnf_rstd,
+                               N, C);
+    grads_ready(m, H);
+    head_release(m);
 }
 
 /* m->dx holds d(layer output); each layer turns it, in place, into d(layer
@@ -433,46 +513,50 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
     Dev *d = m->dev;
     int C = m->cfg.dim, NH = m->cfg.heads, N = B * T;
     size_t nc = (size_t)N * C;
-    float *p = m->params, *g = m->grads;
     for (int l = m->nlayers - 1; l >= 0; l--) {
+        int u = unit_of_layer(m, l);
         float *x = l ? ACT(a, res3, l - 1, C) : a->x_in;
         float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * C), *atty = ACT(a, atty, l, C);
         float *att = a->att + (size_t)l * a->B * NH * a->T * a->T;
         float *res2 = ACT(a, res2, l, C), *ln2 = ACT(a, ln2, l, C);
         float *fch = ACT(a, fch, l, 4 * C), *fchg = ACT(a, fchg, l, 4 * C);
+        params_acquire(m, u);
+        grads_acquire(m, u);
         /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
         dev_zero(d, m->dfchg, nc * 4 * 4);
-        gpt_linear_backward(m, LINEAR_ROW, m->dfchg, lp(m, g, GPT_FCPROJW, l),
-                            lp(m, g, GPT_FCPROJB, l), m->dx, fchg, lp(m, p, GPT_FCPROJW, l),
+        gpt_linear_backward(m, LINEAR_ROW, m->dfchg, G(m, GPT_FCPROJW, l),
+                            G(m, GPT_FCPROJB, l), m->dx, fchg, P(m, GPT_FCPROJW, l),
                             N, 4 * C, C);
         dev_zero(d, m->dfch, nc * 4 * 4);
         o->gelu_backward(d, m->dfch, fch, m->dfchg, nc * 4);
         dev_zero(d, m->dln, nc * 4);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, lp(m, g, GPT_FCW, l), lp(m, g, GPT_FCB, l),
-                            m->dfch, ln2, lp(m, p, GPT_FCW, l), N, C, 4 * C);
-        o->layernorm_backward(d, m->dx, lp(m, g, GPT_LN2W, l), lp(m, g, GPT_LN2B, l), m->dln, res2,
-                              lp(m, p, GPT_LN2W, l), ACT(a, ln2_mean, l, 1),
+        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
+                            m->dfch, ln2, P(m, GPT_FCW, l), N, C, 4 * C);
+        o->layernorm_backward(d, m->dx, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), m->dln, res2,
+                              P(m, GPT_LN2W, l), ACT(a, ln2_mean, l, 1),
                               ACT(a, ln2_rstd, l, 1), N, C);
         /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
         dev_zero(d, m->datty, nc * 4);
-        gpt_linear_backward(m, LINEAR_ROW, m->datty, lp(m, g, GPT_ATTPROJW, l),
-                            lp(m, g, GPT_ATTPROJB, l), m->dx, atty, lp(m, p, GPT_ATTPROJW, l),
+        gpt_linear_backward(m, LINEAR_ROW, m->datty, G(m, GPT_ATTPROJW, l),
+                            G(m, GPT_ATTPROJB, l), m->dx, atty, P(m, GPT_ATTPROJW, l),
                             N, C, C);
         dev_zero(d, m->dqkv, nc * 3 * 4);
         o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, att, B, T, C, NH);
         dev_zero(d, m->dln, nc * 4);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, lp(m, g, GPT_QKVW, l), lp(m, g, GPT_QKVB, l),
-                            m->dqkv, ln1, lp(m, p, GPT_QKVW, l), N, C, 3 * C);
-        o->layernorm_backward(d, m->dx, lp(m, g, GPT_LN1W, l), lp(m, g, GPT_LN1B, l), m->dln, x,
-                              lp(m, p, GPT_LN1W, l), ACT(a, ln1_mean, l, 1),
+        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
+                            m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * C);
+        o->layernorm_backward(d, m->dx, G(m, GPT_LN1W, l), G(m, GPT_LN1B, l), m->dln, x,
+                              P(m, GPT_LN1W, l), ACT(a, ln1_mean, l, 1),
                               ACT(a, ln1_rstd, l, 1), N, C);
     }
 }
 
 void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
-    m->dev->ops->encoder_backward(m->dev, m->grads + m->offsets[GPT_WTE],
-                                  m->grads + m->offsets[GPT_WPE], m->dx, a->tokens, B, T,
-                                  m->cfg.dim);
+    int E = unit_embed(m);
+    if (!m->has_head) grads_acquire(m, E);  /* else taken by the head's backward */
+    m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), m->dx, a->tokens,
+                                  B, T, m->cfg.dim);
+    grads_ready(m, E);
 }
 
 double gpt_forward_backward(GPT *m, GPTActs *a, int B, int T, float dloss) {

@@ -49,7 +49,18 @@ enum {
     GPT_NTENSORS
 };
 
-typedef struct GPT {
+typedef struct GPT GPT;
+
+/* Called at the edges of units (see gpt.c); any may be NULL. */
+typedef struct GPTHooks {
+    void *ctx;
+    void (*params_acquire)(void *ctx, GPT *m, int unit);
+    void (*params_release)(void *ctx, GPT *m, int unit);
+    void (*grads_acquire)(void *ctx, GPT *m, int unit);
+    void (*grads_ready)(void *ctx, GPT *m, int unit);
+} GPTHooks;
+
+struct GPT {
     GPTConfig cfg;
     Dev *dev;
     int layer0, nlayers;       /* the layers this stage holds */
@@ -60,8 +71,11 @@ typedef struct GPT {
     size_t layer_stride;            /* elements of one layer's unit */
     size_t num_params;
     int nunits;                     /* embedding?, nlayers layers, head? */
-    float *params;   /* [num_params] on dev, the tensors back to back */
-    float *grads;    /* [num_params] on dev, same layout */
+    float *params;   /* [num_params] on dev, the tensors back to back (NULL when sharded) */
+    float *grads;    /* [num_params] on dev, same layout (NULL when sharded) */
+    float **uparams; /* [nunits] where unit u's parameters are read from now */
+    float **ugrads;  /* [nunits] where unit u's gradients are accumulated now */
+    GPTHooks hooks;
     /* Backward scratch, one layer's worth, reused layer after layer;
      * sized for max_bt = B*T rows. */
     int max_bt;
@@ -72,7 +86,7 @@ typedef struct GPT {
     float *dfch;     /* [B,T,4C] gradient of the fc output (pre-GELU) */
     float *dfchg;    /* [B,T,4C] gradient of the GELU output */
     float *datt;     /* [B,NH,T,T] attention backward scratch */
-} GPT;
+};
 
 /* Activations of one micro-batch of B sequences of T tokens on one stage. */
 typedef struct GPTActs {
@@ -110,6 +124,8 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, int has_embed,
                int has_head);
 void gpt_free(GPT *m);
+/* Points uparams and ugrads back at slices of params and grads. */
+void gpt_units_default(GPT *m);
 
 /* Unit u (0 .. nunits-1, in forward order) is [*offset, *offset + *count)
  * of params and grads. */
