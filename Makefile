@@ -22,7 +22,7 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=s
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 NCCL_HOME ?= $(CUDA_HOME)
 
-OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o
+OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)

@@ -548,6 +548,8 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
         o->layernorm_backward(d, m->dx, G(m, GPT_LN1W, l), G(m, GPT_LN1B, l), m->dln, x,
                               P(m, GPT_LN1W, l), ACT(a, ln1_mean, l, 1),
                               ACT(a, ln1_rstd, l, 1), N, C);
+        grads_ready(m, u);
+        params_release(m, u);
     }
 }
 

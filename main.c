@@ -1,10 +1,14 @@
-/* main.c: the `train` program: flags, then the training loop that wires the modules.
+/* main.c: the `train` program: flags, launching ranks, and the training loop.
  *
- * One step, as DESIGN.md draws it: data.c hands out the micro-batches of the
- * global batch; gpt.c runs forward and backward (gradients accumulate over
- * micro-batches); the gradient norm is taken and clipped; AdamW updates
- * (optim.c); rank 0 prints the step line. Every flag is checked before
- * anything is allocated: a bad one is one line on stderr and exit status 2.
+ * One step, as DESIGN.md draws it: data.c hands each dp rank its
+ * micro-batches of the global batch; gpt.c runs forward and backward
+ * (gradients accumulate over micro-batches); dp.c reduces the gradients over
+ * the dp group bucket by bucket while backward runs; zero.c takes the global
+ * norm, clips and updates what this rank owns; rank 0 prints the step line.
+ * One rank is the same code with a dp group of one.
+ *
+ * Every flag, file and layout is checked before any rank is started or
+ * anything allocated: a bad one is one line on stderr and exit status 2.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <libgen.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -24,6 +30,8 @@
 #include "data.h"
 #include "ckpt.h"
 #include "optim.h"
+#include "comm.h"
+#include "dp.h"
 
 #define EXIT_USAGE 2
 
@@ -41,15 +49,25 @@ typedef struct Args {
     int val_every, val_batches;
     int sample;               /* tokens to generate at the end */
     float temperature;
+    int ranks;                /* --ranks: fork this many ranks (0: one, or the launcher's) */
+    int dp, tp, pp;           /* the mesh; 0 = inferred */
+    DPConfig dpc;
+    int comm_stats;
 } Args;
 
 /* The state of one run on one rank. */
 typedef struct Run {
     Args a;
+    GPTConfig cfg;            /* the model, from the flags or --init */
+    DevKind kind;
+    int gpus;                 /* GPUs visible on this host */
+    CommLaunch launch;
+    Comm comm;
+    CommMesh mesh;
     Dev dev;
     GPT model;
     GPTActs *acts;
-    Adam adam;
+    DP dp;
     DataSet train, val;
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
 } Run;
@@ -73,7 +91,15 @@ static void usage(FILE *f) {
         "device:\n"
         "  --device cpu|cuda      (cuda when a GPU is visible)  --gpu N (0)  --threads N\n"
         "generation:\n"
-        "  --sample N             generate N tokens at the end  --temperature F (1.0)\n");
+        "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
+        "ranks and layout:\n"
+        "  --ranks N              fork N ranks on this host (else one, or srun/mpirun/torchrun's)\n"
+        "  --dp D --tp T --pp P   the mesh, D*T*P = ranks; one left out is inferred (tp, pp: later)\n"
+        "  --dp-mode ddp|ps       all-reduce (DDP), or the parameter server on rank 0 (ddp)\n"
+        "  --zero 0|1|2|3         shard optimizer state, gradients, parameters over dp (0)\n"
+        "  --offload              optimizer state and AdamW on the host (ZeRO-Offload)\n"
+        "  --bucket-mb F          gradient bucket size for the overlapped reduction (25)\n"
+        "  --comm-stats           print each rank's bytes moved, by operation and group\n");
 }
 
 /* One line on stderr, exit status 2: for everything the user can fix. */
@@ -110,7 +136,7 @@ enum {
     F_DATA = 256, F_VAL, F_INIT, F_SAVE, F_LAYERS, F_HEADS, F_DIM, F_MAXSEQ, F_VOCAB, F_BATCH,
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
-    F_TEMP, F_HELP,
+    F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -126,6 +152,9 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"device", 1, 0, F_DEVICE}, {"gpu", 1, 0, F_GPU}, {"threads", 1, 0, F_THREADS},
         {"val-every", 1, 0, F_VALEVERY}, {"val-batches", 1, 0, F_VALBATCHES},
         {"sample", 1, 0, F_SAMPLE}, {"temperature", 1, 0, F_TEMP}, {"help", 0, 0, F_HELP},
+        {"ranks", 1, 0, F_RANKS}, {"dp", 1, 0, F_DP}, {"tp", 1, 0, F_TP}, {"pp", 1, 0, F_PP},
+        {"dp-mode", 1, 0, F_DPMODE}, {"zero", 1, 0, F_ZERO}, {"offload", 0, 0, F_OFFLOAD},
+        {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -133,6 +162,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     a->opt = (OptConfig){.lr = 3e-4f, .lr_min = 0.0f, .warmup = 0, .cosine = 1,
                          .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 1.0f};
     a->seed = 1337; a->val_batches = 8; a->temperature = 1.0f;
+    a->dpc = (DPConfig){.mode = DP_ALLREDUCE, .zero = 0, .offload = 0, .bucket_mb = 25.0};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -178,6 +208,19 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_SAMPLE: a->sample = parse_int("--sample", optarg, 0, 1 << 24); break;
         case F_TEMP: a->temperature = parse_float("--temperature", optarg, 1e-6, 100); break;
         case F_HELP: usage(stdout); exit(0);
+        case F_RANKS: a->ranks = parse_int("--ranks", optarg, 1, COMM_MAX_RANKS); break;
+        case F_DP: a->dp = parse_int("--dp", optarg, 1, COMM_MAX_RANKS); break;
+        case F_TP: a->tp = parse_int("--tp", optarg, 1, COMM_MAX_RANKS); break;
+        case F_PP: a->pp = parse_int("--pp", optarg, 1, COMM_MAX_RANKS); break;
+        case F_DPMODE:
+            if (!strcmp(optarg, "ddp")) a->dpc.mode = DP_ALLREDUCE;
+            else if (!strcmp(optarg, "ps")) a->dpc.mode = DP_PS;
+            else die_usage("--dp-mode must be ddp or ps, got '%s'", optarg);
+            break;
+        case F_ZERO: a->dpc.zero = parse_int("--zero", optarg, 0, 3); break;
+        case F_OFFLOAD: a->dpc.offload = 1; break;
+        case F_BUCKET: a->dpc.bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
+        case F_COMMSTATS: a->comm_stats = 1; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -187,6 +230,8 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (a->init && (a->model.layers || a->model.heads || a->model.dim || a->model.max_seq ||
                     a->model.vocab))
         die_usage("--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
+    if (a->dpc.mode == DP_PS && a->dpc.zero)
+        die_usage("--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
     a->opt.steps = a->steps;
 }
 
@@ -200,8 +245,23 @@ static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
         die_usage("%s: token id %d >= vocab %d", path, ds->max_token, vocab);
 }
 
-/* Everything checked and built, in the order: model shape, data, device. */
-static void run_setup(Run *r) {
+/* GPUs visible, asked in a child process: CUDA must not be initialised in
+ * a process that forks ranks afterwards. */
+static int probe_gpus(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int n = dev_gpu_count();
+        _exit(n > 100 ? 100 : n);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return 0;
+    return WEXITSTATUS(status);
+}
+
+/* Everything that can be checked before a rank exists: the model's shape,
+ * the data, the layout, the device. Exits 2 on the first problem. */
+static void run_check(Run *r) {
     Args *a = &r->a;
     char err[512];
     GPTConfig cfg = a->model;
@@ -229,21 +289,59 @@ static void run_setup(Run *r) {
         snprintf(dir, sizeof dir, "%s", a->save);
         if (access(dirname(dir), W_OK) != 0) die_usage("--save %s: directory is not writable", a->save);
     }
-    DevKind kind = DEV_CPU;
-    if (a->device ? !strcmp(a->device, "cuda") : dev_gpu_count() > 0) kind = DEV_CUDA;
-    if (dev_open(&r->dev, kind, a->gpu, err, sizeof err) != 0) die_usage("%s", err);
-#ifdef _OPENMP
-    if (a->threads) omp_set_num_threads(a->threads);
+    if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) die_usage("%s", err);
+    int dp = a->dp, tp = a->tp, pp = a->pp;
+    if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
+        die_usage("%s", err);
+    if (tp > 1) die_usage("--tp %d: tensor parallelism is not built yet; use --tp 1", tp);
+    if (pp > 1) die_usage("--pp %d: pipeline parallelism is not built yet; use --pp 1", pp);
+    a->dp = dp; a->tp = tp; a->pp = pp;
+    r->gpus = r->launch.kind == COMM_LAUNCH_FORK ? probe_gpus() : dev_gpu_count();
+    r->kind = DEV_CPU;
+    if (a->device ? !strcmp(a->device, "cuda") : r->gpus > 0) r->kind = DEV_CUDA;
+    if (r->kind == DEV_CUDA && r->gpus == 0)
+#ifdef USE_CUDA
+        die_usage("--device cuda: no CUDA GPU is visible");
+#else
+        die_usage("--device cuda: this build has no CUDA (nvcc was not found at build time)");
 #endif
-    /* Allocation starts here. */
+    r->cfg = cfg;
+}
+
+/* One rank: its device, the communicator and mesh, the model, data
+ * parallelism, activations. Runs after the ranks are forked. */
+static void run_build(Run *r) {
+    Args *a = &r->a;
+    char err[512];
+    int local = r->launch.local_size > 0 ? r->launch.local_size : 1;
+#ifdef _OPENMP
+    /* the cores are shared by the ranks of this host */
+    int threads = a->threads ? a->threads : omp_get_num_procs() / local;
+    omp_set_num_threads(threads > 0 ? threads : 1);
+#endif
+    int gpu = r->kind == DEV_CUDA ? (r->launch.kind == COMM_LAUNCH_SINGLE ? a->gpu
+                                     : r->launch.local_rank % r->gpus) : 0;
+    if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) die_usage("%s", err);
+    CommBackend backend = comm_default_backend(&r->launch, r->kind, r->gpus);
+    if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0) {
+        fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
+        exit(1);
+    }
+    if (comm_mesh_build(&r->comm, a->dp, a->tp, a->pp, &r->mesh, err, sizeof err) != 0) {
+        fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
+        exit(1);
+    }
+    GPTConfig cfg = r->cfg;
     gpt_build(&r->model, &cfg, &r->dev, 0, cfg.layers, 1, 1);
     if (a->init) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) die_usage("%s", err);
     } else {
         gpt_init_random(&r->model, a->seed);
     }
+    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh.dp_group, &a->opt, err,
+                 sizeof err) != 0)
+        die_usage("%s", err);
     r->acts = gpt_acts_build(&r->model, a->batch, a->seq);
-    adam_build(&r->adam, &r->dev, r->model.num_params);
     r->inputs = malloc((size_t)a->batch * a->seq * sizeof(int));
     r->targets = malloc((size_t)a->batch * a->seq * sizeof(int));
 }
@@ -251,9 +349,11 @@ static void run_setup(Run *r) {
 static void run_free(Run *r) {
     free(r->inputs);
     free(r->targets);
-    adam_free(&r->adam);
     gpt_acts_free(&r->model, r->acts);
+    dp_free(&r->dp);
     gpt_free(&r->model);
+    comm_mesh_free(&r->mesh);
+    comm_free(&r->comm);
     data_free(&r->train);
     data_free(&r->val);
     dev_close(&r->dev);
@@ -265,24 +365,29 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* One optimizer step over the global batch of `step`; returns the mean loss
- * and leaves the pre-clip gradient norm and the lr used in *norm, *lr. */
+/* One optimizer step over the global batch of `step`: this dp rank takes
+ * sequences [dp_rank*B*M, (dp_rank+1)*B*M) of the G = B*M*D. Returns the
+ * global mean loss and leaves the pre-clip gradient norm and the lr used. */
 static double train_step(Run *r, int step, double *norm, float *lr) {
     Args *a = &r->a;
     GPT *m = &r->model;
-    int B = a->batch, T = a->seq, M = a->micro_batches, G = B * M;
-    float dloss = 1.0f / ((float)B * T * M);
+    int B = a->batch, T = a->seq, M = a->micro_batches, D = r->mesh.dp;
+    int G = B * M * D, first = r->mesh.dp_rank * B * M;
+    float dloss = 1.0f / ((float)B * T * M * D);  /* the sum over ranks is the global mean */
     double loss = 0.0;
-    dev_zero(&r->dev, m->grads, m->num_params * sizeof(float));
+    dp_step_begin(&r->dp);
     for (int mb = 0; mb < M; mb++) {
-        data_batch(&r->train, step, G, mb * B, B, r->inputs, r->targets);
+        data_batch(&r->train, step, G, first + mb * B, B, r->inputs, r->targets);
         gpt_set_batch(m, r->acts, r->inputs, r->targets, B, T);
+        dp_micro_batch(&r->dp, mb == M - 1);
         loss += gpt_forward_backward(m, r->acts, B, T, dloss) / M;
     }
-    *norm = sqrt(r->dev.ops->sumsq(&r->dev, m->grads, m->num_params));
     *lr = optim_lr(&a->opt, step);
-    adam_update(&r->adam, m, m->params, m->grads, 0, &a->opt, *lr, optim_clip_scale(&a->opt, *norm));
-    return loss;
+    *norm = dp_step_end(&r->dp, *lr);
+    if (D == 1) return loss;
+    float l = (float)loss;
+    comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
+    return l;
 }
 
 /* Mean loss over the first val_batches batches of the validation file. */
@@ -308,13 +413,14 @@ static uint32_t rng_u32(uint64_t *s) {
  * prints them: as text for bytes, as ids otherwise. */
 static void sample(Run *r, int n) {
     GPT *m = &r->model;
+    int say = r->comm.rank == 0;  /* every rank samples (ZeRO-3 gathers are collective) */
     int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int));
     float *logits = malloc((size_t)Vp * sizeof(float));
     uint64_t rng = r->a.seed * 2654435761ULL + 1;
     ctx[0] = r->train.is_bytes ? '\n' : (V > 50256 ? 50256 : 0);
-    printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
-    if (r->train.is_bytes) putchar(ctx[0]);
+    if (say) printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
+    if (say && r->train.is_bytes) putchar(ctx[0]);
     for (int i = 1; i <= n; i++) {
         int start = i > T ? i - T : 0, len = i - start;
         gpt_set_batch(m, r->acts, ctx + start, NULL, 1, len);
@@ -333,36 +439,79 @@ static void sample(Run *r, int n) {
             if (acc > u) { next = v; break; }
         }
         ctx[i] = next;
-        if (r->train.is_bytes) putchar(next);
-        else printf("%d ", next);
+        if (say && r->train.is_bytes) putchar(next);
+        else if (say) printf("%d ", next);
     }
-    printf("\n");
+    if (say) printf("\n");
     fflush(stdout);
     free(ctx);
     free(logits);
 }
 
-int main(int argc, char **argv) {
-    Run r;
-    memset(&r, 0, sizeof r);
-    parse_args(&r.a, argc, argv);
-    run_setup(&r);
-    Args *a = &r.a;
-    GPT *m = &r.model;
-    int tokens_per_step = a->batch * a->seq * a->micro_batches;
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
+/* Every rank's memory, measured and from the ZeRO formula (DESIGN.md). */
+static void print_memory(Run *r) {
+    DPMemory mem;
+    zero_memory(&r->dp, &mem);
+    printf("memory rank %d: params %.3f MB (formula %.3f), grads %.3f MB (formula %.3f), "
+           "optimizer %.3f MB%s (formula %.3f), activations %.3f MB\n",
+           r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
+           (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
+           mem.f_optim / 1e6, r->acts->bytes / 1e6);
+}
+
+static void print_header(Run *r) {
+    Args *a = &r->a;
+    GPT *m = &r->model;
+    int tokens = a->batch * a->seq * a->micro_batches * r->mesh.dp;
+    static const char *modes[] = {"ddp", "ps"};
     printf("model: %d layers, %d heads, dim %d, vocab %d (padded %d), max-seq %d | %zu parameters\n",
            m->cfg.layers, m->cfg.heads, m->cfg.dim, m->cfg.vocab, m->cfg.padded_vocab,
            m->cfg.max_seq, m->num_params);
-    printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches = %d tokens a step | %s\n",
-           a->data, r.train.n_tokens, a->batch, a->seq, a->micro_batches, tokens_per_step,
-           r.dev.kind == DEV_CUDA ? "cuda" : "cpu");
-    if (r.dev.kind == DEV_CPU) printf("cpu threads: %d\n", threads);
-    printf("memory: %.1f MB parameters+gradients, %.1f MB optimizer, %.1f MB activations\n",
-           2.0 * m->num_params * 4 / 1e6, 2.0 * m->num_params * 4 / 1e6, r.acts->bytes / 1e6);
+    printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
+           a->data, r->train.n_tokens, a->batch, a->seq, a->micro_batches, r->mesh.dp, tokens);
+    printf("ranks: %d (%s) | dp %d x tp %d x pp %d | %s, zero %d%s | %s",
+           r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp, r->mesh.pp,
+           modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
+           r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
+#ifdef _OPENMP
+    if (r->dev.kind == DEV_CPU) printf(", %d threads a rank", omp_get_max_threads());
+#endif
+    printf("\n");
+}
+
+/* Writes --save on rank 0 from the whole model's parameters (gathered
+ * first with ZeRO-3, which every rank takes part in). */
+static int save(Run *r) {
+    char err[512];
+    float *full = dp_full_params(&r->dp), *kept = r->model.params;
+    int rc = 0;
+    if (r->comm.rank == 0) {
+        r->model.params = full;
+        rc = ckpt_save(r->a.save, &r->model, err, sizeof err);
+        r->model.params = kept;
+        if (rc) fprintf(stderr, "train: %s\n", err);
+        else printf("saved %s\n", r->a.save);
+    }
+    dp_full_params_free(&r->dp, full);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    Run r;
+    char err[512];
+    memset(&r, 0, sizeof r);
+    parse_args(&r.a, argc, argv);
+    run_check(&r);
+    if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
+        fprintf(stderr, "train: %s\n", err);
+        return 1;
+    }
+    run_build(&r);
+    Args *a = &r.a;
+    int rank0 = r.comm.rank == 0;
+    int tokens_per_step = a->batch * a->seq * a->micro_batches * r.mesh.dp;
+    if (rank0) print_header(&r);
+    print_memory(&r);
     fflush(stdout);
     for (int s = 0; s < a->steps; s++) {
         double t0 = now_ms(), norm;
@@ -370,23 +519,26 @@ int main(int argc, char **argv) {
         double loss = train_step(&r, s, &norm, &lr);
         dev_sync(&r.dev);
         double ms = now_ms() - t0;
-        printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", s + 1,
-               a->steps, loss, norm, lr, ms, tokens_per_step / (ms / 1e3));
+        if (rank0)
+            printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", s + 1,
+                   a->steps, loss, norm, lr, ms, tokens_per_step / (ms / 1e3));
         fflush(stdout);
-        if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps)
-            printf("val loss %#.7g\n", evaluate(&r));
-    }
-    if (a->val) printf("val loss %#.7g\n", evaluate(&r));
-    if (a->sample) sample(&r, a->sample);
-    if (a->save) {
-        char err[512];
-        if (ckpt_save(a->save, m, err, sizeof err) != 0) {
-            fprintf(stderr, "train: %s\n", err);
-            run_free(&r);
-            return 1;
+        if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) {
+            double v = evaluate(&r);
+            if (rank0) printf("val loss %#.7g\n", v);
         }
-        printf("saved %s\n", a->save);
     }
+    if (a->val) {
+        double v = evaluate(&r);
+        if (rank0) printf("val loss %#.7g\n", v);
+    }
+    if (a->sample) sample(&r, a->sample);
+    int rc = a->save ? save(&r) : 0;
+    if (a->comm_stats) {
+        printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r.comm.rank);
+        comm_stats_print(&r.comm, stdout);
+    }
+    fflush(stdout);
     run_free(&r);
-    return 0;
+    return rc ? 1 : 0;
 }

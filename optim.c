@@ -37,6 +37,7 @@ void adam_free(Adam *a) {
 
 typedef struct AdamStep {
     Adam *a;
+    size_t state;
     float *param;
     const float *grad;
     size_t offset;
@@ -46,17 +47,18 @@ typedef struct AdamStep {
 
 static void adam_segment(void *ctx, size_t off, size_t n, int tensor) {
     AdamStep *s = ctx;
-    size_t k = off - s->offset;
+    size_t k = off - s->offset, st = s->state + k;
     float wd = gpt_tensor_decays(tensor) ? s->o->wd : 0.0f;
-    s->a->dev->ops->adamw(s->a->dev, s->param + k, s->grad + k, s->a->m + k, s->a->v + k, n,
+    s->a->dev->ops->adamw(s->a->dev, s->param + k, s->grad + k, s->a->m + st, s->a->v + st, n,
                           s->lr, s->o->beta1, s->o->beta2, s->o->eps, wd, s->bc1, s->bc2,
                           s->grad_scale);
 }
 
-void adam_update(Adam *a, const GPT *m, float *param, const float *grad, size_t offset,
-                 const OptConfig *o, float lr, float grad_scale) {
-    a->t++;
-    AdamStep s = {a, param, grad, offset, o, lr, (float)(1.0 - pow(o->beta1, a->t)),
+void adam_begin(Adam *a) { a->t++; }
+
+void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
+                 size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale) {
+    AdamStep s = {a, state, param, grad, offset, o, lr, (float)(1.0 - pow(o->beta1, a->t)),
                   (float)(1.0 - pow(o->beta2, a->t)), grad_scale};
-    gpt_segments(m, offset, a->n, adam_segment, &s);
+    gpt_segments(m, offset, count, adam_segment, &s);
 }

@@ -32,11 +32,15 @@ float optim_clip_scale(const OptConfig *o, double norm);
 void adam_build(Adam *a, Dev *dev, size_t n);
 void adam_free(Adam *a);
 
-/* One AdamW step on the elements [offset, offset + a->n) of m's layout:
- * param[k] and grad[k] hold element offset + k (a shard, or the whole model
- * with offset 0). Gradients are multiplied by grad_scale; weight decay only
- * on the 2-D weights, wherever the range cuts the tensors. */
-void adam_update(Adam *a, const GPT *m, float *param, const float *grad, size_t offset,
-                 const OptConfig *o, float lr, float grad_scale);
+/* Starts an optimizer step: the bias corrections move to step t + 1. */
+void adam_begin(Adam *a);
+
+/* AdamW on the elements [offset, offset + count) of m's layout, whose
+ * moments sit at a->m[state + k]: param[k] and grad[k] hold element
+ * offset + k (a shard, or the whole model with offset 0). Gradients are
+ * multiplied by grad_scale; weight decay only on the 2-D weights, wherever
+ * the range cuts the tensors. */
+void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
+                 size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale);
 
 #endif

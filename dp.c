@@ -1,0 +1,187 @@
+/* dp.c: data parallelism: DDP's bucketed all-reduce and the parameter server.
+ *
+ * The articles' data-parallel family (auto-parallel-partitioning.txt, 2.1 DP
+ * and 2.2 DDP): every dp rank holds the model, takes its share of the global
+ * batch and the gradients are summed over the ranks before the update.
+ *
+ *  - DDP: the gradients are cut into buckets of consecutive units (layers)
+ *    in the order backward finishes them; the moment a bucket's last unit is
+ *    done, its all-reduce starts (on the communication stream on GPUs, so it
+ *    overlaps the rest of backward). Only the last micro-batch of a step
+ *    reduces: earlier ones accumulate locally.
+ *  - Parameter server (--dp-mode ps): the article's DP with GPU 0 as master:
+ *    every rank sends its gradients to rank 0, which sums them, runs the
+ *    optimizer alone and sends the parameters back: rank 0's traffic grows
+ *    with the number of ranks, DDP's does not.
+ *  - ZeRO (zero.c): the same buckets, reduce-scattered to their owners.
+ *
+ * The buckets hang off gpt.c's unit hooks; gpt.c never learns why.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dp.h"
+
+/* Buckets of consecutive units in backward order (head first, embedding
+ * last), each closed once it reaches bucket_mb; ZeRO-2 and 3 reduce (and
+ * free) unit by unit, so each unit is its own bucket there. */
+static void make_buckets(DP *dp) {
+    GPT *m = dp->m;
+    size_t limit = (size_t)(dp->cfg.bucket_mb * 1e6 / sizeof(float));
+    if (dp->cfg.zero >= 2 || limit == 0) limit = 1;
+    dp->buckets = calloc(m->nunits, sizeof(DPBucket));
+    dp->unit_bucket = calloc(m->nunits, sizeof(int));
+    dp->nbuckets = 0;
+    DPBucket *b = NULL;
+    for (int u = m->nunits - 1; u >= 0; u--) {
+        size_t uo, un;
+        gpt_unit_range(m, u, &uo, &un);
+        if (!b || b->n >= limit) {
+            b = &dp->buckets[dp->nbuckets++];
+            b->unit_hi = u;
+        }
+        b->unit_lo = u;
+        b->off = uo;
+        b->n += un;
+        dp->unit_bucket[u] = (int)(b - dp->buckets);
+    }
+}
+
+/* The article's master GPU: everyone's gradients summed on rank 0, in rank
+ * order (0 + 1 + ... + D-1, the order the all-reduce uses too). */
+static void ps_reduce(DP *dp, float *grads, size_t n) {
+    if (dp->rank != 0) {
+        comm_send(dp->g, dp->dev, grads, n, COMM_F32, 0);
+        return;
+    }
+    for (int k = 1; k < dp->D; k++) {
+        comm_recv(dp->g, dp->dev, dp->stage, n, COMM_F32, k);
+        dp->dev->ops->accumulate(dp->dev, grads, dp->stage, n);
+    }
+}
+
+static void reduce_bucket(DP *dp, DPBucket *b) {
+    GPT *m = dp->m;
+    /* with ZeRO-2/3 a bucket is one unit and its gradients are transient */
+    float *grads = dp->cfg.zero >= 2 ? m->ugrads[b->unit_lo] : m->grads + b->off;
+    if (dp->cfg.mode == DP_PS) ps_reduce(dp, grads, b->n);
+    else if (dp->cfg.zero == 0) comm_all_reduce(dp->g, dp->dev, grads, b->n, COMM_F32, COMM_SUM);
+    else zero_reduce_bucket(dp, b, grads);
+}
+
+/* ZeRO-2/3: a unit's gradients live in a buffer of their own from the
+ * moment backward starts writing them until they are reduced. */
+static void grads_acquire(void *ctx, GPT *m, int u) {
+    DP *dp = ctx;
+    if (dp->cfg.zero < 2 || m->ugrads[u]) return;
+    size_t uo, un;
+    gpt_unit_range(m, u, &uo, &un);
+    m->ugrads[u] = dev_alloc(dp->dev, un * sizeof(float));
+    dp->transient += un * sizeof(float);
+    if (dp->transient > dp->transient_peak) dp->transient_peak = dp->transient;
+}
+
+static void grads_ready(void *ctx, GPT *m, int u) {
+    DP *dp = ctx;
+    DPBucket *b = &dp->buckets[dp->unit_bucket[u]];
+    if (!dp->reducing || --b->pending > 0) return;
+    reduce_bucket(dp, b);
+    if (dp->cfg.zero >= 2) {
+        size_t uo, un;
+        gpt_unit_range(m, u, &uo, &un);
+        comm_wait(dp->comm, dp->dev);  /* the reduction has read the buffer */
+        dev_free(dp->dev, m->ugrads[u], un * sizeof(float));
+        m->ugrads[u] = NULL;
+        dp->transient -= un * sizeof(float);
+    }
+}
+
+int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, const OptConfig *opt,
+             char *err, size_t errlen) {
+    memset(dp, 0, sizeof *dp);
+    dp->cfg = *cfg;
+    dp->m = m;
+    dp->dev = m->dev;
+    dp->comm = c;
+    dp->g = g;
+    dp->D = g->size;
+    dp->rank = g->index;
+    dp->opt = opt;
+    if (cfg->mode == DP_PS && cfg->zero) {
+        snprintf(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
+        return -1;
+    }
+    make_buckets(dp);
+    zero_layout(dp);
+    if (cfg->mode == DP_PS && dp->rank == 0) {
+        for (int i = 0; i < dp->nbuckets; i++)
+            if (dp->buckets[i].n > dp->stage_n) dp->stage_n = dp->buckets[i].n;
+        dp->stage = dev_alloc(dp->dev, dp->stage_n * sizeof(float));
+    }
+    if (zero_build(dp, err, errlen) != 0) return -1;
+    m->hooks.ctx = dp;
+    m->hooks.grads_acquire = grads_acquire;
+    m->hooks.grads_ready = grads_ready;
+    if (cfg->zero == 3) {
+        m->hooks.params_acquire = zero_params_acquire;
+        m->hooks.params_release = zero_params_release;
+    }
+    return 0;
+}
+
+void dp_free(DP *dp) {
+    zero_free(dp);
+    if (dp->stage) dev_free(dp->dev, dp->stage, dp->stage_n * sizeof(float));
+    memset(&dp->m->hooks, 0, sizeof dp->m->hooks);
+    free(dp->buckets);
+    free(dp->unit_bucket);
+    memset(dp, 0, sizeof *dp);
+}
+
+void dp_step_begin(DP *dp) {
+    if (dp->m->grads) dev_zero(dp->dev, dp->m->grads, dp->m->num_params * sizeof(float));
+    if (dp->grad_shard) dev_zero(dp->dev, dp->grad_shard, dp->owned * sizeof(float));
+}
+
+void dp_micro_batch(DP *dp, int last) {
+    dp->reducing = last || dp->cfg.zero >= 2;
+    for (int i = 0; i < dp->nbuckets; i++)
+        dp->buckets[i].pending = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
+}
+
+double dp_step_end(DP *dp, float lr) {
+    comm_wait(dp->comm, dp->dev);
+    double ss;
+    if (dp->cfg.mode == DP_PS) {
+        /* only the master has the summed gradients; the others learn the norm */
+        float s = dp->rank == 0 ? (float)dp->dev->ops->sumsq(dp->dev, dp->m->grads, dp->m->num_params) : 0;
+        comm_broadcast(dp->g, NULL, &s, 1, COMM_F32, 0);
+        ss = s;
+    } else if (dp->cfg.zero == 0) {
+        ss = dp->dev->ops->sumsq(dp->dev, dp->m->grads, dp->m->num_params);
+    } else {
+        /* each gradient element is owned by exactly one rank */
+        float s = (float)zero_owned_sumsq(dp);
+        comm_all_reduce(dp->g, NULL, &s, 1, COMM_F32, COMM_SUM);
+        ss = s;
+    }
+    double norm = sqrt(ss);
+    zero_update(dp, lr, optim_clip_scale(dp->opt, norm));
+    return norm;
+}
+
+float *dp_full_params(DP *dp) {
+    if (dp->cfg.zero < 3) return dp->m->params;
+    float *p = dev_alloc(dp->dev, dp->m->num_params * sizeof(float));
+    for (int i = 0; i < dp->nbuckets; i++) {
+        DPBucket *b = &dp->buckets[i];
+        comm_all_gather(dp->g, dp->dev, p + b->off, dp->param_shard + b->state_off, b->n, COMM_F32);
+    }
+    comm_wait(dp->comm, dp->dev);
+    return p;
+}
+
+void dp_full_params_free(DP *dp, float *p) {
+    if (p != dp->m->params) dev_free(dp->dev, p, dp->m->num_params * sizeof(float));
+}
