@@ -48,7 +48,7 @@ endif
 endif
 endif
 
-TESTS := test/test_ops test/test_model test/test_kernels test/test_comm
+TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp
 
 .PHONY: all build train test bench-cpu bench-comm clean
 
@@ -68,11 +68,11 @@ VAL  := data/tinyshakespeare_val.txt
 endif
 GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 ifeq ($(GPUS),0)
-TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 16 --seq 128 --steps 600 \
-                  --lr 5e-3 --lr-min 5e-4 --warmup 30
+TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 32 --seq 64 --steps 800 \
+                  --lr 3e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99
 else
 TRAIN_DEFAULTS := --device cuda --layers 6 --heads 6 --dim 384 --batch 32 --seq 256 --steps 800 \
-                  --lr 1e-3 --lr-min 1e-4 --warmup 50
+                  --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 endif
 
 train: build $(DATA) $(VAL)

@@ -452,11 +452,20 @@ static void sample(Run *r, int n) {
 static void print_memory(Run *r) {
     DPMemory mem;
     zero_memory(&r->dp, &mem);
-    printf("memory rank %d: params %.3f MB (formula %.3f), grads %.3f MB (formula %.3f), "
-           "optimizer %.3f MB%s (formula %.3f), activations %.3f MB\n",
+    printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
+           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
            (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
            mem.f_optim / 1e6, r->acts->bytes / 1e6);
+}
+
+/* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
+static void print_transient(Run *r) {
+    DPMemory mem;
+    zero_memory(&r->dp, &mem);
+    if (mem.transient_peak > 0)
+        printf("memory rank %d: transient gathers and reductions peaked at %.6g MB\n",
+               r->comm.rank, mem.transient_peak / 1e6);
 }
 
 static void print_header(Run *r) {
@@ -534,6 +543,7 @@ int main(int argc, char **argv) {
     }
     if (a->sample) sample(&r, a->sample);
     int rc = a->save ? save(&r) : 0;
+    print_transient(&r);
     if (a->comm_stats) {
         printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r.comm.rank);
         comm_stats_print(&r.comm, stdout);
