@@ -196,6 +196,35 @@ else
 fi
 wait 2>/dev/null
 
+# --- 7. the trainer itself: kill -9 one rank of 4 in the middle of training --------------
+log=$out/train_kill9.log
+./train --ranks 4 --data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 16 --max-seq 16 \
+    --vocab 61 --batch 1 --seq 8 --steps 1000000 --device cpu > "$log" 2>&1 &
+job=$!
+i=0
+while [ "$i" -lt 100 ] && ! grep -q '^step 5/' "$log"; do sleep 0.1; i=$((i + 1)); done
+ranks=$(pgrep -P "$job" | tr '\n' ' ')
+victim=$(echo "$ranks" | awk '{ print $3 }')
+if [ -z "$victim" ] || ! grep -q '^step 5/' "$log"; then
+    fail "train kill -9: the job did not start training (log: $log)"
+    cleanup $job $ranks
+else
+    t0=$(now)
+    kill -9 "$victim"
+    if wait_gone "$LIMIT" $job $ranks; then
+        wait "$job"; rc=$?
+        took=$(secs "$t0" "$(now)")
+        if [ "$rc" -ne 0 ] && grep -q 'rank 2 died (killed by signal 9)' "$log"; then
+            pass "train kill -9 of rank 2 of 4 mid-training: job exit $rc after ${took}s, the others name it"
+        else
+            fail "train kill -9: exit $rc, no line naming rank 2 (log: $log)"
+        fi
+    else
+        fail "train kill -9: processes outlived ${LIMIT}s"
+        cleanup $job $ranks
+    fi
+fi
+
 # --- nothing of ours is left in /dev/shm --------------------------------------------------
 if [ "$(shm_ours)" = "$shm_before" ]; then
     pass "fault_shm_clean: no /dev/shm/train-* segment left by the 6 jobs"
