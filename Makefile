@@ -22,7 +22,7 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=s
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 NCCL_HOME ?= $(CUDA_HOME)
 
-OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o
+OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o tp.o pp.o trace.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -48,7 +48,7 @@ endif
 endif
 endif
 
-TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp
+TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp test/test_pp
 
 .PHONY: all build train test bench-cpu bench-comm clean
 

@@ -66,27 +66,17 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
     return 0;
 }
 
-int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
-    if (m->layer0 != 0 || m->nlayers != m->cfg.layers || !m->has_embed || !m->has_head) {
-        snprintf(err, errlen, "ckpt_save needs the whole model on one rank");
-        return -1;
-    }
+int ckpt_write(const char *path, const GPTConfig *cfg, const float *llmc, char *err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) { snprintf(err, errlen, "cannot write %s", tmp); return -1; }
     int32_t h[256] = {0};
     h[0] = MODEL_MAGIC; h[1] = 3;
-    h[2] = m->cfg.max_seq; h[3] = m->cfg.vocab; h[4] = m->cfg.layers;
-    h[5] = m->cfg.heads; h[6] = m->cfg.dim; h[7] = m->cfg.padded_vocab;
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    float *llmc = malloc(m->num_params * sizeof(float) + 1);
-    dev_to_host(m->dev, host, m->params, m->num_params * sizeof(float));
-    gpt_llmc_copy(m, host, llmc, 1);
-    int ok = fwrite(h, 4, 256, f) == 256 &&
-             fwrite(llmc, 4, m->num_params, f) == m->num_params;
-    free(host);
-    free(llmc);
+    h[2] = cfg->max_seq; h[3] = cfg->vocab; h[4] = cfg->layers;
+    h[5] = cfg->heads; h[6] = cfg->dim; h[7] = cfg->padded_vocab;
+    size_t n = gpt_total_params(cfg);
+    int ok = fwrite(h, 4, 256, f) == 256 && fwrite(llmc, 4, n, f) == n;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
@@ -94,4 +84,19 @@ int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
+    if (m->layer0 != 0 || m->nlayers != m->cfg.layers || !m->has_embed || !m->has_head || m->tp != 1) {
+        snprintf(err, errlen, "ckpt_save needs the whole model on one rank");
+        return -1;
+    }
+    float *host = malloc(m->num_params * sizeof(float) + 1);
+    float *llmc = malloc(m->num_params * sizeof(float) + 1);
+    dev_to_host(m->dev, host, m->params, m->num_params * sizeof(float));
+    gpt_llmc_copy(m, host, llmc, 1);
+    int rc = ckpt_write(path, &m->cfg, llmc, err, errlen);
+    free(host);
+    free(llmc);
+    return rc;
 }

@@ -13,9 +13,12 @@ int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen)
  * Returns 0 or -1 with err. */
 int ckpt_load(const char *path, GPT *m, char *err, size_t errlen);
 
-/* Writes the whole model (m must hold all layers, the embedding and the head)
- * to path through path.tmp and a rename, so a crash keeps the last file.
- * Returns 0 or -1 with err. */
+/* Writes a model file of cfg from llmc [gpt_total_params] (llm.c's order,
+ * host memory) through path.tmp and a rename, so a crash keeps the last
+ * file. Returns 0 or -1 with err. */
+int ckpt_write(const char *path, const GPTConfig *cfg, const float *llmc, char *err, size_t errlen);
+
+/* ckpt_write of a model held whole by one rank. */
 int ckpt_save(const char *path, GPT *m, char *err, size_t errlen);
 
 #endif

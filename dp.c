@@ -97,14 +97,15 @@ static void grads_ready(void *ctx, GPT *m, int u) {
     }
 }
 
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, const OptConfig *opt,
-             char *err, size_t errlen) {
+int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, CommGroup *tp,
+             const OptConfig *opt, char *err, size_t errlen) {
     memset(dp, 0, sizeof *dp);
     dp->cfg = *cfg;
     dp->m = m;
     dp->dev = m->dev;
     dp->comm = c;
     dp->g = g;
+    dp->tp = tp && tp->size > 1 ? tp : NULL;
     dp->D = g->size;
     dp->rank = g->index;
     dp->opt = opt;
@@ -150,23 +151,47 @@ void dp_micro_batch(DP *dp, int last) {
         dp->buckets[i].pending = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
 }
 
-double dp_step_end(DP *dp, float lr) {
-    comm_wait(dp->comm, dp->dev);
-    double ss;
+typedef struct SumSq {
+    DP *dp;
+    const float *grads;
+    size_t offset;
+    double s;
+} SumSq;
+
+static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
+    SumSq *q = ctx;
+    if (q->dp->m->tp_rank != 0 && gpt_tensor_replicated(q->dp->m, tensor)) return;
+    q->s += q->dp->dev->ops->sumsq(q->dp->dev, q->grads + (off - q->offset), n);
+}
+
+double dp_sumsq(DP *dp, const float *grads, size_t offset, size_t count) {
+    SumSq q = {dp, grads, offset, 0.0};
+    gpt_segments(dp->m, offset, count, sumsq_segment, &q);
+    return q.s;
+}
+
+/* The global gradient norm: each distinct gradient element counted once,
+ * whichever ranks hold it (dp owners, tp shards, tp-replicated tensors). */
+static double global_norm(DP *dp) {
+    float s;
     if (dp->cfg.mode == DP_PS) {
         /* only the master has the summed gradients; the others learn the norm */
-        float s = dp->rank == 0 ? (float)dp->dev->ops->sumsq(dp->dev, dp->m->grads, dp->m->num_params) : 0;
+        s = dp->rank == 0 ? (float)dp_sumsq(dp, dp->m->grads, 0, dp->m->num_params) : 0;
         comm_broadcast(dp->g, NULL, &s, 1, COMM_F32, 0);
-        ss = s;
     } else if (dp->cfg.zero == 0) {
-        ss = dp->dev->ops->sumsq(dp->dev, dp->m->grads, dp->m->num_params);
+        s = (float)dp_sumsq(dp, dp->m->grads, 0, dp->m->num_params);
     } else {
-        /* each gradient element is owned by exactly one rank */
-        float s = (float)zero_owned_sumsq(dp);
+        /* each gradient element is owned by exactly one dp rank */
+        s = (float)zero_owned_sumsq(dp);
         comm_all_reduce(dp->g, NULL, &s, 1, COMM_F32, COMM_SUM);
-        ss = s;
     }
-    double norm = sqrt(ss);
+    if (dp->tp) comm_all_reduce(dp->tp, NULL, &s, 1, COMM_F32, COMM_SUM);
+    return sqrt(s);
+}
+
+double dp_step_end(DP *dp, float lr) {
+    comm_wait(dp->comm, dp->dev);
+    double norm = global_norm(dp);
     zero_update(dp, lr, optim_clip_scale(dp->opt, norm));
     return norm;
 }

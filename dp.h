@@ -51,6 +51,7 @@ typedef struct DP {
     Dev *dev;
     Comm *comm;
     CommGroup *g;              /* the dp group */
+    CommGroup *tp;             /* the tp group: the norm sums over it too (NULL: none) */
     int D, rank;               /* its size and this rank's index */
     const OptConfig *opt;
     int nbuckets;
@@ -74,8 +75,8 @@ typedef struct DP {
  * parameters initialised, identical on every rank): buckets, ownership,
  * optimizer state; with zero 2/3 it frees m's full gradients (and
  * parameters) and installs m's hooks. Returns 0, or -1 with err. */
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, const OptConfig *opt,
-             char *err, size_t errlen);
+int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, CommGroup *tp,
+             const OptConfig *opt, char *err, size_t errlen);
 void dp_free(DP *dp);
 
 /* A step: dp_step_begin, then per micro-batch dp_micro_batch and the model's
@@ -91,6 +92,10 @@ double dp_step_end(DP *dp, float lr);
  * ZeRO-3 a gathered copy (collective) that dp_full_params_free releases. */
 float *dp_full_params(DP *dp);
 void dp_full_params_free(DP *dp, float *p);
+
+/* Sum of squares of grads[k] = gradient of element offset + k, k < count,
+ * counting a tensor every tp rank holds whole only on tp rank 0. */
+double dp_sumsq(DP *dp, const float *grads, size_t offset, size_t count);
 
 /* zero.c: ownership, the sharded optimizer, ZeRO-3's gathers, memory. */
 void zero_layout(DP *dp);

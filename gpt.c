@@ -1,10 +1,20 @@
-/* gpt.c: GPT-2, forward and backward, for one stage of layers.
+/* gpt.c: GPT-2, forward and backward, for one shard of one stage.
  *
  * The model of llm.c's train_gpt2.c, reshaped for the articles' splits:
- * forward and backward come in three pieces (embedding, a range of layers,
- * head + loss) so a pipeline stage (pp.c) runs only its own, and every
- * linear layer goes through gpt_linear_forward / _backward, the one place
- * tensor parallelism (tp.c) will split columns and rows Megatron-style.
+ *  - 流水线并行 (pipeline): forward and backward come in three pieces
+ *    (embedding, a range of layers, head + loss) so a stage runs only its own;
+ *  - 张量并行 (tensor, Megatron): a rank holds NH/tp heads, 4C/tp MLP columns
+ *    and Vp/tp vocabulary rows. The column-parallel linears (qkv, fc) need
+ *    nothing in forward and all-reduce their input's gradient in backward;
+ *    the row-parallel ones (attproj, fcproj) all-reduce their output in
+ *    forward and nothing in backward: Megatron's conjugate f and g. The
+ *    embedding all-reduces its looked-up rows, and the loss is taken over
+ *    the split vocabulary without gathering the logits. With sequence
+ *    parallelism the all-reduces become reduce-scatters into sequence shards
+ *    and all-gathers out of them, and LayerNorm and the residual stream work
+ *    on B*T/tp rows;
+ *  - 数据并行 (data, ZeRO): the unit hooks let dp.c and zero.c reduce
+ *    gradients as they are finished and gather sharded parameters on use.
  * Nothing here knows how a stage or shard was chosen; it computes what it
  * holds. Every op goes through m->dev->ops, so the same code runs the CPU
  * reference and the CUDA kernels.
@@ -27,28 +37,44 @@ int gpt_tensor_decays(int i) {
            i == GPT_FCW || i == GPT_FCPROJW;
 }
 
-size_t gpt_layer_size(const GPTConfig *cfg, int i) {
-    size_t C = cfg->dim;
+static int per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
+
+int gpt_tensor_replicated(const GPT *m, int i) {
+    if (m->tp == 1) return 0;
+    return !(i == GPT_WTE || i == GPT_QKVW || i == GPT_QKVB || i == GPT_ATTPROJW ||
+             i == GPT_FCW || i == GPT_FCB || i == GPT_FCPROJW);
+}
+
+/* Elements of one layer of tensor i on a shard of tp ranks. */
+static size_t layer_size_tp(const GPTConfig *cfg, int i, int tp) {
+    size_t C = cfg->dim, Cl = C / tp, Fl = 4 * C / tp;
     switch (i) {
     case GPT_LN1W: case GPT_LN1B: case GPT_LN2W: case GPT_LN2B:
     case GPT_ATTPROJB: case GPT_FCPROJB: return C;
-    case GPT_QKVW: return 3 * C * C;
-    case GPT_QKVB: return 3 * C;
-    case GPT_ATTPROJW: return C * C;
-    case GPT_FCW: case GPT_FCPROJW: return 4 * C * C;
-    case GPT_FCB: return 4 * C;
+    case GPT_QKVW: return 3 * Cl * C;
+    case GPT_QKVB: return 3 * Cl;
+    case GPT_ATTPROJW: return C * Cl;
+    case GPT_FCW: case GPT_FCPROJW: return Fl * C;
+    case GPT_FCB: return Fl;
     default: return 0;
     }
 }
 
-size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head) {
+size_t gpt_layer_size(const GPTConfig *cfg, int i) { return layer_size_tp(cfg, i, 1); }
+
+static size_t tensor_size_tp(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head,
+                             int tp) {
     size_t C = cfg->dim;
     switch (i) {
-    case GPT_WTE: return (has_embed || has_head) ? (size_t)cfg->padded_vocab * C : 0;
+    case GPT_WTE: return (has_embed || has_head) ? (size_t)cfg->padded_vocab / tp * C : 0;
     case GPT_WPE: return has_embed ? (size_t)cfg->max_seq * C : 0;
     case GPT_LNFW: case GPT_LNFB: return has_head ? C : 0;
-    default: return (size_t)nlayers * gpt_layer_size(cfg, i);
+    default: return (size_t)nlayers * layer_size_tp(cfg, i, tp);
     }
+}
+
+size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head) {
+    return tensor_size_tp(cfg, i, nlayers, has_embed, has_head, 1);
 }
 
 size_t gpt_total_params(const GPTConfig *cfg) {
@@ -76,33 +102,40 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
     return 0;
 }
 
-void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, int has_embed,
-               int has_head) {
+GPTShard gpt_whole(const GPTConfig *cfg) {
+    return (GPTShard){.layer0 = 0, .nlayers = cfg->layers, .has_embed = 1, .has_head = 1,
+                      .tp = 1, .tp_rank = 0};
+}
+
+void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->dev = dev;
-    m->layer0 = layer0;
-    m->nlayers = nlayers;
-    m->has_embed = has_embed;
-    m->has_head = has_head;
-    size_t C = cfg->dim, n = 0;
-    for (int i = 0; i < GPT_NTENSORS; i++) m->sizes[i] = gpt_tensor_size(cfg, i, nlayers, has_embed, has_head);
-    if (has_embed) {
-        m->offsets[GPT_WTE] = n; n += (size_t)cfg->padded_vocab * C;
+    m->layer0 = s->layer0;
+    m->nlayers = s->nlayers;
+    m->has_embed = s->has_embed;
+    m->has_head = s->has_head;
+    m->tp = s->tp;
+    m->tp_rank = s->tp_rank;
+    size_t C = cfg->dim, n = 0, wte = (size_t)cfg->padded_vocab / m->tp * C;
+    for (int i = 0; i < GPT_NTENSORS; i++)
+        m->sizes[i] = tensor_size_tp(cfg, i, m->nlayers, m->has_embed, m->has_head, m->tp);
+    if (m->has_embed) {
+        m->offsets[GPT_WTE] = n; n += wte;
         m->offsets[GPT_WPE] = n; n += (size_t)cfg->max_seq * C;
     }
     for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++) {
         m->offsets[i] = n + m->layer_stride;
-        m->layer_stride += gpt_layer_size(cfg, i);
+        m->layer_stride += layer_size_tp(cfg, i, m->tp);
     }
-    n += (size_t)nlayers * m->layer_stride;
-    if (has_head) {
-        if (!has_embed) { m->offsets[GPT_WTE] = n; n += (size_t)cfg->padded_vocab * C; }
+    n += (size_t)m->nlayers * m->layer_stride;
+    if (m->has_head) {
+        if (!m->has_embed) { m->offsets[GPT_WTE] = n; n += wte; }
         m->offsets[GPT_LNFW] = n; n += C;
         m->offsets[GPT_LNFB] = n; n += C;
     }
     m->num_params = n;
-    m->nunits = has_embed + nlayers + has_head;
+    m->nunits = m->has_embed + m->nlayers + m->has_head;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
     m->uparams = calloc(m->nunits, sizeof(float *));
@@ -119,31 +152,6 @@ void gpt_units_default(GPT *m) {
     }
 }
 
-/* Backward scratch is sized on first use, for the largest B*T seen. */
-static void scratch_ensure(GPT *m, int B, int T) {
-    int bt = B * T;
-    size_t C = m->cfg.dim, NH = m->cfg.heads;
-    if (bt <= m->max_bt) return;
-    Dev *d = m->dev;
-    if (m->max_bt) {
-        size_t n = (size_t)m->max_bt;
-        dev_free(d, m->dx, n * C * 4); dev_free(d, m->dln, n * C * 4);
-        dev_free(d, m->datty, n * C * 4); dev_free(d, m->dqkv, n * 3 * C * 4);
-        dev_free(d, m->dfch, n * 4 * C * 4); dev_free(d, m->dfchg, n * 4 * C * 4);
-        dev_free(d, m->datt, n * NH * m->cfg.max_seq * 4);
-    }
-    /* datt holds [B,NH,T,T] <= B*T * NH * maxT elements. */
-    m->max_bt = bt;
-    size_t n = (size_t)bt;
-    m->dx = dev_alloc(d, n * C * 4);
-    m->dln = dev_alloc(d, n * C * 4);
-    m->datty = dev_alloc(d, n * C * 4);
-    m->dqkv = dev_alloc(d, n * 3 * C * 4);
-    m->dfch = dev_alloc(d, n * 4 * C * 4);
-    m->dfchg = dev_alloc(d, n * 4 * C * 4);
-    m->datt = dev_alloc(d, n * NH * m->cfg.max_seq * 4);
-}
-
 void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count) {
     size_t layers_start = m->has_embed ? m->sizes[GPT_WTE] + m->sizes[GPT_WPE] : 0;
     if (m->has_embed && u == 0) { *offset = 0; *count = layers_start; return; }
@@ -158,7 +166,7 @@ void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count) {
 }
 
 float *gpt_tensor(const GPT *m, float *base, int i, int l) {
-    if (i >= GPT_LN1W && i <= GPT_FCPROJB) return base + m->offsets[i] + (size_t)l * m->layer_stride;
+    if (per_layer(i)) return base + m->offsets[i] + (size_t)l * m->layer_stride;
     return base + m->offsets[i];
 }
 
@@ -172,14 +180,32 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
         if (uo >= end || uo + un <= offset) continue;
         int l = u - m->has_embed;
         for (int i = 0; i < GPT_NTENSORS; i++) {
-            int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
-            if (!m->sizes[i] || per_layer != (l >= 0 && l < m->nlayers)) continue;
+            if (!m->sizes[i] || per_layer(i) != (l >= 0 && l < m->nlayers)) continue;
             size_t a = (size_t)(gpt_tensor(m, m->params, i, l) - m->params);
-            size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
+            size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
             if (a < uo || a >= uo + un) continue;  /* wte of the other unit */
             size_t lo = a > offset ? a : offset, hi = a + n < end ? a + n : end;
             if (lo < hi) fn(ctx, lo, hi - lo, i);
         }
+    }
+}
+
+/* Where element k of this shard's slice of tensor i (within one layer, or
+ * within the tensor for the whole-model ones) sits in the unsplit tensor:
+ * qkv rows are [q | k | v] with this rank's heads' rows in each third; fc
+ * rows, the projections' columns and wte's rows are contiguous slices. */
+static size_t global_index(const GPT *m, int i, size_t k) {
+    size_t C = m->cfg.dim, r = m->tp_rank, Cl = C / m->tp, Fl = 4 * C / m->tp;
+    if (m->tp == 1 || gpt_tensor_replicated(m, i)) return k;
+    switch (i) {
+    case GPT_QKVW: { size_t j = k / C, c = k % C; return ((j / Cl) * C + r * Cl + j % Cl) * C + c; }
+    case GPT_QKVB: return (k / Cl) * C + r * Cl + k % Cl;
+    case GPT_ATTPROJW: return (k / Cl) * C + r * Cl + k % Cl;
+    case GPT_FCW: return r * Fl * C + k;
+    case GPT_FCB: return r * Fl + k;
+    case GPT_FCPROJW: return (k / Fl) * 4 * C + r * Fl + k % Fl;
+    case GPT_WTE: return r * (size_t)(m->cfg.padded_vocab / m->tp) * C + k;
+    default: return k;
     }
 }
 
@@ -193,37 +219,71 @@ static size_t llmc_offset(const GPTConfig *cfg, int i, int l) {
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
-        int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
-        int nl = per_layer ? m->nlayers : 1;
-        size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
+        if (to_llmc && m->tp_rank != 0 && gpt_tensor_replicated(m, i)) continue;
+        int nl = per_layer(i) ? m->nlayers : 1;
+        size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         for (int l = 0; l < nl; l++) {
             float *a = gpt_tensor(m, internal, i, l);
-            float *b = llmc + llmc_offset(&m->cfg, i, per_layer ? m->layer0 + l : 0);
-            if (to_llmc) memcpy(b, a, n * sizeof(float));
-            else memcpy(a, b, n * sizeof(float));
+            float *b = llmc + llmc_offset(&m->cfg, i, per_layer(i) ? m->layer0 + l : 0);
+            #pragma omp parallel for
+            for (size_t k = 0; k < n; k++) {
+                size_t g = global_index(m, i, k);
+                if (to_llmc) b[g] = a[k];
+                else a[k] = b[g];
+            }
         }
     }
 }
 
+/* Backward scratch is sized on first use, for the largest B*T seen. */
+static void scratch_free(GPT *m) {
+    Dev *d = m->dev;
+    size_t C = m->cfg.dim, n = (size_t)m->max_bt, tp = m->tp;
+    if (!m->max_bt) return;
+    dev_free(d, m->dx, n * C * 4);
+    dev_free(d, m->dln, n * C * 4);
+    dev_free(d, m->datty, n * C / tp * 4);
+    dev_free(d, m->dqkv, n * 3 * C / tp * 4);
+    dev_free(d, m->dfch, n * 4 * C / tp * 4);
+    dev_free(d, m->dfchg, n * 4 * C / tp * 4);
+    dev_free(d, m->datt, n * m->cfg.heads / tp * m->cfg.max_seq * 4);
+    dev_free(d, m->full, n * C * 4);
+    dev_free(d, m->sp_dw, 2 * C * 4);
+}
+
+static void scratch_ensure(GPT *m, int B, int T) {
+    int bt = B * T;
+    if (bt <= m->max_bt) return;
+    scratch_free(m);
+    Dev *d = m->dev;
+    size_t C = m->cfg.dim, n = (size_t)bt, tp = m->tp;
+    m->max_bt = bt;
+    m->dx = dev_alloc(d, n * C * 4);
+    m->dln = dev_alloc(d, n * C * 4);
+    m->datty = dev_alloc(d, n * C / tp * 4);
+    m->dqkv = dev_alloc(d, n * 3 * C / tp * 4);
+    m->dfch = dev_alloc(d, n * 4 * C / tp * 4);
+    m->dfchg = dev_alloc(d, n * 4 * C / tp * 4);
+    /* datt holds [B,NH/tp,T,T] <= B*T * NH/tp * maxT elements */
+    m->datt = dev_alloc(d, n * m->cfg.heads / tp * m->cfg.max_seq * 4);
+    m->full = dev_alloc(d, n * C * 4);
+    m->sp_dw = dev_alloc(d, 2 * C * 4);
+}
+
 void gpt_free(GPT *m) {
     Dev *d = m->dev;
-    size_t C = m->cfg.dim, n = (size_t)m->max_bt;
     dev_free(d, m->params, m->num_params * 4);
     dev_free(d, m->grads, m->num_params * 4);
     free(m->uparams);
     free(m->ugrads);
-    if (m->max_bt) {
-        dev_free(d, m->dx, n * C * 4); dev_free(d, m->dln, n * C * 4);
-        dev_free(d, m->datty, n * C * 4); dev_free(d, m->dqkv, n * 3 * C * 4);
-        dev_free(d, m->dfch, n * 4 * C * 4); dev_free(d, m->dfchg, n * 4 * C * 4);
-        dev_free(d, m->datt, n * m->cfg.heads * m->cfg.max_seq * 4);
-    }
+    scratch_free(m);
     memset(m, 0, sizeof *m);
 }
 
 /* ---------------------------------------------------------------------------
  * Initialisation from a counter-based generator: the value of element k of
- * tensor i is a pure function of (seed, i, k), wherever it is held. */
+ * tensor i is a pure function of (seed, i, k) in the unsplit model, wherever
+ * it is held, so every layout starts from the same model. */
 
 static uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
@@ -241,23 +301,22 @@ static float normal_at(uint64_t seed, int tensor, uint64_t k) {
 }
 
 void gpt_init_random(GPT *m, uint64_t seed) {
-    float *host = malloc(m->num_params * sizeof(float));
+    float *host = malloc(m->num_params * sizeof(float) + 1);
     if (!host) { fprintf(stderr, "error: out of host memory initialising the model\n"); exit(1); }
     float resid_std = 0.02f / sqrtf(2.0f * m->cfg.layers);
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
-        int per_layer = i >= GPT_LN1W && i <= GPT_FCPROJB;
-        size_t n = per_layer ? gpt_layer_size(&m->cfg, i) : m->sizes[i];
+        size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         int is_ln_w = i == GPT_LN1W || i == GPT_LN2W || i == GPT_LNFW;
         float std = (i == GPT_ATTPROJW || i == GPT_FCPROJW) ? resid_std : 0.02f;
-        for (int l = 0; l < (per_layer ? m->nlayers : 1); l++) {
+        for (int l = 0; l < (per_layer(i) ? m->nlayers : 1); l++) {
             float *p = gpt_tensor(m, host, i, l);
-            /* index of element 0 in the whole model's tensor i */
-            uint64_t base = per_layer ? (uint64_t)(m->layer0 + l) * n : 0;
+            /* index of element 0 of this layer in the whole model's tensor i */
+            uint64_t base = per_layer(i) ? (uint64_t)(m->layer0 + l) * gpt_layer_size(&m->cfg, i) : 0;
             #pragma omp parallel for
             for (size_t k = 0; k < n; k++) {
                 if (is_ln_w) p[k] = 1.0f;
-                else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + k);
+                else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + global_index(m, i, k));
                 else p[k] = 0.0f;
             }
         }
@@ -269,90 +328,123 @@ void gpt_init_random(GPT *m, uint64_t seed) {
 /* ---------------------------------------------------------------------------
  * Activations. */
 
-GPTActs *gpt_acts_build(GPT *m, int B, int T) {
+/* Rows of the residual stream a rank keeps for B*T tokens. */
+static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / m->tp : B * T; }
+
+/* The sizes of every buffer of a set of activations, in one place for
+ * build and free. */
+#define ACTS_FIELDS(X)                                                     \
+    X(x_in, rows * C)                                                      \
+    X(ln1, nl * bt * C) X(ln1_mean, nl * rows) X(ln1_rstd, nl * rows)      \
+    X(qkv, nl * bt * 3 * Cl) X(atty, nl * bt * Cl) X(att, nl * B * NHl * T * T) \
+    X(res2, nl * rows * C) X(ln2, nl * bt * C) X(ln2_mean, nl * rows)       \
+    X(ln2_rstd, nl * rows) X(fch, nl * bt * Fl) X(fchg, nl * bt * Fl)       \
+    X(res3, nl * rows * C) X(proj, bt * C)
+#define HEAD_FIELDS(X)                                                     \
+    X(lnf, bt * C) X(lnf_mean, rows) X(lnf_rstd, rows) X(logits, bt * Vl)  \
+    X(losses, bt) X(xstats, tp * bt * 3) X(lse, bt)
+
+#define ACTS_SIZES                                                                  \
+    size_t C = m->cfg.dim, tp = m->tp, Cl = C / tp, Fl = 4 * C / tp, NHl = m->cfg.heads / tp; \
+    size_t Vl = m->cfg.padded_vocab / tp, nl = m->nlayers, B = a->B, T = a->T;       \
+    size_t bt = B * T, rows = a->rows;                                               \
+    (void)Cl; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows;
+
+GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     GPTActs *a = calloc(1, sizeof *a);
     Dev *d = m->dev;
-    size_t C = m->cfg.dim, NH = m->cfg.heads, nl = m->nlayers, bt = (size_t)B * T;
-    a->B = B;
-    a->T = T;
+    a->B = B_;
+    a->T = T_;
+    a->rows = stream_rows(m, B_, T_);
+    ACTS_SIZES
     size_t before = d->bytes_live;
     a->tokens = dev_alloc(d, bt * sizeof(int));
     a->targets = dev_alloc(d, bt * sizeof(int));
-    a->x_in = dev_alloc(d, bt * C * 4);
-    a->ln1 = dev_alloc(d, nl * bt * C * 4);
-    a->ln1_mean = dev_alloc(d, nl * bt * 4);
-    a->ln1_rstd = dev_alloc(d, nl * bt * 4);
-    a->qkv = dev_alloc(d, nl * bt * 3 * C * 4);
-    a->atty = dev_alloc(d, nl * bt * C * 4);
-    a->att = dev_alloc(d, nl * B * NH * T * T * 4);
-    a->res2 = dev_alloc(d, nl * bt * C * 4);
-    a->ln2 = dev_alloc(d, nl * bt * C * 4);
-    a->ln2_mean = dev_alloc(d, nl * bt * 4);
-    a->ln2_rstd = dev_alloc(d, nl * bt * 4);
-    a->fch = dev_alloc(d, nl * bt * 4 * C * 4);
-    a->fchg = dev_alloc(d, nl * bt * 4 * C * 4);
-    a->res3 = dev_alloc(d, nl * bt * C * 4);
-    a->proj = dev_alloc(d, bt * C * 4);
-    if (m->has_head) {
-        a->lnf = dev_alloc(d, bt * C * 4);
-        a->lnf_mean = dev_alloc(d, bt * 4);
-        a->lnf_rstd = dev_alloc(d, bt * 4);
-        a->logits = dev_alloc(d, bt * m->cfg.padded_vocab * 4);
-        a->losses = dev_alloc(d, bt * 4);
-    }
+#define ALLOC(f, n) a->f = dev_alloc(d, (size_t)(n) * sizeof(float));
+    ACTS_FIELDS(ALLOC)
+    if (m->has_head) { HEAD_FIELDS(ALLOC) }
+#undef ALLOC
     a->bytes = d->bytes_live - before;
-    scratch_ensure(m, B, T);
+    scratch_ensure(m, B_, T_);
     return a;
 }
 
 void gpt_acts_free(GPT *m, GPTActs *a) {
     if (!a) return;
     Dev *d = m->dev;
-    size_t C = m->cfg.dim, NH = m->cfg.heads, nl = m->nlayers, bt = (size_t)a->B * a->T;
-    size_t B = a->B, T = a->T;
+    ACTS_SIZES
     dev_free(d, a->tokens, bt * sizeof(int));
     dev_free(d, a->targets, bt * sizeof(int));
-    dev_free(d, a->x_in, bt * C * 4);
-    dev_free(d, a->ln1, nl * bt * C * 4);
-    dev_free(d, a->ln1_mean, nl * bt * 4);
-    dev_free(d, a->ln1_rstd, nl * bt * 4);
-    dev_free(d, a->qkv, nl * bt * 3 * C * 4);
-    dev_free(d, a->atty, nl * bt * C * 4);
-    dev_free(d, a->att, nl * B * NH * T * T * 4);
-    dev_free(d, a->res2, nl * bt * C * 4);
-    dev_free(d, a->ln2, nl * bt * C * 4);
-    dev_free(d, a->ln2_mean, nl * bt * 4);
-    dev_free(d, a->ln2_rstd, nl * bt * 4);
-    dev_free(d, a->fch, nl * bt * 4 * C * 4);
-    dev_free(d, a->fchg, nl * bt * 4 * C * 4);
-    dev_free(d, a->res3, nl * bt * C * 4);
-    dev_free(d, a->proj, bt * C * 4);
-    if (m->has_head) {
-        dev_free(d, a->lnf, bt * C * 4);
-        dev_free(d, a->lnf_mean, bt * 4);
-        dev_free(d, a->lnf_rstd, bt * 4);
-        dev_free(d, a->logits, bt * m->cfg.padded_vocab * 4);
-        dev_free(d, a->losses, bt * 4);
-    }
+#define FREE(f, n) dev_free(d, a->f, (size_t)(n) * sizeof(float));
+    ACTS_FIELDS(FREE)
+    if (m->has_head) { HEAD_FIELDS(FREE) }
+#undef FREE
     free(a);
 }
 
 void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, int B, int T) {
-    size_t bytes = (size_t)B * T * sizeof(int);
-    if (tokens) dev_from_host(m->dev, a->tokens, tokens, bytes);
+    size_t bt = (size_t)B * T, bytes = bt * sizeof(int);
+    if (tokens && m->tp > 1) {
+        /* the embedding looks up ids of this rank's vocabulary slice; -1 elsewhere */
+        int Vl = m->cfg.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
+        int *local = malloc(bytes + 1);
+        for (size_t k = 0; k < bt; k++)
+            local[k] = tokens[k] >= v0 && tokens[k] < v0 + Vl ? tokens[k] - v0 : -1;
+        dev_from_host(m->dev, a->tokens, local, bytes);
+        free(local);
+    } else if (tokens) {
+        dev_from_host(m->dev, a->tokens, tokens, bytes);
+    }
     if (targets) dev_from_host(m->dev, a->targets, targets, bytes);
 }
 
 /* ---------------------------------------------------------------------------
- * The one linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + b. Tensor
- * parallelism splits it here: column-parallel (qkv, fc) holds OC/T output
- * rows, row-parallel (attproj, fcproj) C/T input columns and all-reduces its
- * output. On one rank both are this matmul. */
+ * Tensor parallelism's collectives, at Megatron's f and g. Without
+ * sequence parallelism the residual stream is whole on every rank: a
+ * row-parallel output is all-reduced (g), a column-parallel input's gradient
+ * too (f). With it, the stream is split by rows: g is a reduce-scatter into
+ * this rank's rows, f's forward an all-gather out of them, and backward
+ * swaps the two. */
 
-typedef enum { LINEAR_COLUMN, LINEAR_ROW, LINEAR_WHOLE } LinearSplit;
+static void tp_all_reduce(GPT *m, float *buf, size_t n) {
+    if (m->tp > 1) m->tpc.all_reduce(m->tpc.ctx, buf, n);
+}
+
+/* g forward: partial[N,C] summed over ranks, into out[rows,C]. */
+static void tp_reduce_out(GPT *m, float *out, float *partial, int N) {
+    size_t C = m->cfg.dim;
+    if (m->tp == 1) { if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * 4); return; }
+    if (m->tpc.sp) m->tpc.reduce_scatter(m->tpc.ctx, out, partial, (size_t)N / m->tp * C);
+    else {
+        m->tpc.all_reduce(m->tpc.ctx, partial, (size_t)N * C);
+        if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * 4);
+    }
+}
+
+/* f forward with sequence parallelism: rows [rows,C] of every rank into full
+ * [N,C]; `mine` already sits at this rank's place in full. */
+static void tp_gather_rows(GPT *m, float *full, int N) {
+    if (!m->tpc.sp || m->tp == 1) return;
+    size_t n = (size_t)N / m->tp * m->cfg.dim;
+    m->tpc.all_gather(m->tpc.ctx, full, full + m->tp_rank * n, n);
+}
+
+/* This rank's first row of the residual stream within the N rows. */
+static size_t my_row0(const GPT *m, int N) { return m->tpc.sp ? (size_t)m->tp_rank * N / m->tp : 0; }
+
+/* ---------------------------------------------------------------------------
+ * The one linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + b, with this
+ * rank's part of w. Column-parallel (qkv, fc, the vocab-parallel head) holds
+ * OC/tp output rows: its input gradient is a partial sum, completed by the
+ * caller's f. Row-parallel (attproj, fcproj) holds C/tp input columns: its
+ * output is a partial sum (completed by the caller's g), so only rank 0
+ * adds the bias. */
+
+typedef enum { LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
 
 static void gpt_linear_forward(GPT *m, LinearSplit split, float *out, const float *inp,
                                const float *w, const float *b, int N, int C, int OC) {
+    if (split == LINEAR_ROW && m->tp_rank != 0) b = NULL;
     m->dev->ops->matmul_forward(m->dev, out, inp, w, b, N, C, OC);
 }
 
@@ -379,7 +471,7 @@ static int unit_embed(const GPT *m) { (void)m; return 0; }
 static int unit_head(const GPT *m) { return m->nunits - 1; }
 
 static int tensor_unit(const GPT *m, int i, int l) {
-    if (i >= GPT_LN1W && i <= GPT_FCPROJB) return unit_of_layer(m, l);
+    if (per_layer(i)) return unit_of_layer(m, l);
     if (i == GPT_WPE || (i == GPT_WTE && m->has_embed)) return unit_embed(m);
     return unit_head(m);
 }
@@ -408,43 +500,101 @@ static void grads_ready(GPT *m, int u) {
     if (m->hooks.grads_ready) m->hooks.grads_ready(m->hooks.ctx, m, u);
 }
 
-/* Activation slices of local layer l, for a built with a->B * a->T rows. */
+/* Activation slices of local layer l: full-row buffers (B*T rows) and the
+ * residual stream's (a->rows rows). */
 #define ACT(a, field, l, width) ((a)->field + (size_t)(l) * (a)->B * (a)->T * (width))
+#define RES(a, field, l, width) ((a)->field + (size_t)(l) * (a)->rows * (width))
+
+/* LayerNorm of this rank's rows of the stream x into its rows of the full
+ * buffer out, then gathered (f) so the column-parallel linear sees all rows. */
+static void norm_and_gather(GPT *m, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int N) {
+    int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
+    m->dev->ops->layernorm_forward(m->dev, out + my_row0(m, N) * C, mean, rstd, x, w, b, rows, C);
+    tp_gather_rows(m, out, N);
+}
+
+/* The backward of norm_and_gather: dfull [N,C] holds partial input
+ * gradients of the column-parallel linear; they are summed (f backward:
+ * all-reduce, or reduce-scatter with sequence parallelism) into this rank's
+ * rows, then the LayerNorm's backward adds into dx [rows,C]. With sequence
+ * parallelism each rank saw only its rows, so the LayerNorm's own gradients
+ * are partial and summed over the group before they are added. */
+static void norm_backward(GPT *m, float *dx, float *dfull, const float *x, const float *w,
+                          float *dw, float *db, const float *mean, const float *rstd, int N) {
+    int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
+    Dev *d = m->dev;
+    float *dln = dfull;
+    if (m->tp > 1 && m->tpc.sp) {
+        m->tpc.reduce_scatter(m->tpc.ctx, m->dln, dfull, (size_t)rows * C);
+        dln = m->dln;
+    } else {
+        tp_all_reduce(m, dfull, (size_t)N * C);
+    }
+    if (m->tp > 1 && m->tpc.sp) {
+        dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
+        d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
+        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C);
+        d->ops->accumulate(d, dw, m->sp_dw, C);
+        d->ops->accumulate(d, db, m->sp_dw + C, C);
+    } else {
+        d->ops->layernorm_backward(d, dx, dw, db, dln, x, w, mean, rstd, rows, C);
+    }
+}
+
+/* The backward of g: this rank's rows of a gradient dx [rows,C] made whole
+ * [N,C] for the row-parallel linear's backward (with sequence parallelism an
+ * all-gather; otherwise every rank already holds all rows). */
+static const float *ungather_rows(GPT *m, float *dx, int N) {
+    if (!m->tpc.sp || m->tp == 1) return dx;
+    size_t n = (size_t)N / m->tp * m->cfg.dim;
+    m->tpc.all_gather(m->tpc.ctx, m->full, dx, n);
+    return m->full;
+}
 
 void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
+    int N = B * T;
     params_acquire(m, unit_embed(m));
-    m->dev->ops->encoder_forward(m->dev, a->x_in, a->tokens, P(m, GPT_WTE, 0), P(m, GPT_WPE, 0),
-                                 B, T, m->cfg.dim);
+    /* each rank looks up the tokens of its vocabulary slice; wpe is added once */
+    float *rows_out = m->tp > 1 ? m->full : a->x_in;
+    m->dev->ops->encoder_forward(m->dev, rows_out, a->tokens, P(m, GPT_WTE, 0),
+                                 m->tp_rank == 0 ? P(m, GPT_WPE, 0) : NULL, B, T, m->cfg.dim);
+    if (m->tp > 1) tp_reduce_out(m, a->x_in, m->full, N);
     if (!m->has_head) params_release(m, unit_embed(m));  /* else the head releases it */
 }
 
 float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
-    int C = m->cfg.dim, NH = m->cfg.heads, N = B * T;
+    int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
+    int N = B * T, rows = stream_rows(m, B, T);
     float *x = a->x_in;
     for (int l = 0; l < m->nlayers; l++) {
-        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * C), *atty = ACT(a, atty, l, C);
-        float *att = a->att + (size_t)l * a->B * NH * a->T * a->T;
-        float *res2 = ACT(a, res2, l, C), *ln2 = ACT(a, ln2, l, C), *res3 = ACT(a, res3, l, C);
-        float *fch = ACT(a, fch, l, 4 * C), *fchg = ACT(a, fchg, l, 4 * C);
+        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * Cl), *atty = ACT(a, atty, l, Cl);
+        float *att = a->att + (size_t)l * a->B * NHl * a->T * a->T;
+        float *ln2 = ACT(a, ln2, l, C), *fch = ACT(a, fch, l, Fl), *fchg = ACT(a, fchg, l, Fl);
+        float *res2 = RES(a, res2, l, C), *res3 = RES(a, res3, l, C);
         params_acquire(m, unit_of_layer(m, l));
-        o->layernorm_forward(d, ln1, ACT(a, ln1_mean, l, 1), ACT(a, ln1_rstd, l, 1), x,
-                             P(m, GPT_LN1W, l), P(m, GPT_LN1B, l), N, C);
+        /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
+        norm_and_gather(m, ln1, RES(a, ln1_mean, l, 1), RES(a, ln1_rstd, l, 1), x,
+                        P(m, GPT_LN1W, l), P(m, GPT_LN1B, l), N);
         gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, P(m, GPT_QKVW, l), P(m, GPT_QKVB, l),
-                           N, C, 3 * C);
-        o->attention_forward(d, atty, att, qkv, B, T, C, NH);
+                           N, C, 3 * Cl);
+        o->attention_forward(d, atty, att, qkv, B, T, Cl, NHl);
         gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, P(m, GPT_ATTPROJW, l),
-                           P(m, GPT_ATTPROJB, l), N, C, C);
-        o->add(d, res2, x, a->proj, (size_t)N * C);
-        o->layernorm_forward(d, ln2, ACT(a, ln2_mean, l, 1), ACT(a, ln2_rstd, l, 1), res2,
-                             P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N, C);
+                           P(m, GPT_ATTPROJB, l), N, Cl, C);
+        tp_reduce_out(m, a->proj, a->proj, N);
+        o->add(d, res2, x, a->proj, (size_t)rows * C);
+        /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+        norm_and_gather(m, ln2, RES(a, ln2_mean, l, 1), RES(a, ln2_rstd, l, 1), res2,
+                        P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N);
         gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, P(m, GPT_FCW, l), P(m, GPT_FCB, l),
-                           N, C, 4 * C);
-        o->gelu_forward(d, fchg, fch, (size_t)N * 4 * C);
+                           N, C, Fl);
+        o->gelu_forward(d, fchg, fch, (size_t)N * Fl);
         gpt_linear_forward(m, LINEAR_ROW, a->proj, fchg, P(m, GPT_FCPROJW, l),
-                           P(m, GPT_FCPROJB, l), N, 4 * C, C);
-        o->add(d, res3, res2, a->proj, (size_t)N * C);
+                           P(m, GPT_FCPROJB, l), N, Fl, C);
+        tp_reduce_out(m, a->proj, a->proj, N);
+        o->add(d, res3, res2, a->proj, (size_t)rows * C);
         params_release(m, unit_of_layer(m, l));
         x = res3;
     }
@@ -453,17 +603,17 @@ float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
 
 /* The stage output: the last layer's res3, or the input when it has no layers. */
 static float *stage_output(GPT *m, GPTActs *a) {
-    return m->nlayers ? ACT(a, res3, m->nlayers - 1, m->cfg.dim) : a->x_in;
+    return m->nlayers ? RES(a, res3, m->nlayers - 1, m->cfg.dim) : a->x_in;
 }
 
-/* Final LayerNorm and the tied head; the caller holds the parameters. */
+/* Final LayerNorm and the tied head over this rank's vocabulary slice; the
+ * caller holds the parameters. */
 static void head_logits(GPT *m, GPTActs *a, int B, int T) {
-    const Ops *o = m->dev->ops;
     int C = m->cfg.dim, N = B * T;
-    o->layernorm_forward(m->dev, a->lnf, a->lnf_mean, a->lnf_rstd, stage_output(m, a),
-                         P(m, GPT_LNFW, 0), P(m, GPT_LNFB, 0), N, C);
-    gpt_linear_forward(m, LINEAR_WHOLE, a->logits, a->lnf, P(m, GPT_WTE, 0), NULL, N, C,
-                       m->cfg.padded_vocab);
+    norm_and_gather(m, a->lnf, a->lnf_mean, a->lnf_rstd, stage_output(m, a), P(m, GPT_LNFW, 0),
+                    P(m, GPT_LNFB, 0), N);
+    gpt_linear_forward(m, LINEAR_COLUMN, a->logits, a->lnf, P(m, GPT_WTE, 0), NULL, N, C,
+                       m->cfg.padded_vocab / m->tp);
 }
 
 static void head_release(GPT *m) {
@@ -477,13 +627,31 @@ void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
     head_release(m);
 }
 
+/* Cross-entropy over the vocabulary: fused on one rank; split over tp
+ * ranks, each contributes three numbers a row (its max, its sum of
+ * exponentials, the target's logit if it holds it) and the full logits are
+ * never gathered. With dloss != 0 the logits become their gradient. */
+static void loss(GPT *m, GPTActs *a, int N, float dloss) {
+    const Ops *o = m->dev->ops;
+    int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
+    if (m->tp == 1) {
+        o->crossentropy(m->dev, a->losses, a->logits, a->targets, N, V, Vp, dloss);
+        return;
+    }
+    int Vl = Vp / m->tp, v0 = m->tp_rank * Vl, nvalid = V - v0 < 0 ? 0 : (V - v0 > Vl ? Vl : V - v0);
+    float *mine = a->xstats + (size_t)m->tp_rank * N * 3;
+    o->xent_stats(m->dev, mine, a->logits, a->targets, N, v0, nvalid, Vl);
+    m->tpc.all_gather(m->tpc.ctx, a->xstats, mine, (size_t)N * 3);
+    o->xent_combine(m->dev, a->losses, a->lse, a->xstats, N, m->tp);
+    if (dloss != 0) o->xent_grad(m->dev, a->logits, a->lse, a->targets, N, v0, nvalid, Vl, dloss);
+}
+
 double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
     int N = B * T;
     params_acquire(m, unit_head(m));
     head_logits(m, a, B, T);
     head_release(m);
-    m->dev->ops->crossentropy(m->dev, a->losses, a->logits, a->targets, N, m->cfg.vocab,
-                              m->cfg.padded_vocab, dloss);
+    loss(m, a, N, dloss);
     return m->dev->ops->sum(m->dev, a->losses, N) / N;
 }
 
@@ -494,60 +662,59 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
     if (m->has_embed) params_acquire(m, E);
     grads_acquire(m, H);
     if (m->has_embed) grads_acquire(m, E);  /* dwte; ready after the embedding's backward */
-    dev_zero(d, m->dln, (size_t)N * C * 4);
-    gpt_linear_backward(m, LINEAR_WHOLE, m->dln, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
-                        P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab);
-    dev_zero(d, m->dx, (size_t)N * C * 4);
-    d->ops->layernorm_backward(d, m->dx, G(m, GPT_LNFW, 0), G(m, GPT_LNFB, 0), m->dln,
-                               stage_output(m, a), P(m, GPT_LNFW, 0), a->lnf_mean, a->lnf_rstd,
-                               N, C);
+    dev_zero(d, m->full, (size_t)N * C * 4);
+    gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
+                        P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab / m->tp);
+    dev_zero(d, m->dx, (size_t)stream_rows(m, B, T) * C * 4);
+    norm_backward(m, m->dx, m->full, stage_output(m, a), P(m, GPT_LNFW, 0), G(m, GPT_LNFW, 0),
+                  G(m, GPT_LNFB, 0), a->lnf_mean, a->lnf_rstd, N);
     grads_ready(m, H);
     head_release(m);
 }
 
-/* m->dx holds d(layer output); each layer turns it, in place, into d(layer
- * input): the residual stream's gradient passes straight through and the
- * two branches add theirs through the LayerNorm backwards, which accumulate. */
+/* m->dx holds d(layer output) for this rank's rows; each layer turns it, in
+ * place, into d(layer input): the residual stream's gradient passes straight
+ * through and the two branches add theirs through the LayerNorm backwards,
+ * which accumulate. */
 void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
-    int C = m->cfg.dim, NH = m->cfg.heads, N = B * T;
-    size_t nc = (size_t)N * C;
+    int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
+    int N = B * T;
+    size_t n = (size_t)N;
     for (int l = m->nlayers - 1; l >= 0; l--) {
         int u = unit_of_layer(m, l);
-        float *x = l ? ACT(a, res3, l - 1, C) : a->x_in;
-        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * C), *atty = ACT(a, atty, l, C);
-        float *att = a->att + (size_t)l * a->B * NH * a->T * a->T;
-        float *res2 = ACT(a, res2, l, C), *ln2 = ACT(a, ln2, l, C);
-        float *fch = ACT(a, fch, l, 4 * C), *fchg = ACT(a, fchg, l, 4 * C);
+        float *x = l ? RES(a, res3, l - 1, C) : a->x_in;
+        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * Cl), *atty = ACT(a, atty, l, Cl);
+        float *att = a->att + (size_t)l * a->B * NHl * a->T * a->T;
+        float *res2 = RES(a, res2, l, C), *ln2 = ACT(a, ln2, l, C);
+        float *fch = ACT(a, fch, l, Fl), *fchg = ACT(a, fchg, l, Fl);
         params_acquire(m, u);
         grads_acquire(m, u);
         /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-        dev_zero(d, m->dfchg, nc * 4 * 4);
-        gpt_linear_backward(m, LINEAR_ROW, m->dfchg, G(m, GPT_FCPROJW, l),
-                            G(m, GPT_FCPROJB, l), m->dx, fchg, P(m, GPT_FCPROJW, l),
-                            N, 4 * C, C);
-        dev_zero(d, m->dfch, nc * 4 * 4);
-        o->gelu_backward(d, m->dfch, fch, m->dfchg, nc * 4);
-        dev_zero(d, m->dln, nc * 4);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
-                            m->dfch, ln2, P(m, GPT_FCW, l), N, C, 4 * C);
-        o->layernorm_backward(d, m->dx, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), m->dln, res2,
-                              P(m, GPT_LN2W, l), ACT(a, ln2_mean, l, 1),
-                              ACT(a, ln2_rstd, l, 1), N, C);
+        const float *dout = ungather_rows(m, m->dx, N);
+        dev_zero(d, m->dfchg, n * Fl * 4);
+        gpt_linear_backward(m, LINEAR_ROW, m->dfchg, G(m, GPT_FCPROJW, l), G(m, GPT_FCPROJB, l),
+                            dout, fchg, P(m, GPT_FCPROJW, l), N, Fl, C);
+        dev_zero(d, m->dfch, n * Fl * 4);
+        o->gelu_backward(d, m->dfch, fch, m->dfchg, n * Fl);
+        dev_zero(d, m->full, n * C * 4);
+        gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
+                            m->dfch, ln2, P(m, GPT_FCW, l), N, C, Fl);
+        norm_backward(m, m->dx, m->full, res2, P(m, GPT_LN2W, l), G(m, GPT_LN2W, l),
+                      G(m, GPT_LN2B, l), RES(a, ln2_mean, l, 1), RES(a, ln2_rstd, l, 1), N);
         /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
-        dev_zero(d, m->datty, nc * 4);
+        dout = ungather_rows(m, m->dx, N);
+        dev_zero(d, m->datty, n * Cl * 4);
         gpt_linear_backward(m, LINEAR_ROW, m->datty, G(m, GPT_ATTPROJW, l),
-                            G(m, GPT_ATTPROJB, l), m->dx, atty, P(m, GPT_ATTPROJW, l),
-                            N, C, C);
-        dev_zero(d, m->dqkv, nc * 3 * 4);
-        o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, att, B, T, C, NH);
-        dev_zero(d, m->dln, nc * 4);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->dln, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
-                            m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * C);
-        o->layernorm_backward(d, m->dx, G(m, GPT_LN1W, l), G(m, GPT_LN1B, l), m->dln, x,
-                              P(m, GPT_LN1W, l), ACT(a, ln1_mean, l, 1),
-                              ACT(a, ln1_rstd, l, 1), N, C);
+                            G(m, GPT_ATTPROJB, l), dout, atty, P(m, GPT_ATTPROJW, l), N, Cl, C);
+        dev_zero(d, m->dqkv, n * 3 * Cl * 4);
+        o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, att, B, T, Cl, NHl);
+        dev_zero(d, m->full, n * C * 4);
+        gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
+                            m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * Cl);
+        norm_backward(m, m->dx, m->full, x, P(m, GPT_LN1W, l), G(m, GPT_LN1W, l),
+                      G(m, GPT_LN1B, l), RES(a, ln1_mean, l, 1), RES(a, ln1_rstd, l, 1), N);
         grads_ready(m, u);
         params_release(m, u);
     }
@@ -556,7 +723,9 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
 void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
     int E = unit_embed(m);
     if (!m->has_head) grads_acquire(m, E);  /* else taken by the head's backward */
-    m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), m->dx, a->tokens,
+    /* every rank needs all rows' gradient: its wte rows serve tokens anywhere */
+    const float *dout = ungather_rows(m, m->dx, B * T);
+    m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), dout, a->tokens,
                                   B, T, m->cfg.dim);
     grads_ready(m, E);
 }

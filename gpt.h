@@ -51,6 +51,27 @@ enum {
 
 typedef struct GPT GPT;
 
+/* What a rank holds of the model: a pipeline stage's layers (and the
+ * embedding and the head at the ends) and a tensor-parallel shard of each:
+ * heads, MLP columns and vocabulary rows split over tp ranks, Megatron's way. */
+typedef struct GPTShard {
+    int layer0, nlayers;       /* the layers this stage holds */
+    int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
+    int tp, tp_rank;           /* tensor-parallel group size and this rank's place */
+} GPTShard;
+
+/* The tensor-parallel group's collectives (tp.c binds them to comm), and
+ * whether activations outside the linears are split along the sequence.
+ * n counts floats; all_gather takes in[n] from each rank into out[n*size],
+ * reduce_scatter sums in[n*size] and keeps this rank's out[n]. */
+typedef struct GPTTensorParallel {
+    int sp;
+    void *ctx;
+    void (*all_reduce)(void *ctx, float *buf, size_t n);
+    void (*all_gather)(void *ctx, float *out, const float *in, size_t n);
+    void (*reduce_scatter)(void *ctx, float *out, const float *in, size_t n);
+} GPTTensorParallel;
+
 /* Called at the edges of units (see gpt.c); any may be NULL. */
 typedef struct GPTHooks {
     void *ctx;
@@ -65,6 +86,8 @@ struct GPT {
     Dev *dev;
     int layer0, nlayers;       /* the layers this stage holds */
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
+    int tp, tp_rank;           /* tensor-parallel shard (1, 0 on one rank) */
+    GPTTensorParallel tpc;     /* its collectives; unused when tp == 1 */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
     size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads; for per-layer
                                        tensors, in the first local layer's unit */
@@ -85,33 +108,38 @@ struct GPT {
     float *dqkv;     /* [B,T,3C] */
     float *dfch;     /* [B,T,4C] gradient of the fc output (pre-GELU) */
     float *dfchg;    /* [B,T,4C] gradient of the GELU output */
-    float *datt;     /* [B,NH,T,T] attention backward scratch */
+    float *datt;     /* [B,NH/tp,T,T] attention backward scratch */
+    float *full;     /* [B,T,C] sequence parallelism: a gathered or to-be-scattered copy */
+    float *sp_dw;    /* [2C] sequence parallelism: a LayerNorm's weight and bias gradients */
 };
 
 /* Activations of one micro-batch of B sequences of T tokens on one stage. */
 typedef struct GPTActs {
     int B, T;
-    int *tokens;     /* [B,T] inputs on dev (first stage) */
+    int rows;        /* rows of the residual stream here: B*T, or B*T/tp with sequence parallelism */
+    int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
-    float *x_in;     /* [B,T,C] the stage's input: the embedding, or what the previous stage sent */
+    float *x_in;     /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
     /* per layer, stacked over the stage's layers */
-    float *ln1;      /* [nl,B,T,C] */
-    float *ln1_mean, *ln1_rstd;  /* [nl,B,T] */
-    float *qkv;      /* [nl,B,T,3C] */
-    float *atty;     /* [nl,B,T,C] attention output, heads side by side */
-    float *att;      /* [nl,B,NH,T,T] softmax probabilities */
-    float *res2;     /* [nl,B,T,C] residual stream after attention */
+    float *ln1;      /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */
+    float *ln1_mean, *ln1_rstd;  /* [nl,rows] */
+    float *qkv;      /* [nl,B,T,3C/tp] this rank's heads' q, k, v */
+    float *atty;     /* [nl,B,T,C/tp] attention output of this rank's heads */
+    float *att;      /* [nl,B,NH/tp,T,T] softmax probabilities */
+    float *res2;     /* [nl,rows,C] residual stream after attention */
     float *ln2;      /* [nl,B,T,C] */
-    float *ln2_mean, *ln2_rstd;  /* [nl,B,T] */
-    float *fch;      /* [nl,B,T,4C] fc output, pre-GELU */
-    float *fchg;     /* [nl,B,T,4C] GELU output */
-    float *res3;     /* [nl,B,T,C] the layer's output */
+    float *ln2_mean, *ln2_rstd;  /* [nl,rows] */
+    float *fch;      /* [nl,B,T,4C/tp] fc output, pre-GELU */
+    float *fchg;     /* [nl,B,T,4C/tp] GELU output */
+    float *res3;     /* [nl,rows,C] the layer's output */
     float *proj;     /* [B,T,C] scratch: a projection before its residual add */
     /* head */
     float *lnf;      /* [B,T,C] */
-    float *lnf_mean, *lnf_rstd;  /* [B,T] */
-    float *logits;   /* [B,T,Vp] logits, then their gradient */
+    float *lnf_mean, *lnf_rstd;  /* [rows] */
+    float *logits;   /* [B,T,Vp/tp] logits of this rank's vocabulary slice, then their gradient */
     float *losses;   /* [B,T] */
+    float *xstats;   /* [tp,B,T,3] vocab-parallel cross-entropy: every rank's row statistics */
+    float *lse;      /* [B,T] log-sum-exp over the whole vocabulary */
     size_t bytes;    /* what this set holds on dev */
 } GPTActs;
 
@@ -119,10 +147,12 @@ typedef struct GPTActs {
  * the sizes. Returns 0, or -1 with one line in err naming the rule broken. */
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 
-/* Allocates the parameters and gradients of a stage on dev, zeroed.
- * Exits only when memory runs out. */
-void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, int layer0, int nlayers, int has_embed,
-               int has_head);
+/* The shard of one rank holding everything. */
+GPTShard gpt_whole(const GPTConfig *cfg);
+
+/* Allocates the parameters and gradients of shard s on dev, zeroed. The
+ * shard must divide the model (tp_check). Exits only when memory runs out. */
+void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s);
 void gpt_free(GPT *m);
 /* Points uparams and ugrads back at slices of params and grads. */
 void gpt_units_default(GPT *m);
@@ -135,9 +165,11 @@ void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count);
  * inside base, which is m->params, m->grads or any buffer of the same layout. */
 float *gpt_tensor(const GPT *m, float *base, int i, int l);
 
-/* Copies between this stage's layout (internal [num_params]) and llm.c's
+/* Copies between this shard's layout (internal [num_params]) and llm.c's
  * order of the whole model (llmc [gpt_total_params], host memory both):
- * to_llmc 1 fills this stage's tensors of llmc, 0 fills internal from them. */
+ * to_llmc 1 fills this shard's elements of llmc (replicated tensors only
+ * from tp rank 0, so a sum over tp ranks assembles the model), 0 fills
+ * internal from them. */
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
 
 /* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
@@ -152,6 +184,9 @@ size_t gpt_total_params(const GPTConfig *cfg);
 const char *gpt_tensor_name(int i);
 /* Whether tensor i gets weight decay (the 2-D weights). */
 int gpt_tensor_decays(int i);
+/* Whether every tp rank holds all of tensor i (LayerNorms, the biases of the
+ * row-parallel linears, wpe): its gradient is counted once in the norm. */
+int gpt_tensor_replicated(const GPT *m, int i);
 /* Elements of tensor i on a stage of nlayers layers, with the embedding
  * and/or the head (0 when the stage does not hold it). */
 size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);

@@ -2,10 +2,11 @@
  *
  * This is the one-rank training foundation of the articles on a GPU: every op
  * of tensor.h's Ops table (embedding, LayerNorm, linear layers, causal
- * attention, GELU, the residual, fused softmax + cross-entropy, AdamW and the
- * reductions of the gradient norm), with exactly the contracts of the plain-C
- * reference in ops.c, which test/test_kernels.c checks them against. It also
- * holds the cuda_* functions tensor.c uses for device memory and streams.
+ * attention, GELU, the residual, fused softmax + cross-entropy and its
+ * vocabulary-parallel form, AdamW and the reductions of the gradient norm),
+ * with exactly the contracts of the plain-C reference in ops.c, which
+ * test/test_kernels.c checks them against. It also holds the cuda_*
+ * functions tensor.c uses for device memory and streams.
  *
  * Everything is hand-written: no cuBLAS, no cuDNN, no device-wide library
  * algorithms. Reductions use warp shuffles, the matmuls a shared-memory tiled
@@ -177,23 +178,29 @@ __device__ float block_max(float v, float *shared) {
  * Embedding: token row plus position row. */
 
 // out [B,T,C], tokens [B,T], wte [Vp,C], wpe [maxT,C]; one thread per output.
+// A token < 0 (outside this rank's slice of the vocabulary) adds no wte row;
+// wpe NULL adds no position row. Either missing term is a 0, as in ops.c.
 __global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte,
                                        const float *wpe, int T, int C, size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+        int tok = tokens[bt];
+        float te = tok >= 0 ? wte[(size_t)tok * C + c] : 0.0f;
+        float pe = wpe ? wpe[(size_t)t * C + c] : 0.0f;
+        out[i] = te + pe;
     }
 }
 
-// dwte [Vp,C] += dout [B,T,C] rows by token. Positions may share a token, so atomics.
+// dwte [Vp,C] += dout [B,T,C] rows by token (tokens < 0 have no row and are
+// skipped). Positions may share a token, so atomics.
 __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *tokens,
                                             int C, size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        atomicAdd(&dwte[(size_t)tokens[bt] * C + i % C], dout[i]);
+        int tok = tokens[i / C];
+        if (tok >= 0) atomicAdd(&dwte[(size_t)tok * C + i % C], dout[i]);
     }
 }
 
@@ -222,6 +229,7 @@ static void encoder_backward(Dev *d, float *dwte, float *dwpe, const float *dout
     if (!total) return;
     encoder_backward_wte_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(dwte, dout, tokens, C, total);
     LAUNCH_CHECK(encoder_backward_wte_kernel);
+    if (!dwpe) return;  // no position embedding on this rank
     encoder_backward_wpe_kernel<<<elementwise_grid((size_t)T * C, 256), 256, 0, STREAM(d)>>>(dwpe, dout, B, T, C);
     LAUNCH_CHECK(encoder_backward_wpe_kernel);
 }
@@ -796,6 +804,104 @@ static void crossentropy(Dev *d, float *losses, float *logits, const int *target
 }
 
 /* ---------------------------------------------------------------------------
+ * The vocabulary-parallel cross-entropy (Megatron's), in three ops. Each rank
+ * holds logits [N,Vl] for vocabulary ids [v0, v0 + Vl), of which the first
+ * nvalid are real classes and the rest padding (nvalid may be 0 or less on
+ * a rank past the end of the vocabulary).
+ *   xent_stats:   per row, over the valid columns, the local max, the sum of
+ *                 exp(z - local max) and the target's logit (0 when the
+ *                 target is another rank's): stats [N,3];
+ *   xent_combine: from every rank's stats, gathered [R,N,3], the global
+ *                 log-sum-exp and the loss, one thread per row;
+ *   xent_grad:    the row overwritten with dloss * (softmax - onehot), 0 in
+ *                 the padding, as crossentropy does with the whole row. */
+
+/* Threads of a block that walks one row of cols columns: enough warps to
+ * cover the row once, at most CE_THREADS (a multiple of 32, as the block
+ * reductions need), so a narrow slice does not launch 512 idle threads. */
+static int row_threads(int cols) {
+    int threads = (int)ceil_div((size_t)(cols > 32 ? cols : 32), 32) * 32;
+    return threads < CE_THREADS ? threads : CE_THREADS;
+}
+
+// stats [N,3], logits [N,Vl], targets [N] (global vocabulary ids); one block per row.
+__global__ void xent_stats_kernel(float *stats, const float *logits, const int *targets, int v0,
+                                  int nvalid, int Vl) {
+    __shared__ float shared_f[32];
+    int n = blockIdx.x;
+    const float *z = logits + (size_t)n * Vl;
+
+    float maxv = -INFINITY;
+    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) maxv = fmaxf(maxv, z[v]);
+    maxv = block_max(maxv, shared_f);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) sum += expf(z[v] - maxv);
+    sum = block_sum(sum, shared_f);
+    if (threadIdx.x == 0) {
+        int y = targets[n] - v0;  // the target's column in this slice, if it is here
+        float *s = stats + (size_t)n * 3;
+        s[0] = nvalid > 0 ? maxv : 0.0f;  // no valid column: max 0, sum 0
+        s[1] = sum;
+        s[2] = y >= 0 && y < nvalid ? z[y] : 0.0f;
+    }
+}
+
+// losses [N], lse [N], gathered [R,N,3]; one thread per row, ranks in order.
+// A rank whose sum is 0 had no valid column: its max (0) is not a logit, so
+// it takes no part in the max, nor in the sum. The sum is a double, as in ops.c.
+__global__ void xent_combine_kernel(float *losses, float *lse, const float *gathered, int N, int R) {
+    for (size_t n = blockIdx.x * (size_t)blockDim.x + threadIdx.x; n < (size_t)N;
+         n += (size_t)gridDim.x * blockDim.x) {
+        float maxv = -INFINITY, zy = 0.0f;
+        for (int r = 0; r < R; r++) {
+            const float *s = gathered + ((size_t)r * N + n) * 3;
+            if (s[1] > 0.0f && s[0] > maxv) maxv = s[0];
+        }
+        double sum = 0.0;
+        for (int r = 0; r < R; r++) {
+            const float *s = gathered + ((size_t)r * N + n) * 3;
+            if (s[1] > 0.0f) sum += s[1] * expf(s[0] - maxv);
+            zy += s[2];  // only the target's rank holds a non-zero logit
+        }
+        float l = (float)log(sum) + maxv;
+        lse[n] = l;
+        losses[n] = l - zy;
+    }
+}
+
+// logits [N,Vl] overwritten with their gradient, lse [N], targets [N]; one block per row.
+// Each element is read and written by the same thread: no barrier needed.
+__global__ void xent_grad_kernel(float *logits, const float *lse, const int *targets, int v0,
+                                 int nvalid, int Vl, float dloss) {
+    int n = blockIdx.x;
+    float *z = logits + (size_t)n * Vl;
+    float l = lse[n];
+    int y = targets[n] - v0;
+    for (int v = threadIdx.x; v < Vl; v += blockDim.x)
+        z[v] = v < nvalid ? dloss * (expf(z[v] - l) - (v == y ? 1.0f : 0.0f)) : 0.0f;
+}
+
+static void xent_stats(Dev *d, float *stats, const float *logits, const int *targets, int N,
+                       int v0, int nvalid, int Vl) {
+    if (N <= 0) return;  // nvalid <= 0 still launches: every row gets max 0, sum 0
+    xent_stats_kernel<<<N, row_threads(nvalid), 0, STREAM(d)>>>(stats, logits, targets, v0, nvalid, Vl);
+    LAUNCH_CHECK(xent_stats_kernel);
+}
+
+static void xent_combine(Dev *d, float *losses, float *lse, const float *gathered, int N, int R) {
+    if (N <= 0) return;
+    xent_combine_kernel<<<elementwise_grid((size_t)N, 256), 256, 0, STREAM(d)>>>(losses, lse, gathered, N, R);
+    LAUNCH_CHECK(xent_combine_kernel);
+}
+
+static void xent_grad(Dev *d, float *logits, const float *lse, const int *targets, int N, int v0,
+                      int nvalid, int Vl, float dloss) {
+    if (N <= 0 || Vl <= 0) return;
+    xent_grad_kernel<<<N, row_threads(Vl), 0, STREAM(d)>>>(logits, lse, targets, v0, nvalid, Vl, dloss);
+    LAUNCH_CHECK(xent_grad_kernel);
+}
+
+/* ---------------------------------------------------------------------------
  * AdamW, torch.optim.AdamW's arithmetic in ops.c's order. */
 
 // param, grad, m, v [n]
@@ -862,23 +968,28 @@ static double sumsq(Dev *d, const float *x, size_t n) { return reduce_to_host(d,
 static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 0); }
 
 /* ---------------------------------------------------------------------------
- * The table gpt.c calls through, in the order of struct Ops. */
+ * The table gpt.c calls through. Designated initializers, in the order of
+ * struct Ops (C++ requires declaration order), so a field added to the
+ * struct cannot silently shift every op after it. */
 
 extern "C" const Ops cuda_ops = {
-    encoder_forward,
-    encoder_backward,
-    layernorm_forward,
-    layernorm_backward,
-    matmul_forward,
-    matmul_backward,
-    attention_forward,
-    attention_backward,
-    gelu_forward,
-    gelu_backward,
-    add,
-    accumulate,
-    crossentropy,
-    adamw,
-    sumsq,
-    sum,
+    .encoder_forward = encoder_forward,
+    .encoder_backward = encoder_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward = layernorm_backward,
+    .matmul_forward = matmul_forward,
+    .matmul_backward = matmul_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .add = add,
+    .accumulate = accumulate,
+    .crossentropy = crossentropy,
+    .xent_stats = xent_stats,
+    .xent_combine = xent_combine,
+    .xent_grad = xent_grad,
+    .adamw = adamw,
+    .sumsq = sumsq,
+    .sum = sum,
 };

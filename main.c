@@ -32,6 +32,7 @@
 #include "optim.h"
 #include "comm.h"
 #include "dp.h"
+#include "tp.h"
 
 #define EXIT_USAGE 2
 
@@ -52,6 +53,7 @@ typedef struct Args {
     int ranks;                /* --ranks: fork this many ranks (0: one, or the launcher's) */
     int dp, tp, pp;           /* the mesh; 0 = inferred */
     DPConfig dpc;
+    int sp;                   /* Megatron sequence parallelism inside the tp group */
     int comm_stats;
 } Args;
 
@@ -64,6 +66,7 @@ typedef struct Run {
     CommLaunch launch;
     Comm comm;
     CommMesh mesh;
+    TPGroup tpg;
     Dev dev;
     GPT model;
     GPTActs *acts;
@@ -94,7 +97,8 @@ static void usage(FILE *f) {
         "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
         "ranks and layout:\n"
         "  --ranks N              fork N ranks on this host (else one, or srun/mpirun/torchrun's)\n"
-        "  --dp D --tp T --pp P   the mesh, D*T*P = ranks; one left out is inferred (tp, pp: later)\n"
+        "  --dp D --tp T --pp P   the mesh, D*T*P = ranks; one left out is inferred (pp: later)\n"
+        "  --sp                   sequence parallelism in the tp group (Megatron)\n"
         "  --dp-mode ddp|ps       all-reduce (DDP), or the parameter server on rank 0 (ddp)\n"
         "  --zero 0|1|2|3         shard optimizer state, gradients, parameters over dp (0)\n"
         "  --offload              optimizer state and AdamW on the host (ZeRO-Offload)\n"
@@ -137,6 +141,7 @@ enum {
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
+    F_SP,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -154,7 +159,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"sample", 1, 0, F_SAMPLE}, {"temperature", 1, 0, F_TEMP}, {"help", 0, 0, F_HELP},
         {"ranks", 1, 0, F_RANKS}, {"dp", 1, 0, F_DP}, {"tp", 1, 0, F_TP}, {"pp", 1, 0, F_PP},
         {"dp-mode", 1, 0, F_DPMODE}, {"zero", 1, 0, F_ZERO}, {"offload", 0, 0, F_OFFLOAD},
-        {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS},
+        {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS}, {"sp", 0, 0, F_SP},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -221,6 +226,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_OFFLOAD: a->dpc.offload = 1; break;
         case F_BUCKET: a->dpc.bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
         case F_COMMSTATS: a->comm_stats = 1; break;
+        case F_SP: a->sp = 1; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -293,7 +299,7 @@ static void run_check(Run *r) {
     int dp = a->dp, tp = a->tp, pp = a->pp;
     if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
         die_usage("%s", err);
-    if (tp > 1) die_usage("--tp %d: tensor parallelism is not built yet; use --tp 1", tp);
+    if (tp_check(&cfg, tp, a->sp, a->batch, a->seq, err, sizeof err) != 0) die_usage("%s", err);
     if (pp > 1) die_usage("--pp %d: pipeline parallelism is not built yet; use --pp 1", pp);
     a->dp = dp; a->tp = tp; a->pp = pp;
     r->gpus = r->launch.kind == COMM_LAUNCH_FORK ? probe_gpus() : dev_gpu_count();
@@ -332,14 +338,18 @@ static void run_build(Run *r) {
         exit(1);
     }
     GPTConfig cfg = r->cfg;
-    gpt_build(&r->model, &cfg, &r->dev, 0, cfg.layers, 1, 1);
+    GPTShard shard = gpt_whole(&cfg);
+    shard.tp = r->mesh.tp;
+    shard.tp_rank = r->mesh.tp_rank;
+    gpt_build(&r->model, &cfg, &r->dev, &shard);
+    tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
     if (a->init) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) die_usage("%s", err);
     } else {
         gpt_init_random(&r->model, a->seed);
     }
-    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh.dp_group, &a->opt, err,
-                 sizeof err) != 0)
+    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh.dp_group, &r->mesh.tp_group,
+                 &a->opt, err, sizeof err) != 0)
         die_usage("%s", err);
     r->acts = gpt_acts_build(&r->model, a->batch, a->seq);
     r->inputs = malloc((size_t)a->batch * a->seq * sizeof(int));
@@ -410,24 +420,30 @@ static uint32_t rng_u32(uint64_t *s) {
 
 /* Generates n tokens with a sliding window of T, starting from one token
  * (a newline for byte data, GPT-2's <|endoftext|> for token data), and
- * prints them: as text for bytes, as ids otherwise. */
+ * prints them: as text for bytes, as ids otherwise. The window always runs
+ * T positions (padded after the context, which causal attention never
+ * lets reach the position sampled), so every layout splits it the same way;
+ * with tp each rank holds a slice of the logits and they are gathered. */
 static void sample(Run *r, int n) {
     GPT *m = &r->model;
     int say = r->comm.rank == 0;  /* every rank samples (ZeRO-3 gathers are collective) */
-    int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
-    int *ctx = malloc((size_t)(n + 1) * sizeof(int));
-    float *logits = malloc((size_t)Vp * sizeof(float));
+    int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab, Vl = Vp / m->tp;
+    int *ctx = malloc((size_t)(n + 1) * sizeof(int)), *window = calloc(T, sizeof(int));
+    float *logits = malloc((size_t)Vp * sizeof(float));  /* [Vp] the whole row */
     uint64_t rng = r->a.seed * 2654435761ULL + 1;
     ctx[0] = r->train.is_bytes ? '\n' : (V > 50256 ? 50256 : 0);
     if (say) printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
     if (say && r->train.is_bytes) putchar(ctx[0]);
     for (int i = 1; i <= n; i++) {
         int start = i > T ? i - T : 0, len = i - start;
-        gpt_set_batch(m, r->acts, ctx + start, NULL, 1, len);
-        gpt_embed_forward(m, r->acts, 1, len);
-        gpt_layers_forward(m, r->acts, 1, len);
-        gpt_head_logits(m, r->acts, 1, len);
-        dev_to_host(m->dev, logits, r->acts->logits + (size_t)(len - 1) * Vp, (size_t)Vp * 4);
+        memcpy(window, ctx + start, (size_t)len * sizeof(int));
+        gpt_set_batch(m, r->acts, window, NULL, 1, T);
+        gpt_embed_forward(m, r->acts, 1, T);
+        gpt_layers_forward(m, r->acts, 1, T);
+        gpt_head_logits(m, r->acts, 1, T);
+        float *mine = logits + (size_t)m->tp_rank * Vl;
+        dev_to_host(m->dev, mine, r->acts->logits + (size_t)(len - 1) * Vl, (size_t)Vl * 4);
+        if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, Vp, COMM_F32);
         float maxv = -INFINITY;
         for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
         double sum = 0.0;
@@ -445,6 +461,7 @@ static void sample(Run *r, int n) {
     if (say) printf("\n");
     fflush(stdout);
     free(ctx);
+    free(window);
     free(logits);
 }
 
@@ -478,8 +495,9 @@ static void print_header(Run *r) {
            m->cfg.max_seq, m->num_params);
     printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
            a->data, r->train.n_tokens, a->batch, a->seq, a->micro_batches, r->mesh.dp, tokens);
-    printf("ranks: %d (%s) | dp %d x tp %d x pp %d | %s, zero %d%s | %s",
-           r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp, r->mesh.pp,
+    printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d | %s, zero %d%s | %s",
+           r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp,
+           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp,
            modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
            r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
 #ifdef _OPENMP
@@ -488,20 +506,28 @@ static void print_header(Run *r) {
     printf("\n");
 }
 
-/* Writes --save on rank 0 from the whole model's parameters (gathered
- * first with ZeRO-3, which every rank takes part in). */
+/* Writes --save on rank 0: each rank puts its elements of the whole model
+ * in llm.c's order (ZeRO-3 gathers its parameters first), the tp ranks'
+ * slices are summed into one model (they are disjoint), rank 0 writes. */
 static int save(Run *r) {
     char err[512];
-    float *full = dp_full_params(&r->dp), *kept = r->model.params;
+    GPT *m = &r->model;
+    size_t total = gpt_total_params(&m->cfg);
+    float *full = dp_full_params(&r->dp);
+    float *host = malloc(m->num_params * sizeof(float) + 1);
+    float *llmc = calloc(total + 1, sizeof(float));
+    dev_to_host(m->dev, host, full, m->num_params * sizeof(float));
+    dp_full_params_free(&r->dp, full);
+    gpt_llmc_copy(m, host, llmc, 1);
+    comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
     int rc = 0;
     if (r->comm.rank == 0) {
-        r->model.params = full;
-        rc = ckpt_save(r->a.save, &r->model, err, sizeof err);
-        r->model.params = kept;
+        rc = ckpt_write(r->a.save, &m->cfg, llmc, err, sizeof err);
         if (rc) fprintf(stderr, "train: %s\n", err);
         else printf("saved %s\n", r->a.save);
     }
-    dp_full_params_free(&r->dp, full);
+    free(host);
+    free(llmc);
     return rc;
 }
 

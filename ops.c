@@ -37,10 +37,11 @@ void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, 
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            real *o = out + ((size_t)b * T + t) * C;              /* [C] */
-            const real *te = wte + (size_t)tokens[b * T + t] * C;  /* [C] */
-            const real *pe = wpe + (size_t)t * C;                  /* [C] */
-            for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+            real *o = out + ((size_t)b * T + t) * C;  /* [C] */
+            int tok = tokens[b * T + t];
+            const real *te = tok >= 0 ? wte + (size_t)tok * C : NULL;  /* [C] */
+            const real *pe = wpe ? wpe + (size_t)t * C : NULL;         /* [C] */
+            for (int c = 0; c < C; c++) o[c] = (te ? te[c] : 0) + (pe ? pe[c] : 0);
         }
     }
 }
@@ -55,9 +56,15 @@ void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, cons
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
                 const real *g = dout + ((size_t)b * T + t) * C;
-                real *dte = dwte + (size_t)tokens[b * T + t] * C;
-                real *dpe = dwpe + (size_t)t * C;
-                for (int c = c0; c < c1; c++) { dte[c] += g[c]; dpe[c] += g[c]; }
+                int tok = tokens[b * T + t];
+                if (tok >= 0) {
+                    real *dte = dwte + (size_t)tok * C;
+                    for (int c = c0; c < c1; c++) dte[c] += g[c];
+                }
+                if (dwpe) {
+                    real *dpe = dwpe + (size_t)t * C;
+                    for (int c = c0; c < c1; c++) dpe[c] += g[c];
+                }
             }
         }
     }
@@ -393,6 +400,56 @@ void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, in
     }
 }
 
+/* The same loss with the vocabulary split over ranks (Megatron's
+ * vocab-parallel cross-entropy): no rank ever holds a whole row of logits;
+ * three numbers a row travel instead. */
+
+void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets, int N, int v0,
+                    int nvalid, int Vl) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const real *z = logits + (size_t)n * Vl;  /* [Vl] */
+        real maxv = -INFINITY;
+        for (int v = 0; v < nvalid; v++) if (z[v] > maxv) maxv = z[v];
+        double sum = 0.0;
+        for (int v = 0; v < nvalid; v++) sum += R_EXP(z[v] - maxv);
+        int y = targets[n] - v0;
+        stats[3 * n] = nvalid > 0 ? maxv : 0;
+        stats[3 * n + 1] = (real)sum;
+        stats[3 * n + 2] = y >= 0 && y < nvalid ? z[y] : 0;
+    }
+}
+
+void OP(xent_combine)(Dev *d, real *losses, real *lse, const real *gathered, int N, int R) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        real maxv = -INFINITY, zy = 0;
+        for (int r = 0; r < R; r++) {
+            const real *s = gathered + ((size_t)r * N + n) * 3;
+            if (s[1] > 0 && s[0] > maxv) maxv = s[0];
+        }
+        double sum = 0.0;
+        for (int r = 0; r < R; r++) {
+            const real *s = gathered + ((size_t)r * N + n) * 3;
+            if (s[1] > 0) sum += s[1] * R_EXP(s[0] - maxv);
+            zy += s[2];
+        }
+        lse[n] = (real)log(sum) + maxv;
+        losses[n] = lse[n] - zy;
+    }
+}
+
+void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, int N, int v0,
+                   int nvalid, int Vl, real dloss) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        real *z = logits + (size_t)n * Vl;
+        int y = targets[n] - v0;
+        for (int v = 0; v < nvalid; v++) z[v] = dloss * (R_EXP(z[v] - lse[n]) - (v == y ? 1 : 0));
+        for (int v = nvalid < 0 ? 0 : nvalid; v < Vl; v++) z[v] = 0;
+    }
+}
+
 /* ---------------------------------------------------------------------------
  * AdamW, torch.optim.AdamW's arithmetic (decoupled weight decay). */
 
@@ -443,6 +500,9 @@ const Ops cpu_ops = {
     .add = cpu_add,
     .accumulate = cpu_accumulate,
     .crossentropy = cpu_crossentropy,
+    .xent_stats = cpu_xent_stats,
+    .xent_combine = cpu_xent_combine,
+    .xent_grad = cpu_xent_grad,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,

@@ -29,6 +29,11 @@ void OP(add)(Dev *d, real *out, const real *a, const real *b, size_t n);
 void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n);
 void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
                       real dloss);
+void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets, int N, int v0,
+                    int nvalid, int Vl);
+void OP(xent_combine)(Dev *d, real *losses, real *lse, const real *gathered, int N, int R);
+void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, int N, int v0,
+                   int nvalid, int Vl, real dloss);
 void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
                real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale);
 double OP(sumsq)(Dev *d, const real *x, size_t n);

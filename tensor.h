@@ -37,10 +37,13 @@ typedef struct Dev {
 } Dev;
 
 struct Ops {
-    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t]. wte [Vp,C], wpe [maxT,C]. */
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t]. wte [Vp,C], wpe [maxT,C]. A
+     * token < 0 (not in this rank's slice of the vocabulary) has no wte row;
+     * wpe may be NULL (no position term). */
     void (*encoder_forward)(Dev *d, float *out, const int *tokens, const float *wte,
                             const float *wpe, int B, int T, int C);
-    /* dwte[tokens[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Accumulates. */
+    /* dwte[tokens[b,t]] += dout[b,t] (tokens >= 0), dwpe[t] += dout[b,t] (dwpe may
+     * be NULL). Accumulates. */
     void (*encoder_backward)(Dev *d, float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int B, int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b, eps 1e-5 (biased variance);
@@ -81,6 +84,20 @@ struct Ops {
      * dloss * (softmax - onehot(target)), padded columns [V,Vp) set to 0. */
     void (*crossentropy)(Dev *d, float *losses, float *logits, const int *targets,
                          int N, int V, int Vp, float dloss);
+    /* The vocabulary-parallel cross-entropy, in three parts. Each rank holds
+     * logits [N,Vl] for vocabulary ids [v0, v0 + Vl), of which the first
+     * nvalid are real classes (the rest padding).
+     * stats [N,3]: per row the local max, the sum of exp(z - local max), and
+     * the target's logit when the target is in this slice (else 0). */
+    void (*xent_stats)(Dev *d, float *stats, const float *logits, const int *targets, int N,
+                       int v0, int nvalid, int Vl);
+    /* From every rank's stats, gathered [R,N,3]: lse[N] = log sum exp over
+     * the whole vocabulary, losses[N] = lse - the target's logit. */
+    void (*xent_combine)(Dev *d, float *losses, float *lse, const float *gathered, int N, int R);
+    /* logits [N,Vl] overwritten with dloss * (softmax - onehot(target)) over
+     * the valid columns, 0 in the padding. */
+    void (*xent_grad)(Dev *d, float *logits, const float *lse, const int *targets, int N, int v0,
+                      int nvalid, int Vl, float dloss);
     /* torch.optim.AdamW on n elements, with g = grad * grad_scale:
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr * (m/bc1) / (sqrt(v/bc2) + eps), bc1 = 1-b1^t, bc2 = 1-b2^t. */

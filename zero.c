@@ -110,7 +110,7 @@ double zero_owned_sumsq(DP *dp) {
     double s = 0;
     for (int i = 0; i < dp->nbuckets; i++) {
         DPBucket *b = &dp->buckets[i];
-        if (b->own_n) s += dp->dev->ops->sumsq(dp->dev, owned_grads(dp, b), b->own_n);
+        if (b->own_n) s += dp_sumsq(dp, owned_grads(dp, b), b->off + b->own_off, b->own_n);
     }
     return s;
 }

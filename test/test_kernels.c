@@ -124,15 +124,22 @@ static void compare_gpu(Test *t, const char *op, const char *what, const char *s
 /* ---------------------------------------------------------------------------
  * One test per op group, one call per shape. */
 
-static void test_encoder(Test *t, int B, int T, int C, int Vp) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+/* sliced: about a third of the tokens are -1 (not in this rank's slice of
+ * the vocabulary: no wte row read, no dwte row updated); no_wpe: wpe and
+ * dwpe are NULL (no position term), as on a vocabulary-parallel rank. */
+static void test_encoder(Test *t, int B, int T, int C, int Vp, int sliced, int no_wpe) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d Vp=%d%s%s", B, T, C, Vp,
+             sliced ? " (tokens -1)" : "", no_wpe ? " (no wpe)" : "");
     size_t BTC = (size_t)B * T * C, VC = (size_t)Vp * C, TC = (size_t)T * C;
     int *tokens = host_tokens(t, (size_t)B * T, Vp);
-    float *wte = host_rand(t, VC, 1.0f), *wpe = host_rand(t, TC, 1.0f);
+    if (sliced)
+        for (size_t i = 0; i < (size_t)B * T; i++) if (urand(t) < -0.33f) tokens[i] = -1;
+    float *wte = host_rand(t, VC, 1.0f), *wpe = no_wpe ? NULL : host_rand(t, TC, 1.0f);
     float *out = host_nan(BTC);
     int *g_tokens = gpu_put(t, tokens, (size_t)B * T * sizeof(int));
-    float *g_wte = gpu_put(t, wte, VC * 4), *g_wpe = gpu_put(t, wpe, TC * 4), *g_out = gpu_put(t, out, BTC * 4);
+    float *g_wte = gpu_put(t, wte, VC * 4), *g_wpe = wpe ? gpu_put(t, wpe, TC * 4) : NULL;
+    float *g_out = gpu_put(t, out, BTC * 4);
     cpu_ops.encoder_forward(&t->cpu, out, tokens, wte, wpe, B, T, C);
     t->gpu.ops->encoder_forward(&t->gpu, g_out, g_tokens, g_wte, g_wpe, B, T, C);
     compare_gpu(t, "encoder_forward", "out", shape, g_out, out, BTC);
@@ -143,7 +150,7 @@ static void test_encoder(Test *t, int B, int T, int C, int Vp) {
     cpu_ops.encoder_backward(&t->cpu, wte, wpe, dout, tokens, B, T, C);
     t->gpu.ops->encoder_backward(&t->gpu, g_wte, g_wpe, g_dout, g_tokens, B, T, C);
     compare_gpu(t, "encoder_backward", "dwte", shape, g_wte, wte, VC);
-    compare_gpu(t, "encoder_backward", "dwpe", shape, g_wpe, wpe, TC);
+    if (wpe) compare_gpu(t, "encoder_backward", "dwpe", shape, g_wpe, wpe, TC);
 
     gpu_drop(t, g_tokens, (size_t)B * T * sizeof(int));
     gpu_drop(t, g_wte, VC * 4); gpu_drop(t, g_wpe, TC * 4);
@@ -326,6 +333,65 @@ static void test_crossentropy(Test *t, int N, int V, int Vp) {
     free(logits); free(targets); free(losses); free(orig);
 }
 
+/* The vocabulary-parallel cross-entropy as R ranks run it: the vocabulary
+ * of V ids is cut into R slices of Vl columns, rank r holding ids
+ * [r*Vl, r*Vl + Vl) of which nvalid = clamp(V - r*Vl, 0, Vl) are real, so
+ * later ranks have v0 > 0, the last real one nvalid < Vl, and ranks past the
+ * end nvalid = 0 (R*Vl well above V). Each op is checked alone: combine
+ * and grad take the reference's stats and lse, not the GPU's. shift moves
+ * every logit: at -200 an exp(max - 0) of an empty rank's max 0 would be 0
+ * in float, so a combine that does not skip empty ranks returns -inf. */
+static void test_xent(Test *t, int N, int V, int R, int Vl, float shift) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "N=%d V=%d R=%d Vl=%d shift=%g", N, V, R, Vl, shift);
+    size_t NV = (size_t)N * Vl, N3 = (size_t)N * 3;
+    int *targets = host_tokens(t, N, V);
+    int *g_targets = gpu_put(t, targets, N * sizeof(int));
+    float *logits[R], *g_logits[R];
+    float *gathered = host_nan(R * N3);  /* the reference's stats of every rank, [R,N,3] */
+    for (int r = 0; r < R; r++) {
+        int v0 = r * Vl, nvalid = V - v0 < 0 ? 0 : V - v0 < Vl ? V - v0 : Vl;
+        char rshape[192];
+        snprintf(rshape, sizeof rshape, "%s rank %d v0=%d nvalid=%d", shape, r, v0, nvalid);
+        logits[r] = host_rand(t, NV, 5.0f);  /* padding random too: stats must not read it */
+        for (size_t i = 0; i < NV; i++) logits[r][i] += shift;
+        g_logits[r] = gpu_put(t, logits[r], NV * 4);
+        float *stats = gathered + r * N3, *poison = host_nan(N3);
+        float *g_stats = gpu_put(t, poison, N3 * 4);
+        cpu_ops.xent_stats(&t->cpu, stats, logits[r], targets, N, v0, nvalid, Vl);
+        t->gpu.ops->xent_stats(&t->gpu, g_stats, g_logits[r], g_targets, N, v0, nvalid, Vl);
+        compare_gpu(t, "xent_stats", "stats", rshape, g_stats, stats, N3);
+        gpu_drop(t, g_stats, N3 * 4);
+        free(poison);
+    }
+
+    float *losses = host_nan(N), *lse = host_nan(N);
+    float *g_gathered = gpu_put(t, gathered, R * N3 * 4);
+    float *g_losses = gpu_put(t, losses, N * 4), *g_lse = gpu_put(t, lse, N * 4);
+    cpu_ops.xent_combine(&t->cpu, losses, lse, gathered, N, R);
+    t->gpu.ops->xent_combine(&t->gpu, g_losses, g_lse, g_gathered, N, R);
+    compare_gpu(t, "xent_combine", "losses", shape, g_losses, losses, N);
+    compare_gpu(t, "xent_combine", "lse", shape, g_lse, lse, N);
+
+    /* each rank's slice becomes its gradient, from the reference's lse */
+    dev_from_host(&t->gpu, g_lse, lse, N * 4);
+    float dloss = 1.0f / N;
+    for (int r = 0; r < R; r++) {
+        int v0 = r * Vl, nvalid = V - v0 < 0 ? 0 : V - v0 < Vl ? V - v0 : Vl;
+        char rshape[192];
+        snprintf(rshape, sizeof rshape, "%s rank %d v0=%d nvalid=%d", shape, r, v0, nvalid);
+        cpu_ops.xent_grad(&t->cpu, logits[r], lse, targets, N, v0, nvalid, Vl, dloss);
+        t->gpu.ops->xent_grad(&t->gpu, g_logits[r], g_lse, g_targets, N, v0, nvalid, Vl, dloss);
+        compare_gpu(t, "xent_grad", "dlogits", rshape, g_logits[r], logits[r], NV);
+        gpu_drop(t, g_logits[r], NV * 4);
+        free(logits[r]);
+    }
+
+    gpu_drop(t, g_targets, N * sizeof(int)); gpu_drop(t, g_gathered, R * N3 * 4);
+    gpu_drop(t, g_losses, N * 4); gpu_drop(t, g_lse, N * 4);
+    free(targets); free(gathered); free(losses); free(lse);
+}
+
 /* Three steps of AdamW from random state, with decay and a gradient scale. */
 static void test_adamw(Test *t, size_t n) {
     char shape[64];
@@ -375,7 +441,7 @@ static void test_zero_sizes(Test *t) {
     Dev *g = &t->gpu;
     const Ops *o = g->ops;
     o->encoder_forward(g, NULL, NULL, NULL, NULL, 0, 4, 8);
-    o->encoder_backward(g, NULL, NULL, NULL, NULL, 0, 4, 8);
+    o->encoder_backward(g, NULL, NULL, NULL, NULL, 0, 4, 8);  /* dwpe NULL too */
     o->layernorm_forward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
     o->layernorm_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
     o->matmul_forward(g, NULL, NULL, NULL, NULL, 0, 8, 8);
@@ -387,6 +453,9 @@ static void test_zero_sizes(Test *t) {
     o->add(g, NULL, NULL, NULL, 0);
     o->accumulate(g, NULL, NULL, 0);
     o->crossentropy(g, NULL, NULL, NULL, 0, 8, 8, 1.0f);
+    o->xent_stats(g, NULL, NULL, NULL, 0, 8, 8, 8);
+    o->xent_combine(g, NULL, NULL, NULL, 0, 3);
+    o->xent_grad(g, NULL, NULL, NULL, 0, 8, 8, 8, 1.0f);
     o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
     double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
     dev_sync(g);
@@ -395,7 +464,7 @@ static void test_zero_sizes(Test *t) {
 
 static const char *groups[] = {
     "encoder", "layernorm", "matmul", "attention", "gelu/add/accumulate",
-    "crossentropy", "adamw", "sum/sumsq", "zero sizes",
+    "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq", "zero sizes",
 };
 
 int main(void) {
@@ -414,8 +483,12 @@ int main(void) {
     }
     dev_open(&t.cpu, DEV_CPU, 0, err, sizeof err);
 
-    test_encoder(&t, 3, 37, 45, 10);     /* few tokens: many positions share a dwte row */
-    test_encoder(&t, 4, 256, 768, 5000);
+    test_encoder(&t, 3, 37, 45, 10, 0, 0);     /* few tokens: many positions share a dwte row */
+    test_encoder(&t, 4, 256, 768, 5000, 0, 0);
+    test_encoder(&t, 3, 37, 45, 10, 1, 1);     /* a vocabulary-parallel rank: tokens -1, no wpe */
+    test_encoder(&t, 2, 33, 70, 7, 1, 0);
+    test_encoder(&t, 2, 33, 70, 7, 0, 1);
+    test_encoder(&t, 4, 256, 768, 16768, 1, 1);
 
     test_layernorm(&t, 37, 45);
     test_layernorm(&t, 111, 40);
@@ -448,6 +521,13 @@ int main(void) {
     test_crossentropy(&t, 37, 45, 64);
     test_crossentropy(&t, 3, 1000, 1000);
     test_crossentropy(&t, 2, 1, 32);
+
+    test_xent(&t, 37, 70, 3, 37, 0.0f);         /* nvalid 37, 33, 0 */
+    test_xent(&t, 37, 70, 3, 37, -200.0f);      /* ... where not skipping rank 2 gives -inf */
+    test_xent(&t, 5, 1, 3, 32, 0.0f);           /* nvalid 1, 0, 0 */
+    test_xent(&t, 11, 1000, 3, 345, 0.0f);      /* nvalid 345, 345, 310 */
+    test_xent(&t, 4, 50257, 3, 16768, 0.0f);    /* GPT-2's vocabulary on 3 ranks */
+    test_xent(&t, 3, 50257, 1, 50304, 0.0f);    /* one rank: the whole padded row */
 
     test_adamw(&t, 7);
     test_adamw(&t, 1000003);

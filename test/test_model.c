@@ -82,7 +82,8 @@ static void check_gradients(Checks *c, const Expected *e, DevKind kind, const ch
         return;
     }
     GPT m;
-    gpt_build(&m, &cfg, &dev, 0, cfg.layers, 1, 1);
+    GPTShard whole = gpt_whole(&cfg);
+    gpt_build(&m, &cfg, &dev, &whole);
     check(c, m.num_params == (size_t)e->num_params, tag, "parameter count %zu, fixture %d",
           m.num_params, e->num_params);
     if (ckpt_load(FIX "ref_model.bin", &m, err, sizeof err) != 0) {
@@ -165,7 +166,8 @@ static void check_training(Checks *c, const Expected *e, const char *tag, const 
     Dev cpu;
     dev_open(&cpu, DEV_CPU, 0, err, sizeof err);
     GPT m;  /* for the tensor sizes */
-    gpt_build(&m, &cfg, &cpu, 0, cfg.layers, 1, 1);
+    GPTShard whole = gpt_whole(&cfg);
+    gpt_build(&m, &cfg, &cpu, &whole);
     /* The key bias is left out: it shifts every score of a query by the
      * same amount, which the softmax ignores, so its gradient is zero in
      * exact arithmetic: ~1e-19 in torch's float64, ~1e-9 of rounding in our

@@ -1,0 +1,62 @@
+/* tp.c: tensor parallelism (Megatron): layout rules and the tp group's collectives.
+ *
+ * The articles' intra-layer split (张量并行, 行切分 / 列切分; the TP of
+ * hybrid-parallelism.txt's DP+PP+TP): gpt.c holds a rank's heads, MLP
+ * columns and vocabulary rows and calls three collectives at Megatron's f
+ * and g points; this file says which layouts are possible and binds those
+ * collectives to the tp group of the mesh (TP innermost: one box's NVLink
+ * neighbours, DESIGN.md).
+ */
+#include <stdio.h>
+#include "tp.h"
+
+int tp_check(const GPTConfig *cfg, int tp, int sp, int batch, int seq, char *err, size_t errlen) {
+    if (tp == 1) return 0;
+    if (cfg->heads % tp) {
+        snprintf(err, errlen, "--tp %d does not divide %d heads", tp, cfg->heads);
+        return -1;
+    }
+    if ((4 * cfg->dim) % tp) {
+        snprintf(err, errlen, "--tp %d does not divide the MLP's %d columns (4C)", tp, 4 * cfg->dim);
+        return -1;
+    }
+    if (cfg->padded_vocab % tp) {
+        snprintf(err, errlen, "--tp %d does not divide the padded vocabulary %d", tp, cfg->padded_vocab);
+        return -1;
+    }
+    if (sp && (batch * seq) % tp) {
+        snprintf(err, errlen, "--sp: --tp %d does not divide the %d tokens of a micro-batch (--batch %d x --seq %d)",
+                 tp, batch * seq, batch, seq);
+        return -1;
+    }
+    if (sp && seq % tp) {
+        snprintf(err, errlen, "--sp: --tp %d does not divide --seq %d (sampling runs one sequence)", tp, seq);
+        return -1;
+    }
+    return 0;
+}
+
+static void all_reduce(void *ctx, float *buf, size_t n) {
+    TPGroup *t = ctx;
+    comm_all_reduce(t->g, t->dev, buf, n, COMM_F32, COMM_SUM);
+    comm_wait(t->g->comm, t->dev);
+}
+
+static void all_gather(void *ctx, float *out, const float *in, size_t n) {
+    TPGroup *t = ctx;
+    comm_all_gather(t->g, t->dev, out, in, n * t->g->size, COMM_F32);
+    comm_wait(t->g->comm, t->dev);
+}
+
+static void reduce_scatter(void *ctx, float *out, const float *in, size_t n) {
+    TPGroup *t = ctx;
+    comm_reduce_scatter(t->g, t->dev, out, in, n * t->g->size, COMM_F32, COMM_SUM);
+    comm_wait(t->g->comm, t->dev);
+}
+
+void tp_attach(GPT *m, TPGroup *t, CommGroup *g, Dev *dev, int sp) {
+    t->g = g;
+    t->dev = dev;
+    m->tpc = (GPTTensorParallel){.sp = sp && m->tp > 1, .ctx = t, .all_reduce = all_reduce,
+                                 .all_gather = all_gather, .reduce_scatter = reduce_scatter};
+}
