@@ -54,6 +54,7 @@ typedef struct Args {
     int dp, tp, pp;           /* the mesh; 0 = inferred */
     DPConfig dpc;
     int sp;                   /* Megatron sequence parallelism inside the tp group */
+    const char *dump_grads;   /* write step 0's reduced gradients here (for tests) */
     int comm_stats;
 } Args;
 
@@ -103,7 +104,8 @@ static void usage(FILE *f) {
         "  --zero 0|1|2|3         shard optimizer state, gradients, parameters over dp (0)\n"
         "  --offload              optimizer state and AdamW on the host (ZeRO-Offload)\n"
         "  --bucket-mb F          gradient bucket size for the overlapped reduction (25)\n"
-        "  --comm-stats           print each rank's bytes moved, by operation and group\n");
+        "  --comm-stats           print each rank's bytes moved, by operation and group\n"
+        "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n");
 }
 
 /* One line on stderr, exit status 2: for everything the user can fix. */
@@ -141,7 +143,7 @@ enum {
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
-    F_SP,
+    F_SP, F_DUMPGRADS,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -160,6 +162,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"ranks", 1, 0, F_RANKS}, {"dp", 1, 0, F_DP}, {"tp", 1, 0, F_TP}, {"pp", 1, 0, F_PP},
         {"dp-mode", 1, 0, F_DPMODE}, {"zero", 1, 0, F_ZERO}, {"offload", 0, 0, F_OFFLOAD},
         {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS}, {"sp", 0, 0, F_SP},
+        {"dump-grads", 1, 0, F_DUMPGRADS},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -227,6 +230,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_BUCKET: a->dpc.bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
         case F_COMMSTATS: a->comm_stats = 1; break;
         case F_SP: a->sp = 1; break;
+        case F_DUMPGRADS: a->dump_grads = optarg; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -238,6 +242,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         die_usage("--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
     if (a->dpc.mode == DP_PS && a->dpc.zero)
         die_usage("--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
+    if (a->dump_grads && (a->dpc.mode != DP_ALLREDUCE || a->dpc.zero))
+        die_usage("--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
     a->opt.steps = a->steps;
 }
 
@@ -375,6 +381,38 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Writes buf (this rank's part of the model's layout on its device: the
+ * parameters, or the gradients) as one llm.c model file on rank 0: each rank
+ * puts its elements of the whole model in llm.c's order, the tp ranks'
+ * slices are summed into one model (they are disjoint), rank 0 writes. */
+static int write_gathered(Run *r, const float *buf, const char *path) {
+    char err[512];
+    GPT *m = &r->model;
+    size_t total = gpt_total_params(&m->cfg);
+    float *host = malloc(m->num_params * sizeof(float) + 1);
+    float *llmc = calloc(total + 1, sizeof(float));
+    dev_to_host(m->dev, host, buf, m->num_params * sizeof(float));
+    gpt_llmc_copy(m, host, llmc, 1);
+    comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
+    int rc = 0;
+    if (r->comm.rank == 0) {
+        rc = ckpt_write(path, &m->cfg, llmc, err, sizeof err);
+        if (rc) fprintf(stderr, "train: %s\n", err);
+        else printf("saved %s\n", path);
+    }
+    free(host);
+    free(llmc);
+    return rc;
+}
+
+/* --save: the parameters (ZeRO-3 gathers them first). */
+static int save(Run *r) {
+    float *full = dp_full_params(&r->dp);
+    int rc = write_gathered(r, full, r->a.save);
+    dp_full_params_free(&r->dp, full);
+    return rc;
+}
+
 /* One optimizer step over the global batch of `step`: this dp rank takes
  * sequences [dp_rank*B*M, (dp_rank+1)*B*M) of the G = B*M*D. Returns the
  * global mean loss and leaves the pre-clip gradient norm and the lr used. */
@@ -391,6 +429,10 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
         gpt_set_batch(m, r->acts, r->inputs, r->targets, B, T);
         dp_micro_batch(&r->dp, mb == M - 1);
         loss += gpt_forward_backward(m, r->acts, B, T, dloss) / M;
+    }
+    if (step == 0 && a->dump_grads) {
+        comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
+        write_gathered(r, m->grads, a->dump_grads);
     }
     *lr = optim_lr(&a->opt, step);
     *norm = dp_step_end(&r->dp, *lr);
@@ -504,31 +546,6 @@ static void print_header(Run *r) {
     if (r->dev.kind == DEV_CPU) printf(", %d threads a rank", omp_get_max_threads());
 #endif
     printf("\n");
-}
-
-/* Writes --save on rank 0: each rank puts its elements of the whole model
- * in llm.c's order (ZeRO-3 gathers its parameters first), the tp ranks'
- * slices are summed into one model (they are disjoint), rank 0 writes. */
-static int save(Run *r) {
-    char err[512];
-    GPT *m = &r->model;
-    size_t total = gpt_total_params(&m->cfg);
-    float *full = dp_full_params(&r->dp);
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    float *llmc = calloc(total + 1, sizeof(float));
-    dev_to_host(m->dev, host, full, m->num_params * sizeof(float));
-    dp_full_params_free(&r->dp, full);
-    gpt_llmc_copy(m, host, llmc, 1);
-    comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
-    int rc = 0;
-    if (r->comm.rank == 0) {
-        rc = ckpt_write(r->a.save, &m->cfg, llmc, err, sizeof err);
-        if (rc) fprintf(stderr, "train: %s\n", err);
-        else printf("saved %s\n", r->a.save);
-    }
-    free(host);
-    free(llmc);
-    return rc;
 }
 
 int main(int argc, char **argv) {
