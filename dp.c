@@ -25,7 +25,9 @@
 
 /* Buckets of consecutive units in backward order (head first, embedding
  * last), each closed once it reaches bucket_mb; ZeRO-2 and 3 reduce (and
- * free) unit by unit, so each unit is its own bucket there. */
+ * free) unit by unit, so each unit is its own bucket there. The tied wte is
+ * always a bucket of its own, so its shards are the same on the first and
+ * the last pipeline stage. */
 static void make_buckets(DP *dp) {
     GPT *m = dp->m;
     size_t limit = (size_t)(dp->cfg.bucket_mb * 1e6 / sizeof(float));
@@ -37,7 +39,8 @@ static void make_buckets(DP *dp) {
     for (int u = m->nunits - 1; u >= 0; u--) {
         size_t uo, un;
         gpt_unit_range(m, u, &uo, &un);
-        if (!b || b->n >= limit) {
+        int alone = u == m->unit_wte;
+        if (!b || b->n >= limit || alone || b->unit_lo == m->unit_wte) {
             b = &dp->buckets[dp->nbuckets++];
             b->unit_hi = u;
         }

@@ -39,6 +39,16 @@ int gpt_tensor_decays(int i) {
 
 static int per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
 
+/* Units in layout order: [wte][wpe] on the first stage, one a layer, then
+ * [lnf] and the tied [wte] copy on the last. */
+static int unit_of_layer(const GPT *m, int l) { return (m->has_embed ? 2 : 0) + l; }
+
+/* The local layer of unit u, or -1 when it is not a layer. */
+static int unit_layer(const GPT *m, int u) {
+    int l = u - (m->has_embed ? 2 : 0);
+    return l >= 0 && l < m->nlayers ? l : -1;
+}
+
 int gpt_tensor_replicated(const GPT *m, int i) {
     if (m->tp == 1) return 0;
     return !(i == GPT_WTE || i == GPT_QKVW || i == GPT_QKVB || i == GPT_ATTPROJW ||
@@ -120,22 +130,28 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     size_t C = cfg->dim, n = 0, wte = (size_t)cfg->padded_vocab / m->tp * C;
     for (int i = 0; i < GPT_NTENSORS; i++)
         m->sizes[i] = tensor_size_tp(cfg, i, m->nlayers, m->has_embed, m->has_head, m->tp);
+    m->nunits = (m->has_embed ? 2 : 0) + m->nlayers + (m->has_head ? (m->has_embed ? 1 : 2) : 0);
+    m->unit_off = calloc(m->nunits + 1, sizeof(size_t));
+    m->unit_wte = m->unit_wpe = m->unit_lnf = -1;
+    int u = 0;
     if (m->has_embed) {
-        m->offsets[GPT_WTE] = n; n += wte;
-        m->offsets[GPT_WPE] = n; n += (size_t)cfg->max_seq * C;
+        m->unit_wte = u; m->unit_off[u++] = n; m->offsets[GPT_WTE] = n; n += wte;
+        m->unit_wpe = u; m->unit_off[u++] = n; m->offsets[GPT_WPE] = n; n += (size_t)cfg->max_seq * C;
     }
     for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++) {
         m->offsets[i] = n + m->layer_stride;
         m->layer_stride += layer_size_tp(cfg, i, m->tp);
     }
+    for (int l = 0; l < m->nlayers; l++) m->unit_off[u++] = n + (size_t)l * m->layer_stride;
     n += (size_t)m->nlayers * m->layer_stride;
     if (m->has_head) {
-        if (!m->has_embed) { m->offsets[GPT_WTE] = n; n += wte; }
+        m->unit_lnf = u; m->unit_off[u++] = n;
         m->offsets[GPT_LNFW] = n; n += C;
         m->offsets[GPT_LNFB] = n; n += C;
+        if (!m->has_embed) { m->unit_wte = u; m->unit_off[u++] = n; m->offsets[GPT_WTE] = n; n += wte; }
     }
+    m->unit_off[u] = n;
     m->num_params = n;
-    m->nunits = m->has_embed + m->nlayers + m->has_head;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
     m->uparams = calloc(m->nunits, sizeof(float *));
@@ -153,16 +169,8 @@ void gpt_units_default(GPT *m) {
 }
 
 void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count) {
-    size_t layers_start = m->has_embed ? m->sizes[GPT_WTE] + m->sizes[GPT_WPE] : 0;
-    if (m->has_embed && u == 0) { *offset = 0; *count = layers_start; return; }
-    int l = u - m->has_embed;
-    if (l < m->nlayers) {
-        *offset = layers_start + (size_t)l * m->layer_stride;
-        *count = m->layer_stride;
-        return;
-    }
-    *offset = layers_start + (size_t)m->nlayers * m->layer_stride;  /* the head */
-    *count = m->num_params - *offset;
+    *offset = m->unit_off[u];
+    *count = m->unit_off[u + 1] - m->unit_off[u];
 }
 
 float *gpt_tensor(const GPT *m, float *base, int i, int l) {
@@ -173,17 +181,17 @@ float *gpt_tensor(const GPT *m, float *base, int i, int l) {
 void gpt_segments(const GPT *m, size_t offset, size_t count,
                   void (*fn)(void *ctx, size_t off, size_t n, int tensor), void *ctx) {
     size_t end = offset + count;
-    /* pieces in layout order: the embedding's, each layer's, the head's */
+    /* pieces in layout order: unit by unit, tensor by tensor */
     for (int u = 0; u < m->nunits; u++) {
         size_t uo, un;
         gpt_unit_range(m, u, &uo, &un);
         if (uo >= end || uo + un <= offset) continue;
-        int l = u - m->has_embed;
+        int l = unit_layer(m, u);
         for (int i = 0; i < GPT_NTENSORS; i++) {
-            if (!m->sizes[i] || per_layer(i) != (l >= 0 && l < m->nlayers)) continue;
+            if (!m->sizes[i] || per_layer(i) != (l >= 0)) continue;
             size_t a = (size_t)(gpt_tensor(m, m->params, i, l) - m->params);
             size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
-            if (a < uo || a >= uo + un) continue;  /* wte of the other unit */
+            if (a < uo || a >= uo + un) continue;  /* another unit's tensor */
             size_t lo = a > offset ? a : offset, hi = a + n < end ? a + n : end;
             if (lo < hi) fn(ctx, lo, hi - lo, i);
         }
@@ -276,6 +284,7 @@ void gpt_free(GPT *m) {
     dev_free(d, m->grads, m->num_params * 4);
     free(m->uparams);
     free(m->ugrads);
+    free(m->unit_off);
     scratch_free(m);
     memset(m, 0, sizeof *m);
 }
@@ -461,19 +470,16 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, float *dinp, float *d
  * gathered or transient buffers from the hooks, which fire at unit edges:
  *   forward:  params_acquire(u) ... params_release(u)
  *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
- * The tied wte is the embedding unit's: the head takes it with its own unit,
- * so the embedding's parameters stay acquired from the embedding's forward
- * to the end of the head's, and its gradients from the head's backward to
- * the end of the embedding's. */
-
-static int unit_of_layer(const GPT *m, int l) { return m->has_embed + l; }
-static int unit_embed(const GPT *m) { (void)m; return 0; }
-static int unit_head(const GPT *m) { return m->nunits - 1; }
+ * On a stage holding both ends the one wte serves the embedding and the
+ * head: it stays acquired from the embedding's forward to the end of the
+ * head's, and its gradients from the head's backward to the end of the
+ * embedding's. */
 
 static int tensor_unit(const GPT *m, int i, int l) {
     if (per_layer(i)) return unit_of_layer(m, l);
-    if (i == GPT_WPE || (i == GPT_WTE && m->has_embed)) return unit_embed(m);
-    return unit_head(m);
+    if (i == GPT_WTE) return m->unit_wte;
+    if (i == GPT_WPE) return m->unit_wpe;
+    return m->unit_lnf;
 }
 
 static float *unit_tensor(const GPT *m, float **ubase, int i, int l) {
@@ -554,13 +560,15 @@ static const float *ungather_rows(GPT *m, float *dx, int N) {
 
 void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
     int N = B * T;
-    params_acquire(m, unit_embed(m));
+    params_acquire(m, m->unit_wte);
+    params_acquire(m, m->unit_wpe);
     /* each rank looks up the tokens of its vocabulary slice; wpe is added once */
     float *rows_out = m->tp > 1 ? m->full : a->x_in;
     m->dev->ops->encoder_forward(m->dev, rows_out, a->tokens, P(m, GPT_WTE, 0),
                                  m->tp_rank == 0 ? P(m, GPT_WPE, 0) : NULL, B, T, m->cfg.dim);
     if (m->tp > 1) tp_reduce_out(m, a->x_in, m->full, N);
-    if (!m->has_head) params_release(m, unit_embed(m));  /* else the head releases it */
+    params_release(m, m->unit_wpe);
+    if (!m->has_head) params_release(m, m->unit_wte);  /* else the head releases it */
 }
 
 float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
@@ -616,13 +624,20 @@ static void head_logits(GPT *m, GPTActs *a, int B, int T) {
                        m->cfg.padded_vocab / m->tp);
 }
 
+/* The head's parameters: lnf, and wte unless the embedding's forward on
+ * this stage already took it. */
+static void head_acquire(GPT *m) {
+    params_acquire(m, m->unit_lnf);
+    if (!m->has_embed) params_acquire(m, m->unit_wte);
+}
+
 static void head_release(GPT *m) {
-    params_release(m, unit_head(m));
-    if (m->has_embed) params_release(m, unit_embed(m));
+    params_release(m, m->unit_lnf);
+    params_release(m, m->unit_wte);
 }
 
 void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
-    params_acquire(m, unit_head(m));
+    head_acquire(m);
     head_logits(m, a, B, T);
     head_release(m);
 }
@@ -648,7 +663,7 @@ static void loss(GPT *m, GPTActs *a, int N, float dloss) {
 
 double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
     int N = B * T;
-    params_acquire(m, unit_head(m));
+    head_acquire(m);
     head_logits(m, a, B, T);
     head_release(m);
     loss(m, a, N, dloss);
@@ -657,18 +672,19 @@ double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
 
 void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
     Dev *d = m->dev;
-    int C = m->cfg.dim, N = B * T, H = unit_head(m), E = unit_embed(m);
-    params_acquire(m, H);
-    if (m->has_embed) params_acquire(m, E);
-    grads_acquire(m, H);
-    if (m->has_embed) grads_acquire(m, E);  /* dwte; ready after the embedding's backward */
+    int C = m->cfg.dim, N = B * T;
+    params_acquire(m, m->unit_lnf);
+    params_acquire(m, m->unit_wte);
+    grads_acquire(m, m->unit_lnf);
+    grads_acquire(m, m->unit_wte);  /* on a stage with the embedding, ready after its backward */
     dev_zero(d, m->full, (size_t)N * C * 4);
     gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
                         P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab / m->tp);
     dev_zero(d, m->dx, (size_t)stream_rows(m, B, T) * C * 4);
     norm_backward(m, m->dx, m->full, stage_output(m, a), P(m, GPT_LNFW, 0), G(m, GPT_LNFW, 0),
                   G(m, GPT_LNFB, 0), a->lnf_mean, a->lnf_rstd, N);
-    grads_ready(m, H);
+    grads_ready(m, m->unit_lnf);
+    if (!m->has_embed) grads_ready(m, m->unit_wte);
     head_release(m);
 }
 
@@ -721,13 +737,14 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
 }
 
 void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
-    int E = unit_embed(m);
-    if (!m->has_head) grads_acquire(m, E);  /* else taken by the head's backward */
+    if (!m->has_head) grads_acquire(m, m->unit_wte);  /* else taken by the head's backward */
+    grads_acquire(m, m->unit_wpe);
     /* every rank needs all rows' gradient: its wte rows serve tokens anywhere */
     const float *dout = ungather_rows(m, m->dx, B * T);
     m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), dout, a->tokens,
                                   B, T, m->cfg.dim);
-    grads_ready(m, E);
+    grads_ready(m, m->unit_wpe);
+    grads_ready(m, m->unit_wte);
 }
 
 double gpt_forward_backward(GPT *m, GPTActs *a, int B, int T, float dloss) {

@@ -24,11 +24,13 @@ typedef struct GPTConfig {
 /* The parameter tensors, named in llm.c's order (the order of checkpoint
  * files, where per-layer tensors are stacked over layers). In memory the
  * layout is layer-major instead, one contiguous unit per piece of work:
- *   [embedding: wte, wpe] [layer l0: ln1w .. fcprojb] ... [head: (wte), lnfw, lnfb]
+ *   [wte] [wpe] [layer l0: ln1w .. fcprojb] ... [lnfw, lnfb] [wte]
  * so a layer's parameters and gradients are one range: what a DDP bucket,
- * a ZeRO-3 gather and a pipeline stage need. The head unit carries its own
- * wte only on a stage without the embedding (the tied copy of a pipeline's
- * last stage). gpt_llmc_copy converts to and from llm.c's order. */
+ * a ZeRO-3 gather and a pipeline stage need. The first stage holds the
+ * leading wte and wpe, the last the lnf unit and, when it is not also the
+ * first, the trailing wte: the tied copy, a unit of its own on both ends so
+ * that the two copies' gradients can be summed shard for shard.
+ * gpt_llmc_copy converts to and from llm.c's order. */
 enum {
     GPT_WTE,       /* [Vp, C] */
     GPT_WPE,       /* [maxT, C] */
@@ -93,7 +95,9 @@ struct GPT {
                                        tensors, in the first local layer's unit */
     size_t layer_stride;            /* elements of one layer's unit */
     size_t num_params;
-    int nunits;                     /* embedding?, nlayers layers, head? */
+    int nunits;                     /* units in layout (= forward) order */
+    size_t *unit_off;               /* [nunits + 1] where each unit starts */
+    int unit_wte, unit_wpe, unit_lnf;  /* their units, -1 when not held */
     float *params;   /* [num_params] on dev, the tensors back to back (NULL when sharded) */
     float *grads;    /* [num_params] on dev, same layout (NULL when sharded) */
     float **uparams; /* [nunits] where unit u's parameters are read from now */
