@@ -100,15 +100,18 @@ static void grads_ready(void *ctx, GPT *m, int u) {
     }
 }
 
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, CommGroup *tp,
-             const OptConfig *opt, char *err, size_t errlen) {
+int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
+             char *err, size_t errlen) {
+    CommGroup *g = &mesh->dp_group;
     memset(dp, 0, sizeof *dp);
     dp->cfg = *cfg;
     dp->m = m;
     dp->dev = m->dev;
     dp->comm = c;
     dp->g = g;
-    dp->tp = tp && tp->size > 1 ? tp : NULL;
+    dp->tp = mesh->tp_group.size > 1 ? &mesh->tp_group : NULL;
+    dp->pp = mesh->pp_group.size > 1 ? &mesh->pp_group : NULL;
+    dp->embed = mesh->embed_group.size > 1 ? &mesh->embed_group : NULL;
     dp->D = g->size;
     dp->rank = g->index;
     dp->opt = opt;
@@ -164,6 +167,7 @@ typedef struct SumSq {
 static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
     SumSq *q = ctx;
     if (q->dp->m->tp_rank != 0 && gpt_tensor_replicated(q->dp->m, tensor)) return;
+    if (tensor == GPT_WTE && !q->dp->m->has_embed) return;  /* the tied copy */
     q->s += q->dp->dev->ops->sumsq(q->dp->dev, q->grads + (off - q->offset), n);
 }
 
@@ -189,11 +193,25 @@ static double global_norm(DP *dp) {
         comm_all_reduce(dp->g, NULL, &s, 1, COMM_F32, COMM_SUM);
     }
     if (dp->tp) comm_all_reduce(dp->tp, NULL, &s, 1, COMM_F32, COMM_SUM);
+    if (dp->pp) comm_all_reduce(dp->pp, NULL, &s, 1, COMM_F32, COMM_SUM);
     return sqrt(s);
+}
+
+/* The tied embedding: the first stage's wte and the last stage's copy got
+ * different gradients (the lookup's and the head's); each takes their sum,
+ * so the two copies take the same step and stay equal. Both ends own the
+ * same shard of it (a bucket of its own, the same size), whatever the stage. */
+static void tie_embedding(DP *dp) {
+    if (!dp->embed || dp->m->unit_wte < 0) return;
+    DPBucket *b = &dp->buckets[dp->unit_bucket[dp->m->unit_wte]];
+    if (b->own_n)
+        comm_all_reduce(dp->embed, dp->dev, zero_owned_grads(dp, b), b->own_n, COMM_F32, COMM_SUM);
+    comm_wait(dp->comm, dp->dev);
 }
 
 double dp_step_end(DP *dp, float lr) {
     comm_wait(dp->comm, dp->dev);
+    tie_embedding(dp);
     double norm = global_norm(dp);
     zero_update(dp, lr, optim_clip_scale(dp->opt, norm));
     return norm;

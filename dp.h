@@ -52,6 +52,8 @@ typedef struct DP {
     Comm *comm;
     CommGroup *g;              /* the dp group */
     CommGroup *tp;             /* the tp group: the norm sums over it too (NULL: none) */
+    CommGroup *pp;             /* the pp group: and over it (NULL: none) */
+    CommGroup *embed;          /* first and last stage: the tied wte's gradients (NULL: none) */
     int D, rank;               /* its size and this rank's index */
     const OptConfig *opt;
     int nbuckets;
@@ -75,8 +77,8 @@ typedef struct DP {
  * parameters initialised, identical on every rank): buckets, ownership,
  * optimizer state; with zero 2/3 it frees m's full gradients (and
  * parameters) and installs m's hooks. Returns 0, or -1 with err. */
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommGroup *g, CommGroup *tp,
-             const OptConfig *opt, char *err, size_t errlen);
+int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
+             char *err, size_t errlen);
 void dp_free(DP *dp);
 
 /* A step: dp_step_begin, then per micro-batch dp_micro_batch and the model's
@@ -94,7 +96,8 @@ float *dp_full_params(DP *dp);
 void dp_full_params_free(DP *dp, float *p);
 
 /* Sum of squares of grads[k] = gradient of element offset + k, k < count,
- * counting a tensor every tp rank holds whole only on tp rank 0. */
+ * counting a tensor every tp rank holds whole only on tp rank 0, and the
+ * tied wte only on the first stage. */
 double dp_sumsq(DP *dp, const float *grads, size_t offset, size_t count);
 
 /* zero.c: ownership, the sharded optimizer, ZeRO-3's gathers, memory. */
@@ -105,6 +108,8 @@ void zero_free(DP *dp);
 void zero_reduce_bucket(DP *dp, DPBucket *b, float *grads);
 /* Sum of squares of the owned gradients of this rank. */
 double zero_owned_sumsq(DP *dp);
+/* Where the owned gradients of bucket b are after its reduction. */
+float *zero_owned_grads(DP *dp, DPBucket *b);
 /* AdamW on the owned elements, then parameters back on every rank. */
 void zero_update(DP *dp, float lr, float grad_scale);
 void zero_params_acquire(void *ctx, GPT *m, int unit);

@@ -228,6 +228,7 @@ void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
         if (to_llmc && m->tp_rank != 0 && gpt_tensor_replicated(m, i)) continue;
+        if (to_llmc && i == GPT_WTE && !m->has_embed) continue;  /* the tied copy */
         int nl = per_layer(i) ? m->nlayers : 1;
         size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         for (int l = 0; l < nl; l++) {

@@ -33,6 +33,8 @@
 #include "comm.h"
 #include "dp.h"
 #include "tp.h"
+#include "pp.h"
+#include "trace.h"
 
 #define EXIT_USAGE 2
 
@@ -55,6 +57,12 @@ typedef struct Args {
     DPConfig dpc;
     int sp;                   /* Megatron sequence parallelism inside the tp group */
     const char *dump_grads;   /* write step 0's reduced gradients here (for tests) */
+    PPSchedule schedule;
+    int stage_layers[COMM_MAX_RANKS];  /* --stage-layers, 0s when even */
+    int nstage_layers;
+    int recompute;
+    int show_schedule;
+    const char *trace;
     int comm_stats;
 } Args;
 
@@ -70,7 +78,8 @@ typedef struct Run {
     TPGroup tpg;
     Dev dev;
     GPT model;
-    GPTActs *acts;
+    PPStage pp;
+    Trace *trace;
     DP dp;
     DataSet train, val;
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
@@ -105,7 +114,13 @@ static void usage(FILE *f) {
         "  --offload              optimizer state and AdamW on the host (ZeRO-Offload)\n"
         "  --bucket-mb F          gradient bucket size for the overlapped reduction (25)\n"
         "  --comm-stats           print each rank's bytes moved, by operation and group\n"
-        "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n");
+        "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n"
+        "pipeline:\n"
+        "  --schedule naive|gpipe|1f1b  the order of micro-batches' forwards and backwards (1f1b)\n"
+        "  --stage-layers 3,3,4,2 layers of each stage (as even as possible)\n"
+        "  --recompute            keep each layer's input only; recompute the rest in backward\n"
+        "  --show-schedule        draw the schedule and its bubble before training\n"
+        "  --trace FILE           Chrome/Perfetto trace of every rank's spans\n");
 }
 
 /* One line on stderr, exit status 2: for everything the user can fix. */
@@ -143,7 +158,7 @@ enum {
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
-    F_SP, F_DUMPGRADS,
+    F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -162,7 +177,9 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"ranks", 1, 0, F_RANKS}, {"dp", 1, 0, F_DP}, {"tp", 1, 0, F_TP}, {"pp", 1, 0, F_PP},
         {"dp-mode", 1, 0, F_DPMODE}, {"zero", 1, 0, F_ZERO}, {"offload", 0, 0, F_OFFLOAD},
         {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS}, {"sp", 0, 0, F_SP},
-        {"dump-grads", 1, 0, F_DUMPGRADS},
+        {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE},
+        {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
+        {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -171,6 +188,7 @@ static void parse_args(Args *a, int argc, char **argv) {
                          .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 1.0f};
     a->seed = 1337; a->val_batches = 8; a->temperature = 1.0f;
     a->dpc = (DPConfig){.mode = DP_ALLREDUCE, .zero = 0, .offload = 0, .bucket_mb = 25.0};
+    a->schedule = PP_1F1B;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -231,6 +249,29 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_COMMSTATS: a->comm_stats = 1; break;
         case F_SP: a->sp = 1; break;
         case F_DUMPGRADS: a->dump_grads = optarg; break;
+        case F_SCHEDULE: {
+            int k = pp_schedule_parse(optarg);
+            if (k < 0) die_usage("--schedule must be naive, gpipe or 1f1b, got '%s'", optarg);
+            a->schedule = (PPSchedule)k;
+            break;
+        }
+        case F_STAGELAYERS: {
+            char *p = optarg, *end;
+            a->nstage_layers = 0;
+            while (*p) {
+                errno = 0;
+                long v = strtol(p, &end, 10);
+                if (end == p || errno || v < 1 || v > 100000 || (*end && *end != ',') ||
+                    a->nstage_layers == COMM_MAX_RANKS)
+                    die_usage("--stage-layers expects positive integers separated by commas, got '%s'", optarg);
+                a->stage_layers[a->nstage_layers++] = (int)v;
+                p = *end ? end + 1 : end;
+            }
+            break;
+        }
+        case F_RECOMPUTE: a->recompute = 1; break;
+        case F_SHOWSCHED: a->show_schedule = 1; break;
+        case F_TRACE: a->trace = optarg; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -306,7 +347,20 @@ static void run_check(Run *r) {
     if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
         die_usage("%s", err);
     if (tp_check(&cfg, tp, a->sp, a->batch, a->seq, err, sizeof err) != 0) die_usage("%s", err);
-    if (pp > 1) die_usage("--pp %d: pipeline parallelism is not built yet; use --pp 1", pp);
+    if (a->nstage_layers) {
+        int sum = 0;
+        for (int i = 0; i < a->nstage_layers; i++) sum += a->stage_layers[i];
+        if (a->nstage_layers != pp)
+            die_usage("--stage-layers gives %d stages, --pp is %d", a->nstage_layers, pp);
+        if (sum != cfg.layers)
+            die_usage("--stage-layers adds up to %d layers, the model has %d", sum, cfg.layers);
+    } else if (pp > cfg.layers) {
+        die_usage("--pp %d exceeds the model's %d layers", pp, cfg.layers);
+    }
+    if (pp > 1 && a->dpc.zero >= 2)
+        fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
+                "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n",
+                a->dpc.zero, pp);
     a->dp = dp; a->tp = tp; a->pp = pp;
     r->gpus = r->launch.kind == COMM_LAUNCH_FORK ? probe_gpus() : dev_gpu_count();
     r->kind = DEV_CPU;
@@ -347,6 +401,17 @@ static void run_build(Run *r) {
     GPTShard shard = gpt_whole(&cfg);
     shard.tp = r->mesh.tp;
     shard.tp_rank = r->mesh.tp_rank;
+    /* this stage's layers: --stage-layers, or as even as possible (the first
+     * stages take one more when they do not divide) */
+    int P = r->mesh.pp, st = r->mesh.pp_rank;
+    shard.layer0 = 0;
+    for (int i = 0; i <= st; i++) {
+        int n = a->nstage_layers ? a->stage_layers[i] : cfg.layers / P + (i < cfg.layers % P);
+        if (i < st) shard.layer0 += n;
+        else shard.nlayers = n;
+    }
+    shard.has_embed = st == 0;
+    shard.has_head = st == P - 1;
     gpt_build(&r->model, &cfg, &r->dev, &shard);
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
     if (a->init) {
@@ -354,10 +419,12 @@ static void run_build(Run *r) {
     } else {
         gpt_init_random(&r->model, a->seed);
     }
-    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh.dp_group, &r->mesh.tp_group,
-                 &a->opt, err, sizeof err) != 0)
+    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh, &a->opt, err, sizeof err) != 0)
         die_usage("%s", err);
-    r->acts = gpt_acts_build(&r->model, a->batch, a->seq);
+    r->trace = trace_open(a->trace, r->comm.rank, r->comm.world_size);
+    if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->schedule, a->micro_batches,
+                 a->batch, a->seq, r->trace, err, sizeof err) != 0)
+        die_usage("%s", err);
     r->inputs = malloc((size_t)a->batch * a->seq * sizeof(int));
     r->targets = malloc((size_t)a->batch * a->seq * sizeof(int));
 }
@@ -365,7 +432,7 @@ static void run_build(Run *r) {
 static void run_free(Run *r) {
     free(r->inputs);
     free(r->targets);
-    gpt_acts_free(&r->model, r->acts);
+    pp_free(&r->pp);
     dp_free(&r->dp);
     gpt_free(&r->model);
     comm_mesh_free(&r->mesh);
@@ -384,7 +451,8 @@ static double now_ms(void) {
 /* Writes buf (this rank's part of the model's layout on its device: the
  * parameters, or the gradients) as one llm.c model file on rank 0: each rank
  * puts its elements of the whole model in llm.c's order, the tp ranks'
- * slices are summed into one model (they are disjoint), rank 0 writes. */
+ * slices and the pp stages' layers are summed into one model (they are
+ * disjoint; the tied wte comes from the first stage), rank 0 writes. */
 static int write_gathered(Run *r, const float *buf, const char *path) {
     char err[512];
     GPT *m = &r->model;
@@ -394,6 +462,7 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     dev_to_host(m->dev, host, buf, m->num_params * sizeof(float));
     gpt_llmc_copy(m, host, llmc, 1);
     comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
+    comm_all_reduce(&r->mesh.pp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
     int rc = 0;
     if (r->comm.rank == 0) {
         rc = ckpt_write(path, &m->cfg, llmc, err, sizeof err);
@@ -413,46 +482,71 @@ static int save(Run *r) {
     return rc;
 }
 
+/* What pp_run asks of a step: micro-batch m's tokens, and DP's notice
+ * before each backward. */
+typedef struct StepCtx {
+    Run *r;
+    int step;
+} StepCtx;
+
+static void step_batch(void *ctx, int micro, GPTActs *a) {
+    StepCtx *c = ctx;
+    Run *r = c->r;
+    int B = r->a.batch, T = r->a.seq, M = r->a.micro_batches, G = B * M * r->mesh.dp;
+    data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets);
+    gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
+}
+
+static void step_before_backward(void *ctx, int micro, int last) {
+    StepCtx *c = ctx;
+    dp_micro_batch(&c->r->dp, last);
+}
+
+/* The last stage's loss, averaged over the dp group and handed to every
+ * stage (rank 0, which prints, is on the first). */
+static double share_loss(Run *r, double loss) {
+    float l = (float)loss;
+    if (r->mesh.dp > 1) comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
+    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
+    return r->mesh.dp == 1 && r->mesh.pp == 1 ? loss : l;
+}
+
 /* One optimizer step over the global batch of `step`: this dp rank takes
- * sequences [dp_rank*B*M, (dp_rank+1)*B*M) of the G = B*M*D. Returns the
- * global mean loss and leaves the pre-clip gradient norm and the lr used. */
+ * sequences [dp_rank*B*M, (dp_rank+1)*B*M) of the G = B*M*D, through the
+ * pipeline's schedule. Returns the global mean loss and leaves the pre-clip
+ * gradient norm and the lr used. */
 static double train_step(Run *r, int step, double *norm, float *lr) {
     Args *a = &r->a;
     GPT *m = &r->model;
     int B = a->batch, T = a->seq, M = a->micro_batches, D = r->mesh.dp;
-    int G = B * M * D, first = r->mesh.dp_rank * B * M;
     float dloss = 1.0f / ((float)B * T * M * D);  /* the sum over ranks is the global mean */
-    double loss = 0.0;
+    StepCtx ctx = {r, step};
+    PPCallbacks cb = {&ctx, step_batch, step_before_backward};
     dp_step_begin(&r->dp);
-    for (int mb = 0; mb < M; mb++) {
-        data_batch(&r->train, step, G, first + mb * B, B, r->inputs, r->targets);
-        gpt_set_batch(m, r->acts, r->inputs, r->targets, B, T);
-        dp_micro_batch(&r->dp, mb == M - 1);
-        loss += gpt_forward_backward(m, r->acts, B, T, dloss) / M;
-    }
+    double loss = pp_run(&r->pp, dloss, &cb) / M;
     if (step == 0 && a->dump_grads) {
         comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
         write_gathered(r, m->grads, a->dump_grads);
     }
     *lr = optim_lr(&a->opt, step);
+    trace_begin(r->trace, "optimizer", "optimizer");
     *norm = dp_step_end(&r->dp, *lr);
-    if (D == 1) return loss;
-    float l = (float)loss;
-    comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
-    return l;
+    trace_end(r->trace);
+    return share_loss(r, loss);
 }
 
 /* Mean loss over the first val_batches batches of the validation file. */
 static double evaluate(Run *r) {
     Args *a = &r->a;
     int B = a->batch, T = a->seq;
+    GPTActs *acts = r->pp.acts[0];
     double loss = 0.0;
     for (int i = 0; i < a->val_batches; i++) {
         data_batch(&r->val, i, B, 0, B, r->inputs, r->targets);
-        gpt_set_batch(&r->model, r->acts, r->inputs, r->targets, B, T);
-        loss += gpt_forward_loss(&r->model, r->acts, B, T) / a->val_batches;
+        gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
+        loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
     }
-    return loss;
+    return share_loss(r, loss);
 }
 
 static uint32_t rng_u32(uint64_t *s) {
@@ -479,13 +573,14 @@ static void sample(Run *r, int n) {
     for (int i = 1; i <= n; i++) {
         int start = i > T ? i - T : 0, len = i - start;
         memcpy(window, ctx + start, (size_t)len * sizeof(int));
-        gpt_set_batch(m, r->acts, window, NULL, 1, T);
-        gpt_embed_forward(m, r->acts, 1, T);
-        gpt_layers_forward(m, r->acts, 1, T);
-        gpt_head_logits(m, r->acts, 1, T);
-        float *mine = logits + (size_t)m->tp_rank * Vl;
-        dev_to_host(m->dev, mine, r->acts->logits + (size_t)(len - 1) * Vl, (size_t)Vl * 4);
-        if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, Vp, COMM_F32);
+        GPTActs *acts = r->pp.acts[0];
+        gpt_set_batch(m, acts, window, NULL, 1, T);
+        pp_forward(&r->pp, acts, 1, T, 0);
+        if (m->has_head) {  /* the last stage holds the logits; the others wait for the token */
+            float *mine = logits + (size_t)m->tp_rank * Vl;
+            dev_to_host(m->dev, mine, acts->logits + (size_t)(len - 1) * Vl, (size_t)Vl * 4);
+            if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, Vp, COMM_F32);
+        }
         float maxv = -INFINITY;
         for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
         double sum = 0.0;
@@ -496,6 +591,7 @@ static void sample(Run *r, int n) {
             acc += exp((logits[v] - maxv) / r->a.temperature);
             if (acc > u) { next = v; break; }
         }
+        if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &next, 1, COMM_I32, r->mesh.pp - 1);
         ctx[i] = next;
         if (say && r->train.is_bytes) putchar(next);
         else if (say) printf("%d ", next);
@@ -515,7 +611,7 @@ static void print_memory(Run *r) {
            "optimizer %.6g MB%s (formula %.6g), activations %.6g MB\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
            (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
-           mem.f_optim / 1e6, r->acts->bytes / 1e6);
+           mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6);
 }
 
 /* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
@@ -537,9 +633,9 @@ static void print_header(Run *r) {
            m->cfg.max_seq, m->num_params);
     printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
            a->data, r->train.n_tokens, a->batch, a->seq, a->micro_batches, r->mesh.dp, tokens);
-    printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d | %s, zero %d%s | %s",
+    printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d (%s) | %s, zero %d%s | %s",
            r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp,
-           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp,
+           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->schedule),
            modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
            r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
 #ifdef _OPENMP
@@ -563,6 +659,7 @@ int main(int argc, char **argv) {
     int rank0 = r.comm.rank == 0;
     int tokens_per_step = a->batch * a->seq * a->micro_batches * r.mesh.dp;
     if (rank0) print_header(&r);
+    if (rank0 && a->show_schedule) pp_show(stdout, a->schedule, r.mesh.pp, a->micro_batches);
     print_memory(&r);
     fflush(stdout);
     for (int s = 0; s < a->steps; s++) {
@@ -592,6 +689,11 @@ int main(int argc, char **argv) {
         comm_stats_print(&r.comm, stdout);
     }
     fflush(stdout);
+    if (r.trace) {
+        trace_close(r.trace);
+        comm_barrier(&r.comm.world);
+        if (rank0 && trace_merge(a->trace, r.comm.world_size) >= 0) printf("trace: %s\n", a->trace);
+    }
     run_free(&r);
     return rc ? 1 : 0;
 }

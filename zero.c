@@ -101,8 +101,7 @@ void zero_reduce_bucket(DP *dp, DPBucket *b, float *grads) {
     }
 }
 
-/* Where the owned gradients of bucket b are after the reduction. */
-static float *owned_grads(DP *dp, DPBucket *b) {
+float *zero_owned_grads(DP *dp, DPBucket *b) {
     return dp->grad_shard ? dp->grad_shard + b->state_off : dp->m->grads + b->off + b->own_off;
 }
 
@@ -110,7 +109,7 @@ double zero_owned_sumsq(DP *dp) {
     double s = 0;
     for (int i = 0; i < dp->nbuckets; i++) {
         DPBucket *b = &dp->buckets[i];
-        if (b->own_n) s += dp_sumsq(dp, owned_grads(dp, b), b->off + b->own_off, b->own_n);
+        if (b->own_n) s += dp_sumsq(dp, zero_owned_grads(dp, b), b->off + b->own_off, b->own_n);
     }
     return s;
 }
@@ -143,7 +142,7 @@ void zero_update(DP *dp, float lr, float grad_scale) {
         if (!b->own_n) continue;
         float *param = dp->param_shard ? dp->param_shard + b->state_off
                                        : m->params + b->off + b->own_off;
-        float *grad = owned_grads(dp, b);
+        float *grad = zero_owned_grads(dp, b);
         size_t offset = b->off + b->own_off, bytes = b->own_n * sizeof(float);
         if (dp->cfg.offload) {
             float *hg = dp->host_grads + b->state_off, *hp = dp->host_master + b->state_off;
