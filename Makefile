@@ -48,7 +48,7 @@ endif
 endif
 endif
 
-TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp test/test_pp
+TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d
 
 .PHONY: all build train test bench-cpu bench-comm clean
 

@@ -345,10 +345,10 @@ static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / 
  * build and free. */
 #define ACTS_FIELDS(X)                                                     \
     X(x_in, rows * C)                                                      \
-    X(ln1, nl * bt * C) X(ln1_mean, nl * rows) X(ln1_rstd, nl * rows)      \
-    X(qkv, nl * bt * 3 * Cl) X(atty, nl * bt * Cl) X(att, nl * B * NHl * T * T) \
-    X(res2, nl * rows * C) X(ln2, nl * bt * C) X(ln2_mean, nl * rows)       \
-    X(ln2_rstd, nl * rows) X(fch, nl * bt * Fl) X(fchg, nl * bt * Fl)       \
+    X(ln1, nk * bt * C) X(ln1_mean, nk * rows) X(ln1_rstd, nk * rows)      \
+    X(qkv, nk * bt * 3 * Cl) X(atty, nk * bt * Cl) X(att, nk * B * NHl * T * T) \
+    X(res2, nk * rows * C) X(ln2, nk * bt * C) X(ln2_mean, nk * rows)       \
+    X(ln2_rstd, nk * rows) X(fch, nk * bt * Fl) X(fchg, nk * bt * Fl)       \
     X(res3, nl * rows * C) X(proj, bt * C)
 #define HEAD_FIELDS(X)                                                     \
     X(lnf, bt * C) X(lnf_mean, rows) X(lnf_rstd, rows) X(logits, bt * Vl)  \
@@ -357,8 +357,8 @@ static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / 
 #define ACTS_SIZES                                                                  \
     size_t C = m->cfg.dim, tp = m->tp, Cl = C / tp, Fl = 4 * C / tp, NHl = m->cfg.heads / tp; \
     size_t Vl = m->cfg.padded_vocab / tp, nl = m->nlayers, B = a->B, T = a->T;       \
-    size_t bt = B * T, rows = a->rows;                                               \
-    (void)Cl; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows;
+    size_t bt = B * T, rows = a->rows, nk = a->kept;                                 \
+    (void)Cl; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
 
 GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     GPTActs *a = calloc(1, sizeof *a);
@@ -366,6 +366,7 @@ GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     a->B = B_;
     a->T = T_;
     a->rows = stream_rows(m, B_, T_);
+    a->kept = m->recompute && m->nlayers > 0 ? 1 : m->nlayers;
     ACTS_SIZES
     size_t before = d->bytes_live;
     a->tokens = dev_alloc(d, bt * sizeof(int));
@@ -572,40 +573,47 @@ void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
     if (!m->has_head) params_release(m, m->unit_wte);  /* else the head releases it */
 }
 
-float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
+/* The slot of layer l's inner activations: its own, or the one shared slot
+ * that recompute refills in backward. */
+static int slot(const GPTActs *a, int l) { return a->kept == 1 ? 0 : l; }
+
+/* One transformer block on input x [rows,C] into layer l's res3. */
+static void layer_forward(GPT *m, GPTActs *a, int l, const float *x, int B, int T) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
-    int N = B * T, rows = stream_rows(m, B, T);
+    int N = B * T, rows = stream_rows(m, B, T), k = slot(a, l);
+    float *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
+    float *att = a->att + (size_t)k * a->B * NHl * a->T * a->T;
+    float *ln2 = ACT(a, ln2, k, C), *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
+    float *res2 = RES(a, res2, k, C), *res3 = RES(a, res3, l, C);
+    params_acquire(m, unit_of_layer(m, l));
+    /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
+    norm_and_gather(m, ln1, RES(a, ln1_mean, k, 1), RES(a, ln1_rstd, k, 1), x, P(m, GPT_LN1W, l),
+                    P(m, GPT_LN1B, l), N);
+    gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, P(m, GPT_QKVW, l), P(m, GPT_QKVB, l), N, C, 3 * Cl);
+    o->attention_forward(d, atty, att, qkv, B, T, Cl, NHl);
+    gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, P(m, GPT_ATTPROJW, l), P(m, GPT_ATTPROJB, l),
+                       N, Cl, C);
+    tp_reduce_out(m, a->proj, a->proj, N);
+    o->add(d, res2, x, a->proj, (size_t)rows * C);
+    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    norm_and_gather(m, ln2, RES(a, ln2_mean, k, 1), RES(a, ln2_rstd, k, 1), res2,
+                    P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N);
+    gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, P(m, GPT_FCW, l), P(m, GPT_FCB, l), N, C, Fl);
+    o->gelu_forward(d, fchg, fch, (size_t)N * Fl);
+    gpt_linear_forward(m, LINEAR_ROW, a->proj, fchg, P(m, GPT_FCPROJW, l), P(m, GPT_FCPROJB, l),
+                       N, Fl, C);
+    tp_reduce_out(m, a->proj, a->proj, N);
+    o->add(d, res3, res2, a->proj, (size_t)rows * C);
+    params_release(m, unit_of_layer(m, l));
+}
+
+float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
     float *x = a->x_in;
     for (int l = 0; l < m->nlayers; l++) {
-        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * Cl), *atty = ACT(a, atty, l, Cl);
-        float *att = a->att + (size_t)l * a->B * NHl * a->T * a->T;
-        float *ln2 = ACT(a, ln2, l, C), *fch = ACT(a, fch, l, Fl), *fchg = ACT(a, fchg, l, Fl);
-        float *res2 = RES(a, res2, l, C), *res3 = RES(a, res3, l, C);
-        params_acquire(m, unit_of_layer(m, l));
-        /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
-        norm_and_gather(m, ln1, RES(a, ln1_mean, l, 1), RES(a, ln1_rstd, l, 1), x,
-                        P(m, GPT_LN1W, l), P(m, GPT_LN1B, l), N);
-        gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, P(m, GPT_QKVW, l), P(m, GPT_QKVB, l),
-                           N, C, 3 * Cl);
-        o->attention_forward(d, atty, att, qkv, B, T, Cl, NHl);
-        gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, P(m, GPT_ATTPROJW, l),
-                           P(m, GPT_ATTPROJB, l), N, Cl, C);
-        tp_reduce_out(m, a->proj, a->proj, N);
-        o->add(d, res2, x, a->proj, (size_t)rows * C);
-        /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-        norm_and_gather(m, ln2, RES(a, ln2_mean, l, 1), RES(a, ln2_rstd, l, 1), res2,
-                        P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N);
-        gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, P(m, GPT_FCW, l), P(m, GPT_FCB, l),
-                           N, C, Fl);
-        o->gelu_forward(d, fchg, fch, (size_t)N * Fl);
-        gpt_linear_forward(m, LINEAR_ROW, a->proj, fchg, P(m, GPT_FCPROJW, l),
-                           P(m, GPT_FCPROJB, l), N, Fl, C);
-        tp_reduce_out(m, a->proj, a->proj, N);
-        o->add(d, res3, res2, a->proj, (size_t)rows * C);
-        params_release(m, unit_of_layer(m, l));
-        x = res3;
+        layer_forward(m, a, l, x, B, T);
+        x = RES(a, res3, l, m->cfg.dim);
     }
     return x;
 }
@@ -700,14 +708,16 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
     int N = B * T;
     size_t n = (size_t)N;
     for (int l = m->nlayers - 1; l >= 0; l--) {
-        int u = unit_of_layer(m, l);
+        int u = unit_of_layer(m, l), k = slot(a, l);
         float *x = l ? RES(a, res3, l - 1, C) : a->x_in;
-        float *ln1 = ACT(a, ln1, l, C), *qkv = ACT(a, qkv, l, 3 * Cl), *atty = ACT(a, atty, l, Cl);
-        float *att = a->att + (size_t)l * a->B * NHl * a->T * a->T;
-        float *res2 = RES(a, res2, l, C), *ln2 = ACT(a, ln2, l, C);
-        float *fch = ACT(a, fch, l, Fl), *fchg = ACT(a, fchg, l, Fl);
+        float *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
+        float *att = a->att + (size_t)k * a->B * NHl * a->T * a->T;
+        float *res2 = RES(a, res2, k, C), *ln2 = ACT(a, ln2, k, C);
+        float *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
         params_acquire(m, u);
         grads_acquire(m, u);
+        /* 重计算: the layer's inner activations again, from its kept input */
+        if (a->kept == 1 && m->nlayers > 1) layer_forward(m, a, l, x, B, T);
         /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
         const float *dout = ungather_rows(m, m->dx, N);
         dev_zero(d, m->dfchg, n * Fl * 4);
@@ -719,7 +729,7 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
         gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
                             m->dfch, ln2, P(m, GPT_FCW, l), N, C, Fl);
         norm_backward(m, m->dx, m->full, res2, P(m, GPT_LN2W, l), G(m, GPT_LN2W, l),
-                      G(m, GPT_LN2B, l), RES(a, ln2_mean, l, 1), RES(a, ln2_rstd, l, 1), N);
+                      G(m, GPT_LN2B, l), RES(a, ln2_mean, k, 1), RES(a, ln2_rstd, k, 1), N);
         /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
         dout = ungather_rows(m, m->dx, N);
         dev_zero(d, m->datty, n * Cl * 4);
@@ -731,7 +741,7 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
         gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
                             m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * Cl);
         norm_backward(m, m->dx, m->full, x, P(m, GPT_LN1W, l), G(m, GPT_LN1W, l),
-                      G(m, GPT_LN1B, l), RES(a, ln1_mean, l, 1), RES(a, ln1_rstd, l, 1), N);
+                      G(m, GPT_LN1B, l), RES(a, ln1_mean, k, 1), RES(a, ln1_rstd, k, 1), N);
         grads_ready(m, u);
         params_release(m, u);
     }

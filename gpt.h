@@ -90,6 +90,7 @@ struct GPT {
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
     int tp, tp_rank;           /* tensor-parallel shard (1, 0 on one rank) */
     GPTTensorParallel tpc;     /* its collectives; unused when tp == 1 */
+    int recompute;             /* keep only layer inputs; recompute the rest in backward */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
     size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads; for per-layer
                                        tensors, in the first local layer's unit */
@@ -121,10 +122,11 @@ struct GPT {
 typedef struct GPTActs {
     int B, T;
     int rows;        /* rows of the residual stream here: B*T, or B*T/tp with sequence parallelism */
+    int kept;        /* layers whose inner activations are kept: nl, or 1 with recompute */
     int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
     float *x_in;     /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
-    /* per layer, stacked over the stage's layers */
+    /* per layer, stacked over the stage's layers (nl = kept layers for all but res3) */
     float *ln1;      /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */
     float *ln1_mean, *ln1_rstd;  /* [nl,rows] */
     float *qkv;      /* [nl,B,T,3C/tp] this rank's heads' q, k, v */

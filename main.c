@@ -413,6 +413,7 @@ static void run_build(Run *r) {
     shard.has_embed = st == 0;
     shard.has_head = st == P - 1;
     gpt_build(&r->model, &cfg, &r->dev, &shard);
+    r->model.recompute = a->recompute;
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
     if (a->init) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) die_usage("%s", err);
