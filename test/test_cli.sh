@@ -50,6 +50,13 @@ head -c 5000 $FIX/ref_model.bin > $OUT/truncated_model.bin
 bad "truncated model file" "truncated or corrupt model file" --data $DATA --init $OUT/truncated_model.bin --seq 8 --steps 1 --device cpu --save $SAVE
 bad "init with model flags" "--init FILE fixes the model" --data $DATA --init $FIX/ref_model.bin --layers 3 --seq 8 --device cpu --save $SAVE
 bad "save into a missing directory" "--save $OUT/no/such/dir/m.bin: directory is not writable" --data $DATA $SMALL --save $OUT/no/such/dir/m.bin
+bad "mesh does not multiply" "--dp 2 --tp 2 --pp 2 multiply to 8, not the 4 ranks" --data $DATA $SMALL --save $SAVE --ranks 4 --dp 2 --tp 2 --pp 2
+bad "tp does not divide heads" "--tp 3 does not divide 2 heads" --data $DATA $SMALL --save $SAVE --ranks 3 --tp 3
+bad "pp beyond layers" "--pp 2 exceeds the model's 1 layers" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2
+bad "stage-layers do not add up" "--stage-layers adds up to 3 layers, the model has 1" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2 --stage-layers 2,1
+bad "bad schedule" "--schedule must be naive, gpipe or 1f1b, got 'zigzag'" --data $DATA $SMALL --save $SAVE --schedule zigzag
+bad "ps with zero" "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero" --data $DATA $SMALL --save $SAVE --dp-mode ps --zero 1
+bad "too many ranks" "--ranks must be between 1 and 64, got 65" --data $DATA $SMALL --save $SAVE --ranks 65
 if [ "$(./train --data $DATA $SMALL --device cuda --steps 0 2>&1 >/dev/null | grep -c 'no CUDA GPU is visible\|has no CUDA')" -eq 1 ]; then
     bad "cuda without a GPU" "--device cuda:" --data $DATA $SMALL --save $SAVE --device cuda
 else
