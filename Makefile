@@ -4,6 +4,7 @@
 #   make test         build and run every test (what CI runs); ends "N passed, N failed"
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
+#   make bench-pipeline  the pipeline bubble measured from a trace, beside (P-1)/(M+P-1)
 #
 # CUDA is compiled in when nvcc is found (NO_CUDA=1 to leave it out); NCCL
 # when nccl.h is found under NCCL_HOME (NO_NCCL=1 to leave it out). A CUDA
@@ -50,7 +51,7 @@ endif
 
 TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d
 
-.PHONY: all build train test bench-cpu bench-comm clean
+.PHONY: all build train test bench-cpu bench-comm bench-pipeline clean
 
 all: build
 
@@ -118,6 +119,9 @@ bench-cpu: build
 
 bench-comm: bench/bench_comm
 	./bench/bench_comm
+
+bench-pipeline: build
+	@sh bench/bench_pipeline.sh
 
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm

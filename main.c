@@ -10,7 +10,9 @@
  * Every flag, file and layout is checked before any rank is started or
  * anything allocated: a bad one is one line on stderr and exit status 2.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -63,6 +65,7 @@ typedef struct Args {
     int recompute;
     int show_schedule;
     const char *trace;
+    int pin_cores;            /* pin each rank of this host to its own cores */
     int comm_stats;
 } Args;
 
@@ -120,7 +123,8 @@ static void usage(FILE *f) {
         "  --stage-layers 3,3,4,2 layers of each stage (as even as possible)\n"
         "  --recompute            keep each layer's input only; recompute the rest in backward\n"
         "  --show-schedule        draw the schedule and its bubble before training\n"
-        "  --trace FILE           Chrome/Perfetto trace of every rank's spans\n");
+        "  --trace FILE           Chrome/Perfetto trace of every rank's spans\n"
+        "  --pin-cores            pin each rank to its own cores (benchmarks)\n");
 }
 
 /* One line on stderr, exit status 2: for everything the user can fix. */
@@ -158,7 +162,7 @@ enum {
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
-    F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE,
+    F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -179,7 +183,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS}, {"sp", 0, 0, F_SP},
         {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE},
         {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
-        {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE},
+        {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -272,6 +276,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_RECOMPUTE: a->recompute = 1; break;
         case F_SHOWSCHED: a->show_schedule = 1; break;
         case F_TRACE: a->trace = optarg; break;
+        case F_PIN: a->pin_cores = 1; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -380,11 +385,20 @@ static void run_build(Run *r) {
     Args *a = &r->a;
     char err[512];
     int local = r->launch.local_size > 0 ? r->launch.local_size : 1;
-#ifdef _OPENMP
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     /* the cores are shared by the ranks of this host */
-    int threads = a->threads ? a->threads : omp_get_num_procs() / local;
-    omp_set_num_threads(threads > 0 ? threads : 1);
+    int threads = a->threads ? a->threads : cores / local;
+    if (threads < 1) threads = 1;
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
 #endif
+    if (a->pin_cores && local * threads <= cores) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int i = 0; i < threads; i++) CPU_SET(r->launch.local_rank * threads + i, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            fprintf(stderr, "train: rank %d: could not pin to cores\n", r->launch.rank);
+    }
     int gpu = r->kind == DEV_CUDA ? (r->launch.kind == COMM_LAUNCH_SINGLE ? a->gpu
                                      : r->launch.local_rank % r->gpus) : 0;
     if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) die_usage("%s", err);
