@@ -68,12 +68,21 @@ DATA := data/tinyshakespeare_train.txt
 VAL  := data/tinyshakespeare_val.txt
 endif
 GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# The layout for the GPUs found: 8 is the articles' 3D (+ZeRO-1: 4D), 4 is
+# DP x TP, others data parallel. The model: 6 layers, 6 heads, 384 wide.
+GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 \
+             --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 ifeq ($(GPUS),0)
 TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 32 --seq 64 --steps 800 \
                   --lr 3e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99
+else ifeq ($(GPUS),1)
+TRAIN_DEFAULTS := $(GPU_MODEL) --batch 32
+else ifeq ($(GPUS),8)
+TRAIN_DEFAULTS := $(GPU_MODEL) --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 8 --micro-batches 2
+else ifeq ($(GPUS),4)
+TRAIN_DEFAULTS := $(GPU_MODEL) --ranks 4 --dp 2 --tp 2 --zero 1 --batch 16
 else
-TRAIN_DEFAULTS := --device cuda --layers 6 --heads 6 --dim 384 --batch 32 --seq 256 --steps 800 \
-                  --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
+TRAIN_DEFAULTS := $(GPU_MODEL) --ranks $(GPUS) --batch 16
 endif
 
 train: build $(DATA) $(VAL)
