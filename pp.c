@@ -310,15 +310,17 @@ static void defer_send(PPStage *s, const float *buf, size_t n, int peer) {
     s->send_peer = peer;
 }
 
-/* Floats of the residual stream one stage hands the next. */
-static size_t stream_floats(const PPStage *s, const GPTActs *a, int B, int T) {
-    (void)B; (void)T;
-    return (size_t)a->rows * s->m->cfg.dim;
+/* Floats of the residual stream one stage hands the next for B x T tokens:
+ * this rank's rows (all B*T, or B*T/tp with sequence parallelism) of C. */
+static size_t stream_floats(const PPStage *s, int B, int T) {
+    const GPT *m = s->m;
+    size_t rows = m->tpc.sp ? (size_t)B * T / m->tp : (size_t)B * T;
+    return rows * m->cfg.dim;
 }
 
 static double forward(PPStage *s, GPTActs *a, int B, int T, float dloss, int with_loss) {
     GPT *m = s->m;
-    size_t n = stream_floats(s, a, B, T);
+    size_t n = stream_floats(s, B, T);
     if (s->stage == 0) gpt_embed_forward(m, a, B, T);
     else exchange(s, a->x_in, n, s->stage - 1);
     float *out = gpt_layers_forward(m, a, B, T);
@@ -335,7 +337,7 @@ static double forward(PPStage *s, GPTActs *a, int B, int T, float dloss, int wit
 
 static void backward(PPStage *s, GPTActs *a, int B, int T) {
     GPT *m = s->m;
-    size_t n = stream_floats(s, a, B, T);
+    size_t n = stream_floats(s, B, T);
     /* two backwards in a row: the first's gradient leaves before m->dx is reused */
     if (s->send_buf == m->dx) exchange(s, NULL, 0, 0);
     if (s->stage == s->P - 1) gpt_head_backward(m, a, B, T);
