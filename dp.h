@@ -70,6 +70,9 @@ typedef struct DP {
     float *stage;              /* ps rank 0: [largest bucket] received gradients */
     size_t stage_n;
     int *param_refs;           /* zero 3: [nunits] users of each gathered unit */
+    int last_unit;             /* zero 3: the unit acquired last (which way the pass runs) */
+    int prefetch_unit;         /* zero 3: the unit being gathered ahead, -1 when none */
+    float *prefetch_buf;       /* zero 3: its buffer */
     size_t transient, transient_peak;  /* bytes of gathered / reduced units */
 } DP;
 
@@ -114,6 +117,8 @@ float *zero_owned_grads(DP *dp, DPBucket *b);
 void zero_update(DP *dp, float lr, float grad_scale);
 void zero_params_acquire(void *ctx, GPT *m, int unit);
 void zero_params_release(void *ctx, GPT *m, int unit);
+/* Drops a prefetched unit (before an update makes it stale; at the end). */
+void zero_prefetch_drop(DP *dp);
 void zero_memory(const DP *dp, DPMemory *mem);
 
 #endif

@@ -110,6 +110,16 @@ extern "C" void *cuda_malloc(size_t bytes) {
     return p;
 }
 
+extern "C" void *cuda_malloc_host(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+
+extern "C" void cuda_free_host(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
 extern "C" void cuda_free(void *p) {
     if (p) CUDA_CHECK(cudaFree(p));
 }

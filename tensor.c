@@ -60,6 +60,9 @@ void *dev_alloc(Dev *d, size_t bytes) {
     if (d->kind == DEV_CUDA) {
         p = cuda_malloc(bytes);
         cuda_memset0(p, bytes, d->stream);
+    } else if (d->pinned) {
+        p = cuda_malloc_host(bytes);
+        memset(p, 0, bytes);
     } else
 #endif
     {
@@ -79,6 +82,7 @@ void dev_free(Dev *d, void *p, size_t bytes) {
     if (bytes == 0) bytes = 1;
 #ifdef USE_CUDA
     if (d->kind == DEV_CUDA) cuda_free(p);
+    else if (d->pinned) cuda_free_host(p);
     else
 #endif
         free(p);

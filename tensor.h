@@ -32,6 +32,7 @@ typedef struct Dev {
     void *stream;          /* cudaStream_t of compute, NULL on the CPU */
     void *scratch;         /* CUDA: DEV_SCRATCH_BYTES of device memory for reductions */
     const Ops *ops;        /* cpu_ops or cuda_ops */
+    int pinned;            /* CPU only: allocate page-locked memory (host side of a GPU's copies) */
     size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
     size_t bytes_peak;     /* high-water mark of bytes_live */
 } Dev;
@@ -142,6 +143,9 @@ int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen);
 void cuda_close(void *stream, void *scratch);
 void *cuda_malloc(size_t bytes);
 void cuda_free(void *p);
+/* Page-locked host memory (cudaMallocHost), for fast copies to and from a GPU. */
+void *cuda_malloc_host(size_t bytes);
+void cuda_free_host(void *p);
 void cuda_memset0(void *p, size_t bytes, void *stream);
 void cuda_copy_d2h(void *host, const void *dev, size_t bytes, void *stream);
 void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *stream);

@@ -58,6 +58,7 @@ int zero_build(DP *dp, char *err, size_t errlen) {
     Dev *opt_dev = dp->dev;
     if (dp->cfg.offload) {
         if (dev_open(&dp->host, DEV_CPU, 0, err, errlen) != 0) return -1;
+        dp->host.pinned = dp->dev->kind == DEV_CUDA;  /* gradients down, parameters up: pinned */
         opt_dev = &dp->host;
         dp->host_master = dev_alloc(&dp->host, S * sizeof(float));
         dp->host_grads = dev_alloc(&dp->host, S * sizeof(float));
@@ -76,6 +77,8 @@ int zero_build(DP *dp, char *err, size_t errlen) {
         dev_free(dp->dev, m->params, m->num_params * sizeof(float));
         m->params = NULL;
         dp->param_refs = calloc(m->nunits, sizeof(int));
+        dp->prefetch_unit = -1;
+        dp->last_unit = -1;
     }
     gpt_units_default(m);
     return 0;
@@ -83,6 +86,7 @@ int zero_build(DP *dp, char *err, size_t errlen) {
 
 void zero_free(DP *dp) {
     size_t S = dp->owned;
+    if (dp->cfg.zero == 3) zero_prefetch_drop(dp);
     adam_free(&dp->adam);
     if (dp->host_master) dev_free(&dp->host, dp->host_master, S * sizeof(float));
     if (dp->host_grads) dev_free(&dp->host, dp->host_grads, S * sizeof(float));
@@ -136,6 +140,7 @@ static void sync_params(DP *dp) {
 
 void zero_update(DP *dp, float lr, float grad_scale) {
     GPT *m = dp->m;
+    if (dp->cfg.zero == 3) zero_prefetch_drop(dp);
     adam_begin(&dp->adam);
     for (int i = 0; i < dp->nbuckets; i++) {
         DPBucket *b = &dp->buckets[i];
@@ -158,28 +163,70 @@ void zero_update(DP *dp, float lr, float grad_scale) {
     sync_params(dp);
 }
 
-/* ZeRO-3: a unit is gathered for its first user and freed after its last. */
-void zero_params_acquire(void *ctx, GPT *m, int u) {
-    DP *dp = ctx;
-    if (dp->param_refs[u]++ > 0) return;
+/* ZeRO-3: a unit is gathered for its first user and freed after its last.
+ * Gathering unit u also starts the gather of the unit that will be wanted
+ * next (u+1 going forward, u-1 going backward): on GPUs it runs on the
+ * communication stream while u computes. Every dp rank walks the same units
+ * in the same order, so the prefetches pair up. A prefetch still unused at
+ * the optimizer step is dropped there: it holds the old parameters. */
+
+static float *gather_unit(DP *dp, int u) {
     size_t uo, un;
-    gpt_unit_range(m, u, &uo, &un);
+    gpt_unit_range(dp->m, u, &uo, &un);
     DPBucket *b = &dp->buckets[dp->unit_bucket[u]];  /* one unit a bucket in stage 3 */
     float *buf = dev_alloc(dp->dev, un * sizeof(float));
     dp->transient += un * sizeof(float);
     if (dp->transient > dp->transient_peak) dp->transient_peak = dp->transient;
     comm_all_gather(dp->g, dp->dev, buf, dp->param_shard + b->state_off, un, COMM_F32);
-    comm_wait(dp->comm, dp->dev);
+    return buf;
+}
+
+static void drop_unit(DP *dp, int u, float *buf) {
+    size_t uo, un;
+    gpt_unit_range(dp->m, u, &uo, &un);
+    dev_free(dp->dev, buf, un * sizeof(float));
+    dp->transient -= un * sizeof(float);
+}
+
+void zero_prefetch_drop(DP *dp) {
+    if (dp->prefetch_buf) {
+        comm_wait(dp->comm, dp->dev);
+        drop_unit(dp, dp->prefetch_unit, dp->prefetch_buf);
+    }
+    dp->prefetch_buf = NULL;
+    dp->prefetch_unit = -1;
+}
+
+void zero_params_acquire(void *ctx, GPT *m, int u) {
+    DP *dp = ctx;
+    /* the tied wte is taken out of turn (by the head): it says nothing of the
+     * direction, and the embedding's units are never worth guessing */
+    int embedding = u == m->unit_wte || u == m->unit_wpe;
+    int going_up = u > dp->last_unit;
+    if (u != m->unit_wte) dp->last_unit = u;
+    if (dp->param_refs[u]++ > 0) return;
+    float *buf;
+    if (dp->prefetch_buf && dp->prefetch_unit == u) {
+        buf = dp->prefetch_buf;
+        dp->prefetch_buf = NULL;
+        dp->prefetch_unit = -1;
+    } else {
+        buf = gather_unit(dp, u);
+    }
+    int next = going_up ? u + 1 : u - 1;
+    if (!embedding && !dp->prefetch_buf && next >= 0 && next < m->nunits &&
+        next != m->unit_wte && next != m->unit_wpe && dp->param_refs[next] == 0) {
+        dp->prefetch_buf = gather_unit(dp, next);
+        dp->prefetch_unit = next;
+    }
+    comm_wait(dp->comm, dp->dev);  /* u's gather (and the prefetch queued behind it) */
     m->uparams[u] = buf;
 }
 
 void zero_params_release(void *ctx, GPT *m, int u) {
     DP *dp = ctx;
     if (--dp->param_refs[u] > 0) return;
-    size_t uo, un;
-    gpt_unit_range(m, u, &uo, &un);
-    dev_free(dp->dev, m->uparams[u], un * sizeof(float));
-    dp->transient -= un * sizeof(float);
+    drop_unit(dp, u, m->uparams[u]);
     m->uparams[u] = NULL;
 }
 
