@@ -13,6 +13,7 @@
  * Forward and backward of each op sit side by side, as in llm.c.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tensor.h"
 
@@ -225,20 +226,31 @@ static void mm_outer_block(real *out, size_t ldo, const real *A, size_t a_si, si
     vstore(o0, acc0); vstore(o1, acc1); vstore(o2, acc2); vstore(o3, acc3);
 }
 
+/* k runs in chunks of MM_KB: a chunk of the column strip of Bm (MM_KB rows
+ * of one vector) stays in L1 while every row block uses it, instead of the
+ * whole strip (for the head's dinp, 50304 rows of wte) streaming again for
+ * each block. Each output still adds its terms in k order. */
+#define MM_KB 256
+
 static void mm_outer(real *out, const real *A, size_t a_si, size_t a_sk, const real *Bm, int I,
                      int K, int Cn) {
     int Ib = I / MM_TILE * MM_TILE, Cb = Cn / VL * VL;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int i0 = 0; i0 < Ib; i0 += MM_TILE)
+    for (int k0 = 0; k0 < K; k0 += MM_KB) {
+        int kn = K - k0 < MM_KB ? K - k0 : MM_KB;
+        const real *Ak = A + (size_t)k0 * a_sk, *Bk = Bm + (size_t)k0 * Cn;
+        #pragma omp parallel for collapse(2) schedule(static)
         for (int c0 = 0; c0 < Cb; c0 += VL)
-            mm_outer_block(out, Cn, A, a_si, a_sk, Bm, Cn, K, i0, c0);
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < I; i++) {
-        int cstart = i < Ib ? Cb : 0;
-        for (int c = cstart; c < Cn; c++) {
-            real s = out[(size_t)i * Cn + c];
-            for (int k = 0; k < K; k++) s += A[(size_t)i * a_si + (size_t)k * a_sk] * Bm[(size_t)k * Cn + c];
-            out[(size_t)i * Cn + c] = s;
+            for (int i0 = 0; i0 < Ib; i0 += MM_TILE)
+                mm_outer_block(out, Cn, Ak, a_si, a_sk, Bk, Cn, kn, i0, c0);
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < I; i++) {
+            int cstart = i < Ib ? Cb : 0;
+            for (int c = cstart; c < Cn; c++) {
+                real sacc = out[(size_t)i * Cn + c];
+                for (int k = 0; k < kn; k++)
+                    sacc += Ak[(size_t)i * a_si + (size_t)k * a_sk] * Bk[(size_t)k * Cn + c];
+                out[(size_t)i * Cn + c] = sacc;
+            }
         }
     }
 }
@@ -247,8 +259,18 @@ void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *
                          const real *inp, const real *w, int N, int C, int OC) {
     /* dinp[n,c] += sum_o dout[n,o] w[o,c] */
     if (dinp) mm_outer(dinp, dout, OC, 1, w, N, OC, C);
-    /* dw[o,c] += sum_n dout[n,o] inp[n,c] */
-    mm_outer(dw, dout, 1, OC, inp, OC, N, C);
+    /* dw[o,c] += sum_n dout[n,o] inp[n,c]. dout is read by columns here, OC
+     * floats apart (the head's 50304): transposed once, each block's four
+     * rows of it are contiguous and stay in cache across the column blocks. */
+    real *doutT = malloc((size_t)N * OC * sizeof(real) + 1);  /* [OC,N] */
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        for (int n = 0; n < N; n++)
+            for (int o = o0; o < o1; o++) doutT[(size_t)o * N + n] = dout[(size_t)n * OC + o];
+    }
+    mm_outer(dw, doutT, N, 1, inp, OC, N, C);
+    free(doutT);
     if (dbias) {
         #pragma omp parallel for schedule(static)
         for (int o = 0; o < OC; o++) {
