@@ -15,13 +15,16 @@
  * 2.1e-5 under any split (Adam divides their tiny, rounding-sized gradients
  * by their own size); the losses, the articles' measure, agree to 2.5e-7.
  * Each run has a time limit: a pipeline that deadlocks fails here instead
- * of hanging the suite.
+ * of hanging the suite. Where a GPU is visible, the same layouts run again
+ * with --device cuda, the ranks sharing it (through the shared-memory
+ * backend when there are more ranks than GPUs), against the CPU's one rank.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "tensor.h"
 
 #define STEPS 6
 #define OUT "test/out/3d"
@@ -150,6 +153,18 @@ int main(void) {
                 &ref, pref);
         compare(&c, &big, "dp 2 x tp 2 x pp 2, parameter server", "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --dp-mode ps",
                 &ref, pref);
+        static const struct { const char *name, *flags; } gpu[] = {
+            {"cuda: one rank", "--device cuda --batch 8"},
+            {"cuda: dp 2, zero 1 (2 ranks on the GPUs)", "--device cuda --ranks 2 --batch 4 --micro-batches 2 --zero 1"},
+            {"cuda: dp 2, zero 3", "--device cuda --ranks 2 --batch 4 --micro-batches 2 --zero 3"},
+            {"cuda: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 8"},
+            {"cuda: pp 2, 1f1b", "--device cuda --ranks 2 --pp 2 --batch 2 --micro-batches 4"},
+            {"cuda: dp 2 x tp 2 x pp 2, zero 1", "--device cuda --ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1"},
+        };
+        for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++) {
+            if (dev_gpu_count() > 0) compare(&c, &big, gpu[i].name, gpu[i].flags, &ref, pref);
+            else check_skip(&c, gpu[i].name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
+        }
     }
     free(pref);
     return check_done(&c);
