@@ -14,7 +14,7 @@ ifeq ($(origin CC),default)
 CC       := gcc
 endif
 ARCH     ?= -march=native
-CFLAGS   ?= -O3 $(ARCH) -fopenmp -Wall -Wextra -Wno-unused-parameter -std=gnu11
+CFLAGS   ?= -O3 $(ARCH) -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-psabi -std=gnu11
 LDLIBS   := -lm -fopenmp -lpthread -lrt
 
 CUDA_HOME ?= /usr/local/cuda

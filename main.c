@@ -596,15 +596,17 @@ static void sample(Run *r, int n) {
             dev_to_host(m->dev, mine, acts->logits + (size_t)(len - 1) * Vl, (size_t)Vl * 4);
             if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, Vp, COMM_F32);
         }
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += exp((logits[v] - maxv) / r->a.temperature);
-        double u = (rng_u32(&rng) / 4294967296.0) * sum, acc = 0.0;
         int next = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp((logits[v] - maxv) / r->a.temperature);
-            if (acc > u) { next = v; break; }
+        if (m->has_head) {  /* the other stages take the last stage's choice */
+            float maxv = -INFINITY;
+            for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
+            double sum = 0.0;
+            for (int v = 0; v < V; v++) sum += exp((logits[v] - maxv) / r->a.temperature);
+            double u = (rng_u32(&rng) / 4294967296.0) * sum, acc = 0.0;
+            for (int v = 0; v < V; v++) {
+                acc += exp((logits[v] - maxv) / r->a.temperature);
+                if (acc > u) { next = v; break; }
+            }
         }
         if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &next, 1, COMM_I32, r->mesh.pp - 1);
         ctx[i] = next;
