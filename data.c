@@ -114,3 +114,43 @@ void data_free(DataSet *ds) {
     free(ds->perm);
     memset(ds, 0, sizeof *ds);
 }
+
+#define TOKENIZER_MAGIC 20240328
+
+int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "cannot open tokenizer file %s", path); return -1; }
+    uint32_t h[256];
+    if (fread(h, 4, 256, f) != 256 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2)) {
+        snprintf(err, errlen, "%s: not an llm.c tokenizer file (magic %u version %u, expected %d version 1 or 2)",
+                 path, h[0], h[1], TOKENIZER_MAGIC);
+        fclose(f);
+        return -1;
+    }
+    t->vocab = (int)h[2];
+    t->text = calloc(t->vocab, sizeof(char *));
+    for (int i = 0; i < t->vocab; i++) {
+        unsigned char len;
+        if (fread(&len, 1, 1, f) != 1 || !(t->text[i] = malloc(len + 1u)) ||
+            fread(t->text[i], 1, len, f) != len) {
+            snprintf(err, errlen, "%s: truncated at token %d of %d", path, i, t->vocab);
+            fclose(f);
+            data_tokenizer_free(t);
+            return -1;
+        }
+        t->text[i][len] = 0;
+    }
+    fclose(f);
+    return 0;
+}
+
+const char *data_token_text(const Tokenizer *t, int id) {
+    return id >= 0 && id < t->vocab ? t->text[id] : NULL;
+}
+
+void data_tokenizer_free(Tokenizer *t) {
+    for (int i = 0; i < t->vocab && t->text; i++) free(t->text[i]);
+    free(t->text);
+    memset(t, 0, sizeof *t);
+}

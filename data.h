@@ -33,4 +33,17 @@ void data_batch(const DataSet *ds, long step, int G, int j0, int count, int *inp
 
 void data_free(DataSet *ds);
 
+/* llm.c's tokenizer file (gpt2_tokenizer.bin: magic 20240328, version 1 or
+ * 2, then each token's bytes behind a length byte), for printing samples. */
+typedef struct Tokenizer {
+    int vocab;
+    char **text;   /* [vocab] each token's bytes, NUL-terminated */
+} Tokenizer;
+
+/* Returns 0, or -1 with one line in err naming the file and the problem. */
+int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen);
+/* The bytes of token id, or NULL when it is outside the tokenizer. */
+const char *data_token_text(const Tokenizer *t, int id);
+void data_tokenizer_free(Tokenizer *t);
+
 #endif

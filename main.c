@@ -66,6 +66,7 @@ typedef struct Args {
     int show_schedule;
     const char *trace;
     int pin_cores;            /* pin each rank of this host to its own cores */
+    const char *tokenizer;    /* llm.c tokenizer file to print samples of token data as text */
     int comm_stats;
 } Args;
 
@@ -85,6 +86,7 @@ typedef struct Run {
     Trace *trace;
     DP dp;
     DataSet train, val;
+    Tokenizer tok;            /* vocab 0 when there is none */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
 } Run;
 
@@ -108,6 +110,7 @@ static void usage(FILE *f) {
         "  --device cpu|cuda      (cuda when a GPU is visible)  --gpu N (0)  --threads N\n"
         "generation:\n"
         "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
+        "  --tokenizer FILE       llm.c's gpt2_tokenizer.bin: print samples of token data as text\n"
         "ranks and layout:\n"
         "  --ranks N              fork N ranks on this host (else one, or srun/mpirun/torchrun's)\n"
         "  --dp D --tp T --pp P   the mesh, D*T*P = ranks; one left out is inferred (pp: later)\n"
@@ -163,6 +166,7 @@ enum {
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
+    F_TOKENIZER,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -184,6 +188,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE},
         {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
         {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
+        {"tokenizer", 1, 0, F_TOKENIZER},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -277,6 +282,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_SHOWSCHED: a->show_schedule = 1; break;
         case F_TRACE: a->trace = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
+        case F_TOKENIZER: a->tokenizer = optarg; break;
         case ':': die_usage("%s needs a value", flag);
         default: die_usage("unknown flag %s (see --help)", flag);
         }
@@ -342,6 +348,8 @@ static void run_check(Run *r) {
     if (tr->max_token >= cfg.vocab)
         die_usage("%s: token id %d >= vocab %d", a->data, tr->max_token, cfg.vocab);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
+    if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
+        die_usage("%s", err);
     if (a->save) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", a->save);
@@ -454,6 +462,7 @@ static void run_free(Run *r) {
     comm_free(&r->comm);
     data_free(&r->train);
     data_free(&r->val);
+    data_tokenizer_free(&r->tok);
     dev_close(&r->dev);
 }
 
@@ -610,7 +619,9 @@ static void sample(Run *r, int n) {
         }
         if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &next, 1, COMM_I32, r->mesh.pp - 1);
         ctx[i] = next;
+        const char *text = data_token_text(&r->tok, next);
         if (say && r->train.is_bytes) putchar(next);
+        else if (say && text) fputs(text, stdout);
         else if (say) printf("%d ", next);
     }
     if (say) printf("\n");

@@ -56,6 +56,7 @@ bad "pp beyond layers" "--pp 2 exceeds the model's 1 layers" --data $DATA $SMALL
 bad "stage-layers do not add up" "--stage-layers adds up to 3 layers, the model has 1" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2 --stage-layers 2,1
 bad "bad schedule" "--schedule must be naive, gpipe or 1f1b, got 'zigzag'" --data $DATA $SMALL --save $SAVE --schedule zigzag
 bad "ps with zero" "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero" --data $DATA $SMALL --save $SAVE --dp-mode ps --zero 1
+bad "foreign tokenizer file" "not an llm.c tokenizer file" --data $DATA $SMALL --save $SAVE --tokenizer $FIX/ref_model.bin
 bad "too many ranks" "--ranks must be between 1 and 64, got 65" --data $DATA $SMALL --save $SAVE --ranks 65
 if [ "$(./train --data $DATA $SMALL --device cuda --steps 0 2>&1 >/dev/null | grep -c 'no CUDA GPU is visible\|has no CUDA')" -eq 1 ]; then
     bad "cuda without a GPU" "--device cuda:" --data $DATA $SMALL --save $SAVE --device cuda
