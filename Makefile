@@ -114,7 +114,7 @@ ops64.o: ops.c tensor.h
 test/test_ops: test/test_ops.c ops64.o ops.o tensor.o test/check.h
 	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o tensor.o $(filter kernels.o,$(OBJS)) $(LDLIBS)
 
-test/%: test/%.c $(OBJS) test/check.h
+test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
 
 bench/%: bench/%.c $(OBJS)

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "train_run.h"
 #include "tensor.h"
 
 #define STEPS 6
@@ -34,32 +35,17 @@ typedef struct Model {
     int L, C, Vp, maxT, nparams;
 } Model;
 
-typedef struct Result { int rc, nsteps; double loss[STEPS]; } Result;
+typedef TrainRun Result;
 
 static void run(Result *r, const Model *md, const char *flags, const char *save) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "timeout 60 ./train %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
              md->flags, STEPS, save, flags);
-    memset(r, 0, sizeof *r);
-    FILE *p = popen(cmd, "r");
-    char line[1024];
-    while (p && fgets(line, sizeof line, p)) {
-        const char *l = strstr(line, "| loss ");
-        if (!strncmp(line, "step ", 5) && l && r->nsteps < STEPS) r->loss[r->nsteps++] = atof(l + 7);
-    }
-    r->rc = p ? pclose(p) : -1;
+    train_run(r, cmd);
 }
 
-static float *load(const char *path, int n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *p = malloc((size_t)n * sizeof(float));
-    int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(p, 4, n, f) == (size_t)n;
-    fclose(f);
-    if (!ok) { free(p); return NULL; }
-    return p;
-}
+static float *load(const char *path, int n) { return train_load_params(path, (size_t)n); }
 
 /* max |a - b| over the parameters but the key biases (qkvb's middle third). */
 static double param_diff(const Model *md, const float *a, const float *b) {
@@ -91,6 +77,7 @@ static void compare(Checks *c, const Model *md, const char *name, const char *fl
           "%d steps: losses within %.2e relative of one rank (bound 1e-5), parameters within %.2e (bound 5e-5)%s",
           r.nsteps, lw, pw, r.rc ? " [run failed or timed out]" : "");
     free(p);
+    train_run_free(&r);
 }
 
 int main(void) {
@@ -123,6 +110,7 @@ int main(void) {
                 &ref, pref);
     }
     free(pref);
+    train_run_free(&ref);
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",
@@ -167,5 +155,6 @@ int main(void) {
         }
     }
     free(pref);
+    train_run_free(&ref);
     return check_done(&c);
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "train_run.h"
 
 #define STEPS 10
 #define G 8
@@ -41,35 +42,20 @@ static void run(Result *r, const char *flags, const char *save) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "./train " MODEL " --steps %d --comm-stats --save %s %s 2>&1", STEPS,
              save, flags);
+    TrainRun t;
+    train_run(&t, cmd);
     memset(r, 0, sizeof *r);
-    FILE *p = popen(cmd, "r");
-    size_t cap = 1 << 16, len = 0;
-    r->out = malloc(cap);
-    char line[1024];
-    while (p && fgets(line, sizeof line, p)) {
-        size_t n = strlen(line);
-        if (len + n + 1 > cap) r->out = realloc(r->out, cap *= 2);
-        memcpy(r->out + len, line, n + 1);
-        len += n;
-        const char *l = strstr(line, "| loss "), *nm = strstr(line, "| norm ");
-        if (!strncmp(line, "step ", 5) && l && r->nsteps < STEPS) {
-            r->loss[r->nsteps++] = atof(l + 7);
-            if (nm && atof(nm + 7) > 0.5) r->clipped++;
-        }
-    }
-    r->rc = p ? pclose(p) : -1;
+    r->rc = t.rc;
+    r->nsteps = t.nsteps < STEPS ? t.nsteps : STEPS;
+    memcpy(r->loss, t.loss, r->nsteps * sizeof(double));
+    r->out = t.out;
+    /* steps whose norm (before clipping) is above --clip 0.5 */
+    for (const char *p = t.out; (p = strstr(p, "| norm ")); p++)
+        if (atof(p + 7) > 0.5) r->clipped++;
 }
 
 /* Parameters of a saved model, in file order. */
-static float *load_params(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *p = malloc(NPARAMS * sizeof(float));
-    int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(p, 4, NPARAMS, f) == NPARAMS;
-    fclose(f);
-    if (!ok) { free(p); return NULL; }
-    return p;
-}
+static float *load_params(const char *path) { return train_load_params(path, NPARAMS); }
 
 /* max |a - b| over the parameters, leaving out the key biases: their
  * gradient is exactly zero in exact arithmetic (a shift of every score of a

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "train_run.h"
 #include "gpt.h"
 #include "tensor.h"
 
@@ -33,42 +34,16 @@ typedef struct Model {
     int N;               /* B*T of a step on one rank */
 } Model;
 
-typedef struct Result {
-    int rc, nsteps;
-    double loss[STEPS];
-    char *out;
-} Result;
+typedef TrainRun Result;
 
 static void run(Result *r, const Model *md, const char *flags, int steps) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "./train %s --steps %d --device cpu --clip 0.5 --lr 0.005 %s 2>&1",
              md->flags, steps, flags);
-    memset(r, 0, sizeof *r);
-    FILE *p = popen(cmd, "r");
-    size_t cap = 1 << 16, len = 0;
-    r->out = malloc(cap);
-    r->out[0] = 0;
-    char line[1024];
-    while (p && fgets(line, sizeof line, p)) {
-        size_t n = strlen(line);
-        if (len + n + 1 > cap) r->out = realloc(r->out, cap *= 2);
-        memcpy(r->out + len, line, n + 1);
-        len += n;
-        const char *l = strstr(line, "| loss ");
-        if (!strncmp(line, "step ", 5) && l && r->nsteps < STEPS) r->loss[r->nsteps++] = atof(l + 7);
-    }
-    r->rc = p ? pclose(p) : -1;
+    train_run(r, cmd);
 }
 
-static float *load(const char *path, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *p = malloc(n * sizeof(float));
-    int ok = fseek(f, 1024, SEEK_SET) == 0 && fread(p, 4, n, f) == n;
-    fclose(f);
-    if (!ok) { free(p); return NULL; }
-    return p;
-}
+static float *load(const char *path, size_t n) { return train_load_params(path, n); }
 
 /* Worst per-tensor max |a - b| / max |b|; names the tensor in *which. */
 static double grad_diff(const GPTConfig *cfg, const float *a, const float *b, int *which) {
