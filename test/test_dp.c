@@ -79,16 +79,7 @@ static double param_diff(const float *a, const float *b) {
 static double comm_bytes(const char *out, int rank, const char *kind) {
     char prefix[32];
     snprintf(prefix, sizeof prefix, rank ? "[rank %d]   " : "\n  ", rank);
-    const char *p = out;
-    while ((p = strstr(p, prefix))) {
-        p += strlen(prefix);
-        char k[32], g[32];
-        unsigned long long calls, bytes;
-        if (sscanf(p, "%31s %31s %llu %llu", k, g, &calls, &bytes) == 4 && !strcmp(k, kind) &&
-            !strcmp(g, "dp"))
-            return (double)bytes;
-    }
-    return 0;
+    return train_comm_bytes(out, prefix, kind, "dp");
 }
 
 /* Checks every rank's memory line against its formula (1%). */

@@ -63,17 +63,9 @@ static double grad_diff(const GPTConfig *cfg, const float *a, const float *b, in
     return worst;
 }
 
+/* Bytes of (kind, group tp) in rank 0's comm table. */
 static double comm_bytes(const char *out, const char *kind) {
-    const char *p = out;
-    while ((p = strstr(p, "\n  "))) {
-        p += 3;
-        char k[32], g[32];
-        unsigned long long calls, bytes;
-        if (sscanf(p, "%31s %31s %llu %llu", k, g, &calls, &bytes) == 4 && !strcmp(k, kind) &&
-            !strcmp(g, "tp"))
-            return (double)bytes;
-    }
-    return 0;
+    return train_comm_bytes(out, "\n  ", kind, "tp");
 }
 
 static void equivalence(Checks *c, const Model *md, int tp, int sp, int dp, int zero,

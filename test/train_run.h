@@ -57,4 +57,21 @@ static inline float *train_load_params(const char *path, size_t n) {
     return p;
 }
 
+/* Bytes of row (kind, group) of a --comm-stats table in out: the row that
+ * follows `prefix` ("\n  " for rank 0's, "[rank r]   " for rank r's);
+ * 0 when there is none. */
+static inline double train_comm_bytes(const char *out, const char *prefix, const char *kind,
+                                      const char *group) {
+    const char *p = out;
+    while ((p = strstr(p, prefix))) {
+        p += strlen(prefix);
+        char k[32], g[32];
+        unsigned long long calls, bytes;
+        if (sscanf(p, "%31s %31s %llu %llu", k, g, &calls, &bytes) == 4 && !strcmp(k, kind) &&
+            !strcmp(g, group))
+            return (double)bytes;
+    }
+    return 0;
+}
+
 #endif
