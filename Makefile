@@ -23,7 +23,7 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=s
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 NCCL_HOME ?= $(CUDA_HOME)
 
-OBJS := tensor.o ops.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o tp.o pp.o trace.o
+OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o tp.o pp.o trace.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -111,8 +111,8 @@ kernels.o: kernels.cu tensor.h
 ops64.o: ops.c tensor.h
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
-test/test_ops: test/test_ops.c ops64.o ops.o tensor.o test/check.h
-	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o tensor.o $(filter kernels.o,$(OBJS)) $(LDLIBS)
+test/test_ops: test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o test/check.h
+	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o $(filter kernels.o,$(OBJS)) $(LDLIBS)
 
 test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)

@@ -61,6 +61,7 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
     }
     gpt_llmc_copy(m, host, llmc, 0);
     dev_from_host(m->dev, m->params, host, m->num_params * sizeof(float));
+    gpt_params_changed(m);
     free(llmc);
     free(host);
     return 0;

@@ -421,20 +421,7 @@ static void stage_out(Dev *d, void *dst, const void *host_src, size_t bytes) {
 
 /* ---- reduction: dst[n] = src[0] + src[1] + ... + src[ns-1], left to right --- */
 
-static float bf16_to_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {   /* round to nearest even; NaN stays NaN */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
+/* bf16 conversions: tensor.h (round to nearest even; NaN stays NaN). */
 
 static void reduce_into(void *dst, const void *const *src, int ns, size_t n, CommDtype t, CommRed op) {
     for (size_t k0 = 0; k0 < n; k0 += TILE) {
@@ -455,7 +442,7 @@ static void reduce_into(void *dst, const void *const *src, int ns, size_t n, Com
                 for (size_t k = 0; k < m; k++) acc[k] += bf16_to_f32(((const uint16_t *)src[j])[k0 + k]);
             for (size_t k = 0; k < m; k++) {
                 if (op == COMM_AVG) acc[k] /= (float)ns;
-                ((uint16_t *)dst)[k0 + k] = f32_to_bf16(acc[k]);
+                ((uint16_t *)dst)[k0 + k] = bf16_from_f32(acc[k]);
             }
         } else {  /* COMM_I32: wraps around on overflow, like NCCL */
             uint32_t *o = (uint32_t *)dst + k0;

@@ -156,8 +156,17 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
     m->uparams = calloc(m->nunits, sizeof(float *));
     m->ugrads = calloc(m->nunits, sizeof(float *));
+    m->esz = dt_size(dev->dtype);
+    m->epoch = 1;
+    if (dev->dtype != DT_F32) {
+        m->lp = dev_alloc(dev, m->num_params * m->esz);
+        m->lp_epoch = calloc(m->nunits, sizeof(unsigned));
+        m->lp_src = calloc(m->nunits, sizeof(float *));
+    }
     gpt_units_default(m);
 }
+
+void gpt_params_changed(GPT *m) { m->epoch++; }
 
 void gpt_units_default(GPT *m) {
     for (int u = 0; u < m->nunits; u++) {
@@ -189,7 +198,7 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
         int l = unit_layer(m, u);
         for (int i = 0; i < GPT_NTENSORS; i++) {
             if (!m->sizes[i] || per_layer(i) != (l >= 0)) continue;
-            size_t a = (size_t)(gpt_tensor(m, m->params, i, l) - m->params);
+            size_t a = m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
             size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
             if (a < uo || a >= uo + un) continue;  /* another unit's tensor */
             size_t lo = a > offset ? a : offset, hi = a + n < end ? a + n : end;
@@ -247,35 +256,52 @@ void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
 /* Backward scratch is sized on first use, for the largest B*T seen. */
 static void scratch_free(GPT *m) {
     Dev *d = m->dev;
-    size_t C = m->cfg.dim, n = (size_t)m->max_bt, tp = m->tp;
+    size_t C = m->cfg.dim, n = (size_t)m->max_bt, tp = m->tp, e = m->esz;
+    if (m->datt) dev_free(d, m->datt, m->datt_floats * 4);
+    m->datt = NULL;
+    m->datt_floats = 0;
     if (!m->max_bt) return;
-    dev_free(d, m->dx, n * C * 4);
-    dev_free(d, m->dln, n * C * 4);
-    dev_free(d, m->datty, n * C / tp * 4);
-    dev_free(d, m->dqkv, n * 3 * C / tp * 4);
-    dev_free(d, m->dfch, n * 4 * C / tp * 4);
-    dev_free(d, m->dfchg, n * 4 * C / tp * 4);
-    dev_free(d, m->datt, n * m->cfg.heads / tp * m->cfg.max_seq * 4);
-    dev_free(d, m->full, n * C * 4);
+    dev_free(d, m->dx, n * C * e);
+    dev_free(d, m->dln, n * C * e);
+    dev_free(d, m->datty, n * C / tp * e);
+    dev_free(d, m->dqkv, n * 3 * C / tp * e);
+    dev_free(d, m->dfch, n * 4 * C / tp * e);
+    dev_free(d, m->dfchg, n * 4 * C / tp * e);
+    dev_free(d, m->full, n * C * e);
     dev_free(d, m->sp_dw, 2 * C * 4);
+    m->max_bt = 0;
 }
 
+/* Sized for the largest B*T seen, and attention's scratch for the largest
+ * (B, T) that the ops table asks for. */
 static void scratch_ensure(GPT *m, int B, int T) {
+    Dev *d = m->dev;
+    size_t att_scratch = 0;
+    d->ops->attention_floats(B, T, m->cfg.dim / m->tp, m->cfg.heads / m->tp, &att_scratch);
+    if (att_scratch > m->datt_floats) {
+        if (m->datt) dev_free(d, m->datt, m->datt_floats * 4);
+        m->datt = dev_alloc(d, att_scratch * 4);
+        m->datt_floats = att_scratch;
+    }
     int bt = B * T;
     if (bt <= m->max_bt) return;
-    scratch_free(m);
-    Dev *d = m->dev;
-    size_t C = m->cfg.dim, n = (size_t)bt, tp = m->tp;
+    size_t C = m->cfg.dim, n = (size_t)bt, tp = m->tp, e = m->esz;
+    if (m->max_bt) {  /* the activation-sized buffers only; datt stays */
+        float *datt = m->datt;
+        size_t df = m->datt_floats;
+        m->datt = NULL;
+        scratch_free(m);
+        m->datt = datt;
+        m->datt_floats = df;
+    }
     m->max_bt = bt;
-    m->dx = dev_alloc(d, n * C * 4);
-    m->dln = dev_alloc(d, n * C * 4);
-    m->datty = dev_alloc(d, n * C / tp * 4);
-    m->dqkv = dev_alloc(d, n * 3 * C / tp * 4);
-    m->dfch = dev_alloc(d, n * 4 * C / tp * 4);
-    m->dfchg = dev_alloc(d, n * 4 * C / tp * 4);
-    /* datt holds [B,NH/tp,T,T] <= B*T * NH/tp * maxT elements */
-    m->datt = dev_alloc(d, n * m->cfg.heads / tp * m->cfg.max_seq * 4);
-    m->full = dev_alloc(d, n * C * 4);
+    m->dx = dev_alloc(d, n * C * e);
+    m->dln = dev_alloc(d, n * C * e);
+    m->datty = dev_alloc(d, n * C / tp * e);
+    m->dqkv = dev_alloc(d, n * 3 * C / tp * e);
+    m->dfch = dev_alloc(d, n * 4 * C / tp * e);
+    m->dfchg = dev_alloc(d, n * 4 * C / tp * e);
+    m->full = dev_alloc(d, n * C * e);
     m->sp_dw = dev_alloc(d, 2 * C * 4);
 }
 
@@ -283,6 +309,9 @@ void gpt_free(GPT *m) {
     Dev *d = m->dev;
     dev_free(d, m->params, m->num_params * 4);
     dev_free(d, m->grads, m->num_params * 4);
+    if (m->lp) dev_free(d, m->lp, m->num_params * m->esz);
+    free(m->lp_epoch);
+    free(m->lp_src);
     free(m->uparams);
     free(m->ugrads);
     free(m->unit_off);
@@ -333,6 +362,7 @@ void gpt_init_random(GPT *m, uint64_t seed) {
     }
     dev_from_host(m->dev, m->params, host, m->num_params * sizeof(float));
     free(host);
+    gpt_params_changed(m);
 }
 
 /* ---------------------------------------------------------------------------
@@ -343,22 +373,22 @@ static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / 
 
 /* The sizes of every buffer of a set of activations, in one place for
  * build and free. */
-#define ACTS_FIELDS(X)                                                     \
-    X(x_in, rows * C)                                                      \
-    X(ln1, nk * bt * C) X(ln1_mean, nk * rows) X(ln1_rstd, nk * rows)      \
-    X(qkv, nk * bt * 3 * Cl) X(atty, nk * bt * Cl) X(att, nk * B * NHl * T * T) \
-    X(res2, nk * rows * C) X(ln2, nk * bt * C) X(ln2_mean, nk * rows)       \
-    X(ln2_rstd, nk * rows) X(fch, nk * bt * Fl) X(fchg, nk * bt * Fl)       \
-    X(res3, nl * rows * C) X(proj, bt * C)
-#define HEAD_FIELDS(X)                                                     \
-    X(lnf, bt * C) X(lnf_mean, rows) X(lnf_rstd, rows) X(logits, bt * Vl)  \
-    X(losses, bt) X(xstats, tp * bt * 3) X(lse, bt)
+#define ACTS_FIELDS(X)                                                        \
+    X(x_in, rows * C, E)                                                      \
+    X(ln1, nk * bt * C, E) X(ln1_mean, nk * rows, 4) X(ln1_rstd, nk * rows, 4) \
+    X(qkv, nk * bt * 3 * Cl, E) X(atty, nk * bt * Cl, E) X(att, nk * a->att_stride, 4) \
+    X(res2, nk * rows * C, E) X(ln2, nk * bt * C, E) X(ln2_mean, nk * rows, 4)  \
+    X(ln2_rstd, nk * rows, 4) X(fch, nk * bt * Fl, E) X(fchg, nk * bt * Fl, E)  \
+    X(res3, nl * rows * C, E) X(proj, bt * C, E)
+#define HEAD_FIELDS(X)                                                        \
+    X(lnf, bt * C, E) X(lnf_mean, rows, 4) X(lnf_rstd, rows, 4) X(logits, bt * Vl, E) \
+    X(losses, bt, 4) X(xstats, tp * bt * 3, 4) X(lse, bt, 4)
 
 #define ACTS_SIZES                                                                  \
     size_t C = m->cfg.dim, tp = m->tp, Cl = C / tp, Fl = 4 * C / tp, NHl = m->cfg.heads / tp; \
     size_t Vl = m->cfg.padded_vocab / tp, nl = m->nlayers, B = a->B, T = a->T;       \
-    size_t bt = B * T, rows = a->rows, nk = a->kept;                                 \
-    (void)Cl; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
+    size_t bt = B * T, rows = a->rows, nk = a->kept, E = a->esz;                     \
+    (void)Cl; (void)E; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
 
 GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     GPTActs *a = calloc(1, sizeof *a);
@@ -367,11 +397,13 @@ GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     a->T = T_;
     a->rows = stream_rows(m, B_, T_);
     a->kept = m->recompute && m->nlayers > 0 ? 1 : m->nlayers;
+    a->esz = m->esz;
+    a->att_stride = d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL);
     ACTS_SIZES
     size_t before = d->bytes_live;
     a->tokens = dev_alloc(d, bt * sizeof(int));
     a->targets = dev_alloc(d, bt * sizeof(int));
-#define ALLOC(f, n) a->f = dev_alloc(d, (size_t)(n) * sizeof(float));
+#define ALLOC(f, n, e) a->f = dev_alloc(d, (size_t)(n) * (e));
     ACTS_FIELDS(ALLOC)
     if (m->has_head) { HEAD_FIELDS(ALLOC) }
 #undef ALLOC
@@ -386,7 +418,7 @@ void gpt_acts_free(GPT *m, GPTActs *a) {
     ACTS_SIZES
     dev_free(d, a->tokens, bt * sizeof(int));
     dev_free(d, a->targets, bt * sizeof(int));
-#define FREE(f, n) dev_free(d, a->f, (size_t)(n) * sizeof(float));
+#define FREE(f, n, e) dev_free(d, a->f, (size_t)(n) * (e));
     ACTS_FIELDS(FREE)
     if (m->has_head) { HEAD_FIELDS(FREE) }
 #undef FREE
@@ -417,27 +449,32 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
  * this rank's rows, f's forward an all-gather out of them, and backward
  * swaps the two. */
 
-static void tp_all_reduce(GPT *m, float *buf, size_t n) {
-    if (m->tp > 1) m->tpc.all_reduce(m->tpc.ctx, buf, n);
+/* Element k of an activation buffer: buffers hold the dev's dtype, so
+ * offsets are counted in elements and scaled by m->esz here. */
+static void *at(const GPT *m, const void *p, size_t k) { return (char *)p + k * m->esz; }
+
+static void tp_all_reduce(GPT *m, void *buf, size_t n) {
+    if (m->tp > 1) m->tpc.all_reduce(m->tpc.ctx, buf, n, m->dev->dtype);
 }
 
 /* g forward: partial[N,C] summed over ranks, into out[rows,C]. */
-static void tp_reduce_out(GPT *m, float *out, float *partial, int N) {
+static void tp_reduce_out(GPT *m, void *out, void *partial, int N) {
     size_t C = m->cfg.dim;
-    if (m->tp == 1) { if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * 4); return; }
-    if (m->tpc.sp) m->tpc.reduce_scatter(m->tpc.ctx, out, partial, (size_t)N / m->tp * C);
+    DType t = m->dev->dtype;
+    if (m->tp == 1) { if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz); return; }
+    if (m->tpc.sp) m->tpc.reduce_scatter(m->tpc.ctx, out, partial, (size_t)N / m->tp * C, t);
     else {
-        m->tpc.all_reduce(m->tpc.ctx, partial, (size_t)N * C);
-        if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * 4);
+        m->tpc.all_reduce(m->tpc.ctx, partial, (size_t)N * C, t);
+        if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz);
     }
 }
 
 /* f forward with sequence parallelism: rows [rows,C] of every rank into full
  * [N,C]; `mine` already sits at this rank's place in full. */
-static void tp_gather_rows(GPT *m, float *full, int N) {
+static void tp_gather_rows(GPT *m, void *full, int N) {
     if (!m->tpc.sp || m->tp == 1) return;
     size_t n = (size_t)N / m->tp * m->cfg.dim;
-    m->tpc.all_gather(m->tpc.ctx, full, full + m->tp_rank * n, n);
+    m->tpc.all_gather(m->tpc.ctx, full, at(m, full, m->tp_rank * n), n, m->dev->dtype);
 }
 
 /* This rank's first row of the residual stream within the N rows. */
@@ -453,14 +490,14 @@ static size_t my_row0(const GPT *m, int N) { return m->tpc.sp ? (size_t)m->tp_ra
 
 typedef enum { LINEAR_COLUMN, LINEAR_ROW } LinearSplit;
 
-static void gpt_linear_forward(GPT *m, LinearSplit split, float *out, const float *inp,
-                               const float *w, const float *b, int N, int C, int OC) {
+static void gpt_linear_forward(GPT *m, LinearSplit split, void *out, const void *inp,
+                               const void *w, const void *b, int N, int C, int OC) {
     if (split == LINEAR_ROW && m->tp_rank != 0) b = NULL;
     m->dev->ops->matmul_forward(m->dev, out, inp, w, b, N, C, OC);
 }
 
-static void gpt_linear_backward(GPT *m, LinearSplit split, float *dinp, float *dw, float *db,
-                                const float *dout, const float *inp, const float *w, int N, int C,
+static void gpt_linear_backward(GPT *m, LinearSplit split, void *dinp, float *dw, float *db,
+                                const void *dout, const void *inp, const void *w, int N, int C,
                                 int OC) {
     m->dev->ops->matmul_backward(m->dev, dinp, dw, db, dout, inp, w, N, C, OC);
 }
@@ -475,7 +512,12 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, float *dinp, float *d
  * On a stage holding both ends the one wte serves the embedding and the
  * head: it stays acquired from the embedding's forward to the end of the
  * head's, and its gradients from the head's backward to the end of the
- * embedding's. */
+ * embedding's.
+ *
+ * Under mixed precision the layers read the bf16 copy m->lp instead, made
+ * from uparams[u] at the acquire when the float32 values may have changed:
+ * a new epoch (an optimizer step), or another source buffer (a ZeRO-3
+ * gather). Within a step a unit is rounded once, however often it is used. */
 
 static int tensor_unit(const GPT *m, int i, int l) {
     if (per_layer(i)) return unit_of_layer(m, l);
@@ -484,19 +526,32 @@ static int tensor_unit(const GPT *m, int i, int l) {
     return m->unit_lnf;
 }
 
-static float *unit_tensor(const GPT *m, float **ubase, int i, int l) {
-    int u = tensor_unit(m, i, l);
-    size_t uo, un;
-    gpt_unit_range(m, u, &uo, &un);
-    return ubase[u] + (size_t)(gpt_tensor(m, m->params, i, l) - m->params) - uo;
+/* Where tensor i of local layer l starts in the layout. */
+static size_t tensor_offset(const GPT *m, int i, int l) {
+    return m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
 }
 
-/* Parameters and gradients of tensor i of local layer l, where they are now. */
-static float *P(const GPT *m, int i, int l) { return unit_tensor(m, m->uparams, i, l); }
-static float *G(const GPT *m, int i, int l) { return unit_tensor(m, m->ugrads, i, l); }
+/* Parameters (the compute copy) and gradients of tensor i of local layer l,
+ * where they are now. */
+static void *P(const GPT *m, int i, int l) {
+    if (m->lp) return at(m, m->lp, tensor_offset(m, i, l));
+    int u = tensor_unit(m, i, l);
+    return m->uparams[u] + (tensor_offset(m, i, l) - m->unit_off[u]);
+}
+static float *G(const GPT *m, int i, int l) {
+    int u = tensor_unit(m, i, l);
+    return m->ugrads[u] + (tensor_offset(m, i, l) - m->unit_off[u]);
+}
 
 static void params_acquire(GPT *m, int u) {
     if (m->hooks.params_acquire) m->hooks.params_acquire(m->hooks.ctx, m, u);
+    if (m->lp && (m->lp_epoch[u] != m->epoch || m->lp_src[u] != m->uparams[u])) {
+        size_t uo, un;
+        gpt_unit_range(m, u, &uo, &un);
+        m->dev->ops->cast(m->dev, at(m, m->lp, uo), m->uparams[u], un);
+        m->lp_epoch[u] = m->epoch;
+        m->lp_src[u] = m->uparams[u];
+    }
 }
 static void params_release(GPT *m, int u) {
     if (m->hooks.params_release) m->hooks.params_release(m->hooks.ctx, m, u);
@@ -509,16 +564,22 @@ static void grads_ready(GPT *m, int u) {
 }
 
 /* Activation slices of local layer l: full-row buffers (B*T rows) and the
- * residual stream's (a->rows rows). */
-#define ACT(a, field, l, width) ((a)->field + (size_t)(l) * (a)->B * (a)->T * (width))
-#define RES(a, field, l, width) ((a)->field + (size_t)(l) * (a)->rows * (width))
+ * residual stream's (a->rows rows), in elements of the dev's dtype; and the
+ * float32 per-row statistics. */
+#define ACT(a, field, l, width) at(m, (a)->field, (size_t)(l) * (a)->B * (a)->T * (width))
+#define RES(a, field, l, width) at(m, (a)->field, (size_t)(l) * (a)->rows * (width))
+#define STAT(a, field, l) ((a)->field + (size_t)(l) * (a)->rows)
 
 /* LayerNorm of this rank's rows of the stream x into its rows of the full
- * buffer out, then gathered (f) so the column-parallel linear sees all rows. */
-static void norm_and_gather(GPT *m, float *out, float *mean, float *rstd, const float *x,
-                            const float *w, const float *b, int N) {
+ * buffer out, then gathered (f) so the column-parallel linear sees all rows.
+ * With res != NULL the stream is first made there, res = x + y, in the same
+ * pass (the residual add fused with the LayerNorm that reads it). */
+static void norm_and_gather(GPT *m, void *out, float *mean, float *rstd, void *res, const void *x,
+                            const void *y, const void *w, const void *b, int N) {
     int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
-    m->dev->ops->layernorm_forward(m->dev, out + my_row0(m, N) * C, mean, rstd, x, w, b, rows, C);
+    void *mine = at(m, out, my_row0(m, N) * C);
+    if (res) m->dev->ops->add_layernorm_forward(m->dev, res, mine, mean, rstd, x, y, w, b, rows, C);
+    else m->dev->ops->layernorm_forward(m->dev, mine, mean, rstd, x, w, b, rows, C);
     tp_gather_rows(m, out, N);
 }
 
@@ -528,13 +589,13 @@ static void norm_and_gather(GPT *m, float *out, float *mean, float *rstd, const 
  * rows, then the LayerNorm's backward adds into dx [rows,C]. With sequence
  * parallelism each rank saw only its rows, so the LayerNorm's own gradients
  * are partial and summed over the group before they are added. */
-static void norm_backward(GPT *m, float *dx, float *dfull, const float *x, const float *w,
+static void norm_backward(GPT *m, void *dx, void *dfull, const void *x, const void *w,
                           float *dw, float *db, const float *mean, const float *rstd, int N) {
     int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
     Dev *d = m->dev;
-    float *dln = dfull;
+    void *dln = dfull;
     if (m->tp > 1 && m->tpc.sp) {
-        m->tpc.reduce_scatter(m->tpc.ctx, m->dln, dfull, (size_t)rows * C);
+        m->tpc.reduce_scatter(m->tpc.ctx, m->dln, dfull, (size_t)rows * C, d->dtype);
         dln = m->dln;
     } else {
         tp_all_reduce(m, dfull, (size_t)N * C);
@@ -542,7 +603,7 @@ static void norm_backward(GPT *m, float *dx, float *dfull, const float *x, const
     if (m->tp > 1 && m->tpc.sp) {
         dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
         d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
-        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C);
+        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
         d->ops->accumulate(d, dw, m->sp_dw, C);
         d->ops->accumulate(d, db, m->sp_dw + C, C);
     } else {
@@ -553,10 +614,10 @@ static void norm_backward(GPT *m, float *dx, float *dfull, const float *x, const
 /* The backward of g: this rank's rows of a gradient dx [rows,C] made whole
  * [N,C] for the row-parallel linear's backward (with sequence parallelism an
  * all-gather; otherwise every rank already holds all rows). */
-static const float *ungather_rows(GPT *m, float *dx, int N) {
+static const void *ungather_rows(GPT *m, void *dx, int N) {
     if (!m->tpc.sp || m->tp == 1) return dx;
     size_t n = (size_t)N / m->tp * m->cfg.dim;
-    m->tpc.all_gather(m->tpc.ctx, m->full, dx, n);
+    m->tpc.all_gather(m->tpc.ctx, m->full, dx, n, m->dev->dtype);
     return m->full;
 }
 
@@ -565,7 +626,7 @@ void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
     params_acquire(m, m->unit_wte);
     params_acquire(m, m->unit_wpe);
     /* each rank looks up the tokens of its vocabulary slice; wpe is added once */
-    float *rows_out = m->tp > 1 ? m->full : a->x_in;
+    void *rows_out = m->tp > 1 ? m->full : a->x_in;
     m->dev->ops->encoder_forward(m->dev, rows_out, a->tokens, P(m, GPT_WTE, 0),
                                  m->tp_rank == 0 ? P(m, GPT_WPE, 0) : NULL, B, T, m->cfg.dim);
     if (m->tp > 1) tp_reduce_out(m, a->x_in, m->full, N);
@@ -578,27 +639,26 @@ void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
 static int slot(const GPTActs *a, int l) { return a->kept == 1 ? 0 : l; }
 
 /* One transformer block on input x [rows,C] into layer l's res3. */
-static void layer_forward(GPT *m, GPTActs *a, int l, const float *x, int B, int T) {
+static void layer_forward(GPT *m, GPTActs *a, int l, const void *x, int B, int T) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
     int N = B * T, rows = stream_rows(m, B, T), k = slot(a, l);
-    float *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
-    float *att = a->att + (size_t)k * a->B * NHl * a->T * a->T;
-    float *ln2 = ACT(a, ln2, k, C), *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
-    float *res2 = RES(a, res2, k, C), *res3 = RES(a, res3, l, C);
+    void *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
+    float *att = a->att + (size_t)k * a->att_stride;
+    void *ln2 = ACT(a, ln2, k, C), *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
+    void *res2 = RES(a, res2, k, C), *res3 = RES(a, res3, l, C);
     params_acquire(m, unit_of_layer(m, l));
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
-    norm_and_gather(m, ln1, RES(a, ln1_mean, k, 1), RES(a, ln1_rstd, k, 1), x, P(m, GPT_LN1W, l),
-                    P(m, GPT_LN1B, l), N);
+    norm_and_gather(m, ln1, STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), NULL, x, NULL,
+                    P(m, GPT_LN1W, l), P(m, GPT_LN1B, l), N);
     gpt_linear_forward(m, LINEAR_COLUMN, qkv, ln1, P(m, GPT_QKVW, l), P(m, GPT_QKVB, l), N, C, 3 * Cl);
     o->attention_forward(d, atty, att, qkv, B, T, Cl, NHl);
     gpt_linear_forward(m, LINEAR_ROW, a->proj, atty, P(m, GPT_ATTPROJW, l), P(m, GPT_ATTPROJB, l),
                        N, Cl, C);
     tp_reduce_out(m, a->proj, a->proj, N);
-    o->add(d, res2, x, a->proj, (size_t)rows * C);
-    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    norm_and_gather(m, ln2, RES(a, ln2_mean, k, 1), RES(a, ln2_rstd, k, 1), res2,
+    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); res2 is made by ln2's pass */
+    norm_and_gather(m, ln2, STAT(a, ln2_mean, k), STAT(a, ln2_rstd, k), res2, x, a->proj,
                     P(m, GPT_LN2W, l), P(m, GPT_LN2B, l), N);
     gpt_linear_forward(m, LINEAR_COLUMN, fch, ln2, P(m, GPT_FCW, l), P(m, GPT_FCB, l), N, C, Fl);
     o->gelu_forward(d, fchg, fch, (size_t)N * Fl);
@@ -609,8 +669,8 @@ static void layer_forward(GPT *m, GPTActs *a, int l, const float *x, int B, int 
     params_release(m, unit_of_layer(m, l));
 }
 
-float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
-    float *x = a->x_in;
+void *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
+    void *x = a->x_in;
     for (int l = 0; l < m->nlayers; l++) {
         layer_forward(m, a, l, x, B, T);
         x = RES(a, res3, l, m->cfg.dim);
@@ -619,7 +679,7 @@ float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
 }
 
 /* The stage output: the last layer's res3, or the input when it has no layers. */
-static float *stage_output(GPT *m, GPTActs *a) {
+static void *stage_output(GPT *m, GPTActs *a) {
     return m->nlayers ? RES(a, res3, m->nlayers - 1, m->cfg.dim) : a->x_in;
 }
 
@@ -627,8 +687,8 @@ static float *stage_output(GPT *m, GPTActs *a) {
  * caller holds the parameters. */
 static void head_logits(GPT *m, GPTActs *a, int B, int T) {
     int C = m->cfg.dim, N = B * T;
-    norm_and_gather(m, a->lnf, a->lnf_mean, a->lnf_rstd, stage_output(m, a), P(m, GPT_LNFW, 0),
-                    P(m, GPT_LNFB, 0), N);
+    norm_and_gather(m, a->lnf, a->lnf_mean, a->lnf_rstd, NULL, stage_output(m, a), NULL,
+                    P(m, GPT_LNFW, 0), P(m, GPT_LNFB, 0), N);
     gpt_linear_forward(m, LINEAR_COLUMN, a->logits, a->lnf, P(m, GPT_WTE, 0), NULL, N, C,
                        m->cfg.padded_vocab / m->tp);
 }
@@ -665,7 +725,7 @@ static void loss(GPT *m, GPTActs *a, int N, float dloss) {
     int Vl = Vp / m->tp, v0 = m->tp_rank * Vl, nvalid = V - v0 < 0 ? 0 : (V - v0 > Vl ? Vl : V - v0);
     float *mine = a->xstats + (size_t)m->tp_rank * N * 3;
     o->xent_stats(m->dev, mine, a->logits, a->targets, N, v0, nvalid, Vl);
-    m->tpc.all_gather(m->tpc.ctx, a->xstats, mine, (size_t)N * 3);
+    m->tpc.all_gather(m->tpc.ctx, a->xstats, mine, (size_t)N * 3, DT_F32);
     o->xent_combine(m->dev, a->losses, a->lse, a->xstats, N, m->tp);
     if (dloss != 0) o->xent_grad(m->dev, a->logits, a->lse, a->targets, N, v0, nvalid, Vl, dloss);
 }
@@ -686,10 +746,10 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
     params_acquire(m, m->unit_wte);
     grads_acquire(m, m->unit_lnf);
     grads_acquire(m, m->unit_wte);  /* on a stage with the embedding, ready after its backward */
-    dev_zero(d, m->full, (size_t)N * C * 4);
+    dev_zero(d, m->full, (size_t)N * C * m->esz);
     gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
                         P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab / m->tp);
-    dev_zero(d, m->dx, (size_t)stream_rows(m, B, T) * C * 4);
+    dev_zero(d, m->dx, (size_t)stream_rows(m, B, T) * C * m->esz);
     norm_backward(m, m->dx, m->full, stage_output(m, a), P(m, GPT_LNFW, 0), G(m, GPT_LNFW, 0),
                   G(m, GPT_LNFB, 0), a->lnf_mean, a->lnf_rstd, N);
     grads_ready(m, m->unit_lnf);
@@ -709,39 +769,40 @@ void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
     size_t n = (size_t)N;
     for (int l = m->nlayers - 1; l >= 0; l--) {
         int u = unit_of_layer(m, l), k = slot(a, l);
-        float *x = l ? RES(a, res3, l - 1, C) : a->x_in;
-        float *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
-        float *att = a->att + (size_t)k * a->B * NHl * a->T * a->T;
-        float *res2 = RES(a, res2, k, C), *ln2 = ACT(a, ln2, k, C);
-        float *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
+        void *x = l ? RES(a, res3, l - 1, C) : a->x_in;
+        void *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
+        float *att = a->att + (size_t)k * a->att_stride;
+        void *res2 = RES(a, res2, k, C), *ln2 = ACT(a, ln2, k, C);
+        void *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
         params_acquire(m, u);
         grads_acquire(m, u);
         /* 重计算: the layer's inner activations again, from its kept input */
         if (a->kept == 1 && m->nlayers > 1) layer_forward(m, a, l, x, B, T);
         /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-        const float *dout = ungather_rows(m, m->dx, N);
-        dev_zero(d, m->dfchg, n * Fl * 4);
+        const void *dout = ungather_rows(m, m->dx, N);
+        size_t e = m->esz;
+        dev_zero(d, m->dfchg, n * Fl * e);
         gpt_linear_backward(m, LINEAR_ROW, m->dfchg, G(m, GPT_FCPROJW, l), G(m, GPT_FCPROJB, l),
                             dout, fchg, P(m, GPT_FCPROJW, l), N, Fl, C);
-        dev_zero(d, m->dfch, n * Fl * 4);
+        dev_zero(d, m->dfch, n * Fl * e);
         o->gelu_backward(d, m->dfch, fch, m->dfchg, n * Fl);
-        dev_zero(d, m->full, n * C * 4);
+        dev_zero(d, m->full, n * C * e);
         gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
                             m->dfch, ln2, P(m, GPT_FCW, l), N, C, Fl);
         norm_backward(m, m->dx, m->full, res2, P(m, GPT_LN2W, l), G(m, GPT_LN2W, l),
-                      G(m, GPT_LN2B, l), RES(a, ln2_mean, k, 1), RES(a, ln2_rstd, k, 1), N);
+                      G(m, GPT_LN2B, l), STAT(a, ln2_mean, k), STAT(a, ln2_rstd, k), N);
         /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
         dout = ungather_rows(m, m->dx, N);
-        dev_zero(d, m->datty, n * Cl * 4);
+        dev_zero(d, m->datty, n * Cl * e);
         gpt_linear_backward(m, LINEAR_ROW, m->datty, G(m, GPT_ATTPROJW, l),
                             G(m, GPT_ATTPROJB, l), dout, atty, P(m, GPT_ATTPROJW, l), N, Cl, C);
-        dev_zero(d, m->dqkv, n * 3 * Cl * 4);
-        o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, att, B, T, Cl, NHl);
-        dev_zero(d, m->full, n * C * 4);
+        dev_zero(d, m->dqkv, n * 3 * Cl * e);
+        o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, atty, att, B, T, Cl, NHl);
+        dev_zero(d, m->full, n * C * e);
         gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
                             m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * Cl);
         norm_backward(m, m->dx, m->full, x, P(m, GPT_LN1W, l), G(m, GPT_LN1W, l),
-                      G(m, GPT_LN1B, l), RES(a, ln1_mean, k, 1), RES(a, ln1_rstd, k, 1), N);
+                      G(m, GPT_LN1B, l), STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), N);
         grads_ready(m, u);
         params_release(m, u);
     }
@@ -751,7 +812,7 @@ void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
     if (!m->has_head) grads_acquire(m, m->unit_wte);  /* else taken by the head's backward */
     grads_acquire(m, m->unit_wpe);
     /* every rank needs all rows' gradient: its wte rows serve tokens anywhere */
-    const float *dout = ungather_rows(m, m->dx, B * T);
+    const void *dout = ungather_rows(m, m->dx, B * T);
     m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), dout, a->tokens,
                                   B, T, m->cfg.dim);
     grads_ready(m, m->unit_wpe);

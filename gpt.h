@@ -64,14 +64,16 @@ typedef struct GPTShard {
 
 /* The tensor-parallel group's collectives (tp.c binds them to comm), and
  * whether activations outside the linears are split along the sequence.
- * n counts floats; all_gather takes in[n] from each rank into out[n*size],
- * reduce_scatter sums in[n*size] and keeps this rank's out[n]. */
+ * n counts elements of type t (activations travel in the dev's dtype,
+ * gradients and loss statistics in float32); all_gather takes in[n] from
+ * each rank into out[n*size], reduce_scatter sums in[n*size] and keeps this
+ * rank's out[n]. */
 typedef struct GPTTensorParallel {
     int sp;
     void *ctx;
-    void (*all_reduce)(void *ctx, float *buf, size_t n);
-    void (*all_gather)(void *ctx, float *out, const float *in, size_t n);
-    void (*reduce_scatter)(void *ctx, float *out, const float *in, size_t n);
+    void (*all_reduce)(void *ctx, void *buf, size_t n, DType t);
+    void (*all_gather)(void *ctx, void *out, const void *in, size_t n, DType t);
+    void (*reduce_scatter)(void *ctx, void *out, const void *in, size_t n, DType t);
 } GPTTensorParallel;
 
 /* Called at the edges of units (see gpt.c); any may be NULL. */
@@ -103,46 +105,62 @@ struct GPT {
     float *grads;    /* [num_params] on dev, same layout (NULL when sharded) */
     float **uparams; /* [nunits] where unit u's parameters are read from now */
     float **ugrads;  /* [nunits] where unit u's gradients are accumulated now */
+    /* Mixed precision (dev dtype bf16): the layers read a bf16 compute copy
+     * of the float32 parameters, made unit by unit when a unit is acquired
+     * and its float32 source has changed since (a new epoch, or another
+     * buffer, as a ZeRO-3 gather). In float32 the layers read uparams. */
+    size_t esz;               /* bytes of an activation element: dt_size(dev->dtype) */
+    void *lp;                 /* [num_params] bf16 compute copy, same layout; NULL in fp32 */
+    unsigned epoch;           /* bumped by gpt_params_changed */
+    unsigned *lp_epoch;       /* [nunits] the epoch unit u's copy was made in */
+    const float **lp_src;     /* [nunits] the buffer it was made from */
     GPTHooks hooks;
     /* Backward scratch, one layer's worth, reused layer after layer;
      * sized for max_bt = B*T rows. */
     int max_bt;
-    float *dx;       /* [B,T,C]  gradient of the residual stream */
-    float *dln;      /* [B,T,C]  gradient of a LayerNorm output */
-    float *datty;    /* [B,T,C]  gradient of the attention output */
-    float *dqkv;     /* [B,T,3C] */
-    float *dfch;     /* [B,T,4C] gradient of the fc output (pre-GELU) */
-    float *dfchg;    /* [B,T,4C] gradient of the GELU output */
-    float *datt;     /* [B,NH/tp,T,T] attention backward scratch */
-    float *full;     /* [B,T,C] sequence parallelism: a gathered or to-be-scattered copy */
+    /* activations' gradients, in the dev's dtype */
+    void *dx;        /* [B,T,C]  gradient of the residual stream */
+    void *dln;       /* [B,T,C]  gradient of a LayerNorm output */
+    void *datty;     /* [B,T,C/tp]  gradient of the attention output */
+    void *dqkv;      /* [B,T,3C/tp] */
+    void *dfch;      /* [B,T,4C/tp] gradient of the fc output (pre-GELU) */
+    void *dfchg;     /* [B,T,4C/tp] gradient of the GELU output */
+    void *full;      /* [B,T,C] sequence parallelism: a gathered or to-be-scattered copy */
+    float *datt;     /* [datt_floats] attention backward scratch (ops->attention_floats) */
+    size_t datt_floats;
     float *sp_dw;    /* [2C] sequence parallelism: a LayerNorm's weight and bias gradients */
 };
 
-/* Activations of one micro-batch of B sequences of T tokens on one stage. */
+/* Activations of one micro-batch of B sequences of T tokens on one stage.
+ * `void *` buffers hold the dev's dtype (bf16 under mixed precision),
+ * `float *` ones are float32 always. */
 typedef struct GPTActs {
     int B, T;
+    size_t esz;      /* bytes of an element of the void * buffers */
+    size_t att_stride;  /* floats of one layer's attention state */
     int rows;        /* rows of the residual stream here: B*T, or B*T/tp with sequence parallelism */
     int kept;        /* layers whose inner activations are kept: nl, or 1 with recompute */
     int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
-    float *x_in;     /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
+    void *x_in;      /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
     /* per layer, stacked over the stage's layers (nl = kept layers for all but res3) */
-    float *ln1;      /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */
+    void *ln1;       /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */
     float *ln1_mean, *ln1_rstd;  /* [nl,rows] */
-    float *qkv;      /* [nl,B,T,3C/tp] this rank's heads' q, k, v */
-    float *atty;     /* [nl,B,T,C/tp] attention output of this rank's heads */
-    float *att;      /* [nl,B,NH/tp,T,T] softmax probabilities */
-    float *res2;     /* [nl,rows,C] residual stream after attention */
-    float *ln2;      /* [nl,B,T,C] */
+    void *qkv;       /* [nl,B,T,3C/tp] this rank's heads' q, k, v */
+    void *atty;      /* [nl,B,T,C/tp] attention output of this rank's heads */
+    float *att;      /* [nl,att_stride] what attention keeps for backward: the softmax
+                        probabilities [B,NH/tp,T,T], or a log-sum-exp a row [B,NH/tp,T] */
+    void *res2;      /* [nl,rows,C] residual stream after attention */
+    void *ln2;       /* [nl,B,T,C] */
     float *ln2_mean, *ln2_rstd;  /* [nl,rows] */
-    float *fch;      /* [nl,B,T,4C/tp] fc output, pre-GELU */
-    float *fchg;     /* [nl,B,T,4C/tp] GELU output */
-    float *res3;     /* [nl,rows,C] the layer's output */
-    float *proj;     /* [B,T,C] scratch: a projection before its residual add */
+    void *fch;       /* [nl,B,T,4C/tp] fc output, pre-GELU */
+    void *fchg;      /* [nl,B,T,4C/tp] GELU output */
+    void *res3;      /* [nl,rows,C] the layer's output */
+    void *proj;      /* [B,T,C] scratch: a projection before its residual add */
     /* head */
-    float *lnf;      /* [B,T,C] */
+    void *lnf;       /* [B,T,C] */
     float *lnf_mean, *lnf_rstd;  /* [rows] */
-    float *logits;   /* [B,T,Vp/tp] logits of this rank's vocabulary slice, then their gradient */
+    void *logits;    /* [B,T,Vp/tp] logits of this rank's vocabulary slice, then their gradient */
     float *losses;   /* [B,T] */
     float *xstats;   /* [tp,B,T,3] vocab-parallel cross-entropy: every rank's row statistics */
     float *lse;      /* [B,T] log-sum-exp over the whole vocabulary */
@@ -205,6 +223,10 @@ size_t gpt_layer_size(const GPTConfig *cfg, int i);
  * parallel layout starts from the same model. */
 void gpt_init_random(GPT *m, uint64_t seed);
 
+/* Says the float32 parameters changed (an optimizer step, a load): the bf16
+ * compute copy of each unit is remade at its next acquire. */
+void gpt_params_changed(GPT *m);
+
 GPTActs *gpt_acts_build(GPT *m, int B, int T);
 void gpt_acts_free(GPT *m, GPTActs *a);
 
@@ -214,7 +236,7 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
 /* Forward pieces; B, T may be smaller than what a was built for. */
 void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T);
 /* Runs the stage's layers on a->x_in; returns the output [B,T,C] (in a). */
-float *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T);
+void *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T);
 /* Final LayerNorm, tied head, cross-entropy on the output of the layers.
  * Returns the mean loss over the B*T positions. With dloss != 0 the logits
  * become their gradient, scaled by dloss, ready for gpt_head_backward. */

@@ -49,6 +49,8 @@ typedef struct Args {
     uint64_t seed;
     int shuffle;
     const char *device;       /* "cpu", "cuda" or NULL = cuda if a GPU is visible */
+    const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu */
+    double peak_tflops;       /* the device's dense bf16 peak for MFU; 0 = from its name */
     int gpu;
     int threads;
     int val_every, val_batches;
@@ -75,6 +77,7 @@ typedef struct Run {
     Args a;
     GPTConfig cfg;            /* the model, from the flags or --init */
     DevKind kind;
+    DType dtype;              /* --dtype, or the device's default */
     int gpus;                 /* GPUs visible on this host */
     CommLaunch launch;
     Comm comm;
@@ -108,6 +111,10 @@ static void usage(FILE *f) {
         "  --val-every N (0: only at the end)  --val-batches N (8)\n"
         "device:\n"
         "  --device cpu|cuda      (cuda when a GPU is visible)  --gpu N (0)  --threads N\n"
+        "  --dtype bf16|fp32      activations and compute copy of the parameters (bf16 on cuda,\n"
+        "                         fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)\n"
+        "  --peak-tflops F        dense bf16 peak of one device for the step line's MFU\n"
+        "                         (known for H100/H200/A100; otherwise MFU is not printed)\n"
         "generation:\n"
         "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
         "  --tokenizer FILE       llm.c's gpt2_tokenizer.bin: print samples of token data as text\n"
@@ -166,7 +173,7 @@ enum {
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
-    F_TOKENIZER,
+    F_TOKENIZER, F_DTYPE, F_PEAK,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -188,7 +195,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE},
         {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
         {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
-        {"tokenizer", 1, 0, F_TOKENIZER},
+        {"tokenizer", 1, 0, F_TOKENIZER}, {"dtype", 1, 0, F_DTYPE},
+        {"peak-tflops", 1, 0, F_PEAK},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -237,6 +245,12 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->device = optarg;
             break;
         case F_GPU: a->gpu = parse_int("--gpu", optarg, 0, 1023); break;
+        case F_DTYPE:
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
+                die_usage("--dtype must be bf16 or fp32, got '%s'", optarg);
+            a->dtype = optarg;
+            break;
+        case F_PEAK: a->peak_tflops = parse_float("--peak-tflops", optarg, 1e-3, 1e6); break;
         case F_THREADS: a->threads = parse_int("--threads", optarg, 1, 4096); break;
         case F_VALEVERY: a->val_every = parse_int("--val-every", optarg, 0, 1L << 30); break;
         case F_VALBATCHES: a->val_batches = parse_int("--val-batches", optarg, 1, 1L << 30); break;
@@ -384,6 +398,8 @@ static void run_check(Run *r) {
 #else
         die_usage("--device cuda: this build has no CUDA (nvcc was not found at build time)");
 #endif
+    r->dtype = a->dtype ? (strcmp(a->dtype, "bf16") ? DT_F32 : DT_BF16)
+                        : (r->kind == DEV_CUDA ? DT_BF16 : DT_F32);
     r->cfg = cfg;
 }
 
@@ -410,6 +426,7 @@ static void run_build(Run *r) {
     int gpu = r->kind == DEV_CUDA ? (r->launch.kind == COMM_LAUNCH_SINGLE ? a->gpu
                                      : r->launch.local_rank % r->gpus) : 0;
     if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) die_usage("%s", err);
+    dev_set_dtype(&r->dev, r->dtype);
     CommBackend backend = comm_default_backend(&r->launch, r->kind, r->gpus);
     if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
@@ -555,6 +572,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     *lr = optim_lr(&a->opt, step);
     trace_begin(r->trace, "optimizer", "optimizer");
     *norm = dp_step_end(&r->dp, *lr);
+    gpt_params_changed(m);  /* the bf16 copy is remade at each unit's next use */
     trace_end(r->trace);
     return share_loss(r, loss);
 }
@@ -590,6 +608,7 @@ static void sample(Run *r, int n) {
     int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab, Vl = Vp / m->tp;
     int *ctx = malloc((size_t)(n + 1) * sizeof(int)), *window = calloc(T, sizeof(int));
     float *logits = malloc((size_t)Vp * sizeof(float));  /* [Vp] the whole row */
+    uint16_t *row16 = malloc((size_t)Vl * sizeof(uint16_t));  /* [Vl] a bf16 row, as stored */
     uint64_t rng = r->a.seed * 2654435761ULL + 1;
     ctx[0] = r->train.is_bytes ? '\n' : (V > 50256 ? 50256 : 0);
     if (say) printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
@@ -602,7 +621,13 @@ static void sample(Run *r, int n) {
         pp_forward(&r->pp, acts, 1, T, 0);
         if (m->has_head) {  /* the last stage holds the logits; the others wait for the token */
             float *mine = logits + (size_t)m->tp_rank * Vl;
-            dev_to_host(m->dev, mine, acts->logits + (size_t)(len - 1) * Vl, (size_t)Vl * 4);
+            const char *row = (const char *)acts->logits + (size_t)(len - 1) * Vl * m->esz;
+            if (m->dev->dtype == DT_BF16) {
+                dev_to_host(m->dev, row16, row, (size_t)Vl * 2);
+                for (int v = 0; v < Vl; v++) mine[v] = bf16_to_f32(row16[v]);
+            } else {
+                dev_to_host(m->dev, mine, row, (size_t)Vl * 4);
+            }
             if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, Vp, COMM_F32);
         }
         int next = V - 1;
@@ -629,6 +654,18 @@ static void sample(Run *r, int n) {
     free(ctx);
     free(window);
     free(logits);
+    free(row16);
+}
+
+/* Dense bf16 peak of one device in TFLOP/s: --peak-tflops, else known by
+ * the GPU's name (SXM figures), else 0 (no MFU printed). */
+static double device_peak(Run *r) {
+    if (r->a.peak_tflops > 0) return r->a.peak_tflops;
+    char name[256];
+    dev_name(&r->dev, name, sizeof name);
+    if (strstr(name, "H100") || strstr(name, "H200")) return 989.4;
+    if (strstr(name, "A100")) return 312.0;
+    return 0.0;
 }
 
 /* Every rank's memory, measured and from the ZeRO formula (DESIGN.md). */
@@ -666,6 +703,7 @@ static void print_header(Run *r) {
            r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->schedule),
            modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
            r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
+    printf(", %s", dt_name(r->dev.dtype));
 #ifdef _OPENMP
     if (r->dev.kind == DEV_CPU) printf(", %d threads a rank", omp_get_max_threads());
 #endif
@@ -686,6 +724,11 @@ int main(int argc, char **argv) {
     Args *a = &r.a;
     int rank0 = r.comm.rank == 0;
     int tokens_per_step = a->batch * a->seq * a->micro_batches * r.mesh.dp;
+    /* MFU: 6N + 6LCT flops a token (PaLM's count: the matmuls, forward and
+     * backward, plus attention's scores and values) over the devices' peak */
+    double flops_per_token = 6.0 * gpt_total_params(&r.cfg) +
+                             6.0 * r.cfg.layers * r.cfg.dim * (double)a->seq;
+    double peak = device_peak(&r) * 1e12;
     if (rank0) print_header(&r);
     if (rank0 && a->show_schedule) pp_show(stdout, a->schedule, r.mesh.pp, a->micro_batches);
     print_memory(&r);
@@ -696,9 +739,13 @@ int main(int argc, char **argv) {
         double loss = train_step(&r, s, &norm, &lr);
         dev_sync(&r.dev);
         double ms = now_ms() - t0;
-        if (rank0)
-            printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", s + 1,
-                   a->steps, loss, norm, lr, ms, tokens_per_step / (ms / 1e3));
+        double tok_s = tokens_per_step / (ms / 1e3);
+        if (rank0) {
+            printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", s + 1,
+                   a->steps, loss, norm, lr, ms, tok_s);
+            if (peak > 0) printf(" | mfu %.1f%%", 100.0 * tok_s * flops_per_token / (peak * r.comm.world_size));
+            printf("\n");
+        }
         fflush(stdout);
         if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) {
             double v = evaluate(&r);

@@ -508,23 +508,108 @@ double OP(sum)(Dev *d, const real *x, size_t n) {
 }
 
 #ifndef OPS_REAL
+/* ---------------------------------------------------------------------------
+ * The float32 table. The Ops contract types activations as void * (they are
+ * bf16 in the bf16 tables); here they are floats, so each entry is the
+ * function above with its pointers converted. Attention keeps its
+ * probabilities [B,NH,T,T] as its state and needs as much scratch. */
+
+static void t_encoder_forward(Dev *d, void *out, const int *tok, const void *wte, const void *wpe,
+                              int B, int T, int C) {
+    cpu_encoder_forward(d, out, tok, wte, wpe, B, T, C);
+}
+static void t_encoder_backward(Dev *d, float *dwte, float *dwpe, const void *dout, const int *tok,
+                               int B, int T, int C) {
+    cpu_encoder_backward(d, dwte, dwpe, dout, tok, B, T, C);
+}
+static void t_layernorm_forward(Dev *d, void *out, float *mean, float *rstd, const void *inp,
+                                const void *w, const void *b, int N, int C) {
+    cpu_layernorm_forward(d, out, mean, rstd, inp, w, b, N, C);
+}
+static void t_layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const void *dout,
+                                 const void *inp, const void *w, const float *mean,
+                                 const float *rstd, int N, int C) {
+    cpu_layernorm_backward(d, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void t_add_layernorm_forward(Dev *d, void *res, void *out, float *mean, float *rstd,
+                                    const void *a, const void *b, const void *w, const void *bias,
+                                    int N, int C) {
+    cpu_add(d, res, a, b, (size_t)N * C);
+    cpu_layernorm_forward(d, out, mean, rstd, res, w, bias, N, C);
+}
+static void t_matmul_forward(Dev *d, void *out, const void *inp, const void *w, const void *bias,
+                             int N, int C, int OC) {
+    cpu_matmul_forward(d, out, inp, w, bias, N, C, OC);
+}
+static void t_matmul_backward(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
+                              const void *inp, const void *w, int N, int C, int OC) {
+    cpu_matmul_backward(d, dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+static void t_attention_forward(Dev *d, void *out, float *state, const void *qkv, int B, int T,
+                                int C, int NH) {
+    cpu_attention_forward(d, out, state, qkv, B, T, C, NH);
+}
+static void t_attention_backward(Dev *d, void *dqkv, float *scratch, const void *dout,
+                                 const void *qkv, const void *out, const float *state, int B,
+                                 int T, int C, int NH) {
+    cpu_attention_backward(d, dqkv, scratch, dout, qkv, state, B, T, C, NH);
+}
+size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats) {
+    size_t n = (size_t)B * NH * T * T;  /* the probabilities, and their gradient */
+    if (scratch_floats) *scratch_floats = n;
+    return n;
+}
+static void t_gelu_forward(Dev *d, void *out, const void *inp, size_t n) {
+    cpu_gelu_forward(d, out, inp, n);
+}
+static void t_gelu_backward(Dev *d, void *dinp, const void *inp, const void *dout, size_t n) {
+    cpu_gelu_backward(d, dinp, inp, dout, n);
+}
+static void t_add(Dev *d, void *out, const void *a, const void *b, size_t n) {
+    cpu_add(d, out, a, b, n);
+}
+static void t_copy(Dev *d, void *dst, const float *src, size_t n) {
+    if (dst != src) memmove(dst, src, n * sizeof(float));
+}
+static void t_widen(Dev *d, float *dst, const void *src, size_t n) {
+    if (dst != src) memmove(dst, src, n * sizeof(float));
+}
+static void t_crossentropy(Dev *d, float *losses, void *logits, const int *targets, int N, int V,
+                           int Vp, float dloss) {
+    cpu_crossentropy(d, losses, logits, targets, N, V, Vp, dloss);
+}
+static void t_xent_stats(Dev *d, float *stats, const void *logits, const int *targets, int N,
+                         int v0, int nvalid, int Vl) {
+    cpu_xent_stats(d, stats, logits, targets, N, v0, nvalid, Vl);
+}
+static void t_xent_grad(Dev *d, void *logits, const float *lse, const int *targets, int N, int v0,
+                        int nvalid, int Vl, float dloss) {
+    cpu_xent_grad(d, logits, lse, targets, N, v0, nvalid, Vl, dloss);
+}
+
 const Ops cpu_ops = {
-    .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = cpu_encoder_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .add = cpu_add,
+    .dtype = DT_F32,
+    .name = "cpu fp32",
+    .encoder_forward = t_encoder_forward,
+    .encoder_backward = t_encoder_backward,
+    .layernorm_forward = t_layernorm_forward,
+    .layernorm_backward = t_layernorm_backward,
+    .add_layernorm_forward = t_add_layernorm_forward,
+    .matmul_forward = t_matmul_forward,
+    .matmul_backward = t_matmul_backward,
+    .attention_forward = t_attention_forward,
+    .attention_backward = t_attention_backward,
+    .attention_floats = cpu_attention_floats,
+    .gelu_forward = t_gelu_forward,
+    .gelu_backward = t_gelu_backward,
+    .add = t_add,
     .accumulate = cpu_accumulate,
-    .crossentropy = cpu_crossentropy,
-    .xent_stats = cpu_xent_stats,
+    .cast = t_copy,
+    .widen = t_widen,
+    .crossentropy = t_crossentropy,
+    .xent_stats = t_xent_stats,
     .xent_combine = cpu_xent_combine,
-    .xent_grad = cpu_xent_grad,
+    .xent_grad = t_xent_grad,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,

@@ -38,3 +38,5 @@ void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n
                real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale);
 double OP(sumsq)(Dev *d, const real *x, size_t n);
 double OP(sum)(Dev *d, const real *x, size_t n);
+/* Float32 elements of the reference attention's state and scratch (both [B,NH,T,T]). */
+size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);

@@ -291,26 +291,28 @@ size_t pp_acts_bytes(const PPStage *s) {
 }
 
 /* Sends out the waiting send, with the receive (if any) in the same batch. */
-static void exchange(PPStage *s, float *recv_buf, size_t recv_n, int recv_peer) {
+static void exchange(PPStage *s, void *recv_buf, size_t recv_n, int recv_peer) {
     if (!s->send_buf && !recv_buf) return;
     trace_begin(s->trace, recv_buf ? "recv" : "send", "comm");
     comm_p2p_begin(s->g->comm);
-    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, COMM_F32, s->send_peer);
-    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, COMM_F32, recv_peer);
+    /* activations and their gradients travel in the dev's dtype */
+    CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
+    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
+    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
     comm_p2p_end(s->g->comm);
     comm_wait(s->g->comm, s->dev);
     trace_end(s->trace);
     s->send_buf = NULL;
 }
 
-static void defer_send(PPStage *s, const float *buf, size_t n, int peer) {
+static void defer_send(PPStage *s, const void *buf, size_t n, int peer) {
     if (s->send_buf) exchange(s, NULL, 0, 0);
     s->send_buf = buf;
     s->send_n = n;
     s->send_peer = peer;
 }
 
-/* Floats of the residual stream one stage hands the next for B x T tokens:
+/* Elements of the residual stream one stage hands the next for B x T tokens:
  * this rank's rows (all B*T, or B*T/tp with sequence parallelism) of C. */
 static size_t stream_floats(const PPStage *s, int B, int T) {
     const GPT *m = s->m;
@@ -323,7 +325,7 @@ static double forward(PPStage *s, GPTActs *a, int B, int T, float dloss, int wit
     size_t n = stream_floats(s, B, T);
     if (s->stage == 0) gpt_embed_forward(m, a, B, T);
     else exchange(s, a->x_in, n, s->stage - 1);
-    float *out = gpt_layers_forward(m, a, B, T);
+    void *out = gpt_layers_forward(m, a, B, T);
     if (s->stage < s->P - 1) {
         defer_send(s, out, n, s->stage + 1);
         return 0;

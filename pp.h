@@ -106,7 +106,7 @@ typedef struct PPStage {
     GPTActs **acts;        /* [nsets]; micro-batch m uses acts[m % nsets] */
     Trace *trace;
     /* a send waiting to be paired with this stage's next receive */
-    const float *send_buf;
+    const void *send_buf;
     size_t send_n;
     int send_peer;
 } PPStage;

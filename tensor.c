@@ -46,6 +46,21 @@ int dev_open(Dev *d, DevKind kind, int gpu, char *err, size_t errlen) {
 #endif
 }
 
+void dev_set_dtype(Dev *d, DType t) {
+    d->dtype = t;
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { d->ops = t == DT_BF16 ? &cuda_bf16_ops : &cuda_ops; return; }
+#endif
+    d->ops = t == DT_BF16 ? &cpu_bf16_ops : &cpu_ops;
+}
+
+void dev_name(Dev *d, char *buf, size_t len) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_device_name(d->gpu, buf, len); return; }
+#endif
+    snprintf(buf, len, "cpu");
+}
+
 void dev_close(Dev *d) {
 #ifdef USE_CUDA
     if (d->kind == DEV_CUDA) cuda_close(d->stream, d->scratch);

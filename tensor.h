@@ -19,8 +19,32 @@
 #define TENSOR_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } DevKind;
+
+/* bfloat16 on the host: the top 16 bits of a float32. Conversion to bf16
+ * rounds to nearest, ties to even; a NaN stays a NaN. */
+static inline float bf16_to_f32(uint16_t b) {
+    union { uint32_t u; float f; } x = {.u = (uint32_t)b << 16};
+    return x.f;
+}
+static inline uint16_t bf16_from_f32(float f) {
+    union { float f; uint32_t u; } x = {.f = f};
+    uint32_t u = x.u;
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  /* quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+/* x rounded to the nearest bf16, as a float. */
+static inline float bf16_round(float f) { return bf16_to_f32(bf16_from_f32(f)); }
+
+/* The element type of activations and of the compute copy of the
+ * parameters on a Dev. Master parameters, their gradients, the optimizer
+ * state, LayerNorm statistics and losses are float32 whatever it is. */
+typedef enum { DT_F32 = 0, DT_BF16 = 1 } DType;
+static inline size_t dt_size(DType t) { return t == DT_BF16 ? 2 : 4; }
+static inline const char *dt_name(DType t) { return t == DT_BF16 ? "bf16" : "fp32"; }
 
 typedef struct Ops Ops;
 
@@ -31,92 +55,125 @@ typedef struct Dev {
     int gpu;               /* CUDA device index, -1 on the CPU */
     void *stream;          /* cudaStream_t of compute, NULL on the CPU */
     void *scratch;         /* CUDA: DEV_SCRATCH_BYTES of device memory for reductions */
-    const Ops *ops;        /* cpu_ops or cuda_ops */
+    const Ops *ops;        /* cpu_ops, cpu_bf16_ops, cuda_ops or cuda_bf16_ops */
+    DType dtype;           /* ops->dtype: activations and the compute copy of parameters */
     int pinned;            /* CPU only: allocate page-locked memory (host side of a GPU's copies) */
     size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
     size_t bytes_peak;     /* high-water mark of bytes_live */
 } Dev;
 
 struct Ops {
+    /* Pointer types say what a buffer holds: `void *` is an activation or a
+     * compute copy of parameters, in the table's dtype (4-byte floats in
+     * cpu_ops and cuda_ops, 2-byte bf16 in cpu_bf16_ops and cuda_bf16_ops);
+     * `float *` is always float32 (parameter gradients, statistics, losses).
+     * Arithmetic is float32 in every table: inputs are widened, sums are
+     * float32, and each output is rounded to the dtype once, when stored. */
+    DType dtype;
+    const char *name;      /* "cpu fp32", "cuda bf16", ... */
     /* out[B,T,C] = wte[tokens[b,t]] + wpe[t]. wte [Vp,C], wpe [maxT,C]. A
      * token < 0 (not in this rank's slice of the vocabulary) has no wte row;
      * wpe may be NULL (no position term). */
-    void (*encoder_forward)(Dev *d, float *out, const int *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C);
+    void (*encoder_forward)(Dev *d, void *out, const int *tokens, const void *wte,
+                            const void *wpe, int B, int T, int C);
     /* dwte[tokens[b,t]] += dout[b,t] (tokens >= 0), dwpe[t] += dout[b,t] (dwpe may
      * be NULL). Accumulates. */
-    void (*encoder_backward)(Dev *d, float *dwte, float *dwpe, const float *dout,
+    void (*encoder_backward)(Dev *d, float *dwte, float *dwpe, const void *dout,
                              const int *tokens, int B, int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b, eps 1e-5 (biased variance);
      * mean[N], rstd[N] saved for backward. */
-    void (*layernorm_forward)(Dev *d, float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+    void (*layernorm_forward)(Dev *d, void *out, float *mean, float *rstd, const void *inp,
+                              const void *w, const void *b, int N, int C);
     /* Accumulates dinp[N,C], dw[C], db[C]. */
-    void (*layernorm_backward)(Dev *d, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
+    void (*layernorm_backward)(Dev *d, void *dinp, float *dw, float *db, const void *dout,
+                               const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C);
+    /* The residual add fused with the LayerNorm that follows it:
+     * res[N,C] = a + b, then out = layernorm(res) as layernorm_forward. */
+    void (*add_layernorm_forward)(Dev *d, void *res, void *out, float *mean, float *rstd,
+                                  const void *a, const void *b, const void *w,
+                                  const void *bias, int N, int C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; bias may be NULL. */
-    void (*matmul_forward)(Dev *d, float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC);
+    void (*matmul_forward)(Dev *d, void *out, const void *inp, const void *w,
+                           const void *bias, int N, int C, int OC);
     /* Accumulates dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
      * dinp or dbias may be NULL to skip them. */
-    void (*matmul_backward)(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC);
+    void (*matmul_backward)(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
+                            const void *inp, const void *w, int N, int C, int OC);
     /* Causal self-attention. qkv [B,T,3C] holds q, k, v at channel offsets
-     * 0, C, 2C; head h uses channels [h*hs, (h+1)*hs), hs = C/NH.
-     * att [B,NH,T,T]: softmax(q.k / sqrt(hs)) over t2 <= t, zero above the
-     * diagonal; out [B,T,C] = att @ v, heads side by side. */
-    void (*attention_forward)(Dev *d, float *out, float *att, const float *qkv,
+     * 0, C, 2C; head h uses channels [h*hs, (h+1)*hs), hs = C/NH;
+     * out [B,T,C] = softmax(q.k / sqrt(hs)) over t2 <= t, times v, heads
+     * side by side. What forward keeps for backward is the table's own
+     * business: `state` is float32 of attention_floats() elements (the
+     * reference keeps the probabilities [B,NH,T,T]; the fused kernel keeps
+     * one log-sum-exp a row, [B,NH,T]). */
+    void (*attention_forward)(Dev *d, void *out, float *state, const void *qkv,
                               int B, int T, int C, int NH);
-    /* Accumulates dqkv [B,T,3C]. datt [B,NH,T,T] is scratch the op may overwrite. */
-    void (*attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+    /* Accumulates dqkv [B,T,3C], given forward's qkv, out and state.
+     * scratch is float32 of *scratch_floats elements that the op may overwrite. */
+    void (*attention_backward)(Dev *d, void *dqkv, float *scratch, const void *dout,
+                               const void *qkv, const void *out, const float *state,
+                               int B, int T, int C, int NH);
+    /* The float32 elements of attention's state (returned) and backward scratch. */
+    size_t (*attention_floats)(int B, int T, int C, int NH, size_t *scratch_floats);
     /* out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-    void (*gelu_forward)(Dev *d, float *out, const float *inp, size_t n);
+    void (*gelu_forward)(Dev *d, void *out, const void *inp, size_t n);
     /* Accumulates dinp[n] += gelu'(inp) * dout. */
-    void (*gelu_backward)(Dev *d, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_backward)(Dev *d, void *dinp, const void *inp, const void *dout, size_t n);
     /* out[n] = a + b (the residual connection; out may alias a or b). */
-    void (*add)(Dev *d, float *out, const float *a, const float *b, size_t n);
-    /* dst[n] += src (the residual's backward). */
+    void (*add)(Dev *d, void *out, const void *a, const void *b, size_t n);
+    /* dst[n] += src, float32 (gradients). */
     void (*accumulate)(Dev *d, float *dst, const float *src, size_t n);
+    /* dst[n] = src rounded to the table's dtype (the compute copy of parameters). */
+    void (*cast)(Dev *d, void *dst, const float *src, size_t n);
+    /* dst[n] = src widened to float32 (logits for sampling, tests). */
+    void (*widen)(Dev *d, float *dst, const void *src, size_t n);
     /* Fused softmax + cross-entropy over the first V of Vp columns of
      * logits [N,Vp]: losses[N] = -log softmax(logits[n])[targets[n]].
      * If dloss != 0, logits is overwritten with its gradient
      * dloss * (softmax - onehot(target)), padded columns [V,Vp) set to 0. */
-    void (*crossentropy)(Dev *d, float *losses, float *logits, const int *targets,
+    void (*crossentropy)(Dev *d, float *losses, void *logits, const int *targets,
                          int N, int V, int Vp, float dloss);
     /* The vocabulary-parallel cross-entropy, in three parts. Each rank holds
      * logits [N,Vl] for vocabulary ids [v0, v0 + Vl), of which the first
      * nvalid are real classes (the rest padding).
      * stats [N,3]: per row the local max, the sum of exp(z - local max), and
      * the target's logit when the target is in this slice (else 0). */
-    void (*xent_stats)(Dev *d, float *stats, const float *logits, const int *targets, int N,
+    void (*xent_stats)(Dev *d, float *stats, const void *logits, const int *targets, int N,
                        int v0, int nvalid, int Vl);
     /* From every rank's stats, gathered [R,N,3]: lse[N] = log sum exp over
      * the whole vocabulary, losses[N] = lse - the target's logit. */
     void (*xent_combine)(Dev *d, float *losses, float *lse, const float *gathered, int N, int R);
     /* logits [N,Vl] overwritten with dloss * (softmax - onehot(target)) over
      * the valid columns, 0 in the padding. */
-    void (*xent_grad)(Dev *d, float *logits, const float *lse, const int *targets, int N, int v0,
+    void (*xent_grad)(Dev *d, void *logits, const float *lse, const int *targets, int N, int v0,
                       int nvalid, int Vl, float dloss);
-    /* torch.optim.AdamW on n elements, with g = grad * grad_scale:
+    /* torch.optim.AdamW on n float32 elements, with g = grad * grad_scale:
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr * (m/bc1) / (sqrt(v/bc2) + eps), bc1 = 1-b1^t, bc2 = 1-b2^t. */
     void (*adamw)(Dev *d, float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd,
                   float bc1, float bc2, float grad_scale);
-    /* Sum of squares and plain sum of x[n], accumulated in double, returned to the host. */
+    /* Sum of squares and plain sum of x[n] (float32), accumulated in double,
+     * returned to the host. */
     double (*sumsq)(Dev *d, const float *x, size_t n);
     double (*sum)(Dev *d, const float *x, size_t n);
 };
 
-extern const Ops cpu_ops;   /* ops.c */
-extern const Ops cuda_ops;  /* kernels.cu, only when built with CUDA */
+extern const Ops cpu_ops;        /* ops.c: the float32 reference */
+extern const Ops cpu_bf16_ops;   /* ops_bf16.c: the reference with bf16 storage */
+extern const Ops cuda_ops;       /* kernels.cu, only when built with CUDA */
+extern const Ops cuda_bf16_ops;  /* kernels.cu: bf16 storage, tensor cores */
 
 /* Opens device `kind` (gpu index for CUDA). Returns 0, or -1 with a one-line
  * reason in err (no CUDA in this build, no GPU, bad index). */
 int dev_open(Dev *d, DevKind kind, int gpu, char *err, size_t errlen);
+/* Chooses the dtype of d's activations (DT_F32 after dev_open): swaps the
+ * ops table. Call before anything is allocated for the model. */
+void dev_set_dtype(Dev *d, DType t);
 void dev_close(Dev *d);
+/* The device's name into buf: "cpu", or the GPU's (cudaGetDeviceProperties). */
+void dev_name(Dev *d, char *buf, size_t len);
 /* Number of CUDA GPUs visible, 0 without CUDA or without a driver. */
 int dev_gpu_count(void);
 
@@ -141,6 +198,7 @@ int cuda_device_count(void);
 /* Selects GPU `gpu`, creates the compute stream and DEV_SCRATCH_BYTES of scratch. */
 int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen);
 void cuda_close(void *stream, void *scratch);
+void cuda_device_name(int gpu, char *buf, size_t len);
 void *cuda_malloc(size_t bytes);
 void cuda_free(void *p);
 /* Page-locked host memory (cudaMallocHost), for fast copies to and from a GPU. */

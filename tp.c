@@ -36,22 +36,24 @@ int tp_check(const GPTConfig *cfg, int tp, int sp, int batch, int seq, char *err
     return 0;
 }
 
-static void all_reduce(void *ctx, float *buf, size_t n) {
-    TPGroup *t = ctx;
-    comm_all_reduce(t->g, t->dev, buf, n, COMM_F32, COMM_SUM);
-    comm_wait(t->g->comm, t->dev);
+static CommDtype comm_type(DType t) { return t == DT_BF16 ? COMM_BF16 : COMM_F32; }
+
+static void all_reduce(void *ctx, void *buf, size_t n, DType t) {
+    TPGroup *g = ctx;
+    comm_all_reduce(g->g, g->dev, buf, n, comm_type(t), COMM_SUM);
+    comm_wait(g->g->comm, g->dev);
 }
 
-static void all_gather(void *ctx, float *out, const float *in, size_t n) {
-    TPGroup *t = ctx;
-    comm_all_gather(t->g, t->dev, out, in, n * t->g->size, COMM_F32);
-    comm_wait(t->g->comm, t->dev);
+static void all_gather(void *ctx, void *out, const void *in, size_t n, DType t) {
+    TPGroup *g = ctx;
+    comm_all_gather(g->g, g->dev, out, in, n * g->g->size, comm_type(t));
+    comm_wait(g->g->comm, g->dev);
 }
 
-static void reduce_scatter(void *ctx, float *out, const float *in, size_t n) {
-    TPGroup *t = ctx;
-    comm_reduce_scatter(t->g, t->dev, out, in, n * t->g->size, COMM_F32, COMM_SUM);
-    comm_wait(t->g->comm, t->dev);
+static void reduce_scatter(void *ctx, void *out, const void *in, size_t n, DType t) {
+    TPGroup *g = ctx;
+    comm_reduce_scatter(g->g, g->dev, out, in, n * g->g->size, comm_type(t), COMM_SUM);
+    comm_wait(g->g->comm, g->dev);
 }
 
 void tp_attach(GPT *m, TPGroup *t, CommGroup *g, Dev *dev, int sp) {

@@ -252,8 +252,8 @@ static void test_attention(Test *t, int B, int T, int C, int NH) {
     float *datt = host_nan(ATT);
     float *g_dout = gpu_put(t, dout, BTC * 4), *g_dqkv = gpu_put(t, dqkv, QKV * 4);
     float *g_datt = gpu_put(t, datt, ATT * 4);
-    cpu_ops.attention_backward(&t->cpu, dqkv, datt, dout, qkv, att, B, T, C, NH);
-    t->gpu.ops->attention_backward(&t->gpu, g_dqkv, g_datt, g_dout, g_qkv, g_att, B, T, C, NH);
+    cpu_ops.attention_backward(&t->cpu, dqkv, datt, dout, qkv, out, att, B, T, C, NH);
+    t->gpu.ops->attention_backward(&t->gpu, g_dqkv, g_datt, g_dout, g_qkv, g_out, g_att, B, T, C, NH);
     /* dq, dk and dv apart: each relative to its own size */
     float *got = gpu_get(t, g_dqkv, QKV);
     const char *part[3] = {"dq", "dk", "dv"};
@@ -447,7 +447,7 @@ static void test_zero_sizes(Test *t) {
     o->matmul_forward(g, NULL, NULL, NULL, NULL, 0, 8, 8);
     o->matmul_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, 8);  /* dw += nothing */
     o->attention_forward(g, NULL, NULL, NULL, 0, 4, 8, 2);
-    o->attention_backward(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2);
+    o->attention_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2);
     o->gelu_forward(g, NULL, NULL, 0);
     o->gelu_backward(g, NULL, NULL, NULL, 0);
     o->add(g, NULL, NULL, NULL, 0);

@@ -1,0 +1,72 @@
+/* tc.h: the tensor-core kernels of the bf16 path, as a plain C interface.
+ *
+ * matmul.cu holds one general bf16 GEMM in three implementations (a simple
+ * reference kernel, mma.sync fed by ldmatrix and a multi-stage cp.async
+ * pipeline for sm_80 and later, and wgmma fed by TMA with warp-specialised
+ * producer and consumer warpgroups and a persistent tile scheduler on
+ * sm_90a). attention.cu holds a fused flash attention, forward and backward,
+ * on bf16 tensor cores. kernels.cu's bf16 Ops table calls both; the
+ * benchmark and test/test_gemm.c, test/test_flash.c call them directly.
+ *
+ * bf16 buffers are void * here (2-byte elements, CUDA's __nv_bfloat16) so
+ * that C files can hold them; `stream` is a cudaStream_t. Every pointer is
+ * device memory. Shapes are element counts, and the functions check their
+ * CUDA calls and exit with "CUDA error: <call> at <file>:<line>: <reason>".
+ */
+#ifndef TC_H
+#define TC_H
+
+#include <stddef.h>
+
+typedef enum {
+    TC_AUTO = 0,    /* the fastest implementation that takes this shape on this device */
+    TC_SIMPLE = 1,  /* one thread an output element, float32 accumulation: the yardstick of the others */
+    TC_MMA = 2,     /* mma.sync.m16n8k16 bf16 (sm_80+) */
+    TC_WGMMA = 3    /* wgmma + TMA (sm_90a builds on an sm_90 device) */
+} TcImpl;
+
+/* D[M,N] = A[M,K] B[K,N] (+ D when accumulate) (+ bias[N] on every row when
+ * bias != NULL), float32 accumulation.
+ *   A: a_kmajor 1: stored [M][K] (row m contiguous); 0: stored [K][M].
+ *   B: b_kmajor 1: stored [N][K] (column n of B contiguous, as a linear
+ *      layer's weight [OC][C]); 0: stored [K][N].
+ *   D: row-major [M][N], bf16 (d_fp32 0) or float32 (d_fp32 1).
+ *   bias: bf16 [N], or NULL.
+ * The three products of a linear layer out = inp @ w^T + b, inp [rows,C],
+ * w [OC,C]:
+ *   forward  out  = inp @ w^T:   M rows, N OC, K C;   A kmajor, B kmajor;
+ *   dinp    += dout @ w:         M rows, N C,  K OC;  A kmajor, B not;
+ *   dw      += dout^T @ inp:     M OC,   N C,  K rows; A not,   B not (D fp32).
+ * Any M, N, K >= 1 is computed correctly; an implementation that cannot
+ * take a shape (alignment, device) falls back under TC_AUTO and refuses
+ * otherwise. Returns the implementation that ran, or -1 when `impl` was
+ * asked for explicitly and cannot run here (nothing is written then). */
+int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
+            const void *B, int b_kmajor, const void *bias, int M, int N, int K, void *stream);
+
+/* dbias[N] += sum over m of dout[M][N] (bf16 dout, float32 dbias). */
+void tc_bias_grad(float *dbias, const void *dout, int M, int N, void *stream);
+
+/* Causal self-attention, fused (the T x T matrix is never written).
+ * qkv [B,T,3C] bf16 holds q, k, v at channel offsets 0, C, 2C; head h uses
+ * channels [h*hs, (h+1)*hs), hs = C/NH. out [B,T,C] bf16 is written;
+ * lse [B,NH,T] float32 receives each row's log-sum-exp of the scaled scores
+ * (what backward needs instead of the probabilities). Scores are scaled by
+ * 1/sqrt(hs). Returns 0, or -1 when the head size is not one the kernel
+ * was built for (nothing is written then; the caller falls back). */
+int tc_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                     void *stream);
+
+/* Its backward: accumulates dqkv [B,T,3C] bf16 (+=) from dout [B,T,C] bf16,
+ * given the forward's qkv, out and lse. scratch is float32 device memory of
+ * tc_flash_scratch_floats(B, T, C, NH) elements, which the call may
+ * overwrite. Returns 0, or -1 as tc_flash_forward. */
+int tc_flash_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
+                      const void *out, const float *lse, int B, int T, int C, int NH,
+                      void *stream);
+size_t tc_flash_scratch_floats(int B, int T, int C, int NH);
+
+/* Whether the flash kernels take head size hs (C/NH). */
+int tc_flash_supports(int hs);
+
+#endif
