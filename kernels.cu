@@ -23,10 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
+#include <stdint.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 
 extern "C" {
 #include "tensor.h"
+#include "tc.h"
 }
 
 /* ---------------------------------------------------------------------------
@@ -91,6 +94,16 @@ extern "C" int cuda_open(int gpu, void **stream, void **scratch, char *err, size
     *stream = (void *)s;
     *scratch = p;
     return 0;
+}
+
+extern "C" void cuda_device_name(int gpu, char *buf, size_t len) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(buf, len, "cuda:%d", gpu);
+        return;
+    }
+    snprintf(buf, len, "%s", p.name);
 }
 
 extern "C" void cuda_close(void *stream, void *scratch) {
@@ -185,123 +198,230 @@ __device__ float block_max(float v, float *shared) {
 }
 
 /* ---------------------------------------------------------------------------
+ * Storage types. Activations and the compute copy of the parameters are T:
+ * float in cuda_ops, __nv_bfloat16 in cuda_bf16_ops (tensor.h's Ops). Every
+ * kernel that touches them is a template on T, reads through ld() into
+ * float, computes in float, and rounds once through st() when it stores.
+ * Gradients of parameters, statistics and losses are float always. */
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* 16-byte vectors for the memory-bound kernels: 4 floats or 8 bf16, loaded
+ * and stored whole. A kernel takes the vector path when its counts are
+ * multiples of the width and its pointers 16-byte aligned (cudaMalloc's
+ * are; offsets of whole rows keep it when the row is a multiple of 16 bytes). */
+template <typename T> struct Vec {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+template <typename T> __device__ __forceinline__ Vec<T> ldv(const T *p, size_t i) {
+    Vec<T> r;
+    *reinterpret_cast<uint4 *>(r.v) = *reinterpret_cast<const uint4 *>(p + i);
+    return r;
+}
+template <typename T> __device__ __forceinline__ void stv(T *p, size_t i, const Vec<T> &r) {
+    *reinterpret_cast<uint4 *>(p + i) = *reinterpret_cast<const uint4 *>(r.v);
+}
+template <typename T> __device__ __forceinline__ float vget(const Vec<T> &r, int k) {
+    return ld(r.v, (size_t)k);
+}
+template <typename T> __device__ __forceinline__ void vset(Vec<T> &r, int k, float x) {
+    st(r.v, (size_t)k, x);
+}
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* ---------------------------------------------------------------------------
  * Embedding: token row plus position row. */
 
 // out [B,T,C], tokens [B,T], wte [Vp,C], wpe [maxT,C]; one thread per output.
 // A token < 0 (outside this rank's slice of the vocabulary) adds no wte row;
 // wpe NULL adds no position row. Either missing term is a 0, as in ops.c.
-__global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte,
-                                       const float *wpe, int T, int C, size_t total) {
+template <typename T>
+__global__ void encoder_forward_kernel(T *out, const int *tokens, const T *wte, const T *wpe,
+                                       int Tn, int C, size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
+        int c = (int)(i % C), t = (int)(bt % Tn);
         int tok = tokens[bt];
-        float te = tok >= 0 ? wte[(size_t)tok * C + c] : 0.0f;
-        float pe = wpe ? wpe[(size_t)t * C + c] : 0.0f;
-        out[i] = te + pe;
+        float te = tok >= 0 ? ld(wte, (size_t)tok * C + c) : 0.0f;
+        float pe = wpe ? ld(wpe, (size_t)t * C + c) : 0.0f;
+        st(out, i, te + pe);
     }
 }
 
 // dwte [Vp,C] += dout [B,T,C] rows by token (tokens < 0 have no row and are
 // skipped). Positions may share a token, so atomics.
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *tokens,
-                                            int C, size_t total) {
+template <typename T>
+__global__ void encoder_backward_wte_kernel(float *dwte, const T *dout, const int *tokens, int C,
+                                            size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int tok = tokens[i / C];
-        if (tok >= 0) atomicAdd(&dwte[(size_t)tok * C + i % C], dout[i]);
+        if (tok >= 0) atomicAdd(&dwte[(size_t)tok * C + i % C], ld(dout, i));
     }
 }
 
 // dwpe [T,C] += sum over b of dout [B,T,C]: one thread owns each dwpe element.
-__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
-    size_t TC = (size_t)T * C;
+template <typename T>
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, int Tn, int C) {
+    size_t TC = (size_t)Tn * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
          i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int b = 0; b < B; b++) s += dout[b * TC + i];
+        for (int b = 0; b < B; b++) s += ld(dout, b * TC + i);
         dwpe[i] += s;
     }
 }
 
-static void encoder_forward(Dev *d, float *out, const int *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C) {
-    size_t total = (size_t)B * T * C;
+template <typename T>
+static void encoder_forward(Dev *d, void *out, const int *tokens, const void *wte, const void *wpe,
+                            int B, int Tn, int C) {
+    size_t total = (size_t)B * Tn * C;
     if (!total) return;
-    encoder_forward_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(out, tokens, wte, wpe, T, C, total);
+    encoder_forward_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+        (T *)out, tokens, (const T *)wte, (const T *)wpe, Tn, C, total);
     LAUNCH_CHECK(encoder_forward_kernel);
 }
 
-static void encoder_backward(Dev *d, float *dwte, float *dwpe, const float *dout,
-                             const int *tokens, int B, int T, int C) {
-    size_t total = (size_t)B * T * C;
+template <typename T>
+static void encoder_backward(Dev *d, float *dwte, float *dwpe, const void *dout, const int *tokens,
+                             int B, int Tn, int C) {
+    size_t total = (size_t)B * Tn * C;
     if (!total) return;
-    encoder_backward_wte_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(dwte, dout, tokens, C, total);
+    encoder_backward_wte_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+        dwte, (const T *)dout, tokens, C, total);
     LAUNCH_CHECK(encoder_backward_wte_kernel);
     if (!dwpe) return;  // no position embedding on this rank
-    encoder_backward_wpe_kernel<<<elementwise_grid((size_t)T * C, 256), 256, 0, STREAM(d)>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<T><<<elementwise_grid((size_t)Tn * C, 256), 256, 0, STREAM(d)>>>(
+        dwpe, (const T *)dout, B, Tn, C);
     LAUNCH_CHECK(encoder_backward_wpe_kernel);
 }
 
 /* ---------------------------------------------------------------------------
  * LayerNorm, one warp per row: eps 1e-5, biased variance, two passes over
- * the row (mean first, then the squared deviations) as ops.c does. */
+ * the row (mean first, then the squared deviations) as ops.c does.
+ *
+ * The forward kernel optionally makes its input first, res = a + b (the
+ * residual add fused with the LayerNorm that reads it: one pass over the
+ * stream instead of two). Each lane reads back only the elements it wrote,
+ * so no barrier is needed. With 16-byte vectors (C a multiple of 32 vectors)
+ * each lane holds its share of the row in registers (up to LN_VREGS
+ * vectors: C <= 1024 in float, 2048 in bf16) and memory is read once. */
 
 #define ROWS_PER_BLOCK 8  /* warps per block in the warp-per-row kernels */
+#define LN_VREGS 8
 
-// out [N,C], mean [N], rstd [N], inp [N,C], w [C], b [C]
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C) {
+// out [N,C], mean [N], rstd [N], inp [N,C] (or res [N,C] = a + b), w [C], b [C]
+template <typename T>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *res, const T *inp,
+                                         const T *badd, const T *w, const T *b, int N, int C) {
     int lane = threadIdx.x % 32;
     int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
-    const float *x = inp + (size_t)n * C;
-    float *o = out + (size_t)n * C;
+    size_t row = (size_t)n * C;
+    const T *x = res ? res : inp;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    for (int c = lane; c < C; c += 32) {
+        float v;
+        if (res) {  // round the sum as it is stored, and normalise the stored value
+            st(res, row + c, ld(inp, row + c) + ld(badd, row + c));
+            v = ld(res, row + c);
+        } else {
+            v = ld(x, row + c);
+        }
+        s += v;
+    }
     float m = warp_sum(s) / C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) { float dx = x[c] - m; v += dx * dx; }
-    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) { float dx = ld(x, row + c) - m; var += dx * dx; }
+    float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+    for (int c = lane; c < C; c += 32) st(out, row + c, (ld(x, row + c) - m) * r * ld(w, c) + ld(b, c));
+    if (lane == 0) { mean[n] = m; rstd[n] = r; }
+}
+
+// The same with the row in registers, 16-byte accesses: C = 32 * NV * V::N * k.
+template <typename T, int NV>
+__global__ void layernorm_forward_vec_kernel(T *out, float *mean, float *rstd, T *res,
+                                             const T *inp, const T *badd, const T *w, const T *b,
+                                             int N, int C) {
+    constexpr int W = Vec<T>::N;
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    size_t row = (size_t)n * C;
+    float x[NV][W];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        int c = (j * 32 + lane) * W;
+        Vec<T> a = ldv(inp, row + c);
+        if (res) {
+            Vec<T> bb = ldv(badd, row + c), r;
+#pragma unroll
+            for (int k = 0; k < W; k++) vset(r, k, vget(a, k) + vget(bb, k));
+            stv(res, row + c, r);
+            a = r;  // the rounded sum is what is normalised
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) { x[j][k] = vget(a, k); s += x[j][k]; }
+    }
+    float m = warp_sum(s) / C;
+    float var = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+#pragma unroll
+        for (int k = 0; k < W; k++) { float dx = x[j][k] - m; var += dx * dx; }
+    float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        int c = (j * 32 + lane) * W;
+        Vec<T> wv = ldv(w, (size_t)c), bv = ldv(b, (size_t)c), o;
+#pragma unroll
+        for (int k = 0; k < W; k++) vset(o, k, (x[j][k] - m) * r * vget(wv, k) + vget(bv, k));
+        stv(out, row + c, o);
+    }
     if (lane == 0) { mean[n] = m; rstd[n] = r; }
 }
 
 // dinp [N,C] += d/dinp, one warp per row (rows are independent).
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *mean,
-                                               const float *rstd, int N, int C) {
+template <typename T>
+__global__ void layernorm_backward_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,
+                                               const float *mean, const float *rstd, int N, int C) {
     int lane = threadIdx.x % 32;
     int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
-    const float *g = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-    float *dx = dinp + (size_t)n * C;
+    size_t row = (size_t)n * C;
     float m = mean[n], r = rstd[n];
     // The mean of dnorm and of dnorm * norm, then each element's share.
     float gsum = 0.0f, gnsum = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float dnorm = g[c] * w[c];
+        float dnorm = ld(dout, row + c) * ld(w, c);
         gsum += dnorm;
-        gnsum += dnorm * (x[c] - m) * r;
+        gnsum += dnorm * (ld(inp, row + c) - m) * r;
     }
     float gmean = warp_sum(gsum) / C, gnmean = warp_sum(gnsum) / C;
     for (int c = lane; c < C; c += 32) {
-        float norm = (x[c] - m) * r;
-        dx[c] += (g[c] * w[c] - gmean - norm * gnmean) * r;
+        float norm = (ld(inp, row + c) - m) * r;
+        st(dinp, row + c, ld(dinp, row + c) + (ld(dout, row + c) * ld(w, c) - gmean - norm * gnmean) * r);
     }
 }
 
 /* Column sums over rows, shared by LayerNorm's dw, db and the matmul's dbias:
- * a block of 32 x 8 threads takes 32 columns (a warp reads 128 contiguous
- * bytes of a row) and a chunk of COLSUM_ROWS rows, sums them in registers and
- * shared memory, and adds its partial to the output with one atomic. */
+ * a block of 32 x 8 threads takes 32 columns (a warp reads 32 contiguous
+ * elements of a row) and a chunk of COLSUM_ROWS rows, sums them in registers
+ * and shared memory, and adds its partial to the output with one atomic. */
 #define COLSUM_ROWS 256
 
 // dw [C] += sum_n dout * norm, db [C] += sum_n dout; dout, inp [N,C]
-__global__ void layernorm_backward_params_kernel(float *dw, float *db, const float *dout,
-                                                 const float *inp, const float *mean,
-                                                 const float *rstd, int N, int C) {
+template <typename T>
+__global__ void layernorm_backward_params_kernel(float *dw, float *db, const T *dout, const T *inp,
+                                                 const float *mean, const float *rstd, int N, int C) {
     __shared__ float part_w[8][33], part_b[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float sw = 0.0f, sb = 0.0f;
@@ -310,8 +430,9 @@ __global__ void layernorm_backward_params_kernel(float *dw, float *db, const flo
             int r1 = min(N, r0 + COLSUM_ROWS);
             for (int n = r0 + threadIdx.y; n < r1; n += 8) {
                 size_t i = (size_t)n * C + c;
-                sw += dout[i] * (inp[i] - mean[n]) * rstd[n];
-                sb += dout[i];
+                float g = ld(dout, i);
+                sw += g * (ld(inp, i) - mean[n]) * rstd[n];
+                sb += g;
             }
         }
     }
@@ -349,22 +470,56 @@ static dim3 column_sum_grid(int N, int C) {
     return dim3((unsigned)ceil_div((size_t)C, 32), (unsigned)(chunks < 65535 ? chunks : 65535));
 }
 
-static void layernorm_forward(Dev *d, float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+/* res, a, b NULL: plain LayerNorm of inp; else res = a + b is made and normalised. */
+template <typename T>
+static void layernorm_launch(Dev *d, T *out, float *mean, float *rstd, T *res, const T *inp,
+                             const T *badd, const T *w, const T *b, int N, int C) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
-    layernorm_forward_kernel<<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(out, mean, rstd, inp, w, b, N, C);
+    constexpr int W = Vec<T>::N;
+    int nv = C % (32 * W) == 0 ? C / (32 * W) : 0;  // vectors a lane
+    bool vec = nv >= 1 && nv <= LN_VREGS && aligned16(out) && aligned16(inp) && aligned16(w) &&
+               aligned16(b) && (!res || (aligned16(res) && aligned16(badd)));
+#define LN_VEC(NVC) \
+    case NVC: layernorm_forward_vec_kernel<T, NVC><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>( \
+                  out, mean, rstd, res, inp, badd, w, b, N, C); break;
+    if (vec) {
+        switch (nv) { LN_VEC(1) LN_VEC(2) LN_VEC(3) LN_VEC(4) LN_VEC(5) LN_VEC(6) LN_VEC(7) LN_VEC(8) }
+        LAUNCH_CHECK(layernorm_forward_vec_kernel);
+        return;
+    }
+#undef LN_VEC
+    layernorm_forward_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(out, mean, rstd, res, inp,
+                                                                           badd, w, b, N, C);
     LAUNCH_CHECK(layernorm_forward_kernel);
 }
 
-static void layernorm_backward(Dev *d, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
+template <typename T>
+static void layernorm_forward(Dev *d, void *out, float *mean, float *rstd, const void *inp,
+                              const void *w, const void *b, int N, int C) {
+    layernorm_launch<T>(d, (T *)out, mean, rstd, (T *)NULL, (const T *)inp, (const T *)NULL,
+                        (const T *)w, (const T *)b, N, C);
+}
+
+template <typename T>
+static void add_layernorm_forward(Dev *d, void *res, void *out, float *mean, float *rstd,
+                                  const void *a, const void *b, const void *w, const void *bias,
+                                  int N, int C) {
+    layernorm_launch<T>(d, (T *)out, mean, rstd, (T *)res, (const T *)a, (const T *)b,
+                        (const T *)w, (const T *)bias, N, C);
+}
+
+template <typename T>
+static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const void *dout,
+                               const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
-    layernorm_backward_dinp_kernel<<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward_dinp_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(
+        (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
     LAUNCH_CHECK(layernorm_backward_dinp_kernel);
-    layernorm_backward_params_kernel<<<column_sum_grid(N, C), dim3(32, 8), 0, STREAM(d)>>>(dw, db, dout, inp, mean, rstd, N, C);
+    layernorm_backward_params_kernel<T><<<column_sum_grid(N, C), dim3(32, 8), 0, STREAM(d)>>>(
+        dw, db, (const T *)dout, (const T *)inp, mean, rstd, N, C);
     LAUNCH_CHECK(layernorm_backward_params_kernel);
 }
 
@@ -531,22 +686,41 @@ static void matmul_tiled(Dev *d, float *D, const float *A, const float *B, const
     }
 }
 
-static void matmul_forward(Dev *d, float *out, const float *inp, const float *w, const float *bias,
-                           int N, int C, int OC) {
+static void matmul_forward_f32(Dev *d, void *out, const void *inp, const void *w, const void *bias,
+                               int N, int C, int OC) {
     // out[n,o] = sum_c inp[n,c] w[o,c]: A = inp (k = c contiguous), B[c,o] = w[o*C + c].
-    matmul_tiled<true, true>(d, out, inp, w, bias, N, OC, C, C, C, OC, 0);
+    matmul_tiled<true, true>(d, (float *)out, (const float *)inp, (const float *)w,
+                             (const float *)bias, N, OC, C, C, C, OC, 0);
 }
 
-static void matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC) {
+static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
+                                const void *inp, const void *w, int N, int C, int OC) {
+    const float *g = (const float *)dout;
     // dinp[n,c] += sum_o dout[n,o] w[o,c]: A = dout (k = o contiguous), B[o,c] = w[o*C + c].
-    if (dinp) matmul_tiled<true, false>(d, dinp, dout, w, NULL, N, C, OC, OC, C, C, 1);
+    if (dinp) matmul_tiled<true, false>(d, (float *)dinp, g, (const float *)w, NULL, N, C, OC, OC, C, C, 1);
     // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
-    matmul_tiled<false, false>(d, dw, dout, inp, NULL, OC, C, N, OC, C, C, 1);
+    matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
     if (dbias && N > 0 && OC > 0) {
-        column_sum_kernel<<<column_sum_grid(N, OC), dim3(32, 8), 0, STREAM(d)>>>(dbias, dout, N, OC);
+        column_sum_kernel<<<column_sum_grid(N, OC), dim3(32, 8), 0, STREAM(d)>>>(dbias, g, N, OC);
         LAUNCH_CHECK(column_sum_kernel);
     }
+}
+
+/* The bf16 table's linear layer: matmul.cu's tensor-core GEMM (tc.h maps
+ * the three products onto its layouts), float32 accumulation; the weight
+ * gradient is accumulated in float32, the bias gradient by a column sum. */
+static void matmul_forward_bf16(Dev *d, void *out, const void *inp, const void *w, const void *bias,
+                                int N, int C, int OC) {
+    if (N <= 0 || OC <= 0 || C <= 0) return;
+    tc_gemm(TC_AUTO, out, 0, 0, inp, 1, w, 1, bias, N, OC, C, d->stream);
+}
+
+static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
+                                 const void *inp, const void *w, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) return;  // nothing to add
+    if (dinp) tc_gemm(TC_AUTO, dinp, 0, 1, dout, 1, w, 0, NULL, N, C, OC, d->stream);
+    tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, d->stream);
+    if (dbias) tc_bias_grad(dbias, dout, N, OC, d->stream);
 }
 
 /* ---------------------------------------------------------------------------
@@ -554,33 +728,36 @@ static void matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const 
  * query row, then att @ v one thread per output element. The backward
  * mirrors it: one warp per row for datt and the softmax's backward, then one
  * thread per channel of a position for dq, dk and dv together (each thread
- * owns its three outputs, so there are no races and no atomics).
+ * owns its three outputs, so there are no races and no atomics). This is the
+ * float32 table's attention, and the bf16 table's for head sizes the fused
+ * kernel of attention.cu does not take; the probabilities are float32.
  *
  * qkv [B,T,3C]: q, k, v of position t at channel offsets 0, C, 2C; head h
  * uses channels h*hs .. (h+1)*hs. att, datt [B,NH,T,T], row (b,h,t). */
 
 // att [B,NH,T,T] = causal softmax(q.k * scale); zeros above the diagonal.
 // Dynamic shared memory: ROWS_PER_BLOCK * hs floats (each warp's query).
-__global__ void attention_softmax_kernel(float *att, const float *qkv, int B, int T, int C, int NH,
+template <typename T>
+__global__ void attention_softmax_kernel(float *att, const T *qkv, int B, int Tn, int C, int NH,
                                          float scale) {
     extern __shared__ float q_shared[];
     int hs = C / NH, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + warp;  // (b*NH + h)*T + t
-    if (row >= (size_t)B * NH * T) return;
-    int t = (int)(row % T), h = (int)(row / T % NH);
-    size_t b = row / ((size_t)T * NH);
-    const float *qkv_b = qkv + b * T * 3 * C;
+    if (row >= (size_t)B * NH * Tn) return;
+    int t = (int)(row % Tn), h = (int)(row / Tn % NH);
+    size_t b = row / ((size_t)Tn * NH);
+    const T *qkv_b = qkv + b * Tn * 3 * C;
     float *q = q_shared + warp * hs;
-    for (int i = lane; i < hs; i += 32) q[i] = qkv_b[(size_t)t * 3 * C + h * hs + i];
+    for (int i = lane; i < hs; i += 32) q[i] = ld(qkv_b, (size_t)t * 3 * C + h * hs + i);
     __syncwarp();
-    float *a = att + row * T;  // [T]
+    float *a = att + row * Tn;  // [T]
 
     // Lane l takes keys l, l+32, ...; it reads back only what it wrote.
     float maxv = -INFINITY;
     for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *k = qkv_b + (size_t)t2 * 3 * C + C + h * hs;
+        const T *k = qkv_b + (size_t)t2 * 3 * C + C + h * hs;
         float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        for (int i = 0; i < hs; i++) s += q[i] * ld(k, i);
         s *= scale;
         a[t2] = s;
         maxv = fmaxf(maxv, s);
@@ -593,26 +770,27 @@ __global__ void attention_softmax_kernel(float *att, const float *qkv, int B, in
         sum += e;
     }
     float inv = 1.0f / warp_sum(sum);
-    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+    for (int t2 = lane; t2 < Tn; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
 }
 
 // out [B,T,C]: out[b,t,c] = sum_{t2<=t} att[b,h,t,t2] v[b,t2,c], h = c / hs.
 // Threads of one position read the same att row (a broadcast) and
 // consecutive channels of v (coalesced).
-__global__ void attention_value_kernel(float *out, const float *att, const float *qkv, int T, int C,
+template <typename T>
+__global__ void attention_value_kernel(T *out, const float *att, const T *qkv, int Tn, int C,
                                        int NH, size_t total) {
     int hs = C / NH;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int c = (int)(i % C);
         size_t bt = i / C;
-        int t = (int)(bt % T);
-        size_t b = bt / T;
-        const float *a = att + ((b * NH + c / hs) * T + t) * T;
-        const float *v = qkv + b * T * 3 * C + 2 * C + c;
+        int t = (int)(bt % Tn);
+        size_t b = bt / Tn;
+        const float *a = att + ((b * NH + c / hs) * Tn + t) * Tn;
+        const T *v = qkv + b * Tn * 3 * C + 2 * C + c;
         float s = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) s += a[t2] * v[(size_t)t2 * 3 * C];
-        out[i] = s;
+        for (int t2 = 0; t2 <= t; t2++) s += a[t2] * ld(v, (size_t)t2 * 3 * C);
+        st(out, i, s);
     }
 }
 
@@ -620,27 +798,28 @@ __global__ void attention_value_kernel(float *out, const float *att, const float
 // (entries above the diagonal are left as they were: nothing reads them).
 // datt = dout . v, then the softmax's backward dpre = att (datt - sum(att datt)),
 // times scale. Dynamic shared memory: ROWS_PER_BLOCK * hs floats (dout rows).
-__global__ void attention_softmax_backward_kernel(float *datt, const float *dout,
-                                                  const float *qkv, const float *att, int B,
-                                                  int T, int C, int NH, float scale) {
+template <typename T>
+__global__ void attention_softmax_backward_kernel(float *datt, const T *dout, const T *qkv,
+                                                  const float *att, int B, int Tn, int C, int NH,
+                                                  float scale) {
     extern __shared__ float g_shared[];
     int hs = C / NH, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + warp;
-    if (row >= (size_t)B * NH * T) return;
-    int t = (int)(row % T), h = (int)(row / T % NH);
-    size_t b = row / ((size_t)T * NH);
-    const float *qkv_b = qkv + b * T * 3 * C;
+    if (row >= (size_t)B * NH * Tn) return;
+    int t = (int)(row % Tn), h = (int)(row / Tn % NH);
+    size_t b = row / ((size_t)Tn * NH);
+    const T *qkv_b = qkv + b * Tn * 3 * C;
     float *g = g_shared + warp * hs;
-    for (int i = lane; i < hs; i += 32) g[i] = dout[(b * T + t) * C + h * hs + i];
+    for (int i = lane; i < hs; i += 32) g[i] = ld(dout, (b * Tn + t) * C + h * hs + i);
     __syncwarp();
-    const float *a = att + row * T;
-    float *da = datt + row * T;
+    const float *a = att + row * Tn;
+    float *da = datt + row * Tn;
 
     float dot = 0.0f;
     for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *v = qkv_b + (size_t)t2 * 3 * C + 2 * C + h * hs;
+        const T *v = qkv_b + (size_t)t2 * 3 * C + 2 * C + h * hs;
         float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += v[i] * g[i];
+        for (int i = 0; i < hs; i++) s += ld(v, i) * g[i];
         da[t2] = s;
         dot += a[t2] * s;
     }
@@ -654,8 +833,9 @@ __global__ void attention_softmax_backward_kernel(float *datt, const float *dout
 //   dv[t]  = sum_{t3>=t} att[t3,t] dout[t3]
 // dpre (in datt) already carries the scale. A thread at position t walks
 // t+1 keys and T-t queries: the same T+1 steps for every thread.
-__global__ void attention_qkv_backward_kernel(float *dqkv, const float *datt, const float *dout,
-                                              const float *qkv, const float *att, int T, int C,
+template <typename T>
+__global__ void attention_qkv_backward_kernel(T *dqkv, const float *datt, const T *dout,
+                                              const T *qkv, const float *att, int Tn, int C,
                                               int NH, size_t total) {
     int hs = C / NH;
     size_t C3 = (size_t)3 * C;
@@ -663,153 +843,250 @@ __global__ void attention_qkv_backward_kernel(float *dqkv, const float *datt, co
          i += (size_t)gridDim.x * blockDim.x) {
         int c = (int)(i % C);
         size_t bt = i / C;
-        int t = (int)(bt % T);
-        size_t b = bt / T;
-        size_t head = (b * NH + c / hs) * T;  // row index of (b, h, 0)
-        const float *qkv_b = qkv + b * T * C3;
-        const float *dpre_row = datt + (head + t) * T;  // [T], row t
+        int t = (int)(bt % Tn);
+        size_t b = bt / Tn;
+        size_t head = (b * NH + c / hs) * Tn;  // row index of (b, h, 0)
+        const T *qkv_b = qkv + b * Tn * C3;
+        const float *dpre_row = datt + (head + t) * Tn;  // [T], row t
         float dq = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) dq += dpre_row[t2] * qkv_b[(size_t)t2 * C3 + C + c];
+        for (int t2 = 0; t2 <= t; t2++) dq += dpre_row[t2] * ld(qkv_b, (size_t)t2 * C3 + C + c);
         float dk = 0.0f, dv = 0.0f;
-        for (int t3 = t; t3 < T; t3++) {  // column t of rows t3 >= t
-            size_t at = (head + t3) * T + t;
-            dk += datt[at] * qkv_b[(size_t)t3 * C3 + c];
-            dv += att[at] * dout[(b * T + t3) * C + c];
+        for (int t3 = t; t3 < Tn; t3++) {  // column t of rows t3 >= t
+            size_t at = (head + t3) * Tn + t;
+            dk += datt[at] * ld(qkv_b, (size_t)t3 * C3 + c);
+            dv += att[at] * ld(dout, (b * Tn + t3) * C + c);
         }
-        float *dst = dqkv + (b * T + t) * C3 + c;
-        dst[0] += dq;
-        dst[C] += dk;
-        dst[2 * (size_t)C] += dv;
+        size_t o = (b * Tn + t) * C3 + c;
+        st(dqkv, o, ld(dqkv, o) + dq);
+        st(dqkv, o + C, ld(dqkv, o + C) + dk);
+        st(dqkv, o + 2 * (size_t)C, ld(dqkv, o + 2 * (size_t)C) + dv);
     }
 }
 
-static void attention_forward(Dev *d, float *out, float *att, const float *qkv, int B, int T,
-                              int C, int NH) {
-    size_t rows = (size_t)B * NH * T;
+template <typename T>
+static void attention_plain_forward(Dev *d, T *out, float *att, const T *qkv, int B, int Tn, int C,
+                                    int NH) {
+    size_t rows = (size_t)B * NH * Tn;
     if (!rows || C <= 0) return;
     int hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
     size_t shmem = (size_t)ROWS_PER_BLOCK * hs * sizeof(float);
-    attention_softmax_kernel<<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
-        att, qkv, B, T, C, NH, scale);
+    attention_softmax_kernel<T><<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
+        att, qkv, B, Tn, C, NH, scale);
     LAUNCH_CHECK(attention_softmax_kernel);
-    size_t total = (size_t)B * T * C;
-    attention_value_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(out, att, qkv, T, C, NH, total);
+    size_t total = (size_t)B * Tn * C;
+    attention_value_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(out, att, qkv, Tn, C, NH, total);
     LAUNCH_CHECK(attention_value_kernel);
 }
 
-static void attention_backward(Dev *d, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH) {
-    size_t rows = (size_t)B * NH * T;
+template <typename T>
+static void attention_plain_backward(Dev *d, T *dqkv, float *datt, const T *dout, const T *qkv,
+                                     const float *att, int B, int Tn, int C, int NH) {
+    size_t rows = (size_t)B * NH * Tn;
     if (!rows || C <= 0) return;
     int hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
     size_t shmem = (size_t)ROWS_PER_BLOCK * hs * sizeof(float);
-    attention_softmax_backward_kernel<<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
-        datt, dout, qkv, att, B, T, C, NH, scale);
+    attention_softmax_backward_kernel<T><<<(unsigned)ceil_div(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, shmem, STREAM(d)>>>(
+        datt, dout, qkv, att, B, Tn, C, NH, scale);
     LAUNCH_CHECK(attention_softmax_backward_kernel);
-    size_t total = (size_t)B * T * C;
-    attention_qkv_backward_kernel<<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
-        dqkv, datt, dout, qkv, att, T, C, NH, total);
+    size_t total = (size_t)B * Tn * C;
+    attention_qkv_backward_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+        dqkv, datt, dout, qkv, att, Tn, C, NH, total);
     LAUNCH_CHECK(attention_qkv_backward_kernel);
 }
 
+/* The float32 table: the plain kernels, probabilities kept. */
+static size_t attention_floats_f32(int B, int Tn, int C, int NH, size_t *scratch) {
+    size_t n = (size_t)B * NH * Tn * Tn;
+    if (scratch) *scratch = n;
+    return n;
+}
+static void attention_forward_f32(Dev *d, void *out, float *state, const void *qkv, int B, int Tn,
+                                  int C, int NH) {
+    attention_plain_forward<float>(d, (float *)out, state, (const float *)qkv, B, Tn, C, NH);
+}
+static void attention_backward_f32(Dev *d, void *dqkv, float *scratch, const void *dout,
+                                   const void *qkv, const void *out, const float *state, int B,
+                                   int Tn, int C, int NH) {
+    attention_plain_backward<float>(d, (float *)dqkv, scratch, (const float *)dout,
+                                    (const float *)qkv, state, B, Tn, C, NH);
+}
+
+/* The bf16 table: attention.cu's fused flash kernels where the head size
+ * is one they were built for (state: a log-sum-exp a row), else the plain
+ * kernels on bf16 storage (state: the probabilities). The one predicate
+ * decides both, so the state's size always matches the kernel that fills it. */
+static bool use_flash(int C, int NH) { return C % 8 == 0 && tc_flash_supports(C / NH); }
+
+static size_t attention_floats_bf16(int B, int Tn, int C, int NH, size_t *scratch) {
+    if (!use_flash(C, NH)) return attention_floats_f32(B, Tn, C, NH, scratch);
+    if (scratch) *scratch = tc_flash_scratch_floats(B, Tn, C, NH);
+    return (size_t)B * NH * Tn;
+}
+static void attention_forward_bf16(Dev *d, void *out, float *state, const void *qkv, int B, int Tn,
+                                   int C, int NH) {
+    if (B <= 0 || Tn <= 0 || C <= 0) return;
+    if (use_flash(C, NH) && tc_flash_forward(out, state, qkv, B, Tn, C, NH, d->stream) == 0) return;
+    attention_plain_forward<bf16>(d, (bf16 *)out, state, (const bf16 *)qkv, B, Tn, C, NH);
+}
+static void attention_backward_bf16(Dev *d, void *dqkv, float *scratch, const void *dout,
+                                    const void *qkv, const void *out, const float *state, int B,
+                                    int Tn, int C, int NH) {
+    if (B <= 0 || Tn <= 0 || C <= 0) return;
+    if (use_flash(C, NH) &&
+        tc_flash_backward(dqkv, scratch, dout, qkv, out, state, B, Tn, C, NH, d->stream) == 0)
+        return;
+    attention_plain_backward<bf16>(d, (bf16 *)dqkv, scratch, (const bf16 *)dout,
+                                   (const bf16 *)qkv, state, B, Tn, C, NH);
+}
+
 /* ---------------------------------------------------------------------------
- * GELU (tanh approximation), the residual and its backward: elementwise. */
+ * GELU (tanh approximation), the residual, casts: elementwise, 16-byte
+ * vectors where the count and the pointers allow, one element a step
+ * otherwise. */
 
 #define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;  // tanh' without cosh, which overflows
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* One elementwise map over n elements: out[i] = f(a[i], b[i], out[i]).
+ * F is a functor with float operator()(float a, float b, float old). A and
+ * B may be NULL (read as 0); the vector path needs n a multiple of the
+ * widest vector and every pointer aligned. */
+template <typename TO, typename TA, typename TB, typename F>
+__global__ void map_kernel(TO *out, const TA *a, const TB *b, size_t n, F f) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+         i += (size_t)gridDim.x * blockDim.x)
+        st(out, i, f(a ? ld(a, i) : 0.0f, b ? ld(b, i) : 0.0f, ld(out, i)));
+}
+
+// Vectors of V elements: every operand moves in 16-byte (or 8-byte for a
+// float operand beside bf16) pieces.
+template <int V, typename TO, typename TA, typename TB, typename F>
+__global__ void map_vec_kernel(TO *out, const TA *a, const TB *b, size_t n, F f, bool reads_out) {
+    size_t nv = n / V;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < nv;
+         j += (size_t)gridDim.x * blockDim.x) {
+        TO o[V];
+        TA x[V];
+        TB y[V];
+        size_t i = j * V;
+        if (a) { static_assert(sizeof(x) % 8 == 0, "8 or 16 bytes"); 
+            if (sizeof(x) == 16) *reinterpret_cast<uint4 *>(x) = *reinterpret_cast<const uint4 *>(a + i);
+            else *reinterpret_cast<uint2 *>(x) = *reinterpret_cast<const uint2 *>(a + i); }
+        if (b) {
+            if (sizeof(y) == 16) *reinterpret_cast<uint4 *>(y) = *reinterpret_cast<const uint4 *>(b + i);
+            else *reinterpret_cast<uint2 *>(y) = *reinterpret_cast<const uint2 *>(b + i); }
+        if (reads_out) {
+            if (sizeof(o) == 16) *reinterpret_cast<uint4 *>(o) = *reinterpret_cast<const uint4 *>(out + i);
+            else *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(out + i); }
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            st(o, (size_t)k, f(a ? ld(x, (size_t)k) : 0.0f, b ? ld(y, (size_t)k) : 0.0f,
+                               reads_out ? ld(o, (size_t)k) : 0.0f));
+        if (sizeof(o) == 16) *reinterpret_cast<uint4 *>(out + i) = *reinterpret_cast<const uint4 *>(o);
+        else *reinterpret_cast<uint2 *>(out + i) = *reinterpret_cast<const uint2 *>(o);
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
-        float sech2 = 1.0f - th * th;  // tanh' without cosh, which overflows
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+template <typename TO, typename TA, typename TB, typename F>
+static void map(Dev *d, TO *out, const TA *a, const TB *b, size_t n, F f, bool reads_out) {
+    if (!n) return;
+    // 16 bytes of the narrowest operand: 8 elements with bf16 anywhere, else 4
+    constexpr int V = (sizeof(TO) == 2 || sizeof(TA) == 2 || sizeof(TB) == 2) ? 8 : 4;
+    if (n % V == 0 && aligned16(out) && (!a || aligned16(a)) && (!b || aligned16(b))) {
+        map_vec_kernel<V><<<elementwise_grid(n / V, 256), 256, 0, STREAM(d)>>>(out, a, b, n, f, reads_out);
+        LAUNCH_CHECK(map_vec_kernel);
+        return;
     }
+    map_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(out, a, b, n, f);
+    LAUNCH_CHECK(map_kernel);
 }
 
-__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
-}
+struct GeluF { __device__ float operator()(float x, float, float) const { return gelu_f(x); } };
+struct GeluBackF {  // dinp += gelu'(x) * dout
+    __device__ float operator()(float x, float g, float old) const { return old + gelu_grad(x) * g; }
+};
+struct AddF { __device__ float operator()(float x, float y, float) const { return x + y; } };
+struct AccF { __device__ float operator()(float x, float, float old) const { return old + x; } };
+struct CopyF { __device__ float operator()(float x, float, float) const { return x; } };
 
-__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] += src[i];
+template <typename T>
+static void gelu_forward(Dev *d, void *out, const void *inp, size_t n) {
+    map(d, (T *)out, (const T *)inp, (const T *)NULL, n, GeluF(), false);
 }
-
-static void gelu_forward(Dev *d, float *out, const float *inp, size_t n) {
-    if (!n) return;
-    gelu_forward_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(out, inp, n);
-    LAUNCH_CHECK(gelu_forward_kernel);
+template <typename T>
+static void gelu_backward(Dev *d, void *dinp, const void *inp, const void *dout, size_t n) {
+    map(d, (T *)dinp, (const T *)inp, (const T *)dout, n, GeluBackF(), true);
 }
-
-static void gelu_backward(Dev *d, float *dinp, const float *inp, const float *dout, size_t n) {
-    if (!n) return;
-    gelu_backward_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(dinp, inp, dout, n);
-    LAUNCH_CHECK(gelu_backward_kernel);
+template <typename T>
+static void add(Dev *d, void *out, const void *a, const void *b, size_t n) {
+    map(d, (T *)out, (const T *)a, (const T *)b, n, AddF(), false);
 }
-
-static void add(Dev *d, float *out, const float *a, const float *b, size_t n) {
-    if (!n) return;
-    add_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(out, a, b, n);
-    LAUNCH_CHECK(add_kernel);
-}
-
 static void accumulate(Dev *d, float *dst, const float *src, size_t n) {
-    if (!n) return;
-    accumulate_kernel<<<elementwise_grid(n, 256), 256, 0, STREAM(d)>>>(dst, src, n);
-    LAUNCH_CHECK(accumulate_kernel);
+    map(d, dst, src, (const float *)NULL, n, AccF(), true);
+}
+template <typename T>
+static void cast(Dev *d, void *dst, const float *src, size_t n) {
+    if ((const void *)dst == (const void *)src) return;
+    map(d, (T *)dst, src, (const float *)NULL, n, CopyF(), false);
+}
+template <typename T>
+static void widen(Dev *d, float *dst, const void *src, size_t n) {
+    if ((const void *)dst == src) return;
+    map(d, dst, (const T *)src, (const float *)NULL, n, CopyF(), false);
 }
 
 /* ---------------------------------------------------------------------------
  * Softmax + cross-entropy, fused, one block per row: the max and the sum of
  * exponentials over the V real columns (block reductions), the loss, and,
  * when a gradient is asked for, the row overwritten with it in a third pass.
- * Padded columns [V,Vp) are not classes: they get gradient 0. */
+ * Padded columns [V,Vp) are not classes: they get gradient 0. The row is
+ * read twice and written once (bf16: 2 bytes an element each way). */
 
 #define CE_THREADS 512
 
 // losses [N], logits [N,Vp] (overwritten with its gradient if dloss != 0), targets [N]
-__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V,
-                                    int Vp, float dloss) {
+template <typename T>
+__global__ void crossentropy_kernel(float *losses, T *logits, const int *targets, int V, int Vp,
+                                    float dloss) {
     __shared__ float shared_f[32];
     int n = blockIdx.x;
-    float *z = logits + (size_t)n * Vp;
+    T *z = logits + (size_t)n * Vp;
     int y = targets[n];
-    float zy = z[y];  // read before any thread overwrites the row
+    float zy = ld(z, (size_t)y);  // read before any thread overwrites the row
 
-    float maxv = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) maxv = fmaxf(maxv, z[v]);
-    maxv = block_max(maxv, shared_f);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - maxv);
-    sum = block_sum(sum, shared_f);
-    float logsum = logf(sum) + maxv;
+    // one pass: a running max and a sum rescaled when the max grows (online softmax)
+    float maxv = -INFINITY, sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = ld(z, (size_t)v);
+        if (x > maxv) { sum *= expf(maxv - x); maxv = x; }
+        sum += expf(x - maxv);
+    }
+    float bmax = block_max(maxv, shared_f);
+    sum = block_sum(maxv == -INFINITY ? 0.0f : sum * expf(maxv - bmax), shared_f);
+    float logsum = logf(sum) + bmax;
     if (threadIdx.x == 0) losses[n] = logsum - zy;
     if (dloss != 0.0f) {
         // Each element is read and written by the same thread: no barrier needed.
         for (int v = threadIdx.x; v < Vp; v += blockDim.x)
-            z[v] = v < V ? dloss * (expf(z[v] - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f;
+            st(z, (size_t)v, v < V ? dloss * (expf(ld(z, (size_t)v) - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f);
     }
 }
 
-static void crossentropy(Dev *d, float *losses, float *logits, const int *targets, int N, int V,
+template <typename T>
+static void crossentropy(Dev *d, float *losses, void *logits, const int *targets, int N, int V,
                          int Vp, float dloss) {
     if (N <= 0) return;
-    crossentropy_kernel<<<N, CE_THREADS, 0, STREAM(d)>>>(losses, logits, targets, V, Vp, dloss);
+    crossentropy_kernel<T><<<N, CE_THREADS, 0, STREAM(d)>>>(losses, (T *)logits, targets, V, Vp, dloss);
     LAUNCH_CHECK(crossentropy_kernel);
 }
 
@@ -835,24 +1112,25 @@ static int row_threads(int cols) {
 }
 
 // stats [N,3], logits [N,Vl], targets [N] (global vocabulary ids); one block per row.
-__global__ void xent_stats_kernel(float *stats, const float *logits, const int *targets, int v0,
+template <typename T>
+__global__ void xent_stats_kernel(float *stats, const T *logits, const int *targets, int v0,
                                   int nvalid, int Vl) {
     __shared__ float shared_f[32];
     int n = blockIdx.x;
-    const float *z = logits + (size_t)n * Vl;
+    const T *z = logits + (size_t)n * Vl;
 
     float maxv = -INFINITY;
-    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) maxv = fmaxf(maxv, z[v]);
+    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) maxv = fmaxf(maxv, ld(z, (size_t)v));
     maxv = block_max(maxv, shared_f);
     float sum = 0.0f;
-    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) sum += expf(z[v] - maxv);
+    for (int v = threadIdx.x; v < nvalid; v += blockDim.x) sum += expf(ld(z, (size_t)v) - maxv);
     sum = block_sum(sum, shared_f);
     if (threadIdx.x == 0) {
         int y = targets[n] - v0;  // the target's column in this slice, if it is here
         float *s = stats + (size_t)n * 3;
         s[0] = nvalid > 0 ? maxv : 0.0f;  // no valid column: max 0, sum 0
         s[1] = sum;
-        s[2] = y >= 0 && y < nvalid ? z[y] : 0.0f;
+        s[2] = y >= 0 && y < nvalid ? ld(z, (size_t)y) : 0.0f;
     }
 }
 
@@ -881,20 +1159,22 @@ __global__ void xent_combine_kernel(float *losses, float *lse, const float *gath
 
 // logits [N,Vl] overwritten with their gradient, lse [N], targets [N]; one block per row.
 // Each element is read and written by the same thread: no barrier needed.
-__global__ void xent_grad_kernel(float *logits, const float *lse, const int *targets, int v0,
+template <typename T>
+__global__ void xent_grad_kernel(T *logits, const float *lse, const int *targets, int v0,
                                  int nvalid, int Vl, float dloss) {
     int n = blockIdx.x;
-    float *z = logits + (size_t)n * Vl;
+    T *z = logits + (size_t)n * Vl;
     float l = lse[n];
     int y = targets[n] - v0;
     for (int v = threadIdx.x; v < Vl; v += blockDim.x)
-        z[v] = v < nvalid ? dloss * (expf(z[v] - l) - (v == y ? 1.0f : 0.0f)) : 0.0f;
+        st(z, (size_t)v, v < nvalid ? dloss * (expf(ld(z, (size_t)v) - l) - (v == y ? 1.0f : 0.0f)) : 0.0f);
 }
 
-static void xent_stats(Dev *d, float *stats, const float *logits, const int *targets, int N,
+template <typename T>
+static void xent_stats(Dev *d, float *stats, const void *logits, const int *targets, int N,
                        int v0, int nvalid, int Vl) {
     if (N <= 0) return;  // nvalid <= 0 still launches: every row gets max 0, sum 0
-    xent_stats_kernel<<<N, row_threads(nvalid), 0, STREAM(d)>>>(stats, logits, targets, v0, nvalid, Vl);
+    xent_stats_kernel<T><<<N, row_threads(nvalid), 0, STREAM(d)>>>(stats, (const T *)logits, targets, v0, nvalid, Vl);
     LAUNCH_CHECK(xent_stats_kernel);
 }
 
@@ -904,10 +1184,11 @@ static void xent_combine(Dev *d, float *losses, float *lse, const float *gathere
     LAUNCH_CHECK(xent_combine_kernel);
 }
 
-static void xent_grad(Dev *d, float *logits, const float *lse, const int *targets, int N, int v0,
+template <typename T>
+static void xent_grad(Dev *d, void *logits, const float *lse, const int *targets, int N, int v0,
                       int nvalid, int Vl, float dloss) {
     if (N <= 0 || Vl <= 0) return;
-    xent_grad_kernel<<<N, row_threads(Vl), 0, STREAM(d)>>>(logits, lse, targets, v0, nvalid, Vl, dloss);
+    xent_grad_kernel<T><<<N, row_threads(Vl), 0, STREAM(d)>>>((T *)logits, lse, targets, v0, nvalid, Vl, dloss);
     LAUNCH_CHECK(xent_grad_kernel);
 }
 
@@ -978,27 +1259,61 @@ static double sumsq(Dev *d, const float *x, size_t n) { return reduce_to_host(d,
 static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 0); }
 
 /* ---------------------------------------------------------------------------
- * The table gpt.c calls through. Designated initializers, in the order of
+ * The tables gpt.c calls through. Designated initializers, in the order of
  * struct Ops (C++ requires declaration order), so a field added to the
  * struct cannot silently shift every op after it. */
 
 extern "C" const Ops cuda_ops = {
-    .encoder_forward = encoder_forward,
-    .encoder_backward = encoder_backward,
-    .layernorm_forward = layernorm_forward,
-    .layernorm_backward = layernorm_backward,
-    .matmul_forward = matmul_forward,
-    .matmul_backward = matmul_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
-    .gelu_forward = gelu_forward,
-    .gelu_backward = gelu_backward,
-    .add = add,
+    .dtype = DT_F32,
+    .name = "cuda fp32",
+    .encoder_forward = encoder_forward<float>,
+    .encoder_backward = encoder_backward<float>,
+    .layernorm_forward = layernorm_forward<float>,
+    .layernorm_backward = layernorm_backward<float>,
+    .add_layernorm_forward = add_layernorm_forward<float>,
+    .matmul_forward = matmul_forward_f32,
+    .matmul_backward = matmul_backward_f32,
+    .attention_forward = attention_forward_f32,
+    .attention_backward = attention_backward_f32,
+    .attention_floats = attention_floats_f32,
+    .gelu_forward = gelu_forward<float>,
+    .gelu_backward = gelu_backward<float>,
+    .add = add<float>,
     .accumulate = accumulate,
-    .crossentropy = crossentropy,
-    .xent_stats = xent_stats,
+    .cast = cast<float>,
+    .widen = widen<float>,
+    .crossentropy = crossentropy<float>,
+    .xent_stats = xent_stats<float>,
     .xent_combine = xent_combine,
-    .xent_grad = xent_grad,
+    .xent_grad = xent_grad<float>,
+    .adamw = adamw,
+    .sumsq = sumsq,
+    .sum = sum,
+};
+
+extern "C" const Ops cuda_bf16_ops = {
+    .dtype = DT_BF16,
+    .name = "cuda bf16",
+    .encoder_forward = encoder_forward<bf16>,
+    .encoder_backward = encoder_backward<bf16>,
+    .layernorm_forward = layernorm_forward<bf16>,
+    .layernorm_backward = layernorm_backward<bf16>,
+    .add_layernorm_forward = add_layernorm_forward<bf16>,
+    .matmul_forward = matmul_forward_bf16,
+    .matmul_backward = matmul_backward_bf16,
+    .attention_forward = attention_forward_bf16,
+    .attention_backward = attention_backward_bf16,
+    .attention_floats = attention_floats_bf16,
+    .gelu_forward = gelu_forward<bf16>,
+    .gelu_backward = gelu_backward<bf16>,
+    .add = add<bf16>,
+    .accumulate = accumulate,
+    .cast = cast<bf16>,
+    .widen = widen<bf16>,
+    .crossentropy = crossentropy<bf16>,
+    .xent_stats = xent_stats<bf16>,
+    .xent_combine = xent_combine,
+    .xent_grad = xent_grad<bf16>,
     .adamw = adamw,
     .sumsq = sumsq,
     .sum = sum,
