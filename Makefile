@@ -5,6 +5,8 @@
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
 #   make bench-pipeline  the pipeline bubble measured from a trace, beside (P-1)/(M+P-1)
+#   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
+#                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
 #
 # CUDA is compiled in when nvcc is found (NO_CUDA=1 to leave it out); NCCL
 # when nccl.h is found under NCCL_HOME (NO_NCCL=1 to leave it out). A CUDA
@@ -19,7 +21,9 @@ LDLIBS   := -lm -fopenmp -lpthread -lrt
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+# sm_90a: Hopper with wgmma and setmaxnreg (matmul.cu's fastest GEMM); sm_80
+# for Ampere and as the mma.sync path's baseline.
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 NCCL_HOME ?= $(CUDA_HOME)
 
@@ -33,7 +37,7 @@ endif
 
 ifeq ($(USE_CUDA),1)
 CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
-OBJS    += kernels.o
+OBJS    += kernels.o matmul.o attention.o
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
 NCCL_INC := $(wildcard $(NCCL_HOME)/include/nccl.h)
 NCCL_LIB := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
@@ -49,9 +53,10 @@ endif
 endif
 endif
 
-TESTS := test/test_ops test/test_model test/test_kernels test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d
+TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
+         test/test_dp test/test_tp test/test_pp test/test_3d
 
-.PHONY: all build train test bench-cpu bench-comm bench-pipeline clean
+.PHONY: all build train test bench bench-cpu bench-comm bench-pipeline clean
 
 all: build
 
@@ -104,8 +109,8 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 %.o: %.c *.h
 	$(CC) $(CFLAGS) -c $< -o $@
 
-kernels.o: kernels.cu tensor.h
-	$(NVCC) $(NVFLAGS) -c kernels.cu -o kernels.o
+%.o: %.cu tensor.h tc.h
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # The float64 build of the CPU reference, for finite differences.
 ops64.o: ops.c tensor.h
@@ -123,6 +128,13 @@ bench/%: bench/%.c $(OBJS)
 test: build $(TESTS)
 	@sh test/run.sh
 
+# cuBLAS is linked into the benchmark only, never into train.
+bench/bench_gpu: bench/bench_gpu.c $(OBJS)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64
+
+bench: build bench/bench_gpu data/tinyshakespeare.txt
+	@sh bench/bench_gpu.sh
+
 bench-cpu: build
 	@sh bench/bench_cpu.sh
 
@@ -133,5 +145,5 @@ bench-pipeline: build
 	@sh bench/bench_pipeline.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm
+	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
 	rm -rf test/out

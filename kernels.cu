@@ -1221,6 +1221,77 @@ static void adamw(Dev *d, float *param, const float *grad, float *m, float *v, s
     LAUNCH_CHECK(adamw_kernel);
 }
 
+/* The whole step in one launch: a block takes ADAM_CHUNK elements of one
+ * segment (blocks are numbered segment after segment; a block finds its
+ * segment by binary search over their first blocks). The segment table
+ * goes to the Dev's scratch, in batches that fit it. Per element the
+ * arithmetic is adamw_kernel's, so results are bit-identical to it. */
+#define ADAM_CHUNK 16384
+
+struct AdamSegDev {
+    float *param;
+    const float *grad;
+    float *m, *v;
+    size_t n;
+    float wd;
+    unsigned first_block;  // this segment's first block in the launch
+};
+
+// segs [nsegs] in device memory; one block a chunk of a segment
+__global__ void adamw_segs_kernel(const AdamSegDev *segs, int nsegs, float lr, float beta1,
+                                  float beta2, float eps, float step, float rbc2, float grad_scale) {
+    __shared__ int seg;
+    if (threadIdx.x == 0) {  // the last segment whose first block <= this block
+        int lo = 0, hi = nsegs - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (segs[mid].first_block <= blockIdx.x) lo = mid;
+            else hi = mid - 1;
+        }
+        seg = lo;
+    }
+    __syncthreads();
+    const AdamSegDev s = segs[seg];
+    size_t start = (size_t)(blockIdx.x - s.first_block) * ADAM_CHUNK;
+    size_t end = start + ADAM_CHUNK < s.n ? start + ADAM_CHUNK : s.n;
+    for (size_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float g = s.grad[i] * grad_scale;
+        float p = s.param[i] * (1.0f - lr * s.wd);
+        float mi = beta1 * s.m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * s.v[i] + (1.0f - beta2) * g * g;
+        s.param[i] = p - step * mi / (sqrtf(vi) * rbc2 + eps);
+        s.m[i] = mi;
+        s.v[i] = vi;
+    }
+}
+
+static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
+                       float eps, float bc1, float bc2, float grad_scale) {
+    const int batch = (int)(DEV_SCRATCH_BYTES / sizeof(AdamSegDev));
+    float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
+    AdamSegDev *host = (AdamSegDev *)malloc((size_t)(nsegs < batch ? nsegs : batch) * sizeof(AdamSegDev) + 1);
+    if (!host) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
+    for (int k0 = 0; k0 < nsegs; k0 += batch) {
+        int k1 = k0 + batch < nsegs ? k0 + batch : nsegs, n = 0;
+        size_t blocks = 0;
+        for (int k = k0; k < k1; k++) {
+            if (!segs[k].n) continue;
+            host[n] = {segs[k].param, segs[k].grad, segs[k].m, segs[k].v, segs[k].n, segs[k].wd,
+                       (unsigned)blocks};
+            blocks += ceil_div(segs[k].n, ADAM_CHUNK);
+            n++;
+        }
+        if (!n) continue;
+        // the table waits for the stream's earlier work on the scratch, then the stream waits for it
+        cuda_copy_h2d(d->scratch, host, (size_t)n * sizeof(AdamSegDev), d->stream);
+        adamw_segs_kernel<<<(unsigned)blocks, 256, 0, STREAM(d)>>>((const AdamSegDev *)d->scratch, n, lr,
+                                                                   beta1, beta2, eps, step, rbc2, grad_scale);
+        LAUNCH_CHECK(adamw_segs_kernel);
+        if (k1 < nsegs) cuda_sync(d->stream);  // the next batch reuses the scratch
+    }
+    free(host);
+}
+
 /* ---------------------------------------------------------------------------
  * Sum and sum of squares in double: each block writes its partial sum to
  * the Dev's scratch, the host adds the partials in block order. */
@@ -1287,6 +1358,7 @@ extern "C" const Ops cuda_ops = {
     .xent_combine = xent_combine,
     .xent_grad = xent_grad<float>,
     .adamw = adamw,
+    .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
 };
@@ -1315,6 +1387,7 @@ extern "C" const Ops cuda_bf16_ops = {
     .xent_combine = xent_combine,
     .xent_grad = xent_grad<bf16>,
     .adamw = adamw,
+    .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
 };

@@ -587,6 +587,13 @@ static void t_xent_grad(Dev *d, void *logits, const float *lse, const int *targe
     cpu_xent_grad(d, logits, lse, targets, N, v0, nvalid, Vl, dloss);
 }
 
+void cpu_adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
+                    float eps, float bc1, float bc2, float grad_scale) {
+    for (int k = 0; k < nsegs; k++)
+        cpu_adamw(d, segs[k].param, segs[k].grad, segs[k].m, segs[k].v, segs[k].n, lr, beta1, beta2,
+                  eps, segs[k].wd, bc1, bc2, grad_scale);
+}
+
 const Ops cpu_ops = {
     .dtype = DT_F32,
     .name = "cpu fp32",
@@ -611,6 +618,7 @@ const Ops cpu_ops = {
     .xent_combine = cpu_xent_combine,
     .xent_grad = t_xent_grad,
     .adamw = cpu_adamw,
+    .adamw_segs = cpu_adamw_segs,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
 };

@@ -40,3 +40,6 @@ double OP(sumsq)(Dev *d, const real *x, size_t n);
 double OP(sum)(Dev *d, const real *x, size_t n);
 /* Float32 elements of the reference attention's state and scratch (both [B,NH,T,T]). */
 size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);
+/* adamw over each of nsegs segments (the float32 table's adamw_segs). */
+void cpu_adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
+                    float eps, float bc1, float bc2, float grad_scale);

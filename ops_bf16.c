@@ -216,6 +216,7 @@ const Ops cpu_bf16_ops = {
     .xent_combine = cpu_xent_combine,
     .xent_grad = b_xent_grad,
     .adamw = cpu_adamw,
+    .adamw_segs = cpu_adamw_segs,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
 };

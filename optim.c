@@ -5,6 +5,8 @@
  * stages (zero.c) shard the state this file keeps whole.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "optim.h"
 
@@ -32,6 +34,7 @@ void adam_build(Adam *a, Dev *dev, size_t n) {
 void adam_free(Adam *a) {
     dev_free(a->dev, a->m, a->n * sizeof(float));
     dev_free(a->dev, a->v, a->n * sizeof(float));
+    free(a->segs);
     memset(a, 0, sizeof *a);
 }
 
@@ -41,24 +44,38 @@ typedef struct AdamStep {
     float *param;
     const float *grad;
     size_t offset;
-    const OptConfig *o;
-    float lr, bc1, bc2, grad_scale;
 } AdamStep;
 
+/* One piece of the range inside one tensor: weight decay is the tensor's. */
 static void adam_segment(void *ctx, size_t off, size_t n, int tensor) {
     AdamStep *s = ctx;
+    Adam *a = s->a;
     size_t k = off - s->offset, st = s->state + k;
-    float wd = gpt_tensor_decays(tensor) ? s->o->wd : 0.0f;
-    s->a->dev->ops->adamw(s->a->dev, s->param + k, s->grad + k, s->a->m + st, s->a->v + st, n,
-                          s->lr, s->o->beta1, s->o->beta2, s->o->eps, wd, s->bc1, s->bc2,
-                          s->grad_scale);
+    if (a->nsegs == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 64;
+        a->segs = realloc(a->segs, (size_t)a->cap * sizeof *a->segs);
+        if (!a->segs) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
+    }
+    a->segs[a->nsegs++] = (AdamSeg){s->param + k, s->grad + k, a->m + st, a->v + st, n,
+                                    gpt_tensor_decays(tensor) ? a->o->wd : 0.0f};
 }
 
 void adam_begin(Adam *a) { a->t++; }
 
 void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
                  size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale) {
-    AdamStep s = {a, state, param, grad, offset, o, lr, (float)(1.0 - pow(o->beta1, a->t)),
-                  (float)(1.0 - pow(o->beta2, a->t)), grad_scale};
+    a->o = o;
+    a->lr = lr;
+    a->grad_scale = grad_scale;
+    AdamStep s = {a, state, param, grad, offset};
     gpt_segments(m, offset, count, adam_segment, &s);
+}
+
+void adam_flush(Adam *a) {
+    if (!a->nsegs) return;
+    const OptConfig *o = a->o;
+    float bc1 = (float)(1.0 - pow(o->beta1, a->t)), bc2 = (float)(1.0 - pow(o->beta2, a->t));
+    a->dev->ops->adamw_segs(a->dev, a->segs, a->nsegs, a->lr, o->beta1, o->beta2, o->eps, bc1, bc2,
+                            a->grad_scale);
+    a->nsegs = 0;
 }

@@ -13,12 +13,18 @@ typedef struct OptConfig {
     float clip;          /* max global gradient norm, 0 = off */
 } OptConfig;
 
-/* AdamW state for n parameters: moments m and v on dev, and the step count. */
+/* AdamW state for n parameters: moments m and v on dev, and the step count.
+ * The pieces of a step are gathered by adam_update and run by adam_flush,
+ * in one launch on a GPU. */
 typedef struct Adam {
     Dev *dev;
     size_t n;
     float *m, *v;   /* [n] */
     int t;
+    AdamSeg *segs;  /* [cap] the pieces waiting for adam_flush */
+    int nsegs, cap;
+    float lr, grad_scale;  /* of the waiting pieces */
+    const OptConfig *o;
 } Adam;
 
 /* Learning rate of step s (0-based): (s+1)/warmup of lr while warming up,
@@ -42,5 +48,9 @@ void adam_begin(Adam *a);
  * the range cuts the tensors. */
 void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
                  size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale);
+/* Runs every piece adam_update gathered since the last flush (one launch on
+ * a GPU); their buffers must stay where they are until then. Every update
+ * of a step must use the same lr, grad_scale and config. */
+void adam_flush(Adam *a);
 
 #endif

@@ -48,6 +48,16 @@ static inline const char *dt_name(DType t) { return t == DT_BF16 ? "bf16" : "fp3
 
 typedef struct Ops Ops;
 
+/* One piece of an optimizer step: n float32 elements of param, grad, m, v
+ * (each pointer at the piece's first element), with weight decay wd. */
+typedef struct AdamSeg {
+    float *param;
+    const float *grad;
+    float *m, *v;
+    size_t n;
+    float wd;
+} AdamSeg;
+
 #define DEV_SCRATCH_BYTES (1 << 20)
 
 typedef struct Dev {
@@ -154,6 +164,10 @@ struct Ops {
     void (*adamw)(Dev *d, float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd,
                   float bc1, float bc2, float grad_scale);
+    /* adamw over every segment, in one launch on a GPU (the segments of a
+     * whole step: every tensor piece of every bucket this rank owns). */
+    void (*adamw_segs)(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1,
+                       float beta2, float eps, float bc1, float bc2, float grad_scale);
     /* Sum of squares and plain sum of x[n] (float32), accumulated in double,
      * returned to the host. */
     double (*sumsq)(Dev *d, const float *x, size_t n);

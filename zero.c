@@ -154,12 +154,14 @@ void zero_update(DP *dp, float lr, float grad_scale) {
             dev_to_host(dp->dev, hg, grad, bytes);
             adam_update(&dp->adam, b->state_off, m, hp, hg, offset, b->own_n, dp->opt, lr,
                         grad_scale);
+            adam_flush(&dp->adam);  /* on the host, before the copy back */
             dev_from_host(dp->dev, param, hp, bytes);
         } else {
             adam_update(&dp->adam, b->state_off, m, param, grad, offset, b->own_n, dp->opt, lr,
                         grad_scale);
         }
     }
+    adam_flush(&dp->adam);  /* every owned piece of every bucket, one launch */
     sync_params(dp);
 }
 
@@ -232,17 +234,19 @@ void zero_params_release(void *ctx, GPT *m, int u) {
 
 /* Measured from what is allocated, beside the ZeRO paper's float32
  * accounting: 4 bytes of parameters, 4 of gradients, 8 of Adam moments a
- * parameter, each divided by D once its stage shards it. */
+ * parameter, each divided by D once its stage shards it. Under bf16 the
+ * parameters add the compute copy, 2 bytes a parameter of this stage,
+ * which gpt.c keeps whole (a ZeRO-3 rank too: see README). */
 void zero_memory(const DP *dp, DPMemory *mem) {
     const GPT *m = dp->m;
     double N = (double)m->num_params, D = dp->D, S = (double)dp->owned;
     memset(mem, 0, sizeof *mem);
-    mem->params = (m->params ? 4 * N : 0) + (dp->param_shard ? 4 * S : 0);
+    mem->params = (m->params ? 4 * N : 0) + (dp->param_shard ? 4 * S : 0) + (m->lp ? m->esz * N : 0);
     mem->grads = (m->grads ? 4 * N : 0) + (dp->grad_shard ? 4 * S : 0);
     if (dp->cfg.offload) mem->optim_host = 8 * S;
     else mem->optim = 8 * S;
     int z = dp->cfg.zero;
-    mem->f_params = z == 3 ? 4 * N / D : 4 * N;
+    mem->f_params = (z == 3 ? 4 * N / D : 4 * N) + (m->lp ? 2 * N : 0);
     mem->f_grads = z >= 2 ? 4 * N / D : 4 * N;
     if (dp->cfg.mode == DP_PS) mem->f_optim = dp->rank == 0 ? 8 * N : 0;
     else mem->f_optim = z >= 1 ? 8 * N / D : 8 * N;

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include "tensor.h"
 #include "check.h"
@@ -416,6 +417,39 @@ static void test_adamw(Test *t, size_t n) {
     free(param); free(m); free(v);
 }
 
+/* The one-launch AdamW over segments of different sizes and decays, some
+ * larger than a block's chunk, one empty, against cpu_ops.adamw on each:
+ * the arithmetic is the same, so the bound is adamw's. */
+static void test_adamw_segs(Test *t) {
+    static const size_t sizes[] = {7, 0, 40000, 1, 16384, 100003};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    size_t total = 0;
+    for (int k = 0; k < NS; k++) total += sizes[k];
+    float *param = host_rand(t, total, 1.0f), *grad = host_rand(t, total, 0.1f);
+    float *m = host_rand(t, total, 0.01f), *v = host_rand(t, total, 1e-4f);
+    for (size_t i = 0; i < total; i++) v[i] = fabsf(v[i]);
+    float *g_param = gpu_put(t, param, total * 4), *g_grad = gpu_put(t, grad, total * 4);
+    float *g_m = gpu_put(t, m, total * 4), *g_v = gpu_put(t, v, total * 4);
+    AdamSeg segs[NS];
+    size_t off = 0;
+    for (int k = 0; k < NS; k++) {
+        float wd = k % 2 ? 0.0f : 0.1f;
+        segs[k] = (AdamSeg){g_param + off, g_grad + off, g_m + off, g_v + off, sizes[k], wd};
+        cpu_ops.adamw(&t->cpu, param + off, grad + off, m + off, v + off, sizes[k], 1e-3f, 0.9f,
+                      0.95f, 1e-8f, wd, 0.1f, 0.05f, 0.5f);
+        off += sizes[k];
+    }
+    t->gpu.ops->adamw_segs(&t->gpu, segs, NS, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.5f);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d segments, %zu elements", NS, total);
+    compare_gpu(t, "adamw_segs", "param", shape, g_param, param, total);
+    compare_gpu(t, "adamw_segs", "m", shape, g_m, m, total);
+    compare_gpu(t, "adamw_segs", "v", shape, g_v, v, total);
+    gpu_drop(t, g_param, total * 4); gpu_drop(t, g_grad, total * 4);
+    gpu_drop(t, g_m, total * 4); gpu_drop(t, g_v, total * 4);
+    free(param); free(grad); free(m); free(v);
+}
+
 /* Sums in double against a double host loop. The GPU adds in another order,
  * so the error is measured against the sum of |terms|, about 1e-16 * log n
  * of it; 1e-12 leaves room and still catches a float accumulation (1e-7). */
@@ -462,9 +496,231 @@ static void test_zero_sizes(Test *t) {
     check(&t->checks, s == 0.0, "zero sizes", "every op with n = 0 or N = 0 returned, sums %g", s);
 }
 
+/* ---------------------------------------------------------------------------
+ * The bf16 table (cuda_bf16_ops) against the CPU's bf16 table (cpu_bf16_ops,
+ * ops_bf16.c): the same bf16 inputs, float32 arithmetic on both sides, each
+ * output rounded to bf16 once. The two differ by summation order and by one
+ * bf16 rounding of an output (2^-9 relative), and the fused attention keeps
+ * its probabilities in registers where the reference stores them, so the
+ * bound is bf16's: 1e-2 of the largest reference value. */
+
+#define TOL16 1e-2
+
+/* n bf16 values, uniform in [-scale, scale) rounded. */
+static uint16_t *h16_rand(Test *t, size_t n, float scale) {
+    uint16_t *x = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_from_f32(scale * urand(t));
+    return x;
+}
+static uint16_t *h16_nan(size_t n) {
+    uint16_t *x = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) x[i] = 0x7fc0;  /* a quiet NaN */
+    return x;
+}
+static float *widen16(const uint16_t *x, size_t n) {
+    float *f = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(x[i]);
+    return f;
+}
+
+/* Compares n bf16 values of gpu_buf with the host's want16. */
+static void compare16(Test *t, const char *op, const char *what, const char *shape,
+                      const void *gpu_buf, const uint16_t *want16, size_t n) {
+    uint16_t *got16 = xmalloc(n * 2);
+    dev_to_host(&t->gpu, got16, gpu_buf, n * 2);
+    float *got = widen16(got16, n), *want = widen16(want16, n);
+    char name[128];
+    snprintf(name, sizeof name, "bf16 %s %s", op, what);
+    double err = max_rel_err(got, want, n);
+    check(&t->checks, err <= TOL16, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
+          err, n, TOL16);
+    free(got16); free(got); free(want);
+}
+/* Float32 outputs of the bf16 table (gradients of parameters, statistics). */
+static void compare16f(Test *t, const char *op, const char *what, const char *shape,
+                       const float *gpu_buf, const float *want, size_t n) {
+    float *got = gpu_get(t, gpu_buf, n);
+    char name[128];
+    snprintf(name, sizeof name, "bf16 %s %s", op, what);
+    double err = max_rel_err(got, want, n);
+    check(&t->checks, err <= TOL16, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
+          err, n, TOL16);
+    free(got);
+}
+
+static void test16_layernorm(Test *t, Dev *c16, int N, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    size_t NC = (size_t)N * C;
+    uint16_t *a = h16_rand(t, NC, 2.0f), *b = h16_rand(t, NC, 1.0f);
+    uint16_t *w = h16_rand(t, C, 1.0f), *bias = h16_rand(t, C, 1.0f);
+    uint16_t *res = h16_nan(NC), *out = h16_nan(NC);
+    float *mean = host_nan(N), *rstd = host_nan(N);
+    void *g_a = gpu_put(t, a, NC * 2), *g_b = gpu_put(t, b, NC * 2), *g_w = gpu_put(t, w, C * 2);
+    void *g_bias = gpu_put(t, bias, C * 2), *g_res = gpu_put(t, res, NC * 2), *g_out = gpu_put(t, out, NC * 2);
+    float *g_mean = gpu_put(t, mean, N * 4), *g_rstd = gpu_put(t, rstd, N * 4);
+    c16->ops->layernorm_forward(c16, out, mean, rstd, a, w, bias, N, C);
+    t->gpu.ops->layernorm_forward(&t->gpu, g_out, g_mean, g_rstd, g_a, g_w, g_bias, N, C);
+    compare16(t, "layernorm_forward", "out", shape, g_out, out, NC);
+    compare16f(t, "layernorm_forward", "rstd", shape, g_rstd, rstd, N);
+    c16->ops->add_layernorm_forward(c16, res, out, mean, rstd, a, b, w, bias, N, C);
+    t->gpu.ops->add_layernorm_forward(&t->gpu, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w, g_bias, N, C);
+    compare16(t, "add_layernorm_forward", "res", shape, g_res, res, NC);
+    compare16(t, "add_layernorm_forward", "out", shape, g_out, out, NC);
+    /* backward of the LayerNorm of res, from the same statistics */
+    dev_from_host(&t->gpu, g_mean, mean, N * 4);
+    dev_from_host(&t->gpu, g_rstd, rstd, N * 4);
+    uint16_t *dout = h16_rand(t, NC, 1.0f), *dinp = h16_rand(t, NC, 0.5f);
+    float *dw = host_rand(t, C, 0.5f), *db = host_rand(t, C, 0.5f);
+    void *g_dout = gpu_put(t, dout, NC * 2), *g_dinp = gpu_put(t, dinp, NC * 2);
+    float *g_dw = gpu_put(t, dw, C * 4), *g_db = gpu_put(t, db, C * 4);
+    c16->ops->layernorm_backward(c16, dinp, dw, db, dout, res, w, mean, rstd, N, C);
+    t->gpu.ops->layernorm_backward(&t->gpu, g_dinp, g_dw, g_db, g_dout, g_res, g_w, g_mean, g_rstd, N, C);
+    compare16(t, "layernorm_backward", "dinp", shape, g_dinp, dinp, NC);
+    compare16f(t, "layernorm_backward", "dw", shape, g_dw, dw, C);
+    compare16f(t, "layernorm_backward", "db", shape, g_db, db, C);
+    gpu_drop(t, g_a, NC * 2); gpu_drop(t, g_b, NC * 2); gpu_drop(t, g_w, C * 2); gpu_drop(t, g_bias, C * 2);
+    gpu_drop(t, g_res, NC * 2); gpu_drop(t, g_out, NC * 2); gpu_drop(t, g_mean, N * 4); gpu_drop(t, g_rstd, N * 4);
+    gpu_drop(t, g_dout, NC * 2); gpu_drop(t, g_dinp, NC * 2); gpu_drop(t, g_dw, C * 4); gpu_drop(t, g_db, C * 4);
+    free(a); free(b); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
+    free(dout); free(dinp); free(dw); free(db);
+}
+
+static void test16_matmul(Test *t, Dev *c16, int N, int C, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    uint16_t *inp = h16_rand(t, NC, 1.0f), *w = h16_rand(t, OCC, 1.0f), *bias = h16_rand(t, OC, 1.0f);
+    uint16_t *out = h16_nan(NO);
+    void *g_inp = gpu_put(t, inp, NC * 2), *g_w = gpu_put(t, w, OCC * 2), *g_bias = gpu_put(t, bias, OC * 2);
+    void *g_out = gpu_put(t, out, NO * 2);
+    c16->ops->matmul_forward(c16, out, inp, w, bias, N, C, OC);
+    t->gpu.ops->matmul_forward(&t->gpu, g_out, g_inp, g_w, g_bias, N, C, OC);
+    compare16(t, "matmul_forward", "out", shape, g_out, out, NO);
+    uint16_t *dout = h16_rand(t, NO, 1.0f), *dinp = h16_rand(t, NC, 0.5f);
+    float *dw = host_rand(t, OCC, 0.5f), *dbias = host_rand(t, OC, 0.5f);
+    void *g_dout = gpu_put(t, dout, NO * 2), *g_dinp = gpu_put(t, dinp, NC * 2);
+    float *g_dw = gpu_put(t, dw, OCC * 4), *g_dbias = gpu_put(t, dbias, OC * 4);
+    c16->ops->matmul_backward(c16, dinp, dw, dbias, dout, inp, w, N, C, OC);
+    t->gpu.ops->matmul_backward(&t->gpu, g_dinp, g_dw, g_dbias, g_dout, g_inp, g_w, N, C, OC);
+    compare16(t, "matmul_backward", "dinp", shape, g_dinp, dinp, NC);
+    compare16f(t, "matmul_backward", "dw", shape, g_dw, dw, OCC);
+    compare16f(t, "matmul_backward", "dbias", shape, g_dbias, dbias, OC);
+    gpu_drop(t, g_inp, NC * 2); gpu_drop(t, g_w, OCC * 2); gpu_drop(t, g_bias, OC * 2); gpu_drop(t, g_out, NO * 2);
+    gpu_drop(t, g_dout, NO * 2); gpu_drop(t, g_dinp, NC * 2); gpu_drop(t, g_dw, OCC * 4); gpu_drop(t, g_dbias, OC * 4);
+    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(dbias);
+}
+
+/* Each side keeps its own state (probabilities on the CPU, a log-sum-exp a
+ * row in the fused kernel); out and dqkv are compared. */
+static void test16_attention(Test *t, Dev *c16, int B, int T, int C, int NH) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d (hs=%d)", B, T, C, NH, C / NH);
+    size_t BTC = (size_t)B * T * C, QKV = 3 * BTC, sc = 0, gsc = 0;
+    size_t st = c16->ops->attention_floats(B, T, C, NH, &sc);
+    size_t gst = t->gpu.ops->attention_floats(B, T, C, NH, &gsc);
+    uint16_t *qkv = h16_rand(t, QKV, 1.5f), *out = h16_nan(BTC);
+    float *state = host_nan(st), *scratch = host_nan(sc);
+    void *g_qkv = gpu_put(t, qkv, QKV * 2), *g_out = gpu_put(t, out, BTC * 2);
+    float *g_state = dev_alloc(&t->gpu, gst * 4), *g_scratch = dev_alloc(&t->gpu, gsc * 4);
+    c16->ops->attention_forward(c16, out, state, qkv, B, T, C, NH);
+    t->gpu.ops->attention_forward(&t->gpu, g_out, g_state, g_qkv, B, T, C, NH);
+    compare16(t, "attention_forward", "out", shape, g_out, out, BTC);
+    uint16_t *dout = h16_rand(t, BTC, 1.0f), *dqkv = h16_rand(t, QKV, 0.05f);
+    void *g_dout = gpu_put(t, dout, BTC * 2), *g_dqkv = gpu_put(t, dqkv, QKV * 2);
+    dev_from_host(&t->gpu, g_out, out, BTC * 2);  /* the GPU's state with the CPU's out: within bf16 */
+    c16->ops->attention_backward(c16, dqkv, scratch, dout, qkv, out, state, B, T, C, NH);
+    t->gpu.ops->attention_backward(&t->gpu, g_dqkv, g_scratch, g_dout, g_qkv, g_out, g_state, B, T, C, NH);
+    compare16(t, "attention_backward", "dqkv", shape, g_dqkv, dqkv, QKV);
+    gpu_drop(t, g_qkv, QKV * 2); gpu_drop(t, g_out, BTC * 2); gpu_drop(t, g_state, gst * 4);
+    gpu_drop(t, g_scratch, gsc * 4); gpu_drop(t, g_dout, BTC * 2); gpu_drop(t, g_dqkv, QKV * 2);
+    free(qkv); free(out); free(state); free(scratch); free(dout); free(dqkv);
+}
+
+/* gelu, add, cast, widen, the encoder, cross-entropy and the vocab-parallel
+ * pieces on one rank's slice. */
+static void test16_rest(Test *t, Dev *c16, size_t n, int N, int V, int Vp, int C) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    uint16_t *x = h16_rand(t, n, 4.0f), *y = h16_rand(t, n, 1.0f), *out = h16_nan(n), *dx = h16_rand(t, n, 0.5f);
+    void *g_x = gpu_put(t, x, n * 2), *g_y = gpu_put(t, y, n * 2), *g_out = gpu_put(t, out, n * 2);
+    void *g_dx = gpu_put(t, dx, n * 2);
+    c16->ops->gelu_forward(c16, out, x, n);
+    t->gpu.ops->gelu_forward(&t->gpu, g_out, g_x, n);
+    compare16(t, "gelu_forward", "out", shape, g_out, out, n);
+    c16->ops->gelu_backward(c16, dx, x, y, n);
+    t->gpu.ops->gelu_backward(&t->gpu, g_dx, g_x, g_y, n);
+    compare16(t, "gelu_backward", "dinp", shape, g_dx, dx, n);
+    c16->ops->add(c16, out, x, y, n);
+    t->gpu.ops->add(&t->gpu, g_out, g_x, g_y, n);
+    compare16(t, "add", "out", shape, g_out, out, n);
+    float *f = host_rand(t, n, 3.0f), *fw = host_nan(n);
+    float *g_f = gpu_put(t, f, n * 4), *g_fw = gpu_put(t, fw, n * 4);
+    c16->ops->cast(c16, out, f, n);
+    t->gpu.ops->cast(&t->gpu, g_out, g_f, n);
+    compare16(t, "cast", "out", shape, g_out, out, n);
+    c16->ops->widen(c16, fw, out, n);
+    t->gpu.ops->widen(&t->gpu, g_fw, g_out, n);
+    compare16f(t, "widen", "out", shape, g_fw, fw, n);
+    gpu_drop(t, g_x, n * 2); gpu_drop(t, g_y, n * 2); gpu_drop(t, g_out, n * 2); gpu_drop(t, g_dx, n * 2);
+    gpu_drop(t, g_f, n * 4); gpu_drop(t, g_fw, n * 4);
+    free(x); free(y); free(out); free(dx); free(f); free(fw);
+
+    /* the encoder: tokens of a vocabulary of V, T = N / 2 positions, batch 2 */
+    int Tn = N / 2 > 0 ? N / 2 : 1, B = 2;
+    size_t BTC = (size_t)B * Tn * C;
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d V=%d", B, Tn, C, V);
+    int *tok = host_tokens(t, (size_t)B * Tn, V);
+    uint16_t *wte = h16_rand(t, (size_t)V * C, 1.0f), *wpe = h16_rand(t, (size_t)Tn * C, 1.0f), *emb = h16_nan(BTC);
+    float *dwte = host_rand(t, (size_t)V * C, 0.5f), *dwpe = host_rand(t, (size_t)Tn * C, 0.5f);
+    int *g_tok = gpu_put(t, tok, (size_t)B * Tn * sizeof(int));
+    void *g_wte = gpu_put(t, wte, (size_t)V * C * 2), *g_wpe = gpu_put(t, wpe, (size_t)Tn * C * 2);
+    void *g_emb = gpu_put(t, emb, BTC * 2);
+    float *g_dwte = gpu_put(t, dwte, (size_t)V * C * 4), *g_dwpe = gpu_put(t, dwpe, (size_t)Tn * C * 4);
+    c16->ops->encoder_forward(c16, emb, tok, wte, wpe, B, Tn, C);
+    t->gpu.ops->encoder_forward(&t->gpu, g_emb, g_tok, g_wte, g_wpe, B, Tn, C);
+    compare16(t, "encoder_forward", "out", shape, g_emb, emb, BTC);
+    c16->ops->encoder_backward(c16, dwte, dwpe, emb, tok, B, Tn, C);
+    t->gpu.ops->encoder_backward(&t->gpu, g_dwte, g_dwpe, g_emb, g_tok, B, Tn, C);
+    compare16f(t, "encoder_backward", "dwte", shape, g_dwte, dwte, (size_t)V * C);
+    compare16f(t, "encoder_backward", "dwpe", shape, g_dwpe, dwpe, (size_t)Tn * C);
+    gpu_drop(t, g_tok, (size_t)B * Tn * sizeof(int)); gpu_drop(t, g_wte, (size_t)V * C * 2);
+    gpu_drop(t, g_wpe, (size_t)Tn * C * 2); gpu_drop(t, g_emb, BTC * 2);
+    gpu_drop(t, g_dwte, (size_t)V * C * 4); gpu_drop(t, g_dwpe, (size_t)Tn * C * 4);
+    free(tok); free(wte); free(wpe); free(emb); free(dwte); free(dwpe);
+
+    /* cross-entropy over [N,Vp], and the vocab-parallel stats and grad of the whole row */
+    snprintf(shape, sizeof shape, "N=%d V=%d Vp=%d", N, V, Vp);
+    size_t NV = (size_t)N * Vp;
+    uint16_t *lg = h16_rand(t, NV, 5.0f), *lg2 = xmalloc(NV * 2);
+    memcpy(lg2, lg, NV * 2);
+    int *tg = host_tokens(t, N, V);
+    float *losses = host_nan(N), *stats = host_nan((size_t)N * 3), *lse = host_nan(N);
+    void *g_lg = gpu_put(t, lg, NV * 2), *g_lg2 = gpu_put(t, lg, NV * 2);
+    int *g_tg = gpu_put(t, tg, N * sizeof(int));
+    float *g_losses = gpu_put(t, losses, N * 4), *g_stats = gpu_put(t, stats, (size_t)N * 12);
+    float *g_lse = gpu_put(t, lse, N * 4);
+    c16->ops->xent_stats(c16, stats, lg2, tg, N, 0, V, Vp);
+    t->gpu.ops->xent_stats(&t->gpu, g_stats, g_lg2, g_tg, N, 0, V, Vp);
+    compare16f(t, "xent_stats", "stats", shape, g_stats, stats, (size_t)N * 3);
+    c16->ops->crossentropy(c16, losses, lg, tg, N, V, Vp, 1.0f / N);
+    t->gpu.ops->crossentropy(&t->gpu, g_losses, g_lg, g_tg, N, V, Vp, 1.0f / N);
+    compare16f(t, "crossentropy", "losses", shape, g_losses, losses, N);
+    compare16(t, "crossentropy", "dlogits", shape, g_lg, lg, NV);
+    c16->ops->xent_combine(c16, losses, lse, stats, N, 1);
+    dev_from_host(&t->gpu, g_lse, lse, N * 4);
+    c16->ops->xent_grad(c16, lg2, lse, tg, N, 0, V, Vp, 1.0f / N);
+    t->gpu.ops->xent_grad(&t->gpu, g_lg2, g_lse, g_tg, N, 0, V, Vp, 1.0f / N);
+    compare16(t, "xent_grad", "dlogits", shape, g_lg2, lg2, NV);
+    gpu_drop(t, g_lg, NV * 2); gpu_drop(t, g_lg2, NV * 2); gpu_drop(t, g_tg, N * sizeof(int));
+    gpu_drop(t, g_losses, N * 4); gpu_drop(t, g_stats, (size_t)N * 12); gpu_drop(t, g_lse, N * 4);
+    free(lg); free(lg2); free(tg); free(losses); free(stats); free(lse);
+}
+
 static const char *groups[] = {
     "encoder", "layernorm", "matmul", "attention", "gelu/add/accumulate",
     "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq", "zero sizes",
+    "bf16 layernorm", "bf16 matmul", "bf16 attention", "bf16 elementwise/encoder/cross-entropy",
 };
 
 int main(void) {
@@ -531,6 +787,7 @@ int main(void) {
 
     test_adamw(&t, 7);
     test_adamw(&t, 1000003);
+    test_adamw_segs(&t);
 
     test_sums(&t, 0);
     test_sums(&t, 1);
@@ -538,6 +795,27 @@ int main(void) {
     test_sums(&t, (size_t)1 << 24);
 
     test_zero_sizes(&t);
+
+    /* the bf16 tables: awkward sizes (the plain and scalar paths), aligned
+     * ones (16-byte vectors, tensor cores, the fused attention) and GPT-2's */
+    Dev c16;
+    dev_open(&c16, DEV_CPU, 0, err, sizeof err);
+    dev_set_dtype(&c16, DT_BF16);
+    dev_set_dtype(&t.gpu, DT_BF16);
+    test16_layernorm(&t, &c16, 37, 45);
+    test16_layernorm(&t, &c16, 64, 256);
+    test16_layernorm(&t, &c16, 1024, 768);
+    test16_matmul(&t, &c16, 37, 45, 77);
+    test16_matmul(&t, &c16, 200, 72, 136);
+    test16_matmul(&t, &c16, 256, 768, 2304);
+    test16_matmul(&t, &c16, 1024, 3072, 768);
+    test16_attention(&t, &c16, 2, 37, 40, 5);    /* hs 8: the plain kernels */
+    test16_attention(&t, &c16, 2, 37, 192, 3);   /* hs 64, ragged T: the fused ones */
+    test16_attention(&t, &c16, 1, 256, 768, 12); /* GPT-2's heads */
+    test16_rest(&t, &c16, 1000003, 37, 45, 64, 45);
+    test16_rest(&t, &c16, 1 << 20, 8, 50257, 50304, 768);
+    dev_set_dtype(&t.gpu, DT_F32);
+    dev_close(&c16);
 
     check(&t.checks, t.gpu.bytes_live == 0, "no leaks", "%zu device bytes still live", t.gpu.bytes_live);
     dev_close(&t.gpu);

@@ -1,0 +1,886 @@
+/* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations.
+ *
+ * One product, D[M,N] = A[M,K] B[K,N] (+ D) (+ bias[N] on every row), bf16
+ * operands, float32 accumulation, D written as bf16 or float32 (tc.h has the
+ * contract). A linear layer needs it in three layouts:
+ *
+ *   forward  out  = inp @ w^T      A [M][K] (k-major)   B [N][K] (k-major)
+ *   dinp    += dout @ w            A [M][K] (k-major)   B [K][N] (n-major)
+ *   dw      += dout^T @ inp        A [K][M] (m-major)   B [K][N] (n-major), D float32
+ *
+ * and every implementation takes all four combinations of a_kmajor, b_kmajor.
+ *
+ * TC_SIMPLE: one thread an output element, a float32 dot product in k order.
+ *   Any shape, any alignment. It is the yardstick of the other two, and the
+ *   fallback when a shape does not suit them.
+ *
+ * TC_MMA (sm_80 and later): mma.sync.m16n8k16 bf16 -> f32 fed by ldmatrix
+ *   from shared memory, which a 4-stage cp.async pipeline fills.
+ *   - Block tile 128 (m) x 128 (n) x 32 (k), 256 threads = 8 warps as 2 (m)
+ *     x 4 (n), each warp 64 x 32: 4 m16 tiles x 4 n8 tiles, 16 mma per k16
+ *     step from 4 ldmatrix.x4 of A and 2 of B, 64 float accumulators a
+ *     thread: with the fragments and addresses that fits the 128 registers
+ *     a thread may have when two blocks share an SM
+ *     (__launch_bounds__(256, 2)), so one block's barrier stalls are
+ *     covered by the other's math.
+ *   - Shared memory keeps each operand tile in its global orientation, rows
+ *     padded by 8 elements (16 bytes) so the 8 row addresses of one
+ *     ldmatrix 8x8 matrix fall in 8 different 16-byte bank groups:
+ *       k-major tile  [128 rows][32 k + 8]   row pitch  80 bytes
+ *       mn-major tile [32 k][128 + 8]         row pitch 272 bytes
+ *     Both fit a 128 x 40 element slot, 10240 bytes; a stage holds A and B,
+ *     20480 bytes; 4 stages, 81920 bytes of dynamic shared memory (two blocks
+ *     fit an SM on sm_80 (164 KB) and sm_90 (228 KB)).
+ *   - Fragments: a k-major operand is loaded with plain ldmatrix (its rows
+ *     are what mma's row-major A / col-major B fragments want); an mn-major
+ *     operand (A stored [K][M], B stored [K][N]) with ldmatrix.trans, which
+ *     hands each thread two consecutive k of one m (or n), exactly the pair a
+ *     fragment register holds.
+ *   - Pipeline: tiles 0..2 are issued ahead (one cp.async group each, empty
+ *     groups committed past the end of K so the count stays regular); at
+ *     k-tile kt a thread waits until at most 2 groups are pending (tile kt
+ *     has landed), __syncthreads (everyone's copies are visible, and
+ *     everyone has finished computing on the slot about to be refilled),
+ *     issues tile kt+3 into slot (kt+3)%4 = (kt-1)%4, then computes slot kt%4.
+ *   - Edges: every cp.async moves 16 bytes = 8 elements along the operand's
+ *     contiguous dimension, so that dimension (K for a k-major operand, M or
+ *     N for an mn-major one) must be a multiple of 8 and the pointers
+ *     16-byte aligned. Under that, a chunk is either wholly inside the matrix
+ *     or wholly outside; chunks outside (tiles that overhang M, N or K) are
+ *     cp.async with src-size 0, which writes 16 zero bytes, so overhanging k
+ *     adds nothing and overhanging rows compute values nobody stores.
+ *
+ * TC_WGMMA (sm_90a builds on a compute capability 9.0 device): wgmma.mma_async
+ *   m64n256k16 with both operands in shared memory, loaded by TMA.
+ *   - Block tile 128 (m) x 256 (n) x 64 (k), 384 threads = 3 warpgroups:
+ *     warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread
+ *     issues TMA), warpgroups 1 and 2 the consumers, each owning 64 rows of
+ *     the tile with 128 float accumulators a thread (setmaxnreg.inc to 232;
+ *     128 x 40 + 256 x 232 = 384 x 168, the launch's register file).
+ *   - A stage is A 128 x 64 (16 KB) + B 256 x 64 (32 KB) = 48 KB; 4 stages,
+ *     192 KB + 1 KB to align the base to 1024 bytes: 197632 bytes of dynamic
+ *     shared memory, one block an SM.
+ *   - TMA writes each box with the 128-byte swizzle (16-byte chunk index XOR
+ *     row index mod 8 within 1024-byte groups of 8 rows of 128 bytes), which
+ *     is the canonical 128B-swizzled layout wgmma reads through a matrix
+ *     descriptor (start address, leading / stride byte offsets, swizzle
+ *     mode 1). A box's inner extent is at most 128 bytes = 64 bf16 with this
+ *     swizzle, hence BK = 64 and, for mn-major operands, 64-wide boxes:
+ *       A k-major  [M][K]: one box {64 k, 128 m}; rows of 128 bytes (64 k),
+ *                  8-row groups 1024 bytes apart (SBO 1024, LBO unused);
+ *                  consumer c starts at +8192 c; k16 step j at +32 j bytes.
+ *       A m-major  [K][M]: two boxes {64 m, 64 k} at m0, m0+64, 8 KB each;
+ *                  consumer c takes box c; rows are k (128 bytes of 64 m),
+ *                  8-k groups 1024 apart (SBO), next 64 m 8192 on (LBO, not
+ *                  reached with m64); k16 step j at +2048 j; trans-a = 1.
+ *       B k-major  [N][K]: one box {64 k, 256 n}; as A k-major, SBO 1024.
+ *       B n-major  [K][N]: four boxes {64 n, 64 k}, 8 KB apart (LBO 8192),
+ *                  8-k groups 1024 apart (SBO 1024); trans-b = 1.
+ *     So all four layouts run; nothing is refused for its layout.
+ *   - Pipeline: full[s] (1 arrival + transaction bytes) and empty[s] (one
+ *     arrival from each of the 8 consumer warps) mbarriers per stage. A
+ *     running counter `it` over (tile, k-block) gives the stage it % 4 and
+ *     the phase parity (it / 4) & 1; the producer waits empty[s] on the
+ *     opposite parity (a fresh barrier's "previous phase" counts as done,
+ *     so the first round does not wait), arms full[s] with expect_tx 49152
+ *     and issues the copies. A consumer waits full[s], issues 4 wgmma (k 64),
+ *     commits, waits until only this group is in flight and then frees the
+ *     previous stage, so one group of wgmma always overlaps the next wait.
+ *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
+ *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
+ *     producer runs ahead into the next tile while the consumers store.
+ *   - Not done: split-K. dw has a small output and a long K (768 x 768
+ *     is 18 tiles of 128 x 256 for 132 SMs), so it leaves most SMs idle;
+ *     splitting K over blocks would need a reduction of float32 partials.
+ *   - Edges: TMA zero-fills whatever part of a box lies outside the tensor
+ *     (and still counts the full box bytes), so overhanging tiles need no
+ *     code. The tensor map needs 16-byte aligned bases and row pitches,
+ *     the same rule as TC_MMA: contiguous dimensions a multiple of 8.
+ *   - Tensor maps are encoded per call (one driver entry-point lookup and
+ *     two cuTensorMapEncodeTiled calls: host-only work, no GPU round trip,
+ *     expected to be a few microseconds in all; not measured yet) and passed
+ *     as __grid_constant__ kernel parameters, so there is no cache to
+ *     invalidate when buffers move. cuTensorMapEncodeTiled is a
+ *     driver function: it is looked up with cudaGetDriverEntryPointByVersion,
+ *     never linked, so the binary links only cudart_static and still starts
+ *     on machines without a driver.
+ *
+ * Epilogue (TC_MMA and TC_WGMMA share it): each thread holds pairs of
+ * adjacent columns (the mma/wgmma accumulator fragment: row lane/4 and
+ * lane/4 + 8 of its 16-row slice, columns 2 (lane%4) + {0,1} of each 8-wide
+ * group); it adds bias, adds the old D when accumulating, and writes a
+ * bf16x2 or float2 when N is even and D suitably aligned, else two guarded
+ * scalars. Rows >= M and columns >= N are never stored.
+ *
+ * TC_AUTO: TC_WGMMA when the device is sm_90, the sm_90a kernels are in the
+ * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and
+ * the shape is aligned; else TC_SIMPLE.
+ *
+ * tc_bias_grad: dbias[N] += column sums of dout [M][N]. A block owns 32
+ * columns and all rows (16 warps' worth of rows in flight, 4 independent
+ * partial sums each), and sums its 16 partials in a fixed order: no atomics,
+ * the same bits every run.
+ *
+ * State: one capability word per device (std::atomic, written once on the
+ * first call that runs on that device: whether the MMA and WGMMA kernels
+ * run there, and the SM count). Finding out whether the binary holds sm_90a
+ * code takes a one-thread probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
+ * into a __device__ int) and one synchronisation of the caller's stream,
+ * once per device per process (so that first call must not be made while
+ * the stream is being captured into a CUDA graph); the same first call
+ * raises the kernels' dynamic shared memory limits. Nothing else is cached.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <atomic>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>  /* PFN_cuTensorMapEncodeTiled, CUtensorMap: types only, no libcuda */
+
+extern "C" {
+#include "tc.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* ---------------------------------------------------------------------------
+ * Error checking: every runtime call and launch names itself, the file and
+ * the line, then exits. */
+
+static void mm_check(cudaError_t err, const char *call, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
+    exit(1);
+}
+#define MM_CHECK(call) mm_check((call), #call, __FILE__, __LINE__)
+#define MM_LAUNCH_CHECK(kernel) mm_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+
+static int mm_ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ uint32_t mm_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* ---------------------------------------------------------------------------
+ * The shared epilogue: one thread's pair (row, col), (row, col + 1), col even.
+ * D [M][N] bf16 or float32; bias [N] bf16 or NULL. pair_ok: N is even and D
+ * is 4-byte (bf16) / 8-byte (float32) aligned, so the pair is one aligned
+ * vector. An accumulating store reads the old D; a plain one never does
+ * (D may start as NaN). */
+
+__device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, const bf16 *bias,
+                                          int M, int N, int row, int col, float v0, float v1,
+                                          int pair_ok) {
+    if (row >= M || col >= N) return;
+    const bool two = col + 1 < N;
+    if (bias) {
+        v0 += __bfloat162float(bias[col]);
+        if (two) v1 += __bfloat162float(bias[col + 1]);
+    }
+    const size_t i = (size_t)row * N + col;
+    if (d_fp32) {
+        float *p = (float *)D + i;
+        if (two && pair_ok) {
+            float2 o = make_float2(v0, v1);
+            if (accumulate) {
+                float2 old = *(const float2 *)p;
+                o.x += old.x;
+                o.y += old.y;
+            }
+            *(float2 *)p = o;
+        } else {
+            p[0] = accumulate ? p[0] + v0 : v0;
+            if (two) p[1] = accumulate ? p[1] + v1 : v1;
+        }
+    } else {
+        bf16 *p = (bf16 *)D + i;
+        if (two && pair_ok) {
+            if (accumulate) {
+                float2 old = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+                v0 += old.x;
+                v1 += old.y;
+            }
+            *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v0, v1);
+        } else {
+            p[0] = __float2bfloat16_rn(accumulate ? __bfloat162float(p[0]) + v0 : v0);
+            if (two) p[1] = __float2bfloat16_rn(accumulate ? __bfloat162float(p[1]) + v1 : v1);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * TC_SIMPLE: one thread an output element. Block 32 (n) x 8 (m); the grid
+ * strides over m so any M fits gridDim.y.
+ * D [M][N]; A [M][K] (a_kmajor) or [K][M]; B [N][K] (b_kmajor) or [K][N]. */
+
+__global__ void mm_simple_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, int a_kmajor,
+                                 const bf16 *B, int b_kmajor, const bf16 *bias, int M, int N,
+                                 int K) {
+    const int n = blockIdx.x * 32 + threadIdx.x;
+    if (n >= N) return;
+    for (int m = blockIdx.y * 8 + threadIdx.y; m < M; m += gridDim.y * 8) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float a = __bfloat162float(a_kmajor ? A[(size_t)m * K + k] : A[(size_t)k * M + m]);
+            float b = __bfloat162float(b_kmajor ? B[(size_t)n * K + k] : B[(size_t)k * N + n]);
+            acc = fmaf(a, b, acc);
+        }
+        if (bias) acc += __bfloat162float(bias[n]);
+        const size_t i = (size_t)m * N + n;
+        if (d_fp32) {
+            float *p = (float *)D + i;
+            *p = accumulate ? *p + acc : acc;
+        } else {
+            bf16 *p = (bf16 *)D + i;
+            *p = __float2bfloat16_rn(accumulate ? __bfloat162float(*p) + acc : acc);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * TC_MMA: mma.sync m16n8k16, ldmatrix, 4-stage cp.async. */
+
+#define MM_BM 128
+#define MM_BN 128
+#define MM_BK 32
+#define MM_STAGES 4
+#define MM_THREADS 256
+#define MM_KPITCH (MM_BK + 8)           /* k-major tile row pitch, elements */
+#define MM_MNPITCH (MM_BM + 8)          /* mn-major tile row pitch, elements */
+#define MM_SLOT_BYTES (MM_BM * MM_KPITCH * 2)        /* 10240 >= 32 * 136 * 2 = 8704 */
+#define MM_STAGE_BYTES (2 * MM_SLOT_BYTES)           /* A slot, then B slot: 20480 */
+#define MM_SMEM_BYTES (MM_STAGES * MM_STAGE_BYTES)   /* 81920 */
+
+/* 16 bytes global -> shared; src_bytes 0 writes 16 zeros (and reads nothing). */
+__device__ __forceinline__ void mm_cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void mm_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void mm_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mm_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void mm_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+
+/* c[4] += A(16x16, a[4]) B(16x8, b0, b1), the fragments of the PTX ISA:
+ * a[0] (row g, k 2t..2t+1), a[1] (row g+8, same k), a[2] (row g, k 2t+8..),
+ * a[3] (row g+8, k 2t+8..); b0 (k 2t.., col g), b1 (k 2t+8.., col g);
+ * c[0..1] (row g, cols 2t, 2t+1), c[2..3] (row g+8); g = lane/4, t = lane%4. */
+__device__ __forceinline__ void mm_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* One operand's k-tile into a shared slot. The operand has R rows in the
+ * m (A) or n (B) sense: k-major it is stored [R][K] and the slot is
+ * [128 r][40] (32 k used); mn-major it is stored [K][R] and the slot is
+ * [32 k][136] (128 r used). 512 chunks of 16 bytes, 2 a thread. */
+template <bool KMAJ>
+__device__ __forceinline__ void mm_load_tile(uint32_t slot, const bf16 *G, int R, int K, int r0,
+                                             int k0, int tid) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int c = tid + i * MM_THREADS;
+        int row, col, gr, gk;
+        if (KMAJ) {
+            row = c >> 2;            /* r within the tile, 0..127 */
+            col = (c & 3) * 8;       /* k within the tile, 0..24 */
+            gr = r0 + row;
+            gk = k0 + col;
+        } else {
+            row = c >> 4;            /* k within the tile, 0..31 */
+            col = (c & 15) * 8;      /* r within the tile, 0..120 */
+            gk = k0 + row;
+            gr = r0 + col;
+        }
+        const bool ok = gr < R && gk < K;
+        const bf16 *src = KMAJ ? G + (size_t)gr * K + gk : G + (size_t)gk * R + gr;
+        const uint32_t dst = slot + (uint32_t)(row * (KMAJ ? MM_KPITCH : MM_MNPITCH) + col) * 2;
+        mm_cp_async16(dst, ok ? (const void *)src : (const void *)G, ok ? 16 : 0);
+    }
+}
+
+/* A fragments of one m16 x k16 block at (mrow, kk) of the A slot. */
+template <bool KMAJ>
+__device__ __forceinline__ void mm_frag_a(uint32_t (&a)[4], uint32_t slot, int mrow, int kk,
+                                          int lane) {
+    if (KMAJ) {
+        /* matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) */
+        const int r = mrow + (lane & 15), k = kk + (lane >> 4) * 8;
+        mm_ldmatrix_x4(a, slot + (uint32_t)(r * MM_KPITCH + k) * 2);
+    } else {
+        /* same four matrices, stored as k rows of m: transpose on load */
+        const int k = kk + (lane & 7) + (lane >> 4) * 8, m = mrow + ((lane >> 3) & 1) * 8;
+        mm_ldmatrix_x4_trans(a, slot + (uint32_t)(k * MM_MNPITCH + m) * 2);
+    }
+}
+
+/* B fragments of two n8 tiles (ncol, ncol + 8) at kk: b = {b0, b1 of the
+ * first, b0, b1 of the second}. */
+template <bool KMAJ>
+__device__ __forceinline__ void mm_frag_b(uint32_t (&b)[4], uint32_t slot, int ncol, int kk,
+                                          int lane) {
+    if (KMAJ) {
+        /* matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) */
+        const int n = ncol + (lane & 7) + (lane >> 4) * 8, k = kk + ((lane >> 3) & 1) * 8;
+        mm_ldmatrix_x4(b, slot + (uint32_t)(n * MM_KPITCH + k) * 2);
+    } else {
+        const int k = kk + (lane & 7) + ((lane >> 3) & 1) * 8, n = ncol + (lane >> 4) * 8;
+        mm_ldmatrix_x4_trans(b, slot + (uint32_t)(k * MM_MNPITCH + n) * 2);
+    }
+}
+
+/* D [M][N]; A [M][K] (AK) or [K][M]; B [N][K] (BK) or [K][N]; bias [N] or
+ * NULL. Grid (ceil(M/128), ceil(N/128)), 256 threads, MM_SMEM_BYTES dynamic. */
+template <bool AK, bool BK>
+__global__ void __launch_bounds__(MM_THREADS, 2)
+mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
+              const bf16 *bias, int M, int N, int K, int pair_ok) {
+    extern __shared__ __align__(16) unsigned char mm_smem[];
+    const uint32_t smem = mm_smem_u32(mm_smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;  /* warp tile at (64 wm, 32 wn) */
+    const int m0 = blockIdx.x * MM_BM, n0 = blockIdx.y * MM_BN;
+    const int ktiles = (K + MM_BK - 1) / MM_BK;
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    /* Prologue: tiles 0..STAGES-2, one group each (empty past the end). */
+#pragma unroll
+    for (int s = 0; s < MM_STAGES - 1; s++) {
+        if (s < ktiles) {
+            const uint32_t st = smem + s * MM_STAGE_BYTES;
+            mm_load_tile<AK>(st, A, M, K, m0, s * MM_BK, tid);
+            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, n0, s * MM_BK, tid);
+        }
+        mm_cp_async_commit();
+    }
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        /* Groups committed so far: STAGES-1 + kt; at most STAGES-2 pending
+         * means groups 0..kt are complete, so tile kt is in its slot. */
+        mm_cp_async_wait<MM_STAGES - 2>();
+        __syncthreads();
+        const int next = kt + MM_STAGES - 1;
+        if (next < ktiles) {
+            const uint32_t st = smem + (next % MM_STAGES) * MM_STAGE_BYTES;
+            mm_load_tile<AK>(st, A, M, K, m0, next * MM_BK, tid);
+            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, n0, next * MM_BK, tid);
+        }
+        mm_cp_async_commit();
+
+        const uint32_t sa = smem + (kt % MM_STAGES) * MM_STAGE_BYTES, sb = sa + MM_SLOT_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < MM_BK; kk += 16) {
+            uint32_t a[4][4], b[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) mm_frag_a<AK>(a[mt], sa, wm * 64 + mt * 16, kk, lane);
+#pragma unroll
+            for (int np = 0; np < 2; np++) mm_frag_b<BK>(b[np], sb, wn * 32 + np * 16, kk, lane);
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+                    mm_mma_16816(acc[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2],
+                                 b[nt >> 1][(nt & 1) * 2 + 1]);
+        }
+    }
+    mm_cp_async_wait<0>();  /* only empty groups can be pending; leave none behind */
+
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const int row = m0 + wm * 64 + mt * 16 + g;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int col = n0 + wn * 32 + nt * 8 + 2 * t;
+            mm_store2(D, d_fp32, accumulate, bias, M, N, row, col, acc[mt][nt][0],
+                      acc[mt][nt][1], pair_ok);
+            mm_store2(D, d_fp32, accumulate, bias, M, N, row + 8, col, acc[mt][nt][2],
+                      acc[mt][nt][3], pair_ok);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * TC_WGMMA: wgmma + TMA + mbarriers, warp-specialised, persistent. The device
+ * code exists only in sm_90a builds; elsewhere the kernel is an empty shell
+ * that the host never launches (the probe below tells it). */
+
+#define WG_BM 128
+#define WG_BN 256
+#define WG_BK 64
+#define WG_STAGES 4
+#define WG_THREADS 384
+#define WG_A_BYTES (WG_BM * WG_BK * 2)               /* 16384 */
+#define WG_B_BYTES (WG_BN * WG_BK * 2)               /* 32768 */
+#define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)      /* 49152 */
+#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)  /* 197632, 1024 for alignment */
+#define WG_BOX_BYTES 8192                             /* one 64 x 64 box */
+#define WG_CONSUMER_WARPS 8
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MM_SM90A_BUILD 1
+#else
+#define MM_SM90A_BUILD 0
+#endif
+/* Written by mm_probe_kernel: 1 where the running device code was built for sm_90a. */
+__device__ int mm_probe_flag;
+
+__global__ void mm_probe_kernel() {
+    mm_probe_flag = MM_SM90A_BUILD;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ void mm_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mm_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mm_mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+/* Waits until the phase of parity `parity` has completed. */
+__device__ __forceinline__ void mm_mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n"
+                     "}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+/* One 2-D box of `map` at element coordinates (c0 inner, c1 outer) into
+ * shared memory at dst, completing `bytes` on the mbarrier bar. */
+__device__ __forceinline__ void mm_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                          uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+/* Matrix descriptor: start address, leading and stride byte offsets (all
+ * encoded >> 4 in 14 bits), base offset 0 (every swizzle pattern starts on
+ * a 1024-byte boundary), swizzle mode 1 = 128 bytes (bits 62-63). */
+__device__ __forceinline__ uint64_t mm_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void mm_wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mm_wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void mm_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+/* Tells the compiler the accumulators change here (after a wait), so no
+ * read of them is hoisted above it. */
+__device__ __forceinline__ void mm_fence_regs(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+#define MM_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+/* d (64 x 256 per warpgroup, fragment: warp w rows 16w + lane/4 (+8),
+ * columns 8j + 2 (lane%4) + {0,1} in d[4j..4j+3]) += A(64x16) B(16x256).
+ * TA / TB: 1 when A is m-major / B is n-major. */
+template <int TA, int TB>
+__device__ __forceinline__ void mm_wgmma_256(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, %131, %132;\n"
+        "}\n"
+        : MM_D8(0), MM_D8(8), MM_D8(16), MM_D8(24), MM_D8(32), MM_D8(40), MM_D8(48), MM_D8(56),
+          MM_D8(64), MM_D8(72), MM_D8(80), MM_D8(88), MM_D8(96), MM_D8(104), MM_D8(112),
+          MM_D8(120)
+        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
+        : "memory");
+}
+
+#endif /* sm_90a device code */
+
+/* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
+ * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles), 384 threads,
+ * WG_SMEM_BYTES dynamic. */
+template <bool AK, bool BK>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                int pair_ok) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
+    __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
+    extern __shared__ __align__(16) unsigned char mm_smem[];
+    /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
+     * 1024-byte boundaries as the 128-byte swizzle requires. */
+    const uint32_t base = (mm_smem_u32(mm_smem) + 1023u) & ~1023u;
+    const int tiles_m = (M + WG_BM - 1) / WG_BM;
+    const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
+    const int nk = (K + WG_BK - 1) / WG_BK;
+    const int wg = threadIdx.x >> 7;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            mm_mbar_init(mm_smem_u32(&full_bar[s]), 1);
+            mm_mbar_init(mm_smem_u32(&empty_bar[s]), WG_CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer: one thread issues every copy; the rest of the warpgroup
+         * only gives its registers back. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
+                for (int kb = 0; kb < nk; kb++, it++) {
+                    const int s = it % WG_STAGES;
+                    const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
+                    const uint32_t fb = mm_smem_u32(&full_bar[s]);
+                    mm_mbar_wait(mm_smem_u32(&empty_bar[s]), parity ^ 1u);
+                    mm_mbar_expect_tx(fb, WG_STAGE_BYTES);
+                    const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
+                    const int k0 = kb * WG_BK;
+                    if (AK) {
+                        mm_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
+                    } else {
+                        mm_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
+                        mm_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
+                    }
+                    if (BK) {
+                        mm_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 256 n} */
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 4; i++)                           /* {64 n, 64 k} */
+                            mm_tma_2d(sb + i * WG_BOX_BYTES, &tmB, n0 + 64 * i, k0, fb);
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
+        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+        float d[128];
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
+#pragma unroll
+            for (int i = 0; i < 128; i++) d[i] = 0.0f;
+            int prev = -1;  /* stage whose wgmma may still be reading */
+            for (int kb = 0; kb < nk; kb++, it++) {
+                const int s = it % WG_STAGES;
+                const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
+                mm_mbar_wait(mm_smem_u32(&full_bar[s]), parity);
+                __syncwarp();  /* lanes leave the spin together before .aligned wgmma */
+                const uint32_t sa = base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
+                const uint32_t sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
+                mm_wgmma_fence();
+#pragma unroll
+                for (int j = 0; j < WG_BK / 16; j++) {
+                    const uint64_t da = AK ? mm_desc(sa + 32 * j, 16, 1024)
+                                           : mm_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
+                    const uint64_t db = BK ? mm_desc(sb + 32 * j, 16, 1024)
+                                           : mm_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
+                    mm_wgmma_256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
+                }
+                mm_wgmma_commit();
+                mm_wgmma_wait<1>();  /* the previous k-block's group is done */
+                if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
+                __syncwarp();
+                prev = s;
+            }
+            mm_wgmma_wait<0>();
+            mm_fence_regs(d);
+            if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
+            __syncwarp();
+
+            const int row = m0 + c * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int col = n0 + j * 8 + 2 * (lane & 3);
+                mm_store2(D, d_fp32, accumulate, bias, M, N, row, col, d[4 * j], d[4 * j + 1],
+                          pair_ok);
+                mm_store2(D, d_fp32, accumulate, bias, M, N, row + 8, col, d[4 * j + 2],
+                          d[4 * j + 3], pair_ok);
+            }
+        }
+    }
+#endif
+}
+
+/* ---------------------------------------------------------------------------
+ * tc_bias_grad: dbias[N] += sum over m of dout[M][N]. Block 32 (columns) x
+ * 16 (row lanes); each thread keeps 4 partial sums (rows y, y+16, y+32, y+48
+ * of every 64) for loads in flight, then the block adds its 16 row lanes in
+ * order. Deterministic. */
+
+__global__ void __launch_bounds__(512)
+mm_bias_grad_kernel(float *dbias, const bf16 *dout, int M, int N) {
+    __shared__ float part[16][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int n = blockIdx.x * 32 + tx;
+    float s = 0.0f;
+    if (n < N) {
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        int m = ty;
+        for (; m + 48 < M; m += 64) {
+            s0 += __bfloat162float(dout[(size_t)m * N + n]);
+            s1 += __bfloat162float(dout[(size_t)(m + 16) * N + n]);
+            s2 += __bfloat162float(dout[(size_t)(m + 32) * N + n]);
+            s3 += __bfloat162float(dout[(size_t)(m + 48) * N + n]);
+        }
+        for (; m < M; m += 16) s0 += __bfloat162float(dout[(size_t)m * N + n]);
+        s = (s0 + s1) + (s2 + s3);
+    }
+    part[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && n < N) {
+        float t = part[0][tx];
+        for (int y = 1; y < 16; y++) t += part[y][tx];
+        dbias[n] += t;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Host side. */
+
+#define MM_MAX_DEVICES 64
+#define MM_CAP_KNOWN 1
+#define MM_CAP_MMA 2
+#define MM_CAP_WGMMA 4
+#define MM_CAP_SM_SHIFT 8
+
+/* Capability word of each device (see the header): written once, read with
+ * acquire; two threads racing on a first call compute the same word. */
+static std::atomic<int> mm_caps[MM_MAX_DEVICES];
+
+/* Raises the dynamic shared memory limit of kernel f; false when the device
+ * has no code for f (or not that much shared memory). */
+template <typename F> static bool mm_set_smem(F *f, int bytes) {
+    if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess)
+        return true;
+    cudaGetLastError();
+    return false;
+}
+
+static int mm_device_caps(cudaStream_t stream) {
+    int dev;
+    MM_CHECK(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < MM_MAX_DEVICES) {
+        int c = mm_caps[dev].load(std::memory_order_acquire);
+        if (c) return c;
+    }
+    int major = 0, minor = 0, sms = 0;
+    MM_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    MM_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    MM_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int caps = MM_CAP_KNOWN | (sms << MM_CAP_SM_SHIFT);
+    if (major >= 8 && mm_set_smem(mm_mma_kernel<true, true>, MM_SMEM_BYTES) &&
+        mm_set_smem(mm_mma_kernel<true, false>, MM_SMEM_BYTES) &&
+        mm_set_smem(mm_mma_kernel<false, true>, MM_SMEM_BYTES) &&
+        mm_set_smem(mm_mma_kernel<false, false>, MM_SMEM_BYTES))
+        caps |= MM_CAP_MMA;
+    if (major == 9 && minor == 0 && (caps & MM_CAP_MMA)) {
+        /* Does the code loaded for this device hold the sm_90a kernels? */
+        int built = 0;
+        mm_probe_kernel<<<1, 1, 0, stream>>>();
+        if (cudaGetLastError() == cudaSuccess &&
+            cudaMemcpyFromSymbolAsync(&built, mm_probe_flag, sizeof built, 0,
+                                      cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+            cudaStreamSynchronize(stream) == cudaSuccess) {
+            if (built == 1 && mm_set_smem(mm_wgmma_kernel<true, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, false>, WG_SMEM_BYTES))
+                caps |= MM_CAP_WGMMA;
+        } else {
+            cudaGetLastError();
+        }
+    }
+    if (dev >= 0 && dev < MM_MAX_DEVICES) mm_caps[dev].store(caps, std::memory_order_release);
+    return caps;
+}
+
+/* Whether cp.async / TMA can move this problem: 16-byte aligned operands,
+ * contiguous dimensions multiples of 8 elements, grid limits. */
+static bool mm_aligned(const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
+                       int K) {
+    if (((uintptr_t)A & 15) || ((uintptr_t)B & 15)) return false;
+    if ((a_kmajor ? K : M) % 8 || (b_kmajor ? K : N) % 8) return false;
+    return K >= 1;
+}
+
+static int mm_pair_ok(const void *D, int d_fp32, int N) {
+    return N % 2 == 0 && ((uintptr_t)D & (d_fp32 ? 7 : 3)) == 0;
+}
+
+static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
+                             const void *B, int b_kmajor, const void *bias, int M, int N, int K,
+                             cudaStream_t stream) {
+    const int gy = mm_ceil_div(M, 8);
+    dim3 grid((unsigned)mm_ceil_div(N, 32), (unsigned)(gy < 65535 ? gy : 65535));
+    mm_simple_kernel<<<grid, dim3(32, 8), 0, stream>>>(D, d_fp32, accumulate, (const bf16 *)A,
+                                                       a_kmajor, (const bf16 *)B, b_kmajor,
+                                                       (const bf16 *)bias, M, N, K);
+    MM_LAUNCH_CHECK(mm_simple_kernel);
+}
+
+static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
+                          const void *B, int b_kmajor, const void *bias, int M, int N, int K,
+                          cudaStream_t stream) {
+    dim3 grid((unsigned)mm_ceil_div(M, MM_BM), (unsigned)mm_ceil_div(N, MM_BN));
+    const int pair_ok = mm_pair_ok(D, d_fp32, N);
+    const bf16 *a = (const bf16 *)A, *b = (const bf16 *)B, *bs = (const bf16 *)bias;
+#define MM_GO(AK, BK)                                                                         \
+    mm_mma_kernel<AK, BK><<<grid, MM_THREADS, MM_SMEM_BYTES, stream>>>(D, d_fp32, accumulate, \
+                                                                       a, b, bs, M, N, K,     \
+                                                                       pair_ok)
+    if (a_kmajor && b_kmajor) MM_GO(true, true);
+    else if (a_kmajor) MM_GO(true, false);
+    else if (b_kmajor) MM_GO(false, true);
+    else MM_GO(false, false);
+#undef MM_GO
+    MM_LAUNCH_CHECK(mm_mma_kernel);
+}
+
+/* A 2-D bf16 tensor map: `inner` contiguous elements a row, `outer` rows,
+ * boxes of box_inner x box_outer, 128-byte swizzle, zero fill outside. */
+static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map,
+                         const void *ptr, int inner, int outer, int box_inner, int box_outer) {
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
+    const cuuint32_t estr[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Encodes the maps and launches; false (nothing launched) when the driver
+ * has no tensor-map encoder or refuses a map. */
+static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const void *A,
+                            int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
+                            int N, int K, cudaStream_t stream) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        cudaGetLastError();
+        return false;
+    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    CUtensorMap ta, tb;
+    const bool ok_a = a_kmajor ? mm_encode_2d(encode, &ta, A, K, M, WG_BK, WG_BM)
+                               : mm_encode_2d(encode, &ta, A, M, K, 64, WG_BK);
+    const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, WG_BN)
+                               : mm_encode_2d(encode, &tb, B, N, K, 64, WG_BK);
+    if (!ok_a || !ok_b) return false;
+    const long long tiles = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN);
+    const int grid = (int)(tiles < sms ? tiles : sms);
+    const int pair_ok = mm_pair_ok(D, d_fp32, N);
+    const bf16 *bs = (const bf16 *)bias;
+#define WG_GO(AK, BK)                                                                     \
+    mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(                 \
+        ta, tb, D, d_fp32, accumulate, bs, M, N, K, pair_ok)
+    if (a_kmajor && b_kmajor) WG_GO(true, true);
+    else if (a_kmajor) WG_GO(true, false);
+    else if (b_kmajor) WG_GO(false, true);
+    else WG_GO(false, false);
+#undef WG_GO
+    MM_LAUNCH_CHECK(mm_wgmma_kernel);
+    return true;
+}
+
+extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
+                       int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                       int K, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA) return -1;
+    if (impl == TC_SIMPLE) {
+        if (M > 0 && N > 0)
+            mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+        return TC_SIMPLE;
+    }
+    if ((M <= 0 || N <= 0) && impl == TC_AUTO) return TC_SIMPLE;  /* nothing to write */
+    const bool empty = M <= 0 || N <= 0;
+    const int caps = mm_device_caps(st);
+    const int sms = caps >> MM_CAP_SM_SHIFT;
+    const bool aligned = mm_aligned(A, a_kmajor, B, b_kmajor, M, N, K);
+    /* grid limits: MMA's n tiles sit on gridDim.y; the persistent grid needs int tile counts */
+    const bool mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
+    const bool wg_ok = (caps & MM_CAP_WGMMA) && aligned && sms > 0 &&
+                       (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) < (1ll << 31);
+
+    if (impl == TC_WGMMA || impl == TC_AUTO) {
+        if (wg_ok && (empty || mm_launch_wgmma(sms, D, d_fp32, accumulate, A, a_kmajor, B,
+                                               b_kmajor, bias, M, N, K, st)))
+            return TC_WGMMA;
+        if (impl == TC_WGMMA) return -1;
+    }
+    if (impl == TC_MMA || impl == TC_AUTO) {
+        if (mma_ok) {
+            if (!empty)
+                mm_launch_mma(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+            return TC_MMA;
+        }
+        if (impl == TC_MMA) return -1;
+    }
+    /* TC_AUTO with nothing faster: the simple kernel takes any shape. */
+    mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+    return TC_SIMPLE;
+}
+
+extern "C" void tc_bias_grad(float *dbias, const void *dout, int M, int N, void *stream) {
+    if (M <= 0 || N <= 0) return;
+    mm_bias_grad_kernel<<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(
+        dbias, (const bf16 *)dout, M, N);
+    MM_LAUNCH_CHECK(mm_bias_grad_kernel);
+}

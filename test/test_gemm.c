@@ -1,0 +1,320 @@
+/* test/test_gemm.c: matmul.cu's bf16 GEMM, every implementation, against a
+ * float64 host reference; and tc_bias_grad against host column sums.
+ *
+ * The three products of a linear layer (tc.h), each at four shapes:
+ *   forward  D = A B + bias   A [M][K], B [N][K]   D bf16, written (starts NaN)
+ *   dinp     D += A B         A [M][K], B [K][N]   D bf16, accumulated
+ *   dw       D += A B         A [K][M], B [K][N]   D float32, accumulated
+ * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
+ * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
+ * forward's contiguous dimension K is aligned, so the tensor-core kernels run
+ * it with partial tiles and an odd N: the scalar epilogue), M=200 N=136 K=72
+ * (aligned, but no dimension a multiple of a tile), and GPT-2's fc layer
+ * M=1024 N=3072 K=768.
+ *
+ * Inputs are uniform in [-1, 1) rounded to bf16; the reference is computed
+ * in double from those same bf16 values, so the only errors left are float32
+ * summation (fp32 D, tolerance 1e-4) and the final rounding to bf16 (bf16 D,
+ * tolerance 1e-2; the rounding alone is up to 2^-9 of a value). The figure is
+ * max |gpu - ref| / max |ref|. Written outputs start as NaN (bf16 0xFFFF,
+ * float NaN), so an element a kernel forgets to write fails; accumulated
+ * outputs start from random values, so a kernel that overwrites fails.
+ *
+ * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA and TC_AUTO. An
+ * explicit implementation that returns -1 prints SKIP with the reason (and
+ * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
+ * sm_80+ GPU is a FAIL, since it must take those.
+ *
+ * Without a CUDA build or a visible GPU every group prints one SKIP line.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+#include "check.h"
+#ifdef USE_CUDA
+#include <cuda_runtime_api.h>
+#include "tc.h"
+#endif
+
+static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm auto", "bias_grad"};
+
+#ifdef USE_CUDA
+
+#define TOL_BF16 1e-2
+#define TOL_FP32 1e-4
+
+typedef struct Test {
+    Dev gpu;
+    Checks checks;
+    int cc_major;            /* compute capability of the GPU */
+    unsigned long long rng;  /* xorshift64* state */
+} Test;
+
+static float urand(Test *t) {  /* uniform in [-1, 1) */
+    t->rng ^= t->rng >> 12;
+    t->rng ^= t->rng << 25;
+    t->rng ^= t->rng >> 27;
+    return (float)((double)((t->rng * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "test_gemm: out of host memory (%zu bytes)\n", bytes); exit(1); }
+    return p;
+}
+
+/* n random bf16 values, uniform in [-1, 1) rounded. */
+static uint16_t *host_bf16(Test *t, size_t n) {
+    uint16_t *x = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_from_f32(urand(t));
+    return x;
+}
+
+static void *gpu_put(Test *t, const void *src, size_t bytes) {
+    void *p = dev_alloc(&t->gpu, bytes);
+    dev_from_host(&t->gpu, p, src, bytes);
+    return p;
+}
+
+/* ---------------------------------------------------------------------------
+ * GEMM. */
+
+typedef struct Product {
+    const char *name;
+    int a_kmajor, b_kmajor, bias, accumulate, d_fp32;
+} Product;
+
+static const Product products[3] = {
+    {"forward", 1, 1, 1, 0, 0},
+    {"dinp", 1, 0, 0, 1, 0},
+    {"dw", 0, 0, 0, 1, 1},
+};
+
+static const struct { TcImpl impl; const char *name; } impls[4] = {
+    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_AUTO, "auto"},
+};
+
+static const char *impl_name(int r) {
+    switch (r) {
+    case TC_SIMPLE: return "simple";
+    case TC_MMA: return "mma";
+    case TC_WGMMA: return "wgmma";
+    case TC_AUTO: return "auto";
+    default: return "none (-1)";
+    }
+}
+
+/* ref [M][N] = A B (+ bias) (+ D0) in double, on rows 0, step, 2 step, ...
+ * (the others are left unset). A is [M][K] (a_kmajor) or [K][M]; B is
+ * [N][K] (b_kmajor) or [K][N]; bias [N] or NULL; D0 [M][N] (bf16 or float)
+ * or NULL. */
+static double *reference(const Product *p, const uint16_t *A, const uint16_t *B,
+                         const uint16_t *bias, const void *D0, int M, int N, int K, int step) {
+    size_t MN = (size_t)M * N;
+    double *ref = xmalloc(MN * sizeof(double));
+    double *bt = xmalloc((size_t)K * N * sizeof(double));  /* B as [K][N] */
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++)
+            bt[(size_t)k * N + n] =
+                bf16_to_f32(p->b_kmajor ? B[(size_t)n * K + k] : B[(size_t)k * N + n]);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int m = 0; m < M; m += step) {
+        double *restrict row = ref + (size_t)m * N;
+        for (int n = 0; n < N; n++) {
+            double v = 0.0;
+            if (bias) v += bf16_to_f32(bias[n]);
+            if (D0) {
+                size_t i = (size_t)m * N + n;
+                v += p->d_fp32 ? (double)((const float *)D0)[i]
+                               : (double)bf16_to_f32(((const uint16_t *)D0)[i]);
+            }
+            row[n] = v;
+        }
+        for (int k = 0; k < K; k++) {
+            const double a = bf16_to_f32(p->a_kmajor ? A[(size_t)m * K + k] : A[(size_t)k * M + m]);
+            const double *restrict b = bt + (size_t)k * N;
+            for (int n = 0; n < N; n++) row[n] += a * b[n];
+        }
+    }
+    free(bt);
+    return ref;
+}
+
+/* max |got - ref| / max |ref| over the reference's rows (every `step`-th);
+ * infinite on a NaN anywhere (an element never written). */
+static double max_rel_err(const Product *p, const void *got, const double *ref, int M, int N,
+                          int step) {
+    double diff = 0.0, scale = 1e-6;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        double g = p->d_fp32 ? (double)((const float *)got)[i]
+                             : (double)bf16_to_f32(((const uint16_t *)got)[i]);
+        if (isnan(g)) return INFINITY;
+        if ((i / N) % step) continue;
+        double e = fabs(g - ref[i]);
+        if (e > diff) diff = e;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return diff / scale;
+}
+
+/* Why an explicit implementation may refuse this product here. */
+static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, int N, int K,
+                           int *expected) {
+    int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
+    *expected = 1;
+    if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
+    if (impl == TC_WGMMA)
+        return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
+                                  "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
+                                : "the GPU is not sm_90";
+    *expected = t->cc_major < 8;
+    return t->cc_major < 8 ? "the GPU is older than sm_80" : "refused an aligned shape on an sm_80+ GPU";
+}
+
+static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
+    const size_t MN = (size_t)M * N, esz = p->d_fp32 ? 4 : 2;
+    uint16_t *A = host_bf16(t, (size_t)M * K), *B = host_bf16(t, (size_t)K * N);
+    uint16_t *bias = p->bias ? host_bf16(t, N) : NULL;
+    void *d0 = xmalloc(MN * esz), *got = xmalloc(MN * esz);
+    for (size_t i = 0; i < MN; i++) {
+        if (p->d_fp32) ((float *)d0)[i] = p->accumulate ? urand(t) : NAN;
+        else ((uint16_t *)d0)[i] = p->accumulate ? bf16_from_f32(urand(t)) : 0xFFFF;
+    }
+    /* The GPT-2 shape's reference takes every 5th row (5 is odd, so the
+     * rows still fall in every residue of every power-of-two tile size);
+     * every element is still checked for NaN. */
+    const int step = (double)M * N * K > 1e8 ? 5 : 1;
+    double *ref = reference(p, A, B, bias, p->accumulate ? d0 : NULL, M, N, K, step);
+
+    void *gA = gpu_put(t, A, (size_t)M * K * 2), *gB = gpu_put(t, B, (size_t)K * N * 2);
+    void *gbias = bias ? gpu_put(t, bias, (size_t)N * 2) : NULL;
+    void *gD = dev_alloc(&t->gpu, MN * esz);
+    const double tol = p->d_fp32 ? TOL_FP32 : TOL_BF16;
+
+    for (int ii = 0; ii < 4; ii++) {
+        char name[96];
+        snprintf(name, sizeof name, "gemm %s %s", impls[ii].name, p->name);
+        dev_from_host(&t->gpu, gD, d0, MN * esz);
+        int r = tc_gemm(impls[ii].impl, gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB,
+                        p->b_kmajor, gbias, M, N, K, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, got, gD, MN * esz);
+        if (r == -1 && impls[ii].impl != TC_SIMPLE && impls[ii].impl != TC_AUTO) {
+            int expected;
+            const char *why = refusal(t, impls[ii].impl, p, M, N, K, &expected);
+            int untouched = memcmp(got, d0, MN * esz) == 0;
+            if (!untouched)
+                check(&t->checks, 0, name, "%s: returned -1 but wrote the output", shape);
+            else if (!expected)
+                check(&t->checks, 0, name, "%s: returned -1: %s", shape, why);
+            else {
+                char line[320];
+                snprintf(line, sizeof line, "%s: returned -1: %s", shape, why);
+                check_skip(&t->checks, name, line);
+            }
+            continue;
+        }
+        int right_impl = impls[ii].impl == TC_AUTO ? (r >= TC_SIMPLE && r <= TC_WGMMA)
+                                                   : r == (int)impls[ii].impl;
+        double err = max_rel_err(p, got, ref, M, N, step);
+        check(&t->checks, right_impl && err <= tol, name,
+              "%s: ran %s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+              err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
+    }
+
+    dev_free(&t->gpu, gA, (size_t)M * K * 2);
+    dev_free(&t->gpu, gB, (size_t)K * N * 2);
+    if (gbias) dev_free(&t->gpu, gbias, (size_t)N * 2);
+    dev_free(&t->gpu, gD, MN * esz);
+    free(A); free(B); free(bias); free(d0); free(got); free(ref);
+}
+
+/* ---------------------------------------------------------------------------
+ * Bias gradient: dbias[N] += column sums of dout [M][N], twice from the same
+ * start to check the result is the same bits (no atomics). */
+
+static void test_bias_grad(Test *t, int M, int N) {
+    char shape[64], name[64];
+    snprintf(shape, sizeof shape, "M=%d N=%d", M, N);
+    const size_t MN = (size_t)M * N;
+    uint16_t *dout = host_bf16(t, MN);
+    float *db0 = xmalloc((size_t)N * 4), *got = xmalloc((size_t)N * 4), *again = xmalloc((size_t)N * 4);
+    double *ref = xmalloc((size_t)N * sizeof(double));
+    for (int n = 0; n < N; n++) ref[n] = db0[n] = urand(t);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) ref[n] += bf16_to_f32(dout[(size_t)m * N + n]);
+
+    void *gdout = gpu_put(t, dout, MN * 2);
+    float *gdb = gpu_put(t, db0, (size_t)N * 4);
+    tc_bias_grad(gdb, gdout, M, N, t->gpu.stream);
+    dev_to_host(&t->gpu, got, gdb, (size_t)N * 4);
+    dev_from_host(&t->gpu, gdb, db0, (size_t)N * 4);
+    tc_bias_grad(gdb, gdout, M, N, t->gpu.stream);
+    dev_to_host(&t->gpu, again, gdb, (size_t)N * 4);
+
+    double diff = 0.0, scale = 1e-6;
+    for (int n = 0; n < N; n++) {
+        double e = isnan(got[n]) ? INFINITY : fabs(got[n] - ref[n]);
+        if (e > diff) diff = e;
+        if (fabs(ref[n]) > scale) scale = fabs(ref[n]);
+    }
+    snprintf(name, sizeof name, "bias_grad");
+    check(&t->checks, diff / scale <= TOL_FP32, name, "%s: max rel err %.2e over %d values (tol %.0e)",
+          shape, diff / scale, N, TOL_FP32);
+    snprintf(name, sizeof name, "bias_grad deterministic");
+    check(&t->checks, memcmp(got, again, (size_t)N * 4) == 0, name, "%s: two runs %s", shape,
+          memcmp(got, again, (size_t)N * 4) == 0 ? "bitwise equal" : "differ");
+
+    dev_free(&t->gpu, gdout, MN * 2);
+    dev_free(&t->gpu, gdb, (size_t)N * 4);
+    free(dout); free(db0); free(got); free(again); free(ref);
+}
+
+#endif /* USE_CUDA */
+
+int main(void) {
+    Checks checks = {0, 0, 0};
+#ifdef USE_CUDA
+    Test t;
+    memset(&t, 0, sizeof t);
+    t.rng = 0x9E3779B97F4A7C15ULL;
+    char err[256] = "";
+    if (dev_gpu_count() == 0 || dev_open(&t.gpu, DEV_CUDA, 0, err, sizeof err) != 0) {
+        const char *why = err[0] ? err : "no CUDA GPU visible; run on a GPU machine";
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) check_skip(&checks, groups[i], why);
+        return check_done(&checks);
+    }
+    if (cudaDeviceGetAttribute(&t.cc_major, cudaDevAttrComputeCapabilityMajor, t.gpu.gpu) != cudaSuccess)
+        t.cc_major = 0;
+
+    static const int shapes[4][3] = {
+        {37, 77, 45},      /* multiples of nothing: every tensor-core product refused */
+        {37, 77, 48},      /* forward aligned on K: partial tiles, odd N, scalar epilogue */
+        {200, 136, 72},    /* aligned, no dimension a tile multiple */
+        {1024, 3072, 768}, /* GPT-2 small's fc layer */
+    };
+    for (int s = 0; s < 4; s++)
+        for (int p = 0; p < 3; p++) test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2]);
+
+    test_bias_grad(&t, 37, 77);
+    test_bias_grad(&t, 1, 5);
+    test_bias_grad(&t, 1024, 3072);
+    test_bias_grad(&t, 8192, 768);
+
+    check(&t.checks, t.gpu.bytes_live == 0, "gemm no leaks", "%zu device bytes still live",
+          t.gpu.bytes_live);
+    dev_close(&t.gpu);
+    checks = t.checks;
+#else
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        check_skip(&checks, groups[i], "this build has no CUDA (nvcc was not found); run on a GPU machine");
+#endif
+    return check_done(&checks);
+}
