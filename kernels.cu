@@ -968,8 +968,21 @@ __global__ void map_kernel(TO *out, const TA *a, const TB *b, size_t n, F f) {
         st(out, i, f(a ? ld(a, i) : 0.0f, b ? ld(b, i) : 0.0f, ld(out, i)));
 }
 
-// Vectors of V elements: every operand moves in 16-byte (or 8-byte for a
-// float operand beside bf16) pieces.
+// V elements of an operand, moved as whole 16-byte pieces (V is chosen so
+// that every operand's V elements are 16 or 32 bytes, at 16-byte aligned
+// addresses).
+template <typename T, int V> __device__ __forceinline__ void vload(T (&r)[V], const T *p) {
+    static_assert(sizeof(T) * V % 16 == 0, "whole 16-byte pieces");
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(T) * V / 16); k++)
+        reinterpret_cast<uint4 *>(r)[k] = reinterpret_cast<const uint4 *>(p)[k];
+}
+template <typename T, int V> __device__ __forceinline__ void vstore(T *p, const T (&r)[V]) {
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof(T) * V / 16); k++)
+        reinterpret_cast<uint4 *>(p)[k] = reinterpret_cast<const uint4 *>(r)[k];
+}
+
 template <int V, typename TO, typename TA, typename TB, typename F>
 __global__ void map_vec_kernel(TO *out, const TA *a, const TB *b, size_t n, F f, bool reads_out) {
     size_t nv = n / V;
@@ -979,21 +992,14 @@ __global__ void map_vec_kernel(TO *out, const TA *a, const TB *b, size_t n, F f,
         TA x[V];
         TB y[V];
         size_t i = j * V;
-        if (a) { static_assert(sizeof(x) % 8 == 0, "8 or 16 bytes"); 
-            if (sizeof(x) == 16) *reinterpret_cast<uint4 *>(x) = *reinterpret_cast<const uint4 *>(a + i);
-            else *reinterpret_cast<uint2 *>(x) = *reinterpret_cast<const uint2 *>(a + i); }
-        if (b) {
-            if (sizeof(y) == 16) *reinterpret_cast<uint4 *>(y) = *reinterpret_cast<const uint4 *>(b + i);
-            else *reinterpret_cast<uint2 *>(y) = *reinterpret_cast<const uint2 *>(b + i); }
-        if (reads_out) {
-            if (sizeof(o) == 16) *reinterpret_cast<uint4 *>(o) = *reinterpret_cast<const uint4 *>(out + i);
-            else *reinterpret_cast<uint2 *>(o) = *reinterpret_cast<const uint2 *>(out + i); }
+        if (a) vload(x, a + i);
+        if (b) vload(y, b + i);
+        if (reads_out) vload(o, out + i);
 #pragma unroll
         for (int k = 0; k < V; k++)
             st(o, (size_t)k, f(a ? ld(x, (size_t)k) : 0.0f, b ? ld(y, (size_t)k) : 0.0f,
                                reads_out ? ld(o, (size_t)k) : 0.0f));
-        if (sizeof(o) == 16) *reinterpret_cast<uint4 *>(out + i) = *reinterpret_cast<const uint4 *>(o);
-        else *reinterpret_cast<uint2 *>(out + i) = *reinterpret_cast<const uint2 *>(o);
+        vstore(out + i, o);
     }
 }
 
