@@ -1,0 +1,309 @@
+/* test/test_flash.c: the fused bf16 flash attention of attention.cu
+ * (tc_flash_forward / tc_flash_backward) against a float64 host reference.
+ *
+ * Inputs are random bf16 (uniform in [-amp, amp) rounded to bf16); the
+ * reference computes, in double and from exactly those bf16 values, the
+ * causal softmax of q.k / sqrt(hs), out, the log-sum-exp of each row, and
+ * the backward dq, dk, dv for a random bf16 dout. The figures:
+ *   out, dq, dk, dv: max |gpu - ref| / max |ref|, tolerance 1e-2 (bf16
+ *                    outputs, bf16 probabilities inside the kernels);
+ *   lse:             max |gpu - ref|, tolerance 1e-3 (fp32 statistics).
+ * out and lse start as NaN on the GPU, so an element the kernel forgets to
+ * write fails; dqkv starts from random bf16 values (a quarter of the
+ * gradient's size) that the reference adds too, so a kernel that overwrites
+ * instead of accumulating fails; the scratch starts as NaN, so a dQ
+ * accumulator that is not zeroed fails. Forward runs twice and its bits
+ * must match (it uses no atomics; backward's dq does, so it is not checked
+ * for bits). Shapes are ragged (T = 37, 200) and GPT-2's (T 1024, 12 heads
+ * of 64), with amp 4 for peaky softmax rows.
+ *
+ * Without a CUDA build or a visible GPU every group prints one SKIP line.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+#include "tc.h"
+#include "check.h"
+
+static const char *const groups[] = {"flash forward", "flash backward", "flash determinism"};
+
+#ifdef USE_CUDA
+
+#define TOL_REL 1e-2
+#define TOL_LSE 1e-3
+
+typedef struct Rng { uint64_t s; } Rng;
+
+static float urand(Rng *r) {  /* uniform in [-1, 1) */
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return (float)((double)((r->s * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "test_flash: out of host memory (%zu bytes)\n", bytes); exit(1); }
+    return p;
+}
+
+/* The float64 reference, one (b, h) pair per iteration: each pair owns its
+ * channels of dqkv at every position, so the pairs never write the same
+ * element. qkv [B,T,3C], dout [B,T,C] as floats (exact bf16 values);
+ * out [B,T,C], lse [B,NH,T] written; dqkv [B,T,3C] accumulated (+=). */
+static void reference(int B, int T, int C, int NH, const float *qkv, const float *dout,
+                      double *out, double *lse, double *dqkv) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    const size_t C3 = (size_t)3 * C;
+#ifdef _OPENMP
+#pragma omp parallel for collapse(2) schedule(dynamic)
+#endif
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            double *p = xmalloc((size_t)T * sizeof(double));
+            double *dp = xmalloc((size_t)T * sizeof(double));
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                double m = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    double s = 0;
+                    for (int i = 0; i < hs; i++) s += (double)q[i] * k[i];
+                    p[t2] = s * scale;
+                    if (p[t2] > m) m = p[t2];
+                }
+                double sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) { p[t2] = exp(p[t2] - m); sum += p[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) p[t2] /= sum;
+                lse[((size_t)b * NH + h) * T + t] = m + log(sum);
+
+                double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                const float *g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                double D = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    double *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    double s = 0;
+                    for (int i = 0; i < hs; i++) {
+                        o[i] += p[t2] * v[i];
+                        s += (double)g[i] * v[i];
+                        dv[i] += p[t2] * g[i];
+                    }
+                    dp[t2] = s;
+                    D += p[t2] * s;
+                }
+                double *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double ds = p[t2] * (dp[t2] - D) * scale;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    double *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += ds * k[i];
+                        dk[i] += ds * q[i];
+                    }
+                }
+            }
+            free(p);
+            free(dp);
+        }
+    }
+}
+
+/* max |got - want| / max |ref| over n values with stride `step` between rows
+ * of `width` values (a channel range of a [rows][step] buffer); infinite on
+ * a NaN. got is bf16; want is what got should hold, ref the magnitude scale. */
+static double rel_err_bf16(const uint16_t *got, const double *want, const double *ref, size_t rows,
+                           size_t step, size_t off, size_t width) {
+    double diff = 0, mag = 1e-30;
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < width; i++) {
+            size_t j = r * step + off + i;
+            double x = bf16_to_f32(got[j]);
+            if (isnan(x)) return INFINITY;
+            double e = fabs(x - want[j]);
+            if (e > diff) diff = e;
+            if (fabs(ref[j]) > mag) mag = fabs(ref[j]);
+        }
+    }
+    return diff / mag;
+}
+
+static double max_abs(const double *x, size_t rows, size_t step, size_t off, size_t width) {
+    double m = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < width; i++)
+            if (fabs(x[r * step + off + i]) > m) m = fabs(x[r * step + off + i]);
+    return m;
+}
+
+static void *gpu_fill(Dev *d, size_t bytes, int byte) {
+    void *host = xmalloc(bytes);
+    memset(host, byte, bytes);
+    void *p = dev_alloc(d, bytes);
+    dev_from_host(d, p, host, bytes);
+    free(host);
+    return p;
+}
+
+static void *gpu_put(Dev *d, const void *src, size_t bytes) {
+    void *p = dev_alloc(d, bytes);
+    dev_from_host(d, p, src, bytes);
+    return p;
+}
+
+static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, float amp) {
+    char shape[96], name[160];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d hs=%d amp=%g", B, T, NH, hs, amp);
+    if (!tc_flash_supports(hs)) {
+        snprintf(name, sizeof name, "flash %s", shape);
+        check_skip(c, name, "head size not supported by attention.cu");
+        return;
+    }
+    const int C = NH * hs;
+    const size_t BT = (size_t)B * T, nqkv = BT * 3 * C, nout = BT * C, nlse = (size_t)B * NH * T;
+
+    /* inputs, as bf16 and as the floats they are exactly */
+    uint16_t *qkv16 = xmalloc(nqkv * 2), *dout16 = xmalloc(nout * 2);
+    float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = xmalloc(nout * sizeof(float));
+    for (size_t i = 0; i < nqkv; i++) {
+        qkv16[i] = bf16_from_f32(amp * urand(rng));
+        qkvf[i] = bf16_to_f32(qkv16[i]);
+    }
+    for (size_t i = 0; i < nout; i++) {
+        dout16[i] = bf16_from_f32(urand(rng));
+        doutf[i] = bf16_to_f32(dout16[i]);
+    }
+
+    double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
+    double *rgrad = calloc(nqkv, sizeof(double));
+    if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
+    reference(B, T, C, NH, qkvf, doutf, rout, rlse, rgrad);
+
+    /* dqkv's starting values, a quarter of each part's gradient scale */
+    uint16_t *dqkv16 = xmalloc(nqkv * 2);
+    double *want = xmalloc(nqkv * sizeof(double));
+    double part_max[3];
+    for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+    for (size_t i = 0; i < nqkv; i++) {
+        int p = (int)((i % (3 * (size_t)C)) / C);
+        dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
+        want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
+    }
+
+    void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
+    void *g_dout = gpu_put(d, dout16, nout * 2);
+    void *g_out = gpu_fill(d, nout * 2, 0xFF);                /* bf16 0xFFFF: NaN */
+    float *g_lse = gpu_fill(d, nlse * sizeof(float), 0xFF);   /* NaN */
+    void *g_out2 = gpu_fill(d, nout * 2, 0xFF);
+    float *g_lse2 = gpu_fill(d, nlse * sizeof(float), 0xFF);
+    void *g_dqkv = gpu_put(d, dqkv16, nqkv * 2);
+    const size_t nscratch = tc_flash_scratch_floats(B, T, C, NH);
+    float *g_scratch = gpu_fill(d, nscratch * sizeof(float), 0xFF);  /* NaN: must be zeroed */
+
+    uint16_t *out16 = xmalloc(nout * 2), *out16b = xmalloc(nout * 2), *res16 = xmalloc(nqkv * 2);
+    float *lse = xmalloc(nlse * sizeof(float)), *lseb = xmalloc(nlse * sizeof(float));
+
+    int r = tc_flash_forward(g_out, g_lse, g_qkv, B, T, C, NH, d->stream);
+    if (r != 0) {
+        snprintf(name, sizeof name, "flash forward %s", shape);
+        check(c, 0, name, "tc_flash_forward returned %d for a supported head size", r);
+        goto done;
+    }
+    dev_sync(d);
+    dev_to_host(d, out16, g_out, nout * 2);
+    dev_to_host(d, lse, g_lse, nlse * sizeof(float));
+
+    snprintf(name, sizeof name, "flash forward out %s", shape);
+    double e_out = rel_err_bf16(out16, rout, rout, BT, C, 0, C);
+    check(c, e_out <= TOL_REL, name, "max rel err %.2e over %zu values (tol %.0e)", e_out, nout,
+          TOL_REL);
+
+    double e_lse = 0;
+    for (size_t i = 0; i < nlse; i++) {
+        double e = isnan(lse[i]) ? INFINITY : fabs((double)lse[i] - rlse[i]);
+        if (e > e_lse) e_lse = e;
+    }
+    snprintf(name, sizeof name, "flash forward lse %s", shape);
+    check(c, e_lse <= TOL_LSE, name, "max abs err %.2e over %zu rows (tol %.0e)", e_lse, nlse,
+          TOL_LSE);
+
+    r = tc_flash_forward(g_out2, g_lse2, g_qkv, B, T, C, NH, d->stream);
+    dev_sync(d);
+    dev_to_host(d, out16b, g_out2, nout * 2);
+    dev_to_host(d, lseb, g_lse2, nlse * sizeof(float));
+    size_t ndiff = 0;
+    for (size_t i = 0; i < nout; i++) ndiff += out16[i] != out16b[i];
+    for (size_t i = 0; i < nlse; i++) ndiff += memcmp(&lse[i], &lseb[i], sizeof(float)) != 0;
+    snprintf(name, sizeof name, "flash determinism forward %s", shape);
+    check(c, r == 0 && ndiff == 0, name, "%zu of %zu out and lse values differ between two runs",
+          ndiff, nout + nlse);
+
+    r = tc_flash_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_out, g_lse, B, T, C, NH, d->stream);
+    dev_sync(d);
+    dev_to_host(d, res16, g_dqkv, nqkv * 2);
+    static const char *const parts[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        double e = r == 0 ? rel_err_bf16(res16, want, rgrad, BT, 3 * (size_t)C, (size_t)p * C, C)
+                          : INFINITY;
+        snprintf(name, sizeof name, "flash backward %s %s", parts[p], shape);
+        check(c, e <= TOL_REL, name,
+              "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)", e, nout,
+              TOL_REL);
+    }
+
+done:
+    dev_free(d, g_qkv, nqkv * 2);
+    dev_free(d, g_dout, nout * 2);
+    dev_free(d, g_out, nout * 2);
+    dev_free(d, g_lse, nlse * sizeof(float));
+    dev_free(d, g_out2, nout * 2);
+    dev_free(d, g_lse2, nlse * sizeof(float));
+    dev_free(d, g_dqkv, nqkv * 2);
+    dev_free(d, g_scratch, nscratch * sizeof(float));
+    free(qkv16); free(dout16); free(qkvf); free(doutf);
+    free(rout); free(rlse); free(rgrad); free(dqkv16); free(want);
+    free(out16); free(out16b); free(res16); free(lse); free(lseb);
+}
+
+#endif /* USE_CUDA */
+
+int main(void) {
+    Checks c;
+    memset(&c, 0, sizeof c);
+#ifndef USE_CUDA
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        check_skip(&c, groups[i], "this build has no CUDA (nvcc was not found); run on a GPU machine");
+    return check_done(&c);
+#else
+    Dev d;
+    char err[256] = "";
+    if (dev_gpu_count() == 0 || dev_open(&d, DEV_CUDA, 0, err, sizeof err) != 0) {
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+            check_skip(&c, groups[i], "no CUDA GPU visible; run on a GPU machine");
+        return check_done(&c);
+    }
+    Rng rng = {0x9E3779B97F4A7C15ULL};
+
+    /* an unsupported head size is refused and nothing runs */
+    int r = tc_flash_forward(NULL, NULL, NULL, 1, 4, 40, 5, d.stream);
+    check(&c, r == -1 && !tc_flash_supports(8), "flash refuses hs=8", "tc_flash_forward returned %d",
+          r);
+
+    run_case(&c, &d, &rng, 2, 37, 3, 64, 1.0f);    /* one ragged query block */
+    run_case(&c, &d, &rng, 2, 37, 3, 64, 4.0f);    /* ... peaky softmax */
+    run_case(&c, &d, &rng, 1, 128, 2, 64, 1.0f);   /* two full blocks */
+    run_case(&c, &d, &rng, 1, 128, 2, 64, 4.0f);
+    run_case(&c, &d, &rng, 1, 200, 4, 32, 1.0f);   /* hs 32, ragged fourth block */
+    run_case(&c, &d, &rng, 1, 130, 2, 128, 1.0f);  /* hs 128 (32-row backward blocks) */
+    run_case(&c, &d, &rng, 2, 1024, 12, 64, 1.0f); /* GPT-2 small */
+    run_case(&c, &d, &rng, 2, 1024, 12, 64, 4.0f);
+
+    dev_close(&d);
+    return check_done(&c);
+#endif
+}
