@@ -56,7 +56,7 @@ endif
 TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
          test/test_dp test/test_tp test/test_pp test/test_3d
 
-.PHONY: all build train test bench bench-cpu bench-comm bench-pipeline clean
+.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
 
 all: build
 
@@ -124,6 +124,9 @@ test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 
 bench/%: bench/%.c $(OBJS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
+
+# the test programs, built and not run (test/gpu_session.sh builds in parallel)
+tests: $(TESTS)
 
 test: build $(TESTS)
 	@sh test/run.sh
