@@ -17,8 +17,10 @@
  * Every kernel runs on the Dev's compute stream, so ops queued one after the
  * other see each other's results without any synchronisation; only the ops
  * that return a value to the host (sumsq, sum) wait for the stream.
- * Sums over rows that many blocks share (dw, db of LayerNorm, dbias, dwte)
- * use atomicAdd: their float order varies from run to run, by about 1e-7.
+ * Sums over rows that many blocks share (dw, db of LayerNorm, dbias) go
+ * through partial sums added in a fixed order, so they are the same on every
+ * run; dwte (positions that share a token) and the fused attention's dq
+ * use atomicAdd, so their float order varies from run to run, by about 1e-7.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,16 +414,22 @@ __global__ void layernorm_backward_dinp_kernel(T *dinp, const T *dout, const T *
     }
 }
 
-/* Column sums over rows, shared by LayerNorm's dw, db and the matmul's dbias:
- * a block of 32 x 8 threads takes 32 columns (a warp reads 32 contiguous
- * elements of a row) and a chunk of COLSUM_ROWS rows, sums them in registers
- * and shared memory, and adds its partial to the output with one atomic. */
+/* Column sums over rows, shared by LayerNorm's dw, db and the matmul's dbias,
+ * in a fixed order (no atomics: the same inputs give the same bits on every
+ * run). A block of 32 x 8 threads takes 32 columns (a warp reads 32
+ * contiguous elements of a row) and every gridDim.y-th chunk of COLSUM_ROWS
+ * rows, sums them in registers and shared memory, and writes its partial
+ * to partials [gridDim.y, C]; a second kernel adds the partials to the
+ * output in chunk order. The partials live in the Dev's scratch when they
+ * fit (gridDim.y is capped so they do), else in a buffer of their own. */
 #define COLSUM_ROWS 256
 
-// dw [C] += sum_n dout * norm, db [C] += sum_n dout; dout, inp [N,C]
+// partial_w, partial_b [gridDim.y, C]: sums over this block's rows of
+// dout * norm and of dout; dout, inp [N,C]
 template <typename T>
-__global__ void layernorm_backward_params_kernel(float *dw, float *db, const T *dout, const T *inp,
-                                                 const float *mean, const float *rstd, int N, int C) {
+__global__ void layernorm_backward_params_kernel(float *partial_w, float *partial_b, const T *dout,
+                                                 const T *inp, const float *mean, const float *rstd,
+                                                 int N, int C) {
     __shared__ float part_w[8][33], part_b[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float sw = 0.0f, sb = 0.0f;
@@ -441,13 +449,13 @@ __global__ void layernorm_backward_params_kernel(float *dw, float *db, const T *
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         for (int y = 1; y < 8; y++) { sw += part_w[y][threadIdx.x]; sb += part_b[y][threadIdx.x]; }
-        atomicAdd(&dw[c], sw);
-        atomicAdd(&db[c], sb);
+        partial_w[(size_t)blockIdx.y * C + c] = sw;
+        partial_b[(size_t)blockIdx.y * C + c] = sb;
     }
 }
 
-// out [C] += sum_n x [N,C]
-__global__ void column_sum_kernel(float *out, const float *x, int N, int C) {
+// partial [gridDim.y, C]: column sums of x [N,C] over this block's rows
+__global__ void column_sum_kernel(float *partial, const float *x, int N, int C) {
     __shared__ float part[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
@@ -461,13 +469,49 @@ __global__ void column_sum_kernel(float *out, const float *x, int N, int C) {
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
-        atomicAdd(&out[c], s);
+        partial[(size_t)blockIdx.y * C + c] = s;
     }
 }
 
-static dim3 column_sum_grid(int N, int C) {
+// out [C] += sum over k of partial [chunks, C], k in order
+__global__ void partials_add_kernel(float *out, const float *partial, int chunks, int C) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + c];
+        out[c] += s;
+    }
+}
+
+/* Where `arrays` arrays of partial column sums [chunks, C] go: the grid
+ * (chunks capped so they fit the scratch when they can) and the buffer. */
+typedef struct ColSum {
+    dim3 grid;
+    float *partials;  // [arrays, chunks, C]
+    bool owned;       // allocated here, freed by colsum_done
+} ColSum;
+
+static ColSum colsum_plan(Dev *d, int N, int C, int arrays) {
     size_t chunks = ceil_div((size_t)N, COLSUM_ROWS);
-    return dim3((unsigned)ceil_div((size_t)C, 32), (unsigned)(chunks < 65535 ? chunks : 65535));
+    size_t fit = DEV_SCRATCH_BYTES / ((size_t)arrays * C * sizeof(float));
+    if (chunks > 65535) chunks = 65535;
+    if (fit >= 1 && chunks > fit) chunks = fit;
+    ColSum p;
+    p.grid = dim3((unsigned)ceil_div((size_t)C, 32), (unsigned)chunks);
+    p.owned = fit < 1;
+    p.partials = p.owned ? (float *)cuda_malloc((size_t)arrays * chunks * C * sizeof(float))
+                         : (float *)d->scratch;
+    return p;
+}
+
+static void colsum_add(Dev *d, const ColSum *p, int array, float *out, int C) {
+    unsigned blocks = (unsigned)ceil_div((size_t)C, 256);
+    partials_add_kernel<<<blocks, 256, 0, STREAM(d)>>>(out, p->partials + (size_t)array * p->grid.y * C,
+                                                      (int)p->grid.y, C);
+    LAUNCH_CHECK(partials_add_kernel);
+}
+
+static void colsum_done(Dev *d, ColSum *p) {
+    if (p->owned) { cuda_sync(d->stream); cuda_free(p->partials); }
 }
 
 /* res, a, b NULL: plain LayerNorm of inp; else res = a + b is made and normalised. */
@@ -518,9 +562,14 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
     layernorm_backward_dinp_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(
         (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
     LAUNCH_CHECK(layernorm_backward_dinp_kernel);
-    layernorm_backward_params_kernel<T><<<column_sum_grid(N, C), dim3(32, 8), 0, STREAM(d)>>>(
-        dw, db, (const T *)dout, (const T *)inp, mean, rstd, N, C);
+    ColSum p = colsum_plan(d, N, C, 2);
+    float *pw = p.partials, *pb = p.partials + (size_t)p.grid.y * C;
+    layernorm_backward_params_kernel<T><<<p.grid, dim3(32, 8), 0, STREAM(d)>>>(
+        pw, pb, (const T *)dout, (const T *)inp, mean, rstd, N, C);
     LAUNCH_CHECK(layernorm_backward_params_kernel);
+    colsum_add(d, &p, 0, dw, C);
+    colsum_add(d, &p, 1, db, C);
+    colsum_done(d, &p);
 }
 
 /* ---------------------------------------------------------------------------
@@ -701,8 +750,11 @@ static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, con
     // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
     matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
     if (dbias && N > 0 && OC > 0) {
-        column_sum_kernel<<<column_sum_grid(N, OC), dim3(32, 8), 0, STREAM(d)>>>(dbias, g, N, OC);
+        ColSum p = colsum_plan(d, N, OC, 1);
+        column_sum_kernel<<<p.grid, dim3(32, 8), 0, STREAM(d)>>>(p.partials, g, N, OC);
         LAUNCH_CHECK(column_sum_kernel);
+        colsum_add(d, &p, 0, dbias, OC);
+        colsum_done(d, &p);
     }
 }
 
