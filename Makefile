@@ -56,6 +56,42 @@ endif
 TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
          test/test_dp test/test_tp test/test_pp test/test_3d
 
+# The CUDA kernels under the CPU emulation (test/emu/emu.h, run by
+# test/test_emu.sh): built wherever CUDA's headers are, GPU or not, nvcc or
+# not. emu_transform rewrites each .cu (its inline PTX, shared memory and
+# launches) into C++ for the host compiler; the kernels themselves are the
+# real source.
+EMU_CUDA_INC := $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
+ifneq ($(EMU_CUDA_INC),)
+TESTS += test/test_flash_emu test/test_gemm_emu
+endif
+EMU_CXXFLAGS := -O2 -std=c++17 -Itest/emu -I. -I$(CUDA_HOME)/include -Wall -Wno-unknown-pragmas \
+                -Wno-unused-parameter -Wno-unused-function -Wno-psabi
+EMU_OBJS := test/emu/emu_rt.o test/emu/emu_dev.o
+
+.SECONDARY: test/emu/attention_emu.cpp test/emu/matmul_emu.cpp
+
+test/emu/emu_transform: test/emu/emu_transform.cpp
+	$(CXX) -O2 -std=c++17 -o $@ $<
+
+test/emu/%_emu.cpp: %.cu test/emu/emu_transform
+	test/emu/emu_transform $< $< $@
+
+test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h tc.h
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+test/emu/emu_rt.o: test/emu/emu_rt.cpp test/emu/emu.h
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+test/emu/emu_dev.o: test/emu/emu_dev.c tensor.h
+	$(CC) $(CFLAGS) -I. -c $< -o $@
+
+test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o $(EMU_OBJS)
+	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
+
+test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_emu.o $(EMU_OBJS)
+	$(CC) $(CFLAGS) -DUSE_CUDA -DGEMM_EMU -I. -I$(CUDA_HOME)/include -o $@ $< test/emu/matmul_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
+
 .PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
 
 all: build
@@ -149,4 +185,5 @@ bench-pipeline: build
 
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
+	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out

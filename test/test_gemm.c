@@ -26,6 +26,13 @@
  * sm_80+ GPU is a FAIL, since it must take those.
  *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
+ *
+ * Built with -DGEMM_EMU and linked against test/emu/ (test/test_gemm_emu),
+ * the same checks run matmul.cu's kernels under the CPU emulation, an sm_80
+ * device (TC_WGMMA's TMA, mbarriers and wgmma are not emulated: it SKIPs);
+ * every name then ends in "(cpu emulation, ...)" with the emulation's
+ * settings, and GPT-2's fc shape becomes M=256 N=384 K=288 (2 x 3 tiles,
+ * 9 k-tiles through the 4-stage pipeline).
  */
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +41,14 @@
 #include <string.h>
 #include "tensor.h"
 #include "check.h"
+#ifdef GEMM_EMU
+const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async late, ..." */
+#define GEMM_TAG_FMT " (%s)"
+#define GEMM_TAG emu_describe()
+#else
+#define GEMM_TAG_FMT "%s"
+#define GEMM_TAG ""
+#endif
 #ifdef USE_CUDA
 #include <cuda_runtime_api.h>
 #include "tc.h"
@@ -168,6 +183,9 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
+#ifdef GEMM_EMU
+    if (impl == TC_WGMMA) return "TC_WGMMA (TMA, mbarrier, wgmma) is not emulated; the emulated GPU is sm_80";
+#endif
     if (impl == TC_WGMMA)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
@@ -199,8 +217,8 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
     const double tol = p->d_fp32 ? TOL_FP32 : TOL_BF16;
 
     for (int ii = 0; ii < 4; ii++) {
-        char name[96];
-        snprintf(name, sizeof name, "gemm %s %s", impls[ii].name, p->name);
+        char name[160];
+        snprintf(name, sizeof name, "gemm %s %s" GEMM_TAG_FMT, impls[ii].name, p->name, GEMM_TAG);
         dev_from_host(&t->gpu, gD, d0, MN * esz);
         int r = tc_gemm(impls[ii].impl, gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB,
                         p->b_kmajor, gbias, M, N, K, t->gpu.stream);
@@ -241,7 +259,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
  * start to check the result is the same bits (no atomics). */
 
 static void test_bias_grad(Test *t, int M, int N) {
-    char shape[64], name[64];
+    char shape[64], name[160];
     snprintf(shape, sizeof shape, "M=%d N=%d", M, N);
     const size_t MN = (size_t)M * N;
     uint16_t *dout = host_bf16(t, MN);
@@ -265,10 +283,10 @@ static void test_bias_grad(Test *t, int M, int N) {
         if (e > diff) diff = e;
         if (fabs(ref[n]) > scale) scale = fabs(ref[n]);
     }
-    snprintf(name, sizeof name, "bias_grad");
+    snprintf(name, sizeof name, "bias_grad" GEMM_TAG_FMT, GEMM_TAG);
     check(&t->checks, diff / scale <= TOL_FP32, name, "%s: max rel err %.2e over %d values (tol %.0e)",
           shape, diff / scale, N, TOL_FP32);
-    snprintf(name, sizeof name, "bias_grad deterministic");
+    snprintf(name, sizeof name, "bias_grad deterministic" GEMM_TAG_FMT, GEMM_TAG);
     check(&t->checks, memcmp(got, again, (size_t)N * 4) == 0, name, "%s: two runs %s", shape,
           memcmp(got, again, (size_t)N * 4) == 0 ? "bitwise equal" : "differ");
 
@@ -298,7 +316,11 @@ int main(void) {
         {37, 77, 45},      /* multiples of nothing: every tensor-core product refused */
         {37, 77, 48},      /* forward aligned on K: partial tiles, odd N, scalar epilogue */
         {200, 136, 72},    /* aligned, no dimension a tile multiple */
+#ifdef GEMM_EMU
+        {256, 384, 288},   /* under emulation: 2 x 3 tiles, 9 k-tiles */
+#else
         {1024, 3072, 768}, /* GPT-2 small's fc layer */
+#endif
     };
     for (int s = 0; s < 4; s++)
         for (int p = 0; p < 3; p++) test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2]);
@@ -308,8 +330,9 @@ int main(void) {
     test_bias_grad(&t, 1024, 3072);
     test_bias_grad(&t, 8192, 768);
 
-    check(&t.checks, t.gpu.bytes_live == 0, "gemm no leaks", "%zu device bytes still live",
-          t.gpu.bytes_live);
+    char leaks[96];
+    snprintf(leaks, sizeof leaks, "gemm no leaks" GEMM_TAG_FMT, GEMM_TAG);
+    check(&t.checks, t.gpu.bytes_live == 0, leaks, "%zu device bytes still live", t.gpu.bytes_live);
     dev_close(&t.gpu);
     checks = t.checks;
 #else

@@ -1,0 +1,332 @@
+/* test/emu/emu.h: a CPU emulation of the CUDA and PTX features that
+ * attention.cu and matmul.cu's TC_MMA path use, so that their real kernel
+ * source (rewritten at build time by emu_transform.cpp, never copied by
+ * hand) runs on a machine without a GPU and is checked by test/test_flash.c
+ * and test/test_gemm.c against their float64 host references.
+ *
+ * What is emulated, and how.
+ *  - Threads. A launch runs its blocks one after another on the calling OS
+ *    thread. The threads of a block are fibers (cooperative coroutines, one
+ *    stack each, switched by a few lines of assembly in emu_rt.cpp, for
+ *    x86-64 and AArch64 only); a fiber runs until it waits at a
+ *    barrier or a warp collective, or returns.
+ *  - Schedule. "Warp-greedy": when a fiber waits, the next runnable lane of
+ *    its own warp runs; only when the whole warp waits at __syncthreads (or
+ *    has returned) does another warp run, the first runnable one in the
+ *    order EMU_ORDER picks (up: warp 0 first, down: the last warp first).
+ *    So one warp runs as far ahead of the others as the barriers allow,
+ *    which is what exposes a missing __syncthreads around a shared buffer
+ *    (with cp.async landing late, below). Deterministic: the same inputs
+ *    give the same interleaving and the same bits every run.
+ *  - __syncthreads: every thread of the block must arrive; __syncwarp,
+ *    __shfl_xor_sync, ldmatrix and mma.sync are warp collectives: all 32
+ *    lanes must arrive at the same kind of collective (a divergent warp, a
+ *    partial mask or a lane that returned is reported as an error, since
+ *    the .sync.aligned instructions require all of them). The last lane to
+ *    arrive computes the collective for the whole warp from every lane's
+ *    operands; the others read their results when they resume.
+ *  - mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: the fragment
+ *    layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+ *    floating point type"): lane l, g = l >> 2, t = l & 3; a0 = A[g][2t..],
+ *    a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]; b0 =
+ *    B[2t..][g], b1 = B[2t+8..][g]; c0,c1 = C[g][2t..], c2,c3 = C[g+8][2t..];
+ *    the lower column (row for B) in the low 16 bits. D = C + sum over k in
+ *    order, in fp32 (bf16 products are exact in fp32; the hardware's own
+ *    order and internal precision are not specified, so results may differ
+ *    from a GPU's in the last fp32 bits).
+ *  - ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8i..8i+7 give
+ *    the 16-byte row addresses of matrix i; lane l receives matrix i's
+ *    [l>>2][2(l&3)..+1] in register i, or [2(l&3)..+1][l>>2] with .trans.
+ *    Every row address must be 16-byte aligned and inside the block's
+ *    dynamic shared memory.
+ *  - cp.async.{ca,cg}.shared.global (4 or 16 bytes, src-size 0..n, the rest
+ *    zero-filled and src not read when src-size is 0), commit_group,
+ *    wait_group N: per thread, groups in commit order. EMU_CP picks when a
+ *    copy lands: "early", when it is issued; "late", when its issuing thread
+ *    waits for its group (destination bytes are overwritten with 0xFF, a NaN
+ *    in bf16 and fp32, at issue, so a thread that reads a tile before the
+ *    copies landed, or a prefetch that overwrites a tile another warp still
+ *    reads, gives NaN). Destinations must be aligned to the copy size and
+ *    inside dynamic shared memory; sources aligned to it.
+ *  - Shared memory. Dynamic shared memory (extern __shared__) is a buffer of
+ *    the launch's size per block, filled with 0xFF (NaN) before the block
+ *    starts, with a guard area after it checked when the block ends; the
+ *    launch needs cudaFuncSetAttribute for more than 48 KiB (as a GPU does)
+ *    and refuses more than 227 KiB. __cvta_generic_to_shared gives offsets in
+ *    it. Static __shared__ variables become function-static thread_local
+ *    objects (zero at first, not garbage; outside the ldmatrix/cp.async
+ *    window).
+ *  - atomicAdd(float): a plain add (blocks run one at a time).
+ *  - The device is reported as compute capability 8.0 with 108 SMs, so the
+ *    sm_90a paths (wgmma, TMA, mbarrier) are never chosen; their kernels
+ *    compile to empty shells on the host and are not emulated.
+ *
+ * What it cannot catch.
+ *  - Real data races and memory ordering: fibers see every store at once,
+ *    blocks never overlap, and only the interleavings above are tried; a
+ *    race the schedule does not expose passes (no race detector: plain
+ *    shared-memory loads and stores are not intercepted).
+ *  - Timing, occupancy, register counts and spills, bank conflicts.
+ *  - Hardware behaviour beyond the documented fragment layouts: the order
+ *    and precision of the tensor cores' internal sums, exp2f's and other
+ *    intrinsics' device error (the host libm runs instead), denormal
+ *    flushing.
+ *  - Anything the device compiler does: nvcc still has to build the .cu
+ *    files (the normal build does that), and code under __CUDA_ARCH__.
+ *
+ * State. The scheduler's state is thread_local (the current block and
+ * fiber, and the settings read from EMU_CP and EMU_ORDER once per OS
+ * thread); emu_rt.cpp holds the emulated device's per-kernel shared-memory
+ * limits (cudaFuncSetAttribute) under a mutex. Nothing else is mutable.
+ */
+#ifndef EMU_H
+#define EMU_H
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <tuple>
+#include <utility>
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+/* ---------------------------------------------------------------------------
+ * The scheduler's state (emu_rt.cpp runs it). */
+
+enum { EMU_RUN = 0, EMU_WAIT = 1, EMU_DONE = 2 };
+
+/* One copy of cp.async, queued (late landing) until its group is waited for. */
+struct EmuCopy {
+    unsigned char *dst;
+    const unsigned char *src;
+    int n, src_n;
+    int group;  /* commit-group number, -1 while not committed */
+};
+
+struct EmuFiber {
+    void *sp;             /* saved stack pointer while switched out */
+    int state;
+    uint3 tid;            /* threadIdx */
+    int linear;           /* tid.x + bx (tid.y + by tid.z) */
+    EmuCopy *copies;      /* pending cp.async, issue order, [head, count) */
+    int ncopies, cap, head;
+    int committed;        /* groups committed so far */
+};
+
+/* The operands and results of one warp collective, per lane. */
+struct EmuWarp {
+    int arrived;          /* lanes waiting at the current collective */
+    int op;               /* its kind (EmuOp) */
+    uint32_t addr[32];    /* ldmatrix row addresses */
+    uint32_t a[32][4], b[32][2];
+    float c[32][4];       /* mma accumulators in, results out */
+    uint32_t r[32][4];    /* ldmatrix results */
+    float v[32];          /* shuffle values */
+    int arg[32];          /* shuffle lane mask, per lane */
+};
+
+enum EmuOp { EMU_OP_SYNCWARP = 1, EMU_OP_SHFL_XOR, EMU_OP_LDSM, EMU_OP_LDSM_T, EMU_OP_MMA };
+
+struct EmuBlock {
+    int nthreads, nwarps;
+    EmuFiber *fibers;
+    int cur;              /* index of the running fiber */
+    int barrier_arrived;  /* threads waiting at __syncthreads */
+    unsigned char *smem;  /* dynamic shared memory */
+    size_t smem_size;
+    uint3 block_idx;
+    dim3 grid_dim, block_dim;
+    int cp_late;          /* EMU_CP=late */
+    int order_down;       /* EMU_ORDER=down */
+    EmuWarp *warps;
+};
+
+extern thread_local EmuBlock *emu_blk;
+
+#define threadIdx (emu_blk->fibers[emu_blk->cur].tid)
+#define blockIdx (emu_blk->block_idx)
+#define gridDim (emu_blk->grid_dim)
+#define blockDim (emu_blk->block_dim)
+
+/* emu_rt.cpp */
+[[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void emu_wait(void);                           /* this fiber waits; returns when woken */
+void emu_warp_complete(EmuWarp *w, int op);    /* the last lane: compute the collective */
+void emu_syncthreads(void);
+void emu_cp_land(EmuFiber *f, int upto_group); /* lands copies of groups < upto_group */
+void emu_cp_queue(EmuFiber *f, const EmuCopy &c);
+void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const char *name,
+                  void (*body)(void *), void *ctx);
+extern "C" const char *emu_describe(void);  /* the settings, for test names */
+
+static inline EmuFiber *emu_self(void) { return &emu_blk->fibers[emu_blk->cur]; }
+static inline int emu_lane(void) { return emu_self()->linear & 31; }
+static inline EmuWarp *emu_warp(void) { return &emu_blk->warps[emu_self()->linear >> 5]; }
+
+/* Arrive at a warp collective whose operands this lane has stored in w;
+ * returns when the whole warp has arrived and the collective is computed. */
+static inline void emu_warp_arrive(EmuWarp *w, int op) {
+    if (w->arrived == 0) w->op = op;
+    else if (w->op != op)
+        emu_fail("warp %d: lanes at different collectives (%d and %d): divergent warp",
+                 emu_self()->linear >> 5, w->op, op);
+    if (++w->arrived < 32) emu_wait();
+    else emu_warp_complete(w, op);
+}
+
+/* ---------------------------------------------------------------------------
+ * CUDA built-ins. */
+
+static inline void __syncthreads(void) { emu_syncthreads(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask is not emulated");
+    emu_warp_arrive(emu_warp(), EMU_OP_SYNCWARP);
+}
+static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
+    if (mask != 0xffffffffu || width != 32) emu_fail("__shfl_xor_sync: only the full warp is emulated");
+    EmuWarp *w = emu_warp();
+    const int lane = emu_lane();
+    w->v[lane] = v;
+    w->arg[lane] = lane_mask;
+    emu_warp_arrive(w, EMU_OP_SHFL_XOR);
+    return w->c[lane][0];
+}
+static inline float atomicAdd(float *p, float v) {
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
+/* cuda_runtime.h declares these overloads (a kernel, a __device__ symbol) for
+ * nvcc only. */
+template <class... P>
+static inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void *)kernel, attr, value);
+}
+template <class T>
+static inline cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const T &symbol, size_t count, size_t offset = 0,
+                                                    cudaMemcpyKind kind = cudaMemcpyDeviceToHost,
+                                                    cudaStream_t stream = 0) {
+    return cudaMemcpyFromSymbolAsync(dst, (const void *)&symbol, count, offset, kind, stream);
+}
+static inline unsigned char *emu_dynamic_smem(void) { return emu_blk->smem; }
+static inline size_t __cvta_generic_to_shared(const void *p) {
+    return (size_t)((const unsigned char *)p - emu_blk->smem);
+}
+
+/* ---------------------------------------------------------------------------
+ * PTX: cp.async, ldmatrix, mma.sync (the generic forms). */
+
+static inline void emu_cp_async(uint32_t dst, const void *src, int n, int src_n) {
+    EmuBlock *b = emu_blk;
+    if (src_n < 0 || src_n > n) emu_fail("cp.async: src-size %d outside 0..%d", src_n, n);
+    if (dst % (uint32_t)n) emu_fail("cp.async: shared address %u not aligned to %d", dst, n);
+    if (src_n > 0 && (uintptr_t)src % (uintptr_t)n) emu_fail("cp.async: global address %p not aligned to %d", src, n);
+    if ((size_t)dst + (size_t)n > b->smem_size)
+        emu_fail("cp.async: shared address %u + %d beyond the %zu bytes of dynamic shared memory", dst,
+                 n, b->smem_size);
+    EmuCopy c = {b->smem + dst, (const unsigned char *)src, n, src_n, -1};
+    if (!b->cp_late) {
+        if (src_n) memcpy(c.dst, c.src, (size_t)src_n);
+        memset(c.dst + src_n, 0, (size_t)(n - src_n));
+    } else {
+        memset(c.dst, 0xFF, (size_t)n);  /* in flight: NaN until it lands */
+        emu_cp_queue(emu_self(), c);
+    }
+}
+static inline void emu_cp_commit(void) {
+    EmuFiber *f = emu_self();
+    for (int i = f->head; i < f->ncopies; i++)
+        if (f->copies[i].group < 0) f->copies[i].group = f->committed;
+    f->committed++;
+}
+static inline void emu_cp_wait(int n) {  /* at most n groups left pending */
+    EmuFiber *f = emu_self();
+    if (f->head < f->ncopies) emu_cp_land(f, f->committed - n);
+}
+
+static inline void emu_check_row(uint32_t addr) {
+    if (addr % 16) emu_fail("ldmatrix: row address %u not 16-byte aligned", addr);
+    if ((size_t)addr + 16 > emu_blk->smem_size)
+        emu_fail("ldmatrix: row address %u beyond the %zu bytes of dynamic shared memory", addr,
+                 emu_blk->smem_size);
+}
+static inline void emu_ldmatrix_x4(uint32_t *r, uint32_t addr, int trans) {
+    EmuWarp *w = emu_warp();
+    const int lane = emu_lane();
+    emu_check_row(addr);
+    w->addr[lane] = addr;
+    emu_warp_arrive(w, trans ? EMU_OP_LDSM_T : EMU_OP_LDSM);
+    for (int i = 0; i < 4; i++) r[i] = w->r[lane][i];
+}
+static inline void emu_mma_16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    EmuWarp *w = emu_warp();
+    const int lane = emu_lane();
+    for (int i = 0; i < 4; i++) {
+        w->a[lane][i] = a[i];
+        w->c[lane][i] = c[i];
+    }
+    w->b[lane][0] = b0;
+    w->b[lane][1] = b1;
+    emu_warp_arrive(w, EMU_OP_MMA);
+    for (int i = 0; i < 4; i++) c[i] = w->c[lane][i];
+}
+
+/* ---------------------------------------------------------------------------
+ * The inline-PTX wrappers of attention.cu and matmul.cu, by their names and
+ * signatures (emu_transform.cpp removes the originals). */
+
+static inline void fa_cp_async16(uint32_t dst, const void *src, int src_bytes) { emu_cp_async(dst, src, 16, src_bytes); }
+static inline void fa_cp_async4(uint32_t dst, const void *src, int src_bytes) { emu_cp_async(dst, src, 4, src_bytes); }
+static inline void fa_cp_commit(void) { emu_cp_commit(); }
+template <int N> static inline void fa_cp_wait(void) { emu_cp_wait(N); }
+static inline void fa_ldsm_x4(uint32_t r[4], uint32_t addr) { emu_ldmatrix_x4(r, addr, 0); }
+static inline void fa_ldsm_x4_t(uint32_t r[4], uint32_t addr) { emu_ldmatrix_x4(r, addr, 1); }
+static inline void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { emu_mma_16816(c, a, b0, b1); }
+
+static inline void mm_cp_async16(uint32_t dst, const void *src, int src_bytes) { emu_cp_async(dst, src, 16, src_bytes); }
+static inline void mm_cp_async_commit(void) { emu_cp_commit(); }
+template <int N> static inline void mm_cp_async_wait(void) { emu_cp_wait(N); }
+static inline void mm_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) { emu_ldmatrix_x4(r, addr, 0); }
+static inline void mm_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) { emu_ldmatrix_x4(r, addr, 1); }
+static inline void mm_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu_mma_16816(c, a, b0, b1); }
+
+/* ---------------------------------------------------------------------------
+ * Launches: emu_transform.cpp turns K<<<cfg>>>(args) into
+ * K % emu_config(cfg)(args). */
+
+struct EmuConfig {
+    dim3 grid, block;
+    size_t smem;
+};
+template <class... A> struct EmuCall {
+    EmuConfig cfg;
+    std::tuple<A...> args;
+};
+struct EmuConfigCall : EmuConfig {
+    template <class... A> EmuCall<A...> operator()(A... a) const { return {*this, std::tuple<A...>(a...)}; }
+};
+static inline EmuConfigCall emu_config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = 0) {
+    EmuConfigCall c;
+    c.grid = grid;
+    c.block = block;
+    c.smem = smem;
+    return c;
+}
+
+template <class F> static void emu_invoke(void *f) { (*(F *)f)(); }
+
+template <class... P, class... A>
+static void operator%(void (*kernel)(P...), const EmuCall<A...> &call) {
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+    const std::tuple<P...> args(call.args);  /* converted to the parameter types, as a launch does */
+    auto body = [&]() { std::apply(kernel, args); };
+    emu_run_grid(call.cfg.grid, call.cfg.block, call.cfg.smem, (const void *)kernel, __PRETTY_FUNCTION__,
+                 &emu_invoke<decltype(body)>, &body);
+}
+
+#endif

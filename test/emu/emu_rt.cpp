@@ -1,0 +1,494 @@
+/* test/emu/emu_rt.cpp: the runtime of the CPU emulation (emu.h): fibers and
+ * their switch, the warp-greedy scheduler, barriers, the warp collectives'
+ * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, the grid
+ * launch, and the few CUDA runtime calls attention.cu and matmul.cu make.
+ *
+ * Settings, read once per OS thread from the environment:
+ *   EMU_CP=early|late   when cp.async lands (default early; see emu.h)
+ *   EMU_ORDER=up|down   which warp runs first after a barrier (default up)
+ */
+#include "emu.h"
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <map>
+#include <mutex>
+#include <vector>
+
+thread_local EmuBlock *emu_blk;
+
+namespace {
+
+/* ---------------------------------------------------------------------------
+ * The fiber switch: save the callee-saved registers on the current stack,
+ * store the stack pointer in *save, load `next` and pop its registers. A new
+ * fiber's stack is laid out as if it had switched out just before entering
+ * emu_fiber_start, which runs emu_fiber_main and never returns. */
+
+extern "C" void emu_switch(void **save, void *next);
+extern "C" void emu_fiber_start(void);
+extern "C" void emu_fiber_main(void);
+
+#if defined(__x86_64__)
+#define EMU_ASM_SWITCH 1
+/* pushed: rbp rbx r12 r13 r14 r15, then 8 bytes of mxcsr and x87 control word */
+enum { EMU_SAVED_WORDS = 7 };
+__asm__(
+    ".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch,@function\n"
+    "emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_switch, .-emu_switch\n"
+    ".globl emu_fiber_start\n"
+    ".type emu_fiber_start,@function\n"
+    "emu_fiber_start:\n"
+    "  call emu_fiber_main\n"
+    "  ud2\n"
+    ".size emu_fiber_start, .-emu_fiber_start\n");
+
+/* The initial stack of a fiber: control words, six zero registers, then the
+ * return address emu_fiber_start, in the word below a 16-byte boundary so
+ * that the stack is 16-byte aligned at emu_fiber_start's call. */
+void *emu_stack_init(char *stack, size_t size) {
+    uintptr_t top = (uintptr_t)(stack + size) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = (uint64_t)(uintptr_t)&emu_fiber_start;
+    for (int i = 0; i < 6; i++) *--sp = 0;
+    uint32_t mxcsr;
+    uint16_t fcw;
+    __asm__ volatile("stmxcsr %0\n fnstcw %1" : "=m"(mxcsr), "=m"(fcw));
+    --sp;
+    memcpy((char *)sp, &mxcsr, 4);
+    memcpy((char *)sp + 4, &fcw, 2);
+    return sp;
+}
+#elif defined(__aarch64__)
+#define EMU_ASM_SWITCH 1
+/* saved: x19..x30 (12) and d8..d15 (8), 160 bytes */
+__asm__(
+    ".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch,%function\n"
+    "emu_switch:\n"
+    "  sub sp, sp, #160\n"
+    "  stp x19, x20, [sp, #0]\n  stp x21, x22, [sp, #16]\n  stp x23, x24, [sp, #32]\n"
+    "  stp x25, x26, [sp, #48]\n  stp x27, x28, [sp, #64]\n  stp x29, x30, [sp, #80]\n"
+    "  stp d8, d9, [sp, #96]\n  stp d10, d11, [sp, #112]\n  stp d12, d13, [sp, #128]\n"
+    "  stp d14, d15, [sp, #144]\n"
+    "  mov x2, sp\n  str x2, [x0]\n  mov sp, x1\n"
+    "  ldp x19, x20, [sp, #0]\n  ldp x21, x22, [sp, #16]\n  ldp x23, x24, [sp, #32]\n"
+    "  ldp x25, x26, [sp, #48]\n  ldp x27, x28, [sp, #64]\n  ldp x29, x30, [sp, #80]\n"
+    "  ldp d8, d9, [sp, #96]\n  ldp d10, d11, [sp, #112]\n  ldp d12, d13, [sp, #128]\n"
+    "  ldp d14, d15, [sp, #144]\n"
+    "  add sp, sp, #160\n"
+    "  ret\n"
+    ".size emu_switch, .-emu_switch\n"
+    ".globl emu_fiber_start\n"
+    ".type emu_fiber_start,%function\n"
+    "emu_fiber_start:\n"
+    "  bl emu_fiber_main\n"
+    "  brk #0\n"
+    ".size emu_fiber_start, .-emu_fiber_start\n");
+
+void *emu_stack_init(char *stack, size_t size) {
+    uintptr_t top = (uintptr_t)(stack + size) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(top - 160);
+    memset(sp, 0, 160);
+    sp[11] = (uint64_t)(uintptr_t)&emu_fiber_start;  /* x30: where ret goes */
+    return sp;
+}
+#else
+#define EMU_ASM_SWITCH 0
+#endif
+
+#if !EMU_ASM_SWITCH
+#error "emu: no fiber switch for this architecture (x86-64 and AArch64 are written)"
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Per OS thread: the fiber stacks (reused by every block) and the settings. */
+
+constexpr size_t EMU_STACK = 256 * 1024;
+constexpr uint64_t EMU_CANARY = 0x454d55464942455dull;  /* the lowest word of each stack */
+constexpr size_t EMU_SMEM_GUARD = 256;
+constexpr size_t EMU_SMEM_DEFAULT = 48 * 1024, EMU_SMEM_MAX = 227 * 1024;
+
+struct EmuThreadState {
+    char *stacks = nullptr;
+    int nstacks = 0;
+    void *main_sp = nullptr;  /* the launching code, while a block runs */
+    int cp_late = 0, order_down = 0, ready = 0;
+};
+thread_local EmuThreadState emu_ts;
+
+void emu_settings(void) {
+    if (emu_ts.ready) return;
+    const char *cp = getenv("EMU_CP"), *order = getenv("EMU_ORDER");
+    if (cp && strcmp(cp, "late") && strcmp(cp, "early")) emu_fail("EMU_CP must be early or late, not %s", cp);
+    if (order && strcmp(order, "up") && strcmp(order, "down")) emu_fail("EMU_ORDER must be up or down, not %s", order);
+    emu_ts.cp_late = cp && !strcmp(cp, "late");
+    emu_ts.order_down = order && !strcmp(order, "down");
+    emu_ts.ready = 1;
+}
+
+char *emu_stack(int i) { return emu_ts.stacks + (size_t)i * EMU_STACK; }
+
+void emu_ensure_stacks(int n) {
+    if (n <= emu_ts.nstacks) return;
+    if (emu_ts.stacks) munmap(emu_ts.stacks, (size_t)emu_ts.nstacks * EMU_STACK);
+    void *p = mmap(nullptr, (size_t)n * EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) emu_fail("cannot map %d fiber stacks", n);
+    emu_ts.stacks = (char *)p;
+    emu_ts.nstacks = n;
+}
+
+/* ---------------------------------------------------------------------------
+ * Scheduling. */
+
+void emu_switch_to(int next) {
+    EmuBlock *b = emu_blk;
+    const int from = b->cur;
+    if (next == from) return;
+    b->cur = next;
+    emu_switch(&b->fibers[from].sp, b->fibers[next].sp);
+}
+
+/* The first runnable fiber by warp order (after a barrier), or -1. */
+int emu_first_runnable(EmuBlock *b) {
+    for (int k = 0; k < b->nwarps; k++) {
+        const int w = b->order_down ? b->nwarps - 1 - k : k;
+        const int lo = w * 32, hi = lo + 32 < b->nthreads ? lo + 32 : b->nthreads;
+        for (int i = lo; i < hi; i++)
+            if (b->fibers[i].state == EMU_RUN) return i;
+    }
+    return -1;
+}
+
+/* The next fiber to run once the current one waits or is done: a runnable
+ * lane of the same warp, else the first by warp order. */
+int emu_pick(EmuBlock *b) {
+    const int cur = b->cur, lo = cur & ~31;
+    const int n = lo + 32 < b->nthreads ? 32 : b->nthreads - lo;
+    for (int k = 1; k <= n; k++) {
+        const int i = lo + (cur - lo + k) % n;
+        if (b->fibers[i].state == EMU_RUN) return i;
+    }
+    return emu_first_runnable(b);
+}
+
+[[noreturn]] void emu_deadlock(EmuBlock *b) {
+    int waiting = 0, done = 0;
+    for (int i = 0; i < b->nthreads; i++) {
+        waiting += b->fibers[i].state == EMU_WAIT;
+        done += b->fibers[i].state == EMU_DONE;
+    }
+    emu_fail("deadlock in block (%u,%u,%u): %d threads wait (%d at __syncthreads), %d returned; "
+             "a barrier or warp collective some threads never reach",
+             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, done);
+}
+
+/* Called on a fiber's own stack when its kernel returns: pick another
+ * fiber, or go back to the launcher when every one is done. */
+[[noreturn]] void emu_fiber_exit(void) {
+    EmuBlock *b = emu_blk;
+    EmuFiber *f = &b->fibers[b->cur];
+    f->state = EMU_DONE;
+    f->head = f->ncopies = 0;  /* copies never waited for are dropped */
+    int next = emu_pick(b);
+    void *dummy;
+    if (next >= 0) {
+        b->cur = next;
+        emu_switch(&dummy, b->fibers[next].sp);
+    } else {
+        for (int i = 0; i < b->nthreads; i++)
+            if (b->fibers[i].state != EMU_DONE) emu_deadlock(b);
+        emu_switch(&dummy, emu_ts.main_sp);
+    }
+    __builtin_unreachable();
+}
+
+thread_local void (*emu_body_fn)(void *);
+thread_local void *emu_body_ctx;
+
+/* ---------------------------------------------------------------------------
+ * Warp collectives, computed by the last lane to arrive. */
+
+inline float emu_bf16_lo(uint32_t v) {
+    const uint32_t u = v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline float emu_bf16_hi(uint32_t v) {
+    const uint32_t u = v & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void emu_do_mma(EmuWarp *w) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        A[g][2 * t] = emu_bf16_lo(w->a[l][0]);
+        A[g][2 * t + 1] = emu_bf16_hi(w->a[l][0]);
+        A[g + 8][2 * t] = emu_bf16_lo(w->a[l][1]);
+        A[g + 8][2 * t + 1] = emu_bf16_hi(w->a[l][1]);
+        A[g][2 * t + 8] = emu_bf16_lo(w->a[l][2]);
+        A[g][2 * t + 9] = emu_bf16_hi(w->a[l][2]);
+        A[g + 8][2 * t + 8] = emu_bf16_lo(w->a[l][3]);
+        A[g + 8][2 * t + 9] = emu_bf16_hi(w->a[l][3]);
+        B[2 * t][g] = emu_bf16_lo(w->b[l][0]);
+        B[2 * t + 1][g] = emu_bf16_hi(w->b[l][0]);
+        B[2 * t + 8][g] = emu_bf16_lo(w->b[l][1]);
+        B[2 * t + 9][g] = emu_bf16_hi(w->b[l][1]);
+    }
+    float Bt[8][16];
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 8; n++) Bt[n][k] = B[k][n];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 4; i++) {
+            const float *ar = A[g + 8 * (i >> 1)], *bc = Bt[2 * t + (i & 1)];
+            float s = w->c[l][i];
+            for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
+            w->c[l][i] = s;
+        }
+    }
+}
+
+void emu_do_ldmatrix(EmuWarp *w, int trans) {
+    const unsigned char *sm = emu_blk->smem;
+    for (int l = 0; l < 32; l++) {
+        for (int i = 0; i < 4; i++) {
+            uint16_t lo, hi;
+            if (!trans) {
+                const unsigned char *row = sm + w->addr[8 * i + (l >> 2)] + 4 * (l & 3);
+                memcpy(&lo, row, 2);
+                memcpy(&hi, row + 2, 2);
+            } else {
+                memcpy(&lo, sm + w->addr[8 * i + 2 * (l & 3)] + 2 * (l >> 2), 2);
+                memcpy(&hi, sm + w->addr[8 * i + 2 * (l & 3) + 1] + 2 * (l >> 2), 2);
+            }
+            w->r[l][i] = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+    }
+}
+
+}  // namespace
+
+/* ---------------------------------------------------------------------------
+ * emu.h's entry points. */
+
+void emu_fail(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "emu: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (emu_blk)
+        fprintf(stderr, " (block (%u,%u,%u), thread %d)", emu_blk->block_idx.x, emu_blk->block_idx.y,
+                emu_blk->block_idx.z, emu_blk->cur);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+extern "C" void emu_fiber_main(void) {
+    emu_body_fn(emu_body_ctx);
+    emu_fiber_exit();
+}
+
+void emu_wait(void) {
+    EmuBlock *b = emu_blk;
+    b->fibers[b->cur].state = EMU_WAIT;
+    const int next = emu_pick(b);
+    if (next < 0) emu_deadlock(b);
+    emu_switch_to(next);
+}
+
+void emu_warp_complete(EmuWarp *w, int op) {
+    EmuBlock *b = emu_blk;
+    switch (op) {
+    case EMU_OP_SYNCWARP: break;
+    case EMU_OP_SHFL_XOR:
+        for (int l = 0; l < 32; l++) w->c[l][0] = w->v[l ^ (w->arg[l] & 31)];
+        break;
+    case EMU_OP_LDSM: emu_do_ldmatrix(w, 0); break;
+    case EMU_OP_LDSM_T: emu_do_ldmatrix(w, 1); break;
+    case EMU_OP_MMA: emu_do_mma(w); break;
+    default: emu_fail("unknown warp collective %d", op);
+    }
+    w->arrived = 0;
+    const int lo = b->cur & ~31;
+    for (int i = lo; i < lo + 32; i++)
+        if (b->fibers[i].state == EMU_WAIT) b->fibers[i].state = EMU_RUN;
+}
+
+void emu_syncthreads(void) {
+    EmuBlock *b = emu_blk;
+    if (++b->barrier_arrived < b->nthreads) {
+        emu_wait();
+        return;
+    }
+    b->barrier_arrived = 0;
+    for (int i = 0; i < b->nthreads; i++)
+        if (b->fibers[i].state == EMU_WAIT) b->fibers[i].state = EMU_RUN;
+    emu_switch_to(emu_first_runnable(b));  /* the warp order decides who goes first */
+}
+
+void emu_cp_queue(EmuFiber *f, const EmuCopy &c) {
+    if (f->ncopies == f->cap) {
+        if (f->head > 0) {  /* compact */
+            memmove(f->copies, f->copies + f->head, (size_t)(f->ncopies - f->head) * sizeof(EmuCopy));
+            f->ncopies -= f->head;
+            f->head = 0;
+        }
+        if (f->ncopies == f->cap) {
+            f->cap = f->cap ? 2 * f->cap : 64;
+            f->copies = (EmuCopy *)realloc(f->copies, (size_t)f->cap * sizeof(EmuCopy));
+            if (!f->copies) emu_fail("out of memory for cp.async queues");
+        }
+    }
+    f->copies[f->ncopies++] = c;
+}
+
+void emu_cp_land(EmuFiber *f, int upto_group) {
+    while (f->head < f->ncopies) {
+        const EmuCopy &c = f->copies[f->head];
+        if (c.group < 0 || c.group >= upto_group) break;  /* groups land in commit order */
+        if (c.src_n) memcpy(c.dst, c.src, (size_t)c.src_n);
+        memset(c.dst + c.src_n, 0, (size_t)(c.n - c.src_n));
+        f->head++;
+    }
+    if (f->head == f->ncopies) f->head = f->ncopies = 0;
+}
+
+extern "C" const char *emu_describe(void) {
+    emu_settings();
+    static const char *const names[2][2] = {{"cpu emulation, cp.async early, warps up", "cpu emulation, cp.async early, warps down"},
+                                            {"cpu emulation, cp.async late, warps up", "cpu emulation, cp.async late, warps down"}};
+    return names[emu_ts.cp_late][emu_ts.order_down];
+}
+
+/* ---------------------------------------------------------------------------
+ * The emulated device's per-kernel dynamic shared memory limits
+ * (cudaFuncSetAttribute), the one piece of state outside the scheduler. */
+
+namespace {
+std::mutex emu_attr_lock;
+std::map<const void *, int> emu_smem_limit;
+}  // namespace
+
+void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const char *name,
+                  void (*body)(void *), void *ctx) {
+    emu_settings();
+    const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (nt == 0 || nt > 1024 || block.z > 64) emu_fail("launch of %s: block %ux%ux%u", name, block.x, block.y, block.z);
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u)
+        emu_fail("launch of %s: grid %ux%ux%u", name, grid.x, grid.y, grid.z);
+    size_t limit = EMU_SMEM_DEFAULT;
+    {
+        std::lock_guard<std::mutex> g(emu_attr_lock);
+        auto it = emu_smem_limit.find(kernel);
+        if (it != emu_smem_limit.end() && (size_t)it->second > limit) limit = (size_t)it->second;
+    }
+    if (smem > limit)
+        emu_fail("launch of %s: %zu bytes of dynamic shared memory, the limit is %zu "
+                 "(cudaFuncSetAttribute not called?)", name, smem, limit);
+    if (emu_blk) emu_fail("a kernel launched from inside a kernel");
+
+    const int n = (int)nt, nwarps = (n + 31) / 32;
+    emu_ensure_stacks(n);
+    std::vector<EmuFiber> fibers((size_t)n);
+    std::vector<EmuWarp> warps((size_t)nwarps);
+    std::vector<unsigned char> sm(smem + EMU_SMEM_GUARD);
+    EmuBlock b{};
+    b.nthreads = n;
+    b.nwarps = nwarps;
+    b.fibers = fibers.data();
+    b.warps = warps.data();
+    b.smem = sm.data();
+    b.smem_size = smem;
+    b.grid_dim = grid;
+    b.block_dim = block;
+    b.cp_late = emu_ts.cp_late;
+    b.order_down = emu_ts.order_down;
+    emu_body_fn = body;
+    emu_body_ctx = ctx;
+
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                b.block_idx = make_uint3(bx, by, bz);
+                b.barrier_arrived = 0;
+                memset(sm.data(), 0xFF, sm.size());  /* uninitialised shared memory: NaN */
+                for (auto &w : warps) w.arrived = 0;
+                for (int i = 0; i < n; i++) {
+                    EmuFiber &f = fibers[(size_t)i];
+                    f.state = EMU_RUN;
+                    f.tid = make_uint3((unsigned)i % block.x, (unsigned)i / block.x % block.y,
+                                       (unsigned)i / (block.x * block.y));
+                    f.linear = i;
+                    f.head = f.ncopies = f.committed = 0;
+                    char *st = emu_stack(i);
+                    memcpy(st, &EMU_CANARY, sizeof EMU_CANARY);
+                    f.sp = emu_stack_init(st, EMU_STACK);
+                }
+                emu_blk = &b;
+                b.cur = emu_first_runnable(&b);
+                emu_switch(&emu_ts.main_sp, fibers[(size_t)b.cur].sp);
+                emu_blk = nullptr;
+                for (int i = 0; i < n; i++)
+                    if (memcmp(emu_stack(i), &EMU_CANARY, sizeof EMU_CANARY))
+                        emu_fail("launch of %s: thread %d overflowed its %zu-byte fiber stack", name, i, EMU_STACK);
+                for (size_t i = smem; i < sm.size(); i++)
+                    if (sm[i] != 0xFF)
+                        emu_fail("launch of %s, block (%u,%u,%u): a store past the %zu bytes of dynamic shared memory",
+                                 name, bx, by, bz, smem);
+            }
+    for (auto &f : fibers) free(f.copies);
+}
+
+/* ---------------------------------------------------------------------------
+ * The CUDA runtime calls the kernels' host code makes. The emulated device
+ * is compute capability 8.0 (mma.sync, ldmatrix, cp.async; no sm_90a). */
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "not emulated"; }
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    switch (a) {
+    case cudaDevAttrComputeCapabilityMajor: *v = 8; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrMultiProcessorCount: *v = 108; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)EMU_SMEM_MAX; break;
+    default: emu_fail("cudaDeviceGetAttribute(%d) is not emulated", (int)a);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) emu_fail("cudaFuncSetAttribute(%d) is not emulated", (int)a);
+    if (v < 0 || (size_t)v > EMU_SMEM_MAX) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> g(emu_attr_lock);
+    emu_smem_limit[f] = v;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaMemcpyFromSymbolAsync(void *, const void *, size_t, size_t, cudaMemcpyKind, cudaStream_t) {
+    emu_fail("cudaMemcpyFromSymbolAsync is not emulated");
+}
+cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **, unsigned int, unsigned long long,
+                                             cudaDriverEntryPointQueryResult *) {
+    emu_fail("cudaGetDriverEntryPointByVersion (TMA tensor maps) is not emulated");
+}
