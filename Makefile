@@ -63,13 +63,16 @@ TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/tes
 # real source.
 EMU_CUDA_INC := $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 ifneq ($(EMU_CUDA_INC),)
-TESTS += test/test_flash_emu test/test_gemm_emu
+TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu
 endif
-EMU_CXXFLAGS := -O2 -std=c++17 -Itest/emu -I. -I$(CUDA_HOME)/include -Wall -Wno-unknown-pragmas \
-                -Wno-unused-parameter -Wno-unused-function -Wno-psabi
+# -fno-strict-aliasing: device code reinterprets freely (kernels.cu's 16-byte
+# vectors store through uint4 into float and bf16 arrays); nvcc compiles
+# that as meant, and g++ must too.
+EMU_CXXFLAGS := -O2 -std=c++17 -fno-strict-aliasing -Itest/emu -I. -I$(CUDA_HOME)/include -Wall \
+                -Wno-unknown-pragmas -Wno-unused-parameter -Wno-unused-function -Wno-psabi
 EMU_OBJS := test/emu/emu_rt.o test/emu/emu_dev.o
 
-.SECONDARY: test/emu/attention_emu.cpp test/emu/matmul_emu.cpp
+.SECONDARY: test/emu/attention_emu.cpp test/emu/matmul_emu.cpp test/emu/kernels_emu.cpp
 
 test/emu/emu_transform: test/emu/emu_transform.cpp
 	$(CXX) -O2 -std=c++17 -o $@ $<
@@ -91,6 +94,21 @@ test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h test/emu/atten
 
 test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_emu.o $(EMU_OBJS)
 	$(CC) $(CFLAGS) -DUSE_CUDA -DGEMM_EMU -I. -I$(CUDA_HOME)/include -o $@ $< test/emu/matmul_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
+
+# test_kernels against kernels.cu (both tables; the bf16 one reaches
+# attention.cu and matmul.cu through tc.h) over the real tensor.c, built with
+# USE_CUDA so that its Dev goes through kernels.cu's cuda_* functions and
+# they through emu_rt.cpp's emulated runtime (host memory, synchronous): no
+# emu_dev.o here. The CPU reference is ops.o and ops_bf16.o as built above
+# (they hold no USE_CUDA code).
+KERNELS_EMU_OBJS := test/emu/kernels_emu.o test/emu/attention_emu.o test/emu/matmul_emu.o \
+                    test/emu/emu_rt.o test/emu/tensor_cuda.o ops.o ops_bf16.o
+
+test/emu/tensor_cuda.o: tensor.c tensor.h
+	$(CC) $(CFLAGS) -DUSE_CUDA -c $< -o $@
+
+test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_OBJS)
+	$(CC) $(CFLAGS) -DUSE_CUDA -DKERNELS_EMU -I. -o $@ $< $(KERNELS_EMU_OBJS) -lm -fopenmp -lstdc++
 
 .PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
 

@@ -12,6 +12,14 @@
  * up too.
  *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
+ *
+ * Built with -DKERNELS_EMU and linked against test/emu/ (test/test_kernels_emu,
+ * run by test/test_emu.sh), the same checks run kernels.cu (and through the
+ * bf16 table attention.cu and matmul.cu) under the CPU emulation of
+ * test/emu/emu.h, an sm_80 device with 108 SMs; every name then ends in
+ * "(cpu emulation, ...)" with the emulation's settings. The shapes that
+ * cost seconds there are replaced by smaller ones taking the same code path
+ * (GPU_OR_EMU below; KERNELS_EMU_FULL=1 runs the GPU's, about 30 s on 2 cores).
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +28,24 @@
 #include <string.h>
 #include "tensor.h"
 #include "check.h"
+
+#ifdef KERNELS_EMU
+const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async early, ..." */
+#define TAG_FMT " (%s)"
+#define TAG emu_describe()
+#else
+#define TAG_FMT "%s"
+#define TAG ""
+#endif
+
+/* A check's name as printed: under the CPU emulation it ends in the
+ * emulation's settings, so an emulated pass is never read as a GPU's.
+ * (One static buffer: each name is used before the next is made.) */
+static const char *tagged(const char *name) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s" TAG_FMT, name, TAG);
+    return buf;
+}
 
 /* float32 against float32: the two sides differ only in summation order.
  * Errors are relative to the largest reference value, so even the longest
@@ -108,7 +134,7 @@ static double max_rel_err(const float *got, const float *want, size_t n) {
 static void compare(Test *t, const char *op, const char *what, const char *shape,
                     const float *got, const float *want, size_t n) {
     char name[128];
-    snprintf(name, sizeof name, "%s %s", op, what);
+    snprintf(name, sizeof name, "%s %s" TAG_FMT, op, what, TAG);
     double err = max_rel_err(got, want, n);
     check(&t->checks, err <= TOL, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
           err, n, TOL);
@@ -458,13 +484,21 @@ static void test_sums(Test *t, size_t n) {
     snprintf(shape, sizeof shape, "n=%zu", n);
     float *x = host_rand(t, n, 1.0f);
     float *g_x = gpu_put(t, x, n * 4);
-    double sum = 0, sumsq = 0, sum_abs = 0;
-    for (size_t i = 0; i < n; i++) { sum += x[i]; sumsq += (double)x[i] * x[i]; sum_abs += fabs(x[i]); }
+    /* the reference in long double: a double loop over 2^24 squares drifts
+     * by ~3e-12 itself (x is a multiple of 2^-23, so the squares' low bits
+     * round one way), more than the bound */
+    long double lsum = 0, lsumsq = 0, lsum_abs = 0;
+    for (size_t i = 0; i < n; i++) {
+        lsum += x[i];
+        lsumsq += (long double)x[i] * x[i];
+        lsum_abs += fabsl((long double)x[i]);
+    }
+    double sum = (double)lsum, sumsq = (double)lsumsq, sum_abs = (double)lsum_abs;
     double got_sum = t->gpu.ops->sum(&t->gpu, g_x, n), got_sumsq = t->gpu.ops->sumsq(&t->gpu, g_x, n);
     double e_sum = fabs(got_sum - sum) / (sum_abs > 0 ? sum_abs : 1);
     double e_sumsq = fabs(got_sumsq - sumsq) / (sumsq > 0 ? sumsq : 1);
-    check(&t->checks, e_sum <= 1e-12, "sum", "%s: %.10g vs host %.10g, err %.1e of sum|x|", shape, got_sum, sum, e_sum);
-    check(&t->checks, e_sumsq <= 1e-12, "sumsq", "%s: %.10g vs host %.10g, rel err %.1e", shape, got_sumsq, sumsq, e_sumsq);
+    check(&t->checks, e_sum <= 1e-12, tagged("sum"), "%s: %.10g vs host %.10g, err %.1e of sum|x|", shape, got_sum, sum, e_sum);
+    check(&t->checks, e_sumsq <= 1e-12, tagged("sumsq"), "%s: %.10g vs host %.10g, rel err %.1e", shape, got_sumsq, sumsq, e_sumsq);
     gpu_drop(t, g_x, n * 4);
     free(x);
 }
@@ -493,7 +527,7 @@ static void test_zero_sizes(Test *t) {
     o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
     double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
     dev_sync(g);
-    check(&t->checks, s == 0.0, "zero sizes", "every op with n = 0 or N = 0 returned, sums %g", s);
+    check(&t->checks, s == 0.0, tagged("zero sizes"), "every op with n = 0 or N = 0 returned, sums %g", s);
 }
 
 /* ---------------------------------------------------------------------------
@@ -530,7 +564,7 @@ static void compare16(Test *t, const char *op, const char *what, const char *sha
     dev_to_host(&t->gpu, got16, gpu_buf, n * 2);
     float *got = widen16(got16, n), *want = widen16(want16, n);
     char name[128];
-    snprintf(name, sizeof name, "bf16 %s %s", op, what);
+    snprintf(name, sizeof name, "bf16 %s %s" TAG_FMT, op, what, TAG);
     double err = max_rel_err(got, want, n);
     check(&t->checks, err <= TOL16, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
           err, n, TOL16);
@@ -541,7 +575,7 @@ static void compare16f(Test *t, const char *op, const char *what, const char *sh
                        const float *gpu_buf, const float *want, size_t n) {
     float *got = gpu_get(t, gpu_buf, n);
     char name[128];
-    snprintf(name, sizeof name, "bf16 %s %s", op, what);
+    snprintf(name, sizeof name, "bf16 %s %s" TAG_FMT, op, what, TAG);
     double err = max_rel_err(got, want, n);
     check(&t->checks, err <= TOL16, name, "%s: max rel err %.2e over %zu values (tol %.0e)", shape,
           err, n, TOL16);
@@ -734,10 +768,20 @@ int main(void) {
 #else
         const char *why = "this build has no CUDA (nvcc was not found); run on a GPU machine";
 #endif
-        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) check_skip(&t.checks, groups[i], why);
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) check_skip(&t.checks, tagged(groups[i]), why);
         return check_done(&t.checks);
     }
     dev_open(&t.cpu, DEV_CPU, 0, err, sizeof err);
+
+    /* GPU_OR_EMU(call, gpu shape, emulation shape): under the CPU emulation
+     * a shape that would cost seconds there is replaced by a smaller one
+     * taking the same code path, as each comment says. */
+#ifdef KERNELS_EMU
+    const int emu_small = !getenv("KERNELS_EMU_FULL");
+#else
+    const int emu_small = 0;
+#endif
+#define GPU_OR_EMU(call, gpu, emu) (emu_small ? call emu : call gpu)
 
     test_encoder(&t, 3, 37, 45, 10, 0, 0);     /* few tokens: many positions share a dwte row */
     test_encoder(&t, 4, 256, 768, 5000, 0, 0);
@@ -755,23 +799,27 @@ int main(void) {
     test_matmul(&t, 37, 45, 77, 0);
     test_matmul(&t, 1, 1, 1, 1);
     test_matmul(&t, 5, 3, 130, 1);
-    test_matmul(&t, 256, 768, 2304, 1);  /* GPT-2 small's qkv projection */
+    /* GPT-2 small's qkv projection; emulated, its proportions (OC = 3C),
+     * 64x64 tiles in all three products (the emulated GPU's 108 SMs would
+     * give dw's 18 x 6 the large tile at the GPU shape) */
+    GPU_OR_EMU(test_matmul, (&t, 256, 768, 2304, 1), (&t, 128, 192, 576, 1));
     /* Each of these has more than 132 tiles of 128x128 in one product
      * (forward, dinp, dw in turn), so the large-tile kernel runs on an
-     * H100 for all three operand layouts; the other products take 64x64. */
-    test_matmul(&t, 1500, 45, 1500, 1);
-    test_matmul(&t, 1500, 1500, 45, 1);
-    test_matmul(&t, 45, 1500, 1500, 1);
+     * H100 for all three operand layouts; the other products take 64x64.
+     * Emulated (108 SMs): 11 x 10 = 110 >= 108 tiles, partial at both edges. */
+    GPU_OR_EMU(test_matmul, (&t, 1500, 45, 1500, 1), (&t, 1290, 45, 1190, 1));
+    GPU_OR_EMU(test_matmul, (&t, 1500, 1500, 45, 1), (&t, 1290, 1190, 45, 1));
+    GPU_OR_EMU(test_matmul, (&t, 45, 1500, 1500, 1), (&t, 45, 1190, 1290, 1));
 
     test_attention(&t, 3, 37, 40, 5);    /* hs = 8: a warp spans several heads */
     test_attention(&t, 2, 64, 96, 3);
     test_attention(&t, 1, 130, 256, 2);  /* hs = 128 */
-    test_attention(&t, 2, 256, 768, 12); /* GPT-2 small's heads */
-    test_attention(&t, 1, 1024, 64, 1);  /* the longest context */
+    GPU_OR_EMU(test_attention, (&t, 2, 256, 768, 12), (&t, 2, 128, 768, 12)); /* GPT-2 small's heads */
+    GPU_OR_EMU(test_attention, (&t, 1, 1024, 64, 1), (&t, 1, 512, 64, 1));    /* the longest context */
 
     test_elementwise(&t, 1);
     test_elementwise(&t, 1000);
-    test_elementwise(&t, 1000003);
+    GPU_OR_EMU(test_elementwise, (&t, 1000003), (&t, 100003)); /* not a multiple of 4: the scalar path */
 
     test_crossentropy(&t, 4, 50257, 50304);  /* GPT-2's vocabulary, padded */
     test_crossentropy(&t, 37, 45, 64);
@@ -786,13 +834,14 @@ int main(void) {
     test_xent(&t, 3, 50257, 1, 50304, 0.0f);    /* one rank: the whole padded row */
 
     test_adamw(&t, 7);
-    test_adamw(&t, 1000003);
+    GPU_OR_EMU(test_adamw, (&t, 1000003), (&t, 100003));
     test_adamw_segs(&t);
 
     test_sums(&t, 0);
     test_sums(&t, 1);
     test_sums(&t, 1000003);
-    test_sums(&t, (size_t)1 << 24);
+    /* both past 1024 blocks of 256: the capped grid, several elements a thread */
+    GPU_OR_EMU(test_sums, (&t, (size_t)1 << 24), (&t, (size_t)1 << 21));
 
     test_zero_sizes(&t);
 
@@ -807,17 +856,22 @@ int main(void) {
     test16_layernorm(&t, &c16, 1024, 768);
     test16_matmul(&t, &c16, 37, 45, 77);
     test16_matmul(&t, &c16, 200, 72, 136);
-    test16_matmul(&t, &c16, 256, 768, 2304);
-    test16_matmul(&t, &c16, 1024, 3072, 768);
+    /* emulated: the qkv proportions, and test_gemm's emulated fc shape
+     * (forward 2 x 3 tiles of 128, 9 k-tiles through the 4-stage pipeline) */
+    GPU_OR_EMU(test16_matmul, (&t, &c16, 256, 768, 2304), (&t, &c16, 128, 192, 576));
+    GPU_OR_EMU(test16_matmul, (&t, &c16, 1024, 3072, 768), (&t, &c16, 256, 288, 384));
     test16_attention(&t, &c16, 2, 37, 40, 5);    /* hs 8: the plain kernels */
     test16_attention(&t, &c16, 2, 37, 192, 3);   /* hs 64, ragged T: the fused ones */
-    test16_attention(&t, &c16, 1, 256, 768, 12); /* GPT-2's heads */
-    test16_rest(&t, &c16, 1000003, 37, 45, 64, 45);
-    test16_rest(&t, &c16, 1 << 20, 8, 50257, 50304, 768);
+    /* GPT-2's heads; emulated, T = 128: 2 x 2 tiles of 64, masked and not */
+    GPU_OR_EMU(test16_attention, (&t, &c16, 1, 256, 768, 12), (&t, &c16, 1, 128, 768, 12));
+    /* n not a multiple of 8: the scalar path; then 2^k: the vector path, and
+     * GPT-2's padded vocabulary (emulated, wte [V,C] at C = 64) */
+    GPU_OR_EMU(test16_rest, (&t, &c16, 1000003, 37, 45, 64, 45), (&t, &c16, 100003, 37, 45, 64, 45));
+    GPU_OR_EMU(test16_rest, (&t, &c16, 1 << 20, 8, 50257, 50304, 768), (&t, &c16, 1 << 17, 8, 50257, 50304, 64));
     dev_set_dtype(&t.gpu, DT_F32);
     dev_close(&c16);
 
-    check(&t.checks, t.gpu.bytes_live == 0, "no leaks", "%zu device bytes still live", t.gpu.bytes_live);
+    check(&t.checks, t.gpu.bytes_live == 0, tagged("no leaks"), "%zu device bytes still live", t.gpu.bytes_live);
     dev_close(&t.gpu);
     dev_close(&t.cpu);
     return check_done(&t.checks);

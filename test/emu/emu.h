@@ -1,8 +1,11 @@
 /* test/emu/emu.h: a CPU emulation of the CUDA and PTX features that
- * attention.cu and matmul.cu's TC_MMA path use, so that their real kernel
- * source (rewritten at build time by emu_transform.cpp, never copied by
- * hand) runs on a machine without a GPU and is checked by test/test_flash.c
- * and test/test_gemm.c against their float64 host references.
+ * attention.cu, matmul.cu's TC_MMA path and kernels.cu use, so that their
+ * real kernel source (rewritten at build time by emu_transform.cpp, never
+ * copied by hand) runs on a machine without a GPU and is checked by
+ * test/test_flash.c and test/test_gemm.c against their float64 host
+ * references, and by test/test_kernels.c (both of kernels.cu's tables, the
+ * bf16 one reaching attention.cu and matmul.cu through tc.h) against ops.c
+ * and ops_bf16.c.
  *
  * What is emulated, and how.
  *  - Threads. A launch runs its blocks one after another on the calling OS
@@ -19,7 +22,8 @@
  *    (with cp.async landing late, below). Deterministic: the same inputs
  *    give the same interleaving and the same bits every run.
  *  - __syncthreads: every thread of the block must arrive; __syncwarp,
- *    __shfl_xor_sync, ldmatrix and mma.sync are warp collectives: all 32
+ *    __shfl_xor_sync (of any 4- or 8-byte type: float, double, int...;
+ *    the bits move whole), ldmatrix and mma.sync are warp collectives: all 32
  *    lanes must arrive at the same kind of collective (a divergent warp, a
  *    partial mask or a lane that returned is reported as an error, since
  *    the .sync.aligned instructions require all of them). The last lane to
@@ -57,6 +61,22 @@
  *    objects (zero at first, not garbage; outside the ldmatrix/cp.async
  *    window).
  *  - atomicAdd(float): a plain add (blocks run one at a time).
+ *  - Launches: K<<<grid, block, smem, stream>>>(args) converts the
+ *    arguments to K's parameter types, as a launch does; a kernel template
+ *    whose template arguments the launch deduces from the arguments
+ *    (kernels.cu's map_kernel) is resolved against the arguments' own types.
+ *    Streams are handles only: every launch, copy and memset is done when
+ *    it returns.
+ *  - Device memory (emu_rt.cpp's cudaMalloc and the runtime calls around
+ *    it, for kernels.cu's cuda_* functions and so tensor.c's USE_CUDA Dev):
+ *    host memory, 256-byte aligned, filled with 0xFF (NaN) when allocated,
+ *    between guard areas that cudaFree checks (a store past either end of
+ *    a buffer stops the program); cudaMemsetAsync and the device side of
+ *    cudaMemcpyAsync must lie inside one live allocation. Pinned host
+ *    memory is malloc. test_flash and test_gemm use emu_dev.c's Dev
+ *    instead (the same guards, without kernels.cu).
+ *  - Math: the host's libm for expf, tanhf and the rest; rsqrtf is
+ *    1/sqrtf; min and max of integers are defined here.
  *  - The device is reported as compute capability 8.0 with 108 SMs, so the
  *    sm_90a paths (wgmma, TMA, mbarrier) are never chosen; their kernels
  *    compile to empty shells on the host and are not emulated.
@@ -77,7 +97,13 @@
  * State. The scheduler's state is thread_local (the current block and
  * fiber, and the settings read from EMU_CP and EMU_ORDER once per OS
  * thread); emu_rt.cpp holds the emulated device's per-kernel shared-memory
- * limits (cudaFuncSetAttribute) under a mutex. Nothing else is mutable.
+ * limits (cudaFuncSetAttribute) and the table of live device allocations,
+ * each under a mutex. Nothing else is mutable.
+ *
+ * The host compiler builds the transformed .cu files with
+ * -fno-strict-aliasing: device code stores through uint4 into float and
+ * bf16 arrays (kernels.cu's 16-byte vectors), which nvcc compiles as meant
+ * and g++ at -O2 otherwise may not.
  */
 #ifndef EMU_H
 #define EMU_H
@@ -126,7 +152,8 @@ struct EmuWarp {
     uint32_t a[32][4], b[32][2];
     float c[32][4];       /* mma accumulators in, results out */
     uint32_t r[32][4];    /* ldmatrix results */
-    float v[32];          /* shuffle values */
+    uint64_t v[32];       /* shuffle values (the bits of a 4- or 8-byte value) */
+    uint64_t shfl[32];    /* shuffle results */
     int arg[32];          /* shuffle lane mask, per lane */
 };
 
@@ -187,15 +214,44 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask is not emulated");
     emu_warp_arrive(emu_warp(), EMU_OP_SYNCWARP);
 }
-static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
+/* __shfl_xor_sync of any 4- or 8-byte type (float, double, int, ...): each
+ * lane's bits travel whole (a double as one 64-bit value, as the device's
+ * pair of 32-bit shuffles gives it). */
+template <class T> static inline T emu_shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "__shfl_xor_sync of a 4- or 8-byte type");
     if (mask != 0xffffffffu || width != 32) emu_fail("__shfl_xor_sync: only the full warp is emulated");
     EmuWarp *w = emu_warp();
     const int lane = emu_lane();
-    w->v[lane] = v;
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    w->v[lane] = bits;
     w->arg[lane] = lane_mask;
     emu_warp_arrive(w, EMU_OP_SHFL_XOR);
-    return w->c[lane][0];
+    memcpy(&v, &w->shfl[lane], sizeof v);
+    return v;
 }
+static inline float __shfl_xor_sync(unsigned m, float v, int l, int width = 32) { return emu_shfl_xor(m, v, l, width); }
+static inline double __shfl_xor_sync(unsigned m, double v, int l, int width = 32) { return emu_shfl_xor(m, v, l, width); }
+static inline int __shfl_xor_sync(unsigned m, int v, int l, int width = 32) { return emu_shfl_xor(m, v, l, width); }
+static inline unsigned __shfl_xor_sync(unsigned m, unsigned v, int l, int width = 32) { return emu_shfl_xor(m, v, l, width); }
+static inline long long __shfl_xor_sync(unsigned m, long long v, int l, int width = 32) { return emu_shfl_xor(m, v, l, width); }
+static inline unsigned long long __shfl_xor_sync(unsigned m, unsigned long long v, int l, int width = 32) {
+    return emu_shfl_xor(m, v, l, width);
+}
+/* The device math functions the host's libm lacks (the host's
+ * arithmetic, not the device's error bounds), and the integer min/max
+ * that device code calls unqualified. */
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
 static inline float atomicAdd(float *p, float v) {
     const float old = *p;
     *p = old + v;
@@ -321,12 +377,33 @@ static inline EmuConfigCall emu_config(dim3 grid, dim3 block, size_t smem = 0, c
 template <class F> static void emu_invoke(void *f) { (*(F *)f)(); }
 
 template <class... P, class... A>
-static void operator%(void (*kernel)(P...), const EmuCall<A...> &call) {
+static void emu_launch(void (*kernel)(P...), const EmuCall<A...> &call, const char *name) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
     const std::tuple<P...> args(call.args);  /* converted to the parameter types, as a launch does */
     auto body = [&]() { std::apply(kernel, args); };
-    emu_run_grid(call.cfg.grid, call.cfg.block, call.cfg.smem, (const void *)kernel, __PRETTY_FUNCTION__,
+    emu_run_grid(call.cfg.grid, call.cfg.block, call.cfg.smem, (const void *)kernel, name,
                  &emu_invoke<decltype(body)>, &body);
+}
+
+/* A kernel named by one function (or a template-id naming one
+ * specialization): its parameter types P are deduced from it. */
+template <class... P, class... A>
+static void operator%(void (*kernel)(P...), const EmuCall<A...> &call) {
+    emu_launch(kernel, call, __PRETTY_FUNCTION__);
+}
+
+/* A kernel template whose template arguments a launch deduces from the
+ * call's arguments (kernels.cu's map_kernel<<<...>>>(out, a, b, n, f)):
+ * the name is an overload set, P cannot be deduced from it, so that
+ * overload drops out and this one, whose kernel parameter is not a deduced
+ * context, resolves the set against void (*)(A...), the arguments' own
+ * types (decayed: EmuConfigCall takes them by value). A kernel whose
+ * parameter types differ from its arguments' (a conversion) still has to
+ * be named whole, as in the overload above. */
+template <class T> struct EmuNonDeduced { using type = T; };
+template <class... A>
+static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const EmuCall<A...> &call) {
+    emu_launch(kernel, call, __PRETTY_FUNCTION__);
 }
 
 #endif

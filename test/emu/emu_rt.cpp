@@ -10,6 +10,7 @@
 #include "emu.h"
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -318,7 +319,7 @@ void emu_warp_complete(EmuWarp *w, int op) {
     switch (op) {
     case EMU_OP_SYNCWARP: break;
     case EMU_OP_SHFL_XOR:
-        for (int l = 0; l < 32; l++) w->c[l][0] = w->v[l ^ (w->arg[l] & 31)];
+        for (int l = 0; l < 32; l++) w->shfl[l] = w->v[l ^ (w->arg[l] & 31)];
         break;
     case EMU_OP_LDSM: emu_do_ldmatrix(w, 0); break;
     case EMU_OP_LDSM_T: emu_do_ldmatrix(w, 1); break;
@@ -485,6 +486,129 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+/* ---------------------------------------------------------------------------
+ * Device selection, streams and memory, for kernels.cu's cuda_* functions
+ * (and through them tensor.c's USE_CUDA Dev): one emulated GPU, device 0.
+ * Work is synchronous: a launch has run when it returns, so an "async"
+ * copy or memset runs at once and a stream is only a handle.
+ *
+ * Device memory is host memory: cudaMalloc returns 256-byte aligned bytes
+ * filled with 0xFF (NaN in fp32 and bf16: a kernel that reads what nobody
+ * wrote shows it) between two guard areas of a known pattern, checked by
+ * cudaFree, so a kernel that writes past either end of its buffer stops
+ * the program with a message. Every live allocation is in a table, so a
+ * cudaFree, cudaMemsetAsync or device side of a cudaMemcpyAsync that is
+ * not inside one (a host pointer passed as a device pointer, a size past
+ * the end) stops it too. cudaMallocHost is plain host memory. */
+
+namespace {
+constexpr size_t EMU_DEV_GUARD = 256;  /* bytes before and after each allocation */
+constexpr unsigned char EMU_DEV_GUARD_BYTE = 0x5A;
+std::mutex emu_mem_lock;
+std::map<uintptr_t, size_t> emu_dev_allocs;  /* start -> bytes */
+struct EmuStream { int id; };
+
+/* Whether [p, p + n) lies inside one live device allocation. */
+bool emu_dev_range(const void *p, size_t n) {
+    std::lock_guard<std::mutex> g(emu_mem_lock);
+    const uintptr_t a = (uintptr_t)p;
+    auto it = emu_dev_allocs.upper_bound(a);
+    if (it == emu_dev_allocs.begin()) return false;
+    --it;
+    return a - it->first <= it->second && n <= it->second - (a - it->first);
+}
+}  // namespace
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation (sm_80, 108 SMs)");
+    p->major = 8;
+    p->minor = 0;
+    p->multiProcessorCount = 108;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->sharedMemPerBlock = EMU_SMEM_DEFAULT;
+    p->sharedMemPerBlockOptin = EMU_SMEM_MAX;
+    p->totalGlobalMem = (size_t)16 << 30;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
+    static std::atomic<int> next{1};
+    *s = (cudaStream_t)(void *)new EmuStream{next++};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete (EmuStream *)(void *)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    const size_t body = (bytes + 255) / 256 * 256;
+    unsigned char *b = (unsigned char *)aligned_alloc(256, body + 2 * EMU_DEV_GUARD);
+    if (!b) return cudaErrorMemoryAllocation;
+    memset(b, EMU_DEV_GUARD_BYTE, EMU_DEV_GUARD);
+    memset(b + EMU_DEV_GUARD, 0xFF, bytes);  /* uninitialised: NaN */
+    memset(b + EMU_DEV_GUARD + bytes, EMU_DEV_GUARD_BYTE, body - bytes + EMU_DEV_GUARD);
+    *p = b + EMU_DEV_GUARD;
+    std::lock_guard<std::mutex> g(emu_mem_lock);
+    emu_dev_allocs[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    size_t bytes;
+    {
+        std::lock_guard<std::mutex> g(emu_mem_lock);
+        auto it = emu_dev_allocs.find((uintptr_t)p);
+        if (it == emu_dev_allocs.end()) emu_fail("cudaFree(%p): not a live device allocation", p);
+        bytes = it->second;
+        emu_dev_allocs.erase(it);
+    }
+    unsigned char *b = (unsigned char *)p - EMU_DEV_GUARD;
+    const size_t body = (bytes + 255) / 256 * 256;
+    for (size_t i = 0; i < EMU_DEV_GUARD; i++)
+        if (b[i] != EMU_DEV_GUARD_BYTE)
+            emu_fail("a store %zu bytes before a %zu-byte device buffer (found at its cudaFree)",
+                     EMU_DEV_GUARD - i, bytes);
+    for (size_t i = EMU_DEV_GUARD + bytes; i < body + 2 * EMU_DEV_GUARD; i++)
+        if (b[i] != EMU_DEV_GUARD_BYTE)
+            emu_fail("a store %zu bytes past the end of a %zu-byte device buffer (found at its cudaFree)",
+                     i - EMU_DEV_GUARD - bytes, bytes);
+    free(b);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    if (!emu_dev_range(p, n)) emu_fail("cudaMemsetAsync(%p, %zu bytes): not inside one device allocation", p, n);
+    memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev)
+        emu_fail("cudaMemcpyAsync: kind %d is not emulated", (int)kind);
+    if (dst_dev && !emu_dev_range(dst, n))
+        emu_fail("cudaMemcpyAsync(kind %d): destination %p + %zu bytes not inside one device allocation", (int)kind, dst, n);
+    if (src_dev && !emu_dev_range(src, n))
+        emu_fail("cudaMemcpyAsync(kind %d): source %p + %zu bytes not inside one device allocation", (int)kind, src, n);
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpyFromSymbolAsync(void *, const void *, size_t, size_t, cudaMemcpyKind, cudaStream_t) {
     emu_fail("cudaMemcpyFromSymbolAsync is not emulated");
 }
