@@ -34,6 +34,8 @@ bad "out of range" "--batch must be between 1 and" --data $DATA $SMALL --save $S
 bad "negative lr" "--lr must be between" --data $DATA $SMALL --save $SAVE --lr -1
 bad "bad lr-decay" "--lr-decay must be cosine or none, got 'linear'" --data $DATA $SMALL --save $SAVE --lr-decay linear
 bad "bad device" "--device must be cpu or cuda, got 'gpu'" --data $DATA $SMALL --save $SAVE --device gpu
+bad "bad dtype" "--dtype must be bf16 or fp32, got 'fp16'" --data $DATA $SMALL --save $SAVE --dtype fp16
+bad "bad peak" "--peak-tflops must be between" --data $DATA $SMALL --save $SAVE --peak-tflops 0
 bad "no data flag" "--data FILE is required" $SMALL --save $SAVE
 bad "stray argument" "unexpected argument 'extra'" --data $DATA $SMALL --save $SAVE extra
 bad "dim not divisible by heads" "--dim 10 is not divisible by --heads 3" --data $DATA $SMALL --save $SAVE --dim 10 --heads 3
