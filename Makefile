@@ -61,6 +61,8 @@ TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/tes
 # not. emu_transform rewrites each .cu (its inline PTX, shared memory and
 # launches) into C++ for the host compiler; the kernels themselves are the
 # real source.
+# (The rules below come before `all`: name the default goal.)
+.DEFAULT_GOAL := all
 EMU_CUDA_INC := $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 ifneq ($(EMU_CUDA_INC),)
 TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu
@@ -109,6 +111,42 @@ test/emu/tensor_cuda.o: tensor.c tensor.h
 
 test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_OBJS)
 	$(CC) $(CFLAGS) -DUSE_CUDA -DKERNELS_EMU -I. -o $@ $< $(KERNELS_EMU_OBJS) -lm -fopenmp -lstdc++
+
+# The whole training program's CUDA path under the emulation: test/train_emu
+# is main.c and every object built with USE_CUDA (never USE_NCCL: ranks that
+# share the one emulated GPU talk over shared memory, staging through
+# tensor.c's Dev), the .cu files from the emulation, and emu_rt.cpp in place
+# of the CUDA runtime. It reports one GPU, "CPU emulation of sm_80", so
+# --device cuda runs there; each forked rank has its own emulated runtime.
+# test_model_emu (-DMODEL_EMU) runs test_model's CUDA checks in-process over
+# the same objects and through test/train_emu; test_3d_emu (-DTRAIN_EMU) a
+# few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
+EMU_TRAIN_SRCS := tensor ops ops_bf16 gpt data ckpt optim comm dp zero tp pp trace
+EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
+                  test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
+EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include
+EMU_LDLIBS := -lm -fopenmp -lpthread -lrt -lstdc++
+ifneq ($(EMU_CUDA_INC),)
+TESTS += test/test_model_emu test/test_3d_emu
+endif
+
+test/emu/train/%.o: %.c *.h
+	@mkdir -p test/emu/train
+	$(CC) $(EMU_CFLAGS) -c $< -o $@
+
+test/train_emu: test/emu/train/main.o $(EMU_TRAIN_OBJS)
+	$(CC) -o $@ $^ $(EMU_LDLIBS)
+
+test/test_model_emu: test/test_model.c test/check.h $(EMU_TRAIN_OBJS) test/train_emu
+	$(CC) $(EMU_CFLAGS) -DMODEL_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
+
+test/test_3d_emu: test/test_3d.c test/check.h test/train_run.h $(EMU_TRAIN_OBJS) test/train_emu
+	$(CC) $(EMU_CFLAGS) -DTRAIN_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
+
+.PHONY: emu-train-clean
+clean: emu-train-clean
+emu-train-clean:
+	rm -rf test/emu/train test/train_emu
 
 .PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
 

@@ -18,6 +18,11 @@
  * of hanging the suite. Where a GPU is visible, the same layouts run again
  * with --device cuda, the ranks sharing it (through the shared-memory
  * backend when there are more ranks than GPUs), against the CPU's one rank.
+ *
+ * -DTRAIN_EMU (test_3d_emu): no GPU needed. Every run goes through
+ * test/train_emu, the training program over the CUDA kernels under the CPU
+ * emulation (test/emu/emu.h), and only the one-rank CPU references and the
+ * CUDA layouts run, their names ending in "(cpu emulation)".
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +33,18 @@
 #include "tensor.h"
 
 #define STEPS 6
+
+#ifdef TRAIN_EMU
+#define TRAIN_BIN "./test/train_emu"
+#define EMU 1
+#define EMU_TAG " (cpu emulation)"
+#define OUT "test/out/3d_emu"
+#else
+#define TRAIN_BIN "./train"
+#define EMU 0
+#define EMU_TAG ""
 #define OUT "test/out/3d"
+#endif
 
 typedef struct Model {
     const char *flags;
@@ -40,7 +56,7 @@ typedef TrainRun Result;
 static void run(Result *r, const Model *md, const char *flags, const char *save) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "timeout 60 ./train %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
+             "timeout 60 " TRAIN_BIN " %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
              md->flags, STEPS, save, flags);
     train_run(r, cmd);
 }
@@ -105,14 +121,16 @@ int main(void) {
     int rc = system("mkdir -p " OUT);
     (void)rc;
 
+    Result ref;
+    float *pref;
     /* pipelines: 4 layers, 4 micro-batches of 1 sequence */
+    if (!EMU) {
     Model pipe = {"--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8",
                   4, 32, 128, 16, 0};
     pipe.nparams = 128 * 32 + 16 * 32 + 4 * (2 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 +
                                             4 * 32 * 32 + 4 * 32 + 4 * 32 * 32 + 32) + 2 * 32;
-    Result ref;
     run(&ref, &pipe, "--batch 4", OUT "/pipe_ref.bin");
-    float *pref = load(OUT "/pipe_ref.bin", pipe.nparams);
+    pref = load(OUT "/pipe_ref.bin", pipe.nparams);
     if (check(&c, ref.rc == 0 && ref.nsteps == STEPS && pref, "one rank, 4 layers",
               "exit %d, %d steps", ref.rc, ref.nsteps)) {
         static const char *scheds[] = {"naive", "gpipe", "1f1b"};
@@ -130,6 +148,7 @@ int main(void) {
     }
     free(pref);
     train_run_free(&ref);
+    }
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",
@@ -140,7 +159,7 @@ int main(void) {
     pref = load(OUT "/big_ref.bin", big.nparams);
     if (check(&c, ref.rc == 0 && ref.nsteps == STEPS && pref, "one rank, 8 layers",
               "exit %d, %d steps", ref.rc, ref.nsteps)) {
-        for (int D = 1; D <= 8; D *= 2)
+        for (int D = 1; !EMU && D <= 8; D *= 2)
             for (int T = 1; D * T <= 8; T *= 2) {
                 int P = 8 / (D * T), B = 8 / D > 2 ? 2 : 8 / D, M = 8 / (D * B);
                 for (int zero = 0; zero <= 1; zero++) {
@@ -151,6 +170,7 @@ int main(void) {
                     compare(&c, &big, name, flags, &ref, pref);
                 }
             }
+        if (!EMU) {
         compare(&c, &big, "dp 2 x tp 2 x pp 2, zero 1, --sp, --offload, gpipe, recompute",
                 "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 --sp --offload --schedule gpipe --recompute",
                 &ref, pref);
@@ -160,17 +180,19 @@ int main(void) {
                 &ref, pref);
         compare(&c, &big, "dp 2 x tp 2 x pp 2, parameter server", "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --dp-mode ps",
                 &ref, pref);
+        }
         static const struct { const char *name, *flags; } gpu[] = {
             {"cuda: one rank", "--device cuda --dtype fp32 --batch 8"},
-            {"cuda: dp 2, zero 1 (2 ranks on the GPUs)", "--device cuda --dtype fp32 --ranks 2 --batch 4 --micro-batches 2 --zero 1"},
-            {"cuda: dp 2, zero 3", "--device cuda --dtype fp32 --ranks 2 --batch 4 --micro-batches 2 --zero 3"},
+            {"cuda: dp 2, zero 1 (2 ranks on the GPUs)", "--device cuda --dtype fp32 --ranks 2 --batch 2 --micro-batches 2 --zero 1"},
+            {"cuda: dp 2, zero 3", "--device cuda --dtype fp32 --ranks 2 --batch 2 --micro-batches 2 --zero 3"},
             {"cuda: tp 2 sp", "--device cuda --dtype fp32 --ranks 2 --tp 2 --sp --batch 8"},
             {"cuda: pp 2, 1f1b", "--device cuda --dtype fp32 --ranks 2 --pp 2 --batch 2 --micro-batches 4"},
             {"cuda: dp 2 x tp 2 x pp 2, zero 1", "--device cuda --dtype fp32 --ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1"},
         };
         for (size_t i = 0; i < sizeof gpu / sizeof gpu[0]; i++) {
-            if (dev_gpu_count() > 0) compare(&c, &big, gpu[i].name, gpu[i].flags, &ref, pref);
-            else check_skip(&c, gpu[i].name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
+            snprintf(name, sizeof name, "%s" EMU_TAG, gpu[i].name);
+            if (dev_gpu_count() > 0) compare(&c, &big, name, gpu[i].flags, &ref, pref);
+            else check_skip(&c, name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         }
     }
     free(pref);
@@ -193,8 +215,10 @@ int main(void) {
             {"cuda bf16: dp 2 x tp 2 x pp 2, zero 1", "--device cuda --ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1", 1},
         };
         for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++) {
-            if (!bf[i].gpu || dev_gpu_count() > 0) compare_bf16(&c, &big, bf[i].name, bf[i].flags, &ref);
-            else check_skip(&c, bf[i].name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
+            if (EMU && !bf[i].gpu) continue;
+            snprintf(name, sizeof name, "%s%s", bf[i].name, bf[i].gpu ? EMU_TAG : "");
+            if (!bf[i].gpu || dev_gpu_count() > 0) compare_bf16(&c, &big, name, bf[i].flags, &ref);
+            else check_skip(&c, name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         }
     }
     train_run_free(&ref);

@@ -5,7 +5,16 @@
  * test/test_flash.c and test/test_gemm.c against their float64 host
  * references, and by test/test_kernels.c (both of kernels.cu's tables, the
  * bf16 one reaching attention.cu and matmul.cu through tc.h) against ops.c
- * and ops_bf16.c.
+ * and ops_bf16.c. The whole training program runs over it too:
+ * test/train_emu is main.c and every object built with USE_CUDA (never
+ * USE_NCCL), these transformed .cu files and emu_rt.cpp in place of the CUDA
+ * runtime, so --device cuda trains on the emulated GPU (named "CPU emulation
+ * of sm_80", so no MFU is printed). test_model_emu checks it against the
+ * PyTorch fixture (fp32 and bf16) and test_3d_emu runs test_3d's CUDA
+ * layouts against the CPU's one rank: forked ranks each have their own
+ * emulated runtime (plain process memory) and share the one emulated GPU
+ * over the shared-memory backend, which stages device buffers through
+ * tensor.c's Dev, as ranks sharing a real GPU do.
  *
  * What is emulated, and how.
  *  - Threads. A launch runs its blocks one after another on the calling OS

@@ -528,7 +528,7 @@ cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvali
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (d != 0) return cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CPU emulation (sm_80, 108 SMs)");
+    snprintf(p->name, sizeof p->name, "CPU emulation of sm_80 (108 SMs), not a GPU");
     p->major = 8;
     p->minor = 0;
     p->multiProcessorCount = 108;
