@@ -115,23 +115,18 @@ static void compare(Checks *c, const Model *md, const char *name, const char *fl
     train_run_free(&r);
 }
 
-int main(void) {
-    Checks c = {0};
+/* Pipelines: 4 layers, 4 micro-batches of 1 sequence, P = 2 and 4 under
+ * each schedule, with and without recompute, and uneven stages. */
+static void pipelines(Checks *c) {
     char flags[512], name[256];
-    int rc = system("mkdir -p " OUT);
-    (void)rc;
-
     Result ref;
-    float *pref;
-    /* pipelines: 4 layers, 4 micro-batches of 1 sequence */
-    if (!EMU) {
     Model pipe = {"--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8",
                   4, 32, 128, 16, 0};
     pipe.nparams = 128 * 32 + 16 * 32 + 4 * (2 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 +
                                             4 * 32 * 32 + 4 * 32 + 4 * 32 * 32 + 32) + 2 * 32;
     run(&ref, &pipe, "--batch 4", OUT "/pipe_ref.bin");
-    pref = load(OUT "/pipe_ref.bin", pipe.nparams);
-    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS && pref, "one rank, 4 layers",
+    float *pref = load(OUT "/pipe_ref.bin", pipe.nparams);
+    if (check(c, ref.rc == 0 && ref.nsteps == STEPS && pref, "one rank, 4 layers",
               "exit %d, %d steps", ref.rc, ref.nsteps)) {
         static const char *scheds[] = {"naive", "gpipe", "1f1b"};
         for (int P = 2; P <= 4; P += 2)
@@ -141,14 +136,24 @@ int main(void) {
                              P, P, scheds[s], rec ? " --recompute" : "");
                     snprintf(name, sizeof name, "pp %d, %s, 4 micro-batches%s", P, scheds[s],
                              rec ? ", recompute" : "");
-                    compare(&c, &pipe, name, flags, &ref, pref);
+                    compare(c, &pipe, name, flags, &ref, pref);
                 }
-        compare(&c, &pipe, "pp 2, --stage-layers 3,1, 1f1b", "--ranks 2 --pp 2 --stage-layers 3,1 --batch 1 --micro-batches 4",
+        compare(c, &pipe, "pp 2, --stage-layers 3,1, 1f1b", "--ranks 2 --pp 2 --stage-layers 3,1 --batch 1 --micro-batches 4",
                 &ref, pref);
     }
     free(pref);
     train_run_free(&ref);
-    }
+}
+
+int main(void) {
+    Checks c = {0};
+    char flags[512], name[256];
+    int rc = system("mkdir -p " OUT);
+    (void)rc;
+
+    Result ref;
+    float *pref;
+    if (!EMU) pipelines(&c);
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",
@@ -171,15 +176,15 @@ int main(void) {
                 }
             }
         if (!EMU) {
-        compare(&c, &big, "dp 2 x tp 2 x pp 2, zero 1, --sp, --offload, gpipe, recompute",
-                "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 --sp --offload --schedule gpipe --recompute",
-                &ref, pref);
-        compare(&c, &big, "dp 2 x tp 1 x pp 4, zero 2", "--ranks 8 --dp 2 --pp 4 --batch 2 --micro-batches 2 --zero 2",
-                &ref, pref);
-        compare(&c, &big, "dp 4 x tp 1 x pp 2, zero 3", "--ranks 8 --dp 4 --pp 2 --batch 1 --micro-batches 2 --zero 3",
-                &ref, pref);
-        compare(&c, &big, "dp 2 x tp 2 x pp 2, parameter server", "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --dp-mode ps",
-                &ref, pref);
+            compare(&c, &big, "dp 2 x tp 2 x pp 2, zero 1, --sp, --offload, gpipe, recompute",
+                    "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1 --sp --offload --schedule gpipe --recompute",
+                    &ref, pref);
+            compare(&c, &big, "dp 2 x tp 1 x pp 4, zero 2", "--ranks 8 --dp 2 --pp 4 --batch 2 --micro-batches 2 --zero 2",
+                    &ref, pref);
+            compare(&c, &big, "dp 4 x tp 1 x pp 2, zero 3", "--ranks 8 --dp 4 --pp 2 --batch 1 --micro-batches 2 --zero 3",
+                    &ref, pref);
+            compare(&c, &big, "dp 2 x tp 2 x pp 2, parameter server", "--ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --dp-mode ps",
+                    &ref, pref);
         }
         static const struct { const char *name, *flags; } gpu[] = {
             {"cuda: one rank", "--device cuda --dtype fp32 --batch 8"},
