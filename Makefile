@@ -69,8 +69,10 @@ TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu
 endif
 # -fno-strict-aliasing: device code reinterprets freely (kernels.cu's 16-byte
 # vectors store through uint4 into float and bf16 arrays); nvcc compiles
-# that as meant, and g++ must too.
-EMU_CXXFLAGS := -O2 -std=c++17 -fno-strict-aliasing -Itest/emu -I. -I$(CUDA_HOME)/include -Wall \
+# that as meant, and g++ must too. -DMM_EMU_SM90A builds matmul.cu's sm_90a
+# kernel (wgmma, TMA) for the host too; it runs where the emulated device
+# says 9.0 (EMU_ARCH=sm_90a), as on an H100.
+EMU_CXXFLAGS := -O2 -std=c++17 -fno-strict-aliasing -DMM_EMU_SM90A -Itest/emu -I. -I$(CUDA_HOME)/include -Wall \
                 -Wno-unknown-pragmas -Wno-unused-parameter -Wno-unused-function -Wno-psabi
 EMU_OBJS := test/emu/emu_rt.o test/emu/emu_dev.o
 

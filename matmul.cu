@@ -439,7 +439,9 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define WG_BOX_BYTES 8192                             /* one 64 x 64 box */
 #define WG_CONSUMER_WARPS 8
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* MM_EMU_SM90A: the CPU emulation (test/emu/emu.h) builds the sm_90a code
+ * for the host, which then runs it in place of a GPU. */
+#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(MM_EMU_SM90A)
 #define MM_SM90A_BUILD 1
 #else
 #define MM_SM90A_BUILD 0
@@ -451,10 +453,21 @@ __global__ void mm_probe_kernel() {
     mm_probe_flag = MM_SM90A_BUILD;
 }
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if MM_SM90A_BUILD
 
 __device__ __forceinline__ void mm_mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised mbarriers visible to the other threads (and to TMA). */
+__device__ __forceinline__ void mm_mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* Lowers (DEC) or raises the warpgroup's per-thread register budget to R. */
+template <int R> __device__ __forceinline__ void mm_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
+}
+template <int R> __device__ __forceinline__ void mm_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
 }
 __device__ __forceinline__ void mm_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
@@ -549,7 +562,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                 int pair_ok) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if MM_SM90A_BUILD
     __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
     __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
     extern __shared__ __align__(16) unsigned char mm_smem[];
@@ -566,14 +579,14 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             mm_mbar_init(mm_smem_u32(&full_bar[s]), 1);
             mm_mbar_init(mm_smem_u32(&empty_bar[s]), WG_CONSUMER_WARPS);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mm_mbar_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the warpgroup
          * only gives its registers back. */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        mm_setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             int it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -603,7 +616,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        mm_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
         const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
         float d[128];

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test/test_emu.sh: the CUDA kernels under the CPU emulation (test/emu/emu.h),
 # on any machine with CUDA's headers, GPU or not: test/test_flash_emu
-# (attention.cu), test/test_gemm_emu (matmul.cu's TC_MMA path) and
+# (attention.cu), test/test_gemm_emu (matmul.cu's TC_MMA path; then, on an
+# emulated sm_90a, its TC_WGMMA path) and
 # test/test_kernels_emu (kernels.cu's float32 and bf16 tables, the latter
 # through attention.cu and matmul.cu, over tensor.c's Dev), each in the four
 # settings of the emulation (cp.async landing early or late, the first warp
@@ -13,6 +14,18 @@ cd "$(dirname "$0")/.." || exit 2
 mkdir -p test/out
 tmp=test/out/test_emu.tmp
 status=0
+# run NAME PROGRAM SETTINGS...: one run, its output, and a FAIL line of its
+# own when it exits non-zero without printing one (an emu: error).
+run() {
+    label=$1 prog=$2
+    shift 2
+    env "$@" "./$prog" > "$tmp" 2>&1
+    rc=$?
+    cat "$tmp"
+    [ "$rc" -eq 0 ] && return
+    status=1
+    grep -q '^FAIL ' "$tmp" || echo "FAIL $label ($*): $prog exited with status $rc"
+}
 for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
     name=$(basename "$t" _emu)
     if [ ! -x "$t" ]; then
@@ -21,16 +34,28 @@ for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
     fi
     for cp in early late; do
         for order in up down; do
-            EMU_CP=$cp EMU_ORDER=$order "./$t" > "$tmp" 2>&1
-            rc=$?
-            cat "$tmp"
-            [ "$rc" -eq 0 ] && continue
-            status=1
-            grep -q '^FAIL ' "$tmp" ||
-                echo "FAIL ${name#test_} (cpu emulation, cp.async $cp, warps $order): $t exited with status $rc"
+            run "${name#test_}" "$t" EMU_CP=$cp EMU_ORDER=$order
         done
     done
 done
+# matmul.cu's sm_90a kernel (TC_WGMMA: TMA, mbarriers, warp-specialised
+# wgmma, a persistent grid) on an emulated H100: test_gemm_emu in the four
+# settings, with 132 SMs (a block a tile) and with 1 (one block walks every
+# tile, the pipeline's phases carried from tile to tile); test_kernels_emu's
+# bf16 table, whose matmuls then take TC_WGMMA, in two.
+if [ -x test/test_gemm_emu ]; then
+    for cp in early late; do
+        for order in up down; do
+            for sms in 132 1; do
+                run "gemm sm_90a" test/test_gemm_emu EMU_ARCH=sm_90a EMU_SMS=$sms EMU_CP=$cp EMU_ORDER=$order
+            done
+        done
+    done
+fi
+if [ -x test/test_kernels_emu ]; then
+    run "kernels sm_90a" test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
+    run "kernels sm_90a" test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
+fi
 # The whole training program's CUDA path: test/test_model_emu (the model on
 # --device cuda, fp32 and bf16, against the PyTorch fixture, in-process and
 # through test/train_emu) and test/test_3d_emu (test_3d's CUDA layouts, the
@@ -43,12 +68,18 @@ for t in test/test_model_emu test/test_3d_emu; do
         echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
         continue
     fi
-    EMU_CP=early EMU_ORDER=up "./$t" > "$tmp" 2>&1
-    rc=$?
-    cat "$tmp"
-    [ "$rc" -eq 0 ] && continue
-    status=1
-    grep -q '^FAIL ' "$tmp" || echo "FAIL ${name#test_} (cpu emulation): $t exited with status $rc"
+    run "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
 done
+# The model once more on the emulated H100, its matmuls through TC_WGMMA
+# (its names say so: test_model's own tag is a constant).
+if [ -x test/test_model_emu ] && [ -x test/train_emu ]; then
+    EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down ./test/test_model_emu > "$tmp" 2>&1
+    rc=$?
+    sed 's/(cpu emulation)/(cpu emulation of sm_90a)/' "$tmp"
+    if [ "$rc" -ne 0 ]; then
+        status=1
+        grep -q '^FAIL ' "$tmp" || echo "FAIL model (cpu emulation of sm_90a): test/test_model_emu exited with status $rc"
+    fi
+fi
 rm -f "$tmp"
 exit $status

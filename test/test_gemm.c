@@ -28,11 +28,14 @@
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
  *
  * Built with -DGEMM_EMU and linked against test/emu/ (test/test_gemm_emu),
- * the same checks run matmul.cu's kernels under the CPU emulation, an sm_80
- * device (TC_WGMMA's TMA, mbarriers and wgmma are not emulated: it SKIPs);
- * every name then ends in "(cpu emulation, ...)" with the emulation's
- * settings, and GPT-2's fc shape becomes M=256 N=384 K=288 (2 x 3 tiles,
- * 9 k-tiles through the 4-stage pipeline).
+ * the same checks run matmul.cu's kernels under the CPU emulation: an sm_80
+ * device by default (TC_WGMMA SKIPs: not sm_90), an H100 with
+ * EMU_ARCH=sm_90a (TC_WGMMA's TMA, mbarriers and wgmma emulated; EMU_SMS=1
+ * makes one persistent block walk every tile); every name then ends in
+ * "(cpu emulation, ...)" with the emulation's settings, and GPT-2's fc
+ * shape becomes M=256 N=384 K=288 (TC_MMA: 2 x 3 tiles, 9 k-tiles through
+ * its 4-stage pipeline; TC_WGMMA: 2 x 2 tiles of 128 x 256, 5 k-blocks of
+ * 64, the last half outside K, so the stages' phases wrap).
  */
 #include <math.h>
 #include <stdint.h>
@@ -183,9 +186,6 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
-#ifdef GEMM_EMU
-    if (impl == TC_WGMMA) return "TC_WGMMA (TMA, mbarrier, wgmma) is not emulated; the emulated GPU is sm_80";
-#endif
     if (impl == TC_WGMMA)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"

@@ -1,5 +1,6 @@
 /* test/emu/emu.h: a CPU emulation of the CUDA and PTX features that
- * attention.cu, matmul.cu's TC_MMA path and kernels.cu use, so that their
+ * attention.cu, matmul.cu (TC_MMA on sm_80, TC_WGMMA on sm_90a) and
+ * kernels.cu use, so that their
  * real kernel source (rewritten at build time by emu_transform.cpp, never
  * copied by hand) runs on a machine without a GPU and is checked by
  * test/test_flash.c and test/test_gemm.c against their float64 host
@@ -86,9 +87,59 @@
  *    instead (the same guards, without kernels.cu).
  *  - Math: the host's libm for expf, tanhf and the rest; rsqrtf is
  *    1/sqrtf; min and max of integers are defined here.
- *  - The device is reported as compute capability 8.0 with 108 SMs, so the
- *    sm_90a paths (wgmma, TMA, mbarrier) are never chosen; their kernels
- *    compile to empty shells on the host and are not emulated.
+ *  - The device: EMU_ARCH=sm_80 (the default) reports compute capability
+ *    8.0 with 108 SMs; EMU_ARCH=sm_90a reports 9.0 with 132 SMs, an H100,
+ *    and matmul.cu (built with -DMM_EMU_SM90A, so its sm_90a kernel is
+ *    compiled for the host) then takes TC_WGMMA. EMU_SMS=n sets the SM
+ *    count (1 makes one block of the persistent grid walk every tile).
+ *
+ * sm_90a, as matmul.cu's TC_WGMMA uses it (the rules are the PTX ISA's and
+ * the CUDA driver API's; where they are unclear the emulation is stricter
+ * and says so in its message):
+ *  - Static __shared__ objects live outside the dynamic window (above), so
+ *    __cvta_generic_to_shared gives them addresses of their own from
+ *    EMU_STATIC_BASE on, which the mbarrier functions map back.
+ *  - mbarrier: init(count) (8-byte aligned, count 1..2^20-1), arrive,
+ *    arrive.expect_tx(bytes) (adds transaction bytes, then arrives),
+ *    complete_tx from TMA; a phase completes when no arrival and no byte is
+ *    outstanding, and the count re-arms. try_wait.parity(P) is true when the
+ *    phase of parity P has completed: the current phase's parity is not P
+ *    (so parity 1 passes at once on a fresh barrier). A waiting thread
+ *    sleeps until the barrier changes. Using a barrier nobody initialised,
+ *    or arriving where no arrival is pending, stops the program; a phase
+ *    that never completes is a deadlock, reported with who waits.
+ *  - TMA: cuTensorMapEncodeTiled (found through
+ *    cudaGetDriverEntryPointByVersion, as on a GPU) checks the driver's
+ *    rules and stores the map in the CUtensorMap; only rank 2 bfloat16 maps,
+ *    swizzle none or 128 bytes (with a 128-byte box row) are emulated.
+ *    cp.async.bulk.tensor.2d writes box element (r, c), global element
+ *    (c1 + r, c0 + c) or zero outside the tensor, at dst + r * row bytes +
+ *    2c, through the 128-byte swizzle (address bits 4-6 XOR bits 7-9, on the
+ *    shared address itself), and completes the whole box's bytes on the
+ *    mbarrier, zero-filled parts included. The destination must be
+ *    1024-byte aligned with the swizzle (the pattern's period; the PTX ISA
+ *    asks 128, the emulation asks more so that a box's rows start the
+ *    pattern, as matmul.cu's layout assumes). EMU_CP=early lands the box as
+ *    it is issued; late fills it with 0xFF (NaN) and lands it when a thread
+ *    waiting on its mbarrier finds every arrival in.
+ *  - wgmma.fence, commit_group, wait_group N, mma_async and setmaxnreg are
+ *    warpgroup collectives (.sync.aligned): all 128 threads of the
+ *    warpgroup must arrive at the same one with the same operands, or the
+ *    program stops (a divergent warpgroup). mma_async m64nNk16 (f32 += bf16
+ *    x bf16, scale-d 1, as matmul.cu's wrapper writes it) reads A (64 x 16)
+ *    and B (16 x N) from shared memory through their matrix descriptors:
+ *    start address bits 0-13, leading byte offset 16-29, stride byte offset
+ *    32-45 (each >> 4), base offset 49-51 (must be 0), swizzle 62-63 (must
+ *    be 1, 128 bytes), the rest zero; element (mn, k) of a k-major operand
+ *    (trans 0) at start + 128 (mn % 8) + SBO (mn / 8) + 2k, of an mn-major
+ *    one (trans 1) at start + 2 (mn % 64) + LBO (mn / 64) + 128 (k % 8) +
+ *    SBO (k / 8), swizzled; the accumulator fragment is mma.sync's, warp w
+ *    of the warpgroup holding rows 16w..16w+15. With EMU_CP=early it runs
+ *    as it is issued; with late it runs only at the wait_group that retires
+ *    its group, reading shared memory then, so a stage released or
+ *    refilled before its wgmma finished gives wrong numbers or NaN, and a
+ *    block that ends with wgmma in flight stops the program. setmaxnreg
+ *    checks only its count (24..256, a multiple of 8).
  *
  * What it cannot catch.
  *  - Real data races and memory ordering: fibers see every store at once,
@@ -104,8 +155,8 @@
  *    files (the normal build does that), and code under __CUDA_ARCH__.
  *
  * State. The scheduler's state is thread_local (the current block and
- * fiber, and the settings read from EMU_CP and EMU_ORDER once per OS
- * thread); emu_rt.cpp holds the emulated device's per-kernel shared-memory
+ * fiber, and the settings read from EMU_CP, EMU_ORDER, EMU_ARCH and EMU_SMS
+ * once per OS thread); emu_rt.cpp holds the emulated device's per-kernel shared-memory
  * limits (cudaFuncSetAttribute) and the table of live device allocations,
  * each under a mutex. Nothing else is mutable.
  *
@@ -117,6 +168,7 @@
 #ifndef EMU_H
 #define EMU_H
 
+#include <cuda.h>          /* CUtensorMap: a type only, no libcuda */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -124,8 +176,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <deque>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
@@ -151,6 +205,7 @@ struct EmuFiber {
     EmuCopy *copies;      /* pending cp.async, issue order, [head, count) */
     int ncopies, cap, head;
     int committed;        /* groups committed so far */
+    const void *wait_on;  /* while waiting: the barrier, collective or mbarrier */
 };
 
 /* The operands and results of one warp collective, per lane. */
@@ -168,6 +223,48 @@ struct EmuWarp {
 
 enum EmuOp { EMU_OP_SYNCWARP = 1, EMU_OP_SHFL_XOR, EMU_OP_LDSM, EMU_OP_LDSM_T, EMU_OP_MMA };
 
+/* sm_90a (emulated only where the device reports 9.0, EMU_ARCH=sm_90a). */
+
+/* One TMA box in flight (EMU_CP=late) until a thread waits on its mbarrier. */
+struct EmuTma {
+    const CUtensorMap *map;
+    int c0, c1;           /* element coordinates: inner, outer */
+    uint32_t dst;         /* shared address */
+};
+/* An mbarrier, found by its shared address. */
+struct EmuMbar {
+    uint32_t addr;
+    uint32_t expected;    /* arrivals a phase (init's count) */
+    uint32_t pending;     /* arrivals still missing in the current phase */
+    long long tx;         /* transaction bytes still expected in it */
+    unsigned phase;       /* phases completed */
+    std::vector<EmuTma> inflight;
+};
+/* One wgmma.mma_async of a warpgroup: D (64 x n, each thread's fragment
+ * at d[t]) += A (64 x 16) B (16 x n), the operands read through the
+ * descriptors when it runs. */
+struct EmuWgmma {
+    uint64_t da, db;
+    int ta, tb, n;
+    float *d[128];
+};
+enum EmuWgOp { EMU_WG_FENCE = 1, EMU_WG_MMA, EMU_WG_COMMIT, EMU_WG_WAIT, EMU_WG_SETMAXNREG };
+/* A warpgroup's collectives (.sync.aligned over its 128 threads) and its
+ * wgmma queue: issued and not committed, then committed groups, oldest first. */
+struct EmuWarpgroup {
+    int arrived, op;
+    uint64_t a[128], b[128];  /* per thread: descriptors, or the wait / setmaxnreg arguments */
+    int arg[128];             /* per thread: wgmma's trans-a | trans-b << 1 | n << 2 */
+    float *d[128];
+    std::vector<EmuWgmma> open;
+    std::deque<std::vector<EmuWgmma>> groups;
+};
+enum { EMU_MAX_STATICS = 64 };
+/* Shared addresses given to static __shared__ objects (which the emulation
+ * keeps outside the dynamic window): EMU_STATIC_BASE + 16 i for the i-th
+ * object __cvta_generic_to_shared was asked about in this block. */
+#define EMU_STATIC_BASE 0x40000000u
+
 struct EmuBlock {
     int nthreads, nwarps;
     EmuFiber *fibers;
@@ -180,6 +277,10 @@ struct EmuBlock {
     int cp_late;          /* EMU_CP=late */
     int order_down;       /* EMU_ORDER=down */
     EmuWarp *warps;
+    std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
+    std::vector<EmuMbar> mbars;
+    const void *statics[EMU_MAX_STATICS];
+    int nstatics;
 };
 
 extern thread_local EmuBlock *emu_blk;
@@ -191,7 +292,8 @@ extern thread_local EmuBlock *emu_blk;
 
 /* emu_rt.cpp */
 [[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void emu_wait(void);                           /* this fiber waits; returns when woken */
+void emu_wait(const void *on);                 /* this fiber waits on `on`; returns when woken */
+void emu_wake(const void *on);                 /* wakes every fiber of the block waiting on `on` */
 void emu_warp_complete(EmuWarp *w, int op);    /* the last lane: compute the collective */
 void emu_syncthreads(void);
 void emu_cp_land(EmuFiber *f, int upto_group); /* lands copies of groups < upto_group */
@@ -211,7 +313,7 @@ static inline void emu_warp_arrive(EmuWarp *w, int op) {
     else if (w->op != op)
         emu_fail("warp %d: lanes at different collectives (%d and %d): divergent warp",
                  emu_self()->linear >> 5, w->op, op);
-    if (++w->arrived < 32) emu_wait();
+    if (++w->arrived < 32) emu_wait(w);
     else emu_warp_complete(w, op);
 }
 
@@ -279,8 +381,11 @@ static inline cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const T &symbol, 
     return cudaMemcpyFromSymbolAsync(dst, (const void *)&symbol, count, offset, kind, stream);
 }
 static inline unsigned char *emu_dynamic_smem(void) { return emu_blk->smem; }
+uint32_t emu_static_shared(const void *p);    /* a static __shared__ object's address */
 static inline size_t __cvta_generic_to_shared(const void *p) {
-    return (size_t)((const unsigned char *)p - emu_blk->smem);
+    const unsigned char *c = (const unsigned char *)p;
+    if (c >= emu_blk->smem && c <= emu_blk->smem + emu_blk->smem_size) return (size_t)(c - emu_blk->smem);
+    return emu_static_shared(p);
 }
 
 /* ---------------------------------------------------------------------------
@@ -413,6 +518,38 @@ template <class T> struct EmuNonDeduced { using type = T; };
 template <class... A>
 static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const EmuCall<A...> &call) {
     emu_launch(kernel, call, __PRETTY_FUNCTION__);
+}
+
+/* ---------------------------------------------------------------------------
+ * PTX of sm_90a: mbarrier, TMA (cp.async.bulk.tensor), wgmma, setmaxnreg, as
+ * matmul.cu's wrappers use them (emu_rt.cpp does the work; see the header). */
+
+void emu_mbar_init(uint32_t bar, uint32_t count);
+void emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);  /* arrive (.expect_tx tx_bytes) */
+void emu_mbar_wait(uint32_t bar, uint32_t parity);
+void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar);
+void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d);
+void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
+
+static inline void mm_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
+static inline void mm_mbar_init_fence(void) {}
+static inline void mm_mbar_expect_tx(uint32_t bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
+static inline void mm_mbar_arrive(uint32_t bar) { emu_mbar_arrive(bar, 0); }
+static inline void mm_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait(bar, parity); }
+static inline void mm_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    emu_tma_2d(dst, map, c0, c1, bar);
+}
+template <int R> static inline void mm_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
+template <int R> static inline void mm_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
+static inline void mm_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
+static inline void mm_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
+template <int N> static inline void mm_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
+static inline void mm_fence_regs(float (&)[128]) {}
+/* wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 with scale-d 1,
+ * scales 1 and trans-a TA, trans-b TB, as matmul.cu's wrapper writes it. */
+template <int TA, int TB> static inline void mm_wgmma_256(float (&d)[128], uint64_t da, uint64_t db) {
+    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1), "imm-trans is 0 or 1");
+    emu_wgmma(da, db, TA, TB, 256, d);
 }
 
 #endif

@@ -1,11 +1,14 @@
 /* test/emu/emu_rt.cpp: the runtime of the CPU emulation (emu.h): fibers and
  * their switch, the warp-greedy scheduler, barriers, the warp collectives'
- * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, the grid
- * launch, and the few CUDA runtime calls attention.cu and matmul.cu make.
+ * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, sm_90a's
+ * mbarriers, TMA and wgmma, the grid launch, and the CUDA runtime calls
+ * the .cu files make (with the driver's cuTensorMapEncodeTiled).
  *
  * Settings, read once per OS thread from the environment:
- *   EMU_CP=early|late   when cp.async lands (default early; see emu.h)
+ *   EMU_CP=early|late   when cp.async and TMA land and wgmma runs (default early; see emu.h)
  *   EMU_ORDER=up|down   which warp runs first after a barrier (default up)
+ *   EMU_ARCH=sm_80|sm_90a  the emulated device (default sm_80; sm_90a: an H100)
+ *   EMU_SMS=n           its SM count (default 108, or 132 for sm_90a)
  */
 #include "emu.h"
 #include <stdarg.h>
@@ -125,16 +128,28 @@ struct EmuThreadState {
     int nstacks = 0;
     void *main_sp = nullptr;  /* the launching code, while a block runs */
     int cp_late = 0, order_down = 0, ready = 0;
+    int sm90 = 0;  /* EMU_ARCH=sm_90a */
+    int sms = 0;   /* EMU_SMS, or the architecture's count */
 };
 thread_local EmuThreadState emu_ts;
 
 void emu_settings(void) {
     if (emu_ts.ready) return;
-    const char *cp = getenv("EMU_CP"), *order = getenv("EMU_ORDER");
+    const char *cp = getenv("EMU_CP"), *order = getenv("EMU_ORDER"), *arch = getenv("EMU_ARCH"),
+               *sms = getenv("EMU_SMS");
     if (cp && strcmp(cp, "late") && strcmp(cp, "early")) emu_fail("EMU_CP must be early or late, not %s", cp);
     if (order && strcmp(order, "up") && strcmp(order, "down")) emu_fail("EMU_ORDER must be up or down, not %s", order);
+    if (arch && strcmp(arch, "sm_80") && strcmp(arch, "sm_90a")) emu_fail("EMU_ARCH must be sm_80 or sm_90a, not %s", arch);
     emu_ts.cp_late = cp && !strcmp(cp, "late");
     emu_ts.order_down = order && !strcmp(order, "down");
+    emu_ts.sm90 = arch && !strcmp(arch, "sm_90a");
+    emu_ts.sms = emu_ts.sm90 ? 132 : 108;
+    if (sms) {
+        char *end;
+        const long v = strtol(sms, &end, 10);
+        if (*sms == '\0' || *end != '\0' || v < 1 || v > 1024) emu_fail("EMU_SMS must be a count of 1 to 1024, not %s", sms);
+        emu_ts.sms = (int)v;
+    }
     emu_ts.ready = 1;
 }
 
@@ -184,14 +199,17 @@ int emu_pick(EmuBlock *b) {
 }
 
 [[noreturn]] void emu_deadlock(EmuBlock *b) {
-    int waiting = 0, done = 0;
+    int waiting = 0, done = 0, mbar = 0;
     for (int i = 0; i < b->nthreads; i++) {
-        waiting += b->fibers[i].state == EMU_WAIT;
-        done += b->fibers[i].state == EMU_DONE;
+        const EmuFiber &f = b->fibers[i];
+        waiting += f.state == EMU_WAIT;
+        done += f.state == EMU_DONE;
+        for (const EmuMbar &m : b->mbars) mbar += f.state == EMU_WAIT && f.wait_on == &m;
     }
-    emu_fail("deadlock in block (%u,%u,%u): %d threads wait (%d at __syncthreads), %d returned; "
-             "a barrier or warp collective some threads never reach",
-             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, done);
+    emu_fail("deadlock in block (%u,%u,%u): %d threads wait (%d at __syncthreads, %d on an mbarrier "
+             "phase that never completes), %d returned; a barrier or collective some threads never "
+             "reach, or an mbarrier nobody arrives at",
+             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, mbar, done);
 }
 
 /* Called on a fiber's own stack when its kernel returns: pick another
@@ -306,12 +324,19 @@ extern "C" void emu_fiber_main(void) {
     emu_fiber_exit();
 }
 
-void emu_wait(void) {
+void emu_wait(const void *on) {
     EmuBlock *b = emu_blk;
     b->fibers[b->cur].state = EMU_WAIT;
+    b->fibers[b->cur].wait_on = on;
     const int next = emu_pick(b);
     if (next < 0) emu_deadlock(b);
     emu_switch_to(next);
+}
+
+void emu_wake(const void *on) {
+    EmuBlock *b = emu_blk;
+    for (int i = 0; i < b->nthreads; i++)
+        if (b->fibers[i].state == EMU_WAIT && b->fibers[i].wait_on == on) b->fibers[i].state = EMU_RUN;
 }
 
 void emu_warp_complete(EmuWarp *w, int op) {
@@ -329,18 +354,17 @@ void emu_warp_complete(EmuWarp *w, int op) {
     w->arrived = 0;
     const int lo = b->cur & ~31;
     for (int i = lo; i < lo + 32; i++)
-        if (b->fibers[i].state == EMU_WAIT) b->fibers[i].state = EMU_RUN;
+        if (b->fibers[i].state == EMU_WAIT && b->fibers[i].wait_on == w) b->fibers[i].state = EMU_RUN;
 }
 
 void emu_syncthreads(void) {
     EmuBlock *b = emu_blk;
     if (++b->barrier_arrived < b->nthreads) {
-        emu_wait();
+        emu_wait(&b->barrier_arrived);
         return;
     }
     b->barrier_arrived = 0;
-    for (int i = 0; i < b->nthreads; i++)
-        if (b->fibers[i].state == EMU_WAIT) b->fibers[i].state = EMU_RUN;
+    emu_wake(&b->barrier_arrived);
     emu_switch_to(emu_first_runnable(b));  /* the warp order decides who goes first */
 }
 
@@ -371,11 +395,305 @@ void emu_cp_land(EmuFiber *f, int upto_group) {
     if (f->head == f->ncopies) f->head = f->ncopies = 0;
 }
 
+/* "cpu emulation, cp.async late, warps up" (sm_80, the default), or
+ * "cpu emulation of sm_90a (1 SM), cp.async late, warps up". */
 extern "C" const char *emu_describe(void) {
     emu_settings();
-    static const char *const names[2][2] = {{"cpu emulation, cp.async early, warps up", "cpu emulation, cp.async early, warps down"},
-                                            {"cpu emulation, cp.async late, warps up", "cpu emulation, cp.async late, warps down"}};
-    return names[emu_ts.cp_late][emu_ts.order_down];
+    static thread_local char name[96];
+    char arch[48] = "";
+    if (emu_ts.sm90) snprintf(arch, sizeof arch, " of sm_90a (%d SM%s)", emu_ts.sms, emu_ts.sms == 1 ? "" : "s");
+    snprintf(name, sizeof name, "cpu emulation%s, cp.async %s, warps %s", arch, emu_ts.cp_late ? "late" : "early",
+             emu_ts.order_down ? "down" : "up");
+    return name;
+}
+
+/* ---------------------------------------------------------------------------
+ * sm_90a: static shared addresses, mbarriers, TMA, warpgroup collectives and
+ * wgmma (see emu.h's header for the rules each follows). */
+
+uint32_t emu_static_shared(const void *p) {
+    EmuBlock *b = emu_blk;
+    for (int i = 0; i < b->nstatics; i++)
+        if (b->statics[i] == p) return EMU_STATIC_BASE + 16u * (uint32_t)i;
+    if (b->nstatics == EMU_MAX_STATICS) emu_fail("more than %d static __shared__ addresses taken", EMU_MAX_STATICS);
+    b->statics[b->nstatics] = p;
+    return EMU_STATIC_BASE + 16u * (uint32_t)b->nstatics++;
+}
+
+namespace {
+
+/* The 128-byte swizzle of a shared address: its 16-byte chunk index within
+ * a 128-byte row (bits 4-6) XOR the row's index within a 1024-byte group of
+ * eight rows (bits 7-9). */
+inline uint32_t emu_swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
+
+EmuMbar *emu_mbar_find(uint32_t bar, const char *what) {
+    for (EmuMbar &m : emu_blk->mbars)
+        if (m.addr == bar) return &m;
+    emu_fail("%s: no mbarrier initialised at shared address 0x%x", what, bar);
+}
+
+/* A phase completes when every arrival is in and every transaction byte
+ * has landed; its waiters are woken to look again either way. */
+void emu_mbar_update(EmuMbar *m) {
+    if (m->pending == 0 && m->tx == 0) {
+        m->phase++;
+        m->pending = m->expected;
+    }
+    emu_wake(m);
+}
+
+/* The tensor map as the emulated cuTensorMapEncodeTiled stores it in the
+ * opaque 128 bytes of a CUtensorMap. */
+struct EmuTensorMap {
+    uint64_t magic;
+    const unsigned char *base;
+    uint64_t dim[2];        /* elements: inner, outer */
+    uint64_t pitch;         /* bytes between outer rows */
+    uint32_t box[2];        /* elements: inner, outer */
+    uint32_t swizzle128;    /* 1: CU_TENSOR_MAP_SWIZZLE_128B, 0: none */
+};
+static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap), "an emulated map fits a CUtensorMap");
+constexpr uint64_t EMU_MAP_MAGIC = 0x50414d524f534e45ull;
+
+const EmuTensorMap *emu_map(const CUtensorMap *map) {
+    const EmuTensorMap *t = (const EmuTensorMap *)(const void *)map;
+    if (t->magic != EMU_MAP_MAGIC) emu_fail("cp.async.bulk.tensor: not a tensor map from cuTensorMapEncodeTiled");
+    return t;
+}
+uint32_t emu_box_bytes(const EmuTensorMap *t) { return t->box[0] * t->box[1] * 2; }
+
+/* Moves one box into shared memory: element (r, c) of the box, global
+ * (c1 + r, c0 + c) or zero outside the tensor, to dst + r * rowbytes + 2 c,
+ * swizzled. */
+void emu_tma_land(const EmuTma &c) {
+    const EmuTensorMap *t = emu_map(c.map);
+    const uint32_t rowbytes = t->box[0] * 2;
+    unsigned char *sm = emu_blk->smem;
+    for (uint32_t r = 0; r < t->box[1]; r++)
+        for (uint32_t e = 0; e < t->box[0]; e++) {
+            const long long gi = (long long)c.c0 + e, go = (long long)c.c1 + r;
+            uint16_t v = 0;
+            if (gi >= 0 && go >= 0 && (uint64_t)gi < t->dim[0] && (uint64_t)go < t->dim[1])
+                memcpy(&v, t->base + (uint64_t)go * t->pitch + (uint64_t)gi * 2, 2);
+            uint32_t a = c.dst + r * rowbytes + 2 * e;
+            if (t->swizzle128) a = emu_swizzle128(a);
+            memcpy(sm + a, &v, 2);
+        }
+}
+
+float emu_bf16_at(uint32_t addr) {
+    if ((size_t)addr + 2 > emu_blk->smem_size)
+        emu_fail("wgmma: operand address 0x%x beyond the %zu bytes of dynamic shared memory", addr,
+                 emu_blk->smem_size);
+    uint16_t h;
+    memcpy(&h, emu_blk->smem + addr, 2);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Element (mn, k) of an operand through its matrix descriptor: the
+ * canonical layouts of the 128-byte swizzle for 16-bit types,
+ *   k-major  (trans 0): start + (mn % 8) 128 + (mn / 8) SBO + 2 k
+ *   mn-major (trans 1): start + 2 (mn % 64) + (mn / 64) LBO + (k % 8) 128 + (k / 8) SBO
+ * then swizzled. Only swizzle mode 1 (128 bytes) and base offset 0 are
+ * emulated; reserved bits must be zero. */
+struct EmuDesc {
+    uint32_t start, lbo, sbo;
+};
+EmuDesc emu_desc(uint64_t d, const char *which) {
+    const uint64_t reserved = (3ull << 14) | (3ull << 30) | (7ull << 46) | (1023ull << 52);
+    if (d & reserved) emu_fail("wgmma: %s descriptor 0x%016llx sets reserved bits", which, (unsigned long long)d);
+    if ((d >> 49) & 7) emu_fail("wgmma: %s descriptor has a base offset (not emulated)", which);
+    if ((d >> 62) != 1)
+        emu_fail("wgmma: %s descriptor's swizzle mode %u is not emulated (1, 128 bytes, is)", which, (unsigned)(d >> 62));
+    return {(uint32_t)(d & 0x3FFF) << 4, (uint32_t)((d >> 16) & 0x3FFF) << 4, (uint32_t)((d >> 32) & 0x3FFF) << 4};
+}
+float emu_operand(const EmuDesc &g, int trans, int mn, int k) {
+    const uint32_t off = trans ? 2u * (mn % 64) + (uint32_t)(mn / 64) * g.lbo + 128u * (k % 8) + (uint32_t)(k / 8) * g.sbo
+                               : 128u * (mn % 8) + (uint32_t)(mn / 8) * g.sbo + 2u * k;
+    return emu_bf16_at(emu_swizzle128(g.start + off));
+}
+
+/* Runs one wgmma: reads A and B from shared memory now, accumulates into
+ * every thread's fragment (warp w rows 16w + lane/4 and + 8, columns
+ * 8j + 2 (lane % 4) + {0, 1} in d[4j .. 4j + 3]), k in order, in fp32. */
+void emu_wgmma_run(const EmuWgmma &op) {
+    const EmuDesc ga = emu_desc(op.da, "A"), gb = emu_desc(op.db, "B");
+    static thread_local float A[64][16], Bt[256][16];
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 16; k++) A[m][k] = emu_operand(ga, op.ta, m, k);
+    for (int n = 0; n < op.n; n++)
+        for (int k = 0; k < 16; k++) Bt[n][k] = emu_operand(gb, op.tb, n, k);
+    for (int t = 0; t < 128; t++) {
+        const int w = t >> 5, l = t & 31;
+        float *d = op.d[t];
+        for (int j = 0; j < op.n / 8; j++)
+            for (int i = 0; i < 4; i++) {
+                const float *ar = A[16 * w + (l >> 2) + 8 * (i >> 1)], *bc = Bt[8 * j + 2 * (l & 3) + (i & 1)];
+                float s = d[4 * j + i];
+                for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
+                d[4 * j + i] = s;
+            }
+    }
+}
+
+const char *emu_wg_name(int op) {
+    switch (op) {
+    case EMU_WG_FENCE: return "wgmma.fence";
+    case EMU_WG_MMA: return "wgmma.mma_async";
+    case EMU_WG_COMMIT: return "wgmma.commit_group";
+    case EMU_WG_WAIT: return "wgmma.wait_group";
+    case EMU_WG_SETMAXNREG: return "setmaxnreg";
+    }
+    return "?";
+}
+
+/* The last of the warpgroup's 128 threads to arrive: check that every
+ * thread gave the same operands, then do the collective. */
+void emu_wg_complete(EmuWarpgroup *g, int op) {
+    for (int t = 1; t < 128; t++)
+        if (g->a[t] != g->a[0] || g->b[t] != g->b[0] || g->arg[t] != g->arg[0])
+            emu_fail("%s: the warpgroup's threads disagree on its operands (thread %d of it)", emu_wg_name(op), t);
+    const bool late = emu_blk->cp_late;
+    switch (op) {
+    case EMU_WG_FENCE: break;
+    case EMU_WG_SETMAXNREG: {
+        const uint64_t r = g->a[0];
+        if (r < 24 || r > 256 || r % 8) emu_fail("setmaxnreg: %llu registers (24 to 256, a multiple of 8)", (unsigned long long)r);
+        break;
+    }
+    case EMU_WG_MMA: {
+        EmuWgmma w;
+        w.da = g->a[0];
+        w.db = g->b[0];
+        w.ta = g->arg[0] & 1;
+        w.tb = (g->arg[0] >> 1) & 1;
+        w.n = g->arg[0] >> 2;
+        for (int t = 0; t < 128; t++) w.d[t] = g->d[t];
+        if (late) g->open.push_back(w);
+        else emu_wgmma_run(w);  /* early: reads its operands as it is issued */
+        break;
+    }
+    case EMU_WG_COMMIT:
+        g->groups.push_back(g->open);
+        g->open.clear();
+        break;
+    case EMU_WG_WAIT:
+        while (g->groups.size() > g->a[0]) {  /* late: the oldest groups run now */
+            for (const EmuWgmma &w : g->groups.front()) emu_wgmma_run(w);
+            g->groups.pop_front();
+        }
+        break;
+    }
+    g->arrived = 0;
+    emu_wake(g);
+}
+
+}  // namespace
+
+void emu_mbar_init(uint32_t bar, uint32_t count) {
+    EmuBlock *b = emu_blk;
+    if (bar % 8) emu_fail("mbarrier.init: address 0x%x not 8-byte aligned", bar);
+    if (count < 1 || count > (1u << 20) - 1) emu_fail("mbarrier.init: count %u outside 1..2^20-1", count);
+    for (EmuMbar &m : b->mbars)
+        if (m.addr == bar) {
+            if (!m.inflight.empty()) emu_fail("mbarrier.init at 0x%x while TMA copies are in flight on it", bar);
+            m = EmuMbar{bar, count, count, 0, 0, {}};
+            return;
+        }
+    b->mbars.push_back(EmuMbar{bar, count, count, 0, 0, {}});
+}
+
+void emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes) {
+    EmuMbar *m = emu_mbar_find(bar, "mbarrier.arrive");
+    if (m->pending == 0) emu_fail("mbarrier.arrive at 0x%x: no arrival pending", bar);
+    m->tx += tx_bytes;
+    if (m->tx >= (1ll << 20)) emu_fail("mbarrier at 0x%x: %lld transaction bytes pending (2^20-1 at most)", bar, m->tx);
+    m->pending--;
+    emu_mbar_update(m);
+}
+
+/* try_wait.parity in a loop: the phase of parity `parity` has completed when
+ * the current phase's parity differs from it. Late TMA copies on the
+ * barrier land when a waiter finds every arrival in. */
+void emu_mbar_wait(uint32_t bar, uint32_t parity) {
+    for (;;) {
+        EmuMbar *m = emu_mbar_find(bar, "mbarrier.try_wait");
+        if ((m->phase & 1u) != (parity & 1u)) return;
+        if (m->pending == 0 && !m->inflight.empty()) {
+            std::vector<EmuTma> land;
+            land.swap(m->inflight);
+            for (const EmuTma &c : land) {
+                emu_tma_land(c);
+                m->tx -= emu_box_bytes(emu_map(c.map));
+            }
+            emu_mbar_update(m);
+            continue;
+        }
+        emu_wait(m);
+    }
+}
+
+void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    EmuBlock *b = emu_blk;
+    const EmuTensorMap *t = emu_map(map);
+    EmuMbar *m = emu_mbar_find(bar, "cp.async.bulk.tensor");
+    const uint32_t bytes = emu_box_bytes(t);
+    if (dst % (t->swizzle128 ? 1024u : 128u))
+        emu_fail("cp.async.bulk.tensor: shared address 0x%x not %u-byte aligned", dst, t->swizzle128 ? 1024u : 128u);
+    if ((size_t)dst + bytes > b->smem_size)
+        emu_fail("cp.async.bulk.tensor: a %u-byte box at 0x%x beyond the %zu bytes of dynamic shared memory", bytes, dst,
+                 b->smem_size);
+    const EmuTma c = {map, c0, c1, dst};
+    if (b->cp_late) {
+        memset(b->smem + dst, 0xFF, bytes);  /* in flight: NaN until it lands */
+        m->inflight.push_back(c);
+    } else {
+        emu_tma_land(c);
+        m->tx -= bytes;
+        emu_mbar_update(m);
+    }
+}
+
+static EmuWarpgroup *emu_my_wg(int op) {
+    EmuBlock *b = emu_blk;
+    const int t = emu_self()->linear;
+    if (!b->wgs || (size_t)(t / 128) >= b->wgs->size())
+        emu_fail("%s: thread %d is not in a whole warpgroup (a block of %d threads)", emu_wg_name(op), t, b->nthreads);
+    return &(*b->wgs)[(size_t)(t / 128)];
+}
+
+static void emu_wg_arrive(EmuWarpgroup *g, int op) {
+    if (g->arrived == 0) g->op = op;
+    else if (g->op != op)
+        emu_fail("warpgroup %d: threads at different collectives (%s and %s): divergent warpgroup",
+                 emu_self()->linear / 128, emu_wg_name(g->op), emu_wg_name(op));
+    if (++g->arrived < 128) emu_wait(g);
+    else emu_wg_complete(g, op);
+}
+
+void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d) {
+    EmuWarpgroup *g = emu_my_wg(op);
+    const int t = emu_self()->linear % 128;
+    g->a[t] = a;
+    g->b[t] = b;
+    g->arg[t] = 0;
+    g->d[t] = d;
+    emu_wg_arrive(g, op);
+}
+
+void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d) {
+    if (n % 8 || n < 8 || n > 256) emu_fail("wgmma: n %d", n);
+    EmuWarpgroup *g = emu_my_wg(EMU_WG_MMA);
+    const int t = emu_self()->linear % 128;
+    g->a[t] = da;
+    g->b[t] = db;
+    g->arg[t] = ta | tb << 1 | n << 2;
+    g->d[t] = d;
+    emu_wg_arrive(g, EMU_WG_MMA);
 }
 
 /* ---------------------------------------------------------------------------
@@ -409,12 +727,14 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
     emu_ensure_stacks(n);
     std::vector<EmuFiber> fibers((size_t)n);
     std::vector<EmuWarp> warps((size_t)nwarps);
+    std::vector<EmuWarpgroup> wgs((size_t)(n % 128 ? 0 : n / 128));
     std::vector<unsigned char> sm(smem + EMU_SMEM_GUARD);
     EmuBlock b{};
     b.nthreads = n;
     b.nwarps = nwarps;
     b.fibers = fibers.data();
     b.warps = warps.data();
+    b.wgs = &wgs;
     b.smem = sm.data();
     b.smem_size = smem;
     b.grid_dim = grid;
@@ -431,6 +751,13 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
                 b.barrier_arrived = 0;
                 memset(sm.data(), 0xFF, sm.size());  /* uninitialised shared memory: NaN */
                 for (auto &w : warps) w.arrived = 0;
+                for (auto &g : wgs) {
+                    g.arrived = 0;
+                    g.open.clear();
+                    g.groups.clear();
+                }
+                b.mbars.clear();
+                b.nstatics = 0;
                 for (int i = 0; i < n; i++) {
                     EmuFiber &f = fibers[(size_t)i];
                     f.state = EMU_RUN;
@@ -438,6 +765,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
                                        (unsigned)i / (block.x * block.y));
                     f.linear = i;
                     f.head = f.ncopies = f.committed = 0;
+                    f.wait_on = nullptr;
                     char *st = emu_stack(i);
                     memcpy(st, &EMU_CANARY, sizeof EMU_CANARY);
                     f.sp = emu_stack_init(st, EMU_STACK);
@@ -445,6 +773,14 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
                 emu_blk = &b;
                 b.cur = emu_first_runnable(&b);
                 emu_switch(&emu_ts.main_sp, fibers[(size_t)b.cur].sp);
+                for (const auto &m : b.mbars)
+                    if (!m.inflight.empty())
+                        emu_fail("launch of %s, block (%u,%u,%u): it ended with %zu TMA copies in flight on the "
+                                 "mbarrier at 0x%x (never waited for)", name, bx, by, bz, m.inflight.size(), m.addr);
+                for (size_t g = 0; g < wgs.size(); g++)
+                    if (!wgs[g].open.empty() || !wgs[g].groups.empty())
+                        emu_fail("launch of %s, block (%u,%u,%u): warpgroup %zu ended with wgmma in flight "
+                                 "(no wgmma.wait_group 0 after the last)", name, bx, by, bz, g);
                 emu_blk = nullptr;
                 for (int i = 0; i < n; i++)
                     if (memcmp(emu_stack(i), &EMU_CANARY, sizeof EMU_CANARY))
@@ -469,10 +805,11 @@ cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    emu_settings();
     switch (a) {
-    case cudaDevAttrComputeCapabilityMajor: *v = 8; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = emu_ts.sm90 ? 9 : 8; break;
     case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
-    case cudaDevAttrMultiProcessorCount: *v = 108; break;
+    case cudaDevAttrMultiProcessorCount: *v = emu_ts.sms; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)EMU_SMEM_MAX; break;
     default: emu_fail("cudaDeviceGetAttribute(%d) is not emulated", (int)a);
     }
@@ -527,11 +864,13 @@ cudaError_t cudaGetDeviceCount(int *n) {
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (d != 0) return cudaErrorInvalidDevice;
+    emu_settings();
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CPU emulation of sm_80 (108 SMs), not a GPU");
-    p->major = 8;
+    snprintf(p->name, sizeof p->name, "CPU emulation of %s (%d SMs), not a GPU", emu_ts.sm90 ? "sm_90a" : "sm_80",
+             emu_ts.sms);
+    p->major = emu_ts.sm90 ? 9 : 8;
     p->minor = 0;
-    p->multiProcessorCount = 108;
+    p->multiProcessorCount = emu_ts.sms;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
     p->sharedMemPerBlock = EMU_SMEM_DEFAULT;
@@ -609,10 +948,60 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     memmove(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyFromSymbolAsync(void *, const void *, size_t, size_t, cudaMemcpyKind, cudaStream_t) {
-    emu_fail("cudaMemcpyFromSymbolAsync is not emulated");
+/* A __device__ variable is a host object under the emulation. */
+cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, size_t offset, cudaMemcpyKind kind,
+                                      cudaStream_t) {
+    if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDefault)
+        emu_fail("cudaMemcpyFromSymbolAsync: kind %d is not emulated", (int)kind);
+    memcpy(dst, (const char *)symbol + offset, n);
+    return cudaSuccess;
 }
-cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **, unsigned int, unsigned long long,
-                                             cudaDriverEntryPointQueryResult *) {
-    emu_fail("cudaGetDriverEntryPointByVersion (TMA tensor maps) is not emulated");
+
+/* cuTensorMapEncodeTiled, as far as matmul.cu uses it: rank 2, bfloat16,
+ * no interleave, element strides 1, swizzle none or 128 bytes (with a
+ * 128-byte box row). It checks the driver's documented rules (16-byte
+ * aligned address and row pitch, dimensions 1..2^32, boxes 1..256 with a
+ * 16-byte multiple of a row, at most the swizzle span) and refuses the rest
+ * with CUDA_ERROR_INVALID_VALUE, as the driver does, or stops where the
+ * emulation does not go. */
+static CUresult emu_encode_tiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *addr,
+                                 const cuuint64_t *dim, const cuuint64_t *strides, const cuuint32_t *box,
+                                 const cuuint32_t *estr, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+    if (type != CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 || rank != 2 || il != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+        (sw != CU_TENSOR_MAP_SWIZZLE_NONE && sw != CU_TENSOR_MAP_SWIZZLE_128B) || oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        emu_fail("cuTensorMapEncodeTiled: only rank 2 bfloat16, no interleave, swizzle none or 128B and zero fill are emulated");
+    if (!map || ((uintptr_t)map & 63) || !addr || ((uintptr_t)addr & 15)) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 2; i++) {
+        if (dim[i] == 0 || dim[i] > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
+        if (box[i] == 0 || box[i] > 256 || estr[i] != 1) return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (strides[0] % 16 || strides[0] >= (1ull << 40) || strides[0] < dim[0] * 2) return CUDA_ERROR_INVALID_VALUE;
+    if ((box[0] * 2) % 16) return CUDA_ERROR_INVALID_VALUE;
+    if (sw == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * 2 > 128) return CUDA_ERROR_INVALID_VALUE;
+    if (sw == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * 2 != 128)
+        emu_fail("cuTensorMapEncodeTiled: a 128B-swizzled box row of %u bytes (only 128 is emulated)", box[0] * 2);
+    memset(map, 0, sizeof *map);
+    EmuTensorMap *t = (EmuTensorMap *)(void *)map;
+    t->magic = EMU_MAP_MAGIC;
+    t->base = (const unsigned char *)addr;
+    t->dim[0] = dim[0];
+    t->dim[1] = dim[1];
+    t->pitch = strides[0];
+    t->box[0] = box[0];
+    t->box[1] = box[1];
+    t->swizzle128 = sw == CU_TENSOR_MAP_SWIZZLE_128B;
+    return CUDA_SUCCESS;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version, unsigned long long,
+                                             cudaDriverEntryPointQueryResult *q) {
+    if (strcmp(symbol, "cuTensorMapEncodeTiled") || version < 12000) {
+        *fn = nullptr;
+        if (q) *q = cudaDriverEntryPointSymbolNotFound;
+        return cudaSuccess;
+    }
+    *fn = (void *)&emu_encode_tiled;
+    if (q) *q = cudaDriverEntryPointSuccess;
+    return cudaSuccess;
 }
