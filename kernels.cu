@@ -764,14 +764,16 @@ static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, con
 static void matmul_forward_bf16(Dev *d, void *out, const void *inp, const void *w, const void *bias,
                                 int N, int C, int OC) {
     if (N <= 0 || OC <= 0 || C <= 0) return;
-    tc_gemm(TC_AUTO, out, 0, 0, inp, 1, w, 1, bias, N, OC, C, d->stream);
+    tc_gemm(TC_AUTO, out, 0, 0, inp, 1, w, 1, bias, N, OC, C, NULL, 0, d->stream);
 }
 
 static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                                  const void *inp, const void *w, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;  // nothing to add
-    if (dinp) tc_gemm(TC_AUTO, dinp, 0, 1, dout, 1, w, 0, NULL, N, C, OC, d->stream);
-    tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, d->stream);
+    if (dinp) tc_gemm(TC_AUTO, dinp, 0, 1, dout, 1, w, 0, NULL, N, C, OC, NULL, 0, d->stream);
+    /* dw may run split-K, its parts in the Dev's scratch (stream-ordered, as every user of it) */
+    tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,
+            DEV_SCRATCH_BYTES / sizeof(float), d->stream);
     if (dbias) tc_bias_grad(dbias, dout, N, OC, d->stream);
 }
 

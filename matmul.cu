@@ -288,10 +288,11 @@ __device__ __forceinline__ void mm_mma_16816(float (&c)[4], const uint32_t (&a)[
 /* One operand's k-tile into a shared slot. The operand has R rows in the
  * m (A) or n (B) sense: k-major it is stored [R][K] and the slot is
  * [128 r][40] (32 k used); mn-major it is stored [K][R] and the slot is
- * [32 k][136] (128 r used). 512 chunks of 16 bytes, 2 a thread. */
+ * [32 k][136] (128 r used). 512 chunks of 16 bytes, 2 a thread. k at or
+ * past kend (K, or the end of this block's part of K) reads as zero. */
 template <bool KMAJ>
-__device__ __forceinline__ void mm_load_tile(uint32_t slot, const bf16 *G, int R, int K, int r0,
-                                             int k0, int tid) {
+__device__ __forceinline__ void mm_load_tile(uint32_t slot, const bf16 *G, int R, int K, int kend,
+                                             int r0, int k0, int tid) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int c = tid + i * MM_THREADS;
@@ -307,7 +308,7 @@ __device__ __forceinline__ void mm_load_tile(uint32_t slot, const bf16 *G, int R
             gk = k0 + row;
             gr = r0 + col;
         }
-        const bool ok = gr < R && gk < K;
+        const bool ok = gr < R && gk < kend;
         const bf16 *src = KMAJ ? G + (size_t)gr * K + gk : G + (size_t)gk * R + gr;
         const uint32_t dst = slot + (uint32_t)(row * (KMAJ ? MM_KPITCH : MM_MNPITCH) + col) * 2;
         mm_cp_async16(dst, ok ? (const void *)src : (const void *)G, ok ? 16 : 0);
@@ -345,17 +346,23 @@ __device__ __forceinline__ void mm_frag_b(uint32_t (&b)[4], uint32_t slot, int n
 }
 
 /* D [M][N]; A [M][K] (AK) or [K][M]; B [N][K] (BK) or [K][N]; bias [N] or
- * NULL. Grid (ceil(M/128), ceil(N/128)), 256 threads, MM_SMEM_BYTES dynamic. */
+ * NULL. Grid (ceil(M/128), ceil(N/128), splits), 256 threads, MM_SMEM_BYTES
+ * dynamic. Block z takes k-tiles [z kps, (z + 1) kps) (split-K, see the
+ * header); part z > 0 goes to work [splits - 1][M][N] (pair_w: its pairs
+ * are aligned), part 0 to D. */
 template <bool AK, bool BK>
 __global__ void __launch_bounds__(MM_THREADS, 2)
 mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
-              const bf16 *bias, int M, int N, int K, int pair_ok) {
+              const bf16 *bias, int M, int N, int K, int pair_ok, float *work, int kps,
+              int pair_w) {
     extern __shared__ __align__(16) unsigned char mm_smem[];
     const uint32_t smem = mm_smem_u32(mm_smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;  /* warp tile at (64 wm, 32 wn) */
     const int m0 = blockIdx.x * MM_BM, n0 = blockIdx.y * MM_BN;
-    const int ktiles = (K + MM_BK - 1) / MM_BK;
+    const int kbase = blockIdx.z * kps * MM_BK;  /* this part's first k */
+    const int kend = min(K, kbase + kps * MM_BK);
+    const int ktiles = (kend - kbase + MM_BK - 1) / MM_BK;
 
     float acc[4][4][4];
 #pragma unroll
@@ -370,8 +377,8 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
     for (int s = 0; s < MM_STAGES - 1; s++) {
         if (s < ktiles) {
             const uint32_t st = smem + s * MM_STAGE_BYTES;
-            mm_load_tile<AK>(st, A, M, K, m0, s * MM_BK, tid);
-            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, n0, s * MM_BK, tid);
+            mm_load_tile<AK>(st, A, M, K, kend, m0, kbase + s * MM_BK, tid);
+            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, kend, n0, kbase + s * MM_BK, tid);
         }
         mm_cp_async_commit();
     }
@@ -384,8 +391,8 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
         const int next = kt + MM_STAGES - 1;
         if (next < ktiles) {
             const uint32_t st = smem + (next % MM_STAGES) * MM_STAGE_BYTES;
-            mm_load_tile<AK>(st, A, M, K, m0, next * MM_BK, tid);
-            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, n0, next * MM_BK, tid);
+            mm_load_tile<AK>(st, A, M, K, kend, m0, kbase + next * MM_BK, tid);
+            mm_load_tile<BK>(st + MM_SLOT_BYTES, B, N, K, kend, n0, kbase + next * MM_BK, tid);
         }
         mm_cp_async_commit();
 
@@ -407,6 +414,15 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
     }
     mm_cp_async_wait<0>();  /* only empty groups can be pending; leave none behind */
 
+    /* Part 0 (the only one without split-K) into D; the others, plain, to work. */
+    void *out = D;
+    if (blockIdx.z > 0) {
+        out = work + (size_t)(blockIdx.z - 1) * M * N;
+        d_fp32 = 1;
+        accumulate = 0;
+        bias = NULL;
+        pair_ok = pair_w;
+    }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < 4; mt++) {
@@ -414,9 +430,9 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + wn * 32 + nt * 8 + 2 * t;
-            mm_store2(D, d_fp32, accumulate, bias, M, N, row, col, acc[mt][nt][0],
+            mm_store2(out, d_fp32, accumulate, bias, M, N, row, col, acc[mt][nt][0],
                       acc[mt][nt][1], pair_ok);
-            mm_store2(D, d_fp32, accumulate, bias, M, N, row + 8, col, acc[mt][nt][2],
+            mm_store2(out, d_fp32, accumulate, bias, M, N, row + 8, col, acc[mt][nt][2],
                       acc[mt][nt][3], pair_ok);
         }
     }
@@ -555,13 +571,16 @@ __device__ __forceinline__ void mm_wgmma_256(float (&d)[128], uint64_t da, uint6
 #endif /* sm_90a device code */
 
 /* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
- * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles), 384 threads,
- * WG_SMEM_BYTES dynamic. */
+ * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
+ * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
+ * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
+ * header); part p > 0 goes to work [splits - 1][M][N] (pair_w: its pairs
+ * are aligned), part 0 to D. */
 template <bool AK, bool BK>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int pair_ok) {
+                int pair_ok, float *work, int splits, int kps, int pair_w) {
 #if MM_SM90A_BUILD
     __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
     __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
@@ -571,6 +590,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     const uint32_t base = (mm_smem_u32(mm_smem) + 1023u) & ~1023u;
     const int tiles_m = (M + WG_BM - 1) / WG_BM;
     const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
+    const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
@@ -589,9 +609,11 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         mm_setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            for (int item = blockIdx.x; item < items; item += gridDim.x) {
+                const int tile = item % tiles, part = item / tiles;
                 const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
-                for (int kb = 0; kb < nk; kb++, it++) {
+                const int kb1 = min(nk, (part + 1) * kps);
+                for (int kb = part * kps; kb < kb1; kb++, it++) {
                     const int s = it % WG_STAGES;
                     const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
                     const uint32_t fb = mm_smem_u32(&full_bar[s]);
@@ -621,12 +643,14 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
         float d[128];
         int it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const int tile = item % tiles, part = item / tiles;
             const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
+            const int kb1 = min(nk, (part + 1) * kps);
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
             int prev = -1;  /* stage whose wgmma may still be reading */
-            for (int kb = 0; kb < nk; kb++, it++) {
+            for (int kb = part * kps; kb < kb1; kb++, it++) {
                 const int s = it % WG_STAGES;
                 const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
                 mm_mbar_wait(mm_smem_u32(&full_bar[s]), parity);
@@ -653,14 +677,20 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
             __syncwarp();
 
+            /* Part 0 into D; the others, plain float32, to work. */
+            const bool to_d = part == 0;
+            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
+            const int o_fp32 = to_d ? d_fp32 : 1, o_acc = to_d ? accumulate : 0;
+            const bf16 *o_bias = to_d ? bias : NULL;
+            const int o_pair = to_d ? pair_ok : pair_w;
             const int row = m0 + c * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 const int col = n0 + j * 8 + 2 * (lane & 3);
-                mm_store2(D, d_fp32, accumulate, bias, M, N, row, col, d[4 * j], d[4 * j + 1],
-                          pair_ok);
-                mm_store2(D, d_fp32, accumulate, bias, M, N, row + 8, col, d[4 * j + 2],
-                          d[4 * j + 3], pair_ok);
+                mm_store2(out, o_fp32, o_acc, o_bias, M, N, row, col, d[4 * j], d[4 * j + 1],
+                          o_pair);
+                mm_store2(out, o_fp32, o_acc, o_bias, M, N, row + 8, col, d[4 * j + 2],
+                          d[4 * j + 3], o_pair);
             }
         }
     }
@@ -697,6 +727,40 @@ mm_bias_grad_kernel(float *dbias, const bf16 *dout, int M, int N) {
         float t = part[0][tx];
         for (int y = 1; y < 16; y++) t += part[y][tx];
         dbias[n] += t;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Split-K's sum: D [n] += work [parts][n] summed over parts in order (part 0
+ * is already in D), float4 at a time when V4 (n % 4 == 0, D and work
+ * 16-byte aligned). The same order every run: no atomics. */
+
+template <bool V4>
+__global__ void mm_splitk_sum_kernel(float *D, const float *work, int parts, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (V4) {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += stride) {
+            float4 s = ((const float4 *)work)[i];
+            for (int p = 1; p < parts; p++) {
+                const float4 w = ((const float4 *)(work + (size_t)p * n))[i];
+                s.x += w.x;
+                s.y += w.y;
+                s.z += w.z;
+                s.w += w.w;
+            }
+            float4 d = ((float4 *)D)[i];
+            d.x += s.x;
+            d.y += s.y;
+            d.z += s.z;
+            d.w += s.w;
+            ((float4 *)D)[i] = d;
+        }
+    } else {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+            float s = work[i];
+            for (int p = 1; p < parts; p++) s += work[(size_t)p * n + i];
+            D[i] += s;
+        }
     }
 }
 
@@ -773,6 +837,69 @@ static int mm_pair_ok(const void *D, int d_fp32, int N) {
     return N % 2 == 0 && ((uintptr_t)D & (d_fp32 ? 7 : 3)) == 0;
 }
 
+/* Split-K: a product with few output tiles and a long K (a weight
+ * gradient: 768 x 768 is 18 wgmma tiles for 132 SMs) leaves most SMs idle,
+ * so its k-blocks are cut into `splits` parts of kps each, every (tile,
+ * part) a block's work: part 0 goes to D as usual, the others to the
+ * caller's float32 work buffer, and mm_splitk_sum_kernel adds them to D in
+ * part order. Only for float32 D (the sum stays in float32) and only with
+ * room in work for splits - 1 parts of M x N.
+ *
+ * The count is the one a simple time model says is fastest: waves x kps
+ * k-blocks of mainloop (waves = ceil(tiles x splits / slots), slots the
+ * blocks that run at once) plus the sum's traffic, (splits + 1) M N 4 bytes,
+ * priced at 0.4 byte per flop of one SM's k-block (H100: 3.35 TB/s against
+ * 989 TFLOP/s over 132 SMs; A100: 2 TB/s against 312 over 108). Ties go to
+ * fewer parts. A prediction: bench/NOTES.md holds what to check. */
+typedef struct MmSplit {
+    int splits, kps;  /* parts, and k-blocks in each (the last may have fewer) */
+} MmSplit;
+
+static MmSplit mm_plan_split(int d_fp32, long long tiles, int slots, int sms, int nkb,
+                             double flops_kb, int M, int N, size_t work_floats) {
+    MmSplit best = {1, nkb};
+    const double mn = (double)M * N;
+    if (!d_fp32 || nkb < 2 || slots < 1 || mn <= 0) return best;
+    const double bytes_kb = 0.4 * flops_kb * slots / sms;
+    double best_t = (double)((tiles + slots - 1) / slots) * nkb;
+    const long long room = (long long)(work_floats / (size_t)mn);
+    for (int s = 2; s <= 32 && s <= nkb && s - 1 <= room && tiles * s < (1ll << 31); s++) {
+        const int kps = (nkb + s - 1) / s, parts = (nkb + kps - 1) / kps;
+        if (parts != s) continue;  /* the same cut as a smaller s */
+        const double waves = (double)((tiles * s + slots - 1) / slots);
+        const double t = waves * kps + (s + 1) * mn * 4 / bytes_kb;
+        if (t < best_t) {
+            best_t = t;
+            best.splits = s;
+            best.kps = kps;
+        }
+    }
+    return best;
+}
+
+static void mm_launch_sum(float *D, const float *work, int parts, size_t n, cudaStream_t stream) {
+    const bool v4 = n % 4 == 0 && ((uintptr_t)D & 15) == 0 && ((uintptr_t)work & 15) == 0;
+    const size_t items = v4 ? n / 4 : n;
+    const int threads = 256;
+    const size_t blocks = (items + threads - 1) / threads;
+    const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
+    if (v4) mm_splitk_sum_kernel<true><<<grid, threads, 0, stream>>>(D, work, parts, n);
+    else mm_splitk_sum_kernel<false><<<grid, threads, 0, stream>>>(D, work, parts, n);
+    MM_LAUNCH_CHECK(mm_splitk_sum_kernel);
+}
+
+/* The split-K plan of each implementation on this device. */
+static MmSplit mm_split_mma(int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
+    const long long tiles = (long long)mm_ceil_div(M, MM_BM) * mm_ceil_div(N, MM_BN);
+    return mm_plan_split(d_fp32, tiles, 2 * sms, sms, mm_ceil_div(K, MM_BK),
+                         2.0 * MM_BM * MM_BN * MM_BK, M, N, work_floats);
+}
+static MmSplit mm_split_wgmma(int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
+    const long long tiles = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN);
+    return mm_plan_split(d_fp32, tiles, sms, sms, mm_ceil_div(K, WG_BK),
+                         2.0 * WG_BM * WG_BN * WG_BK, M, N, work_floats);
+}
+
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                              const void *B, int b_kmajor, const void *bias, int M, int N, int K,
                              cudaStream_t stream) {
@@ -786,14 +913,15 @@ static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A,
 
 static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                           const void *B, int b_kmajor, const void *bias, int M, int N, int K,
-                          cudaStream_t stream) {
-    dim3 grid((unsigned)mm_ceil_div(M, MM_BM), (unsigned)mm_ceil_div(N, MM_BN));
-    const int pair_ok = mm_pair_ok(D, d_fp32, N);
+                          const MmSplit *sp, float *work, cudaStream_t stream) {
+    dim3 grid((unsigned)mm_ceil_div(M, MM_BM), (unsigned)mm_ceil_div(N, MM_BN), (unsigned)sp->splits);
+    const int pair_ok = mm_pair_ok(D, d_fp32, N), pair_w = mm_pair_ok(work, 1, N);
     const bf16 *a = (const bf16 *)A, *b = (const bf16 *)B, *bs = (const bf16 *)bias;
 #define MM_GO(AK, BK)                                                                         \
     mm_mma_kernel<AK, BK><<<grid, MM_THREADS, MM_SMEM_BYTES, stream>>>(D, d_fp32, accumulate, \
                                                                        a, b, bs, M, N, K,     \
-                                                                       pair_ok)
+                                                                       pair_ok, work,         \
+                                                                       sp->kps, pair_w)
     if (a_kmajor && b_kmajor) MM_GO(true, true);
     else if (a_kmajor) MM_GO(true, false);
     else if (b_kmajor) MM_GO(false, true);
@@ -820,7 +948,7 @@ static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *
  * has no tensor-map encoder or refuses a map. */
 static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
-                            int N, int K, cudaStream_t stream) {
+                            int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
@@ -836,13 +964,13 @@ static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const 
     const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, WG_BN)
                                : mm_encode_2d(encode, &tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
-    const long long tiles = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN);
-    const int grid = (int)(tiles < sms ? tiles : sms);
-    const int pair_ok = mm_pair_ok(D, d_fp32, N);
+    const long long items = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) * sp->splits;
+    const int grid = (int)(items < sms ? items : sms);
+    const int pair_ok = mm_pair_ok(D, d_fp32, N), pair_w = mm_pair_ok(work, 1, N);
     const bf16 *bs = (const bf16 *)bias;
 #define WG_GO(AK, BK)                                                                     \
     mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(                 \
-        ta, tb, D, d_fp32, accumulate, bs, M, N, K, pair_ok)
+        ta, tb, D, d_fp32, accumulate, bs, M, N, K, pair_ok, work, sp->splits, sp->kps, pair_w)
     if (a_kmajor && b_kmajor) WG_GO(true, true);
     else if (a_kmajor) WG_GO(true, false);
     else if (b_kmajor) WG_GO(false, true);
@@ -852,9 +980,28 @@ static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const 
     return true;
 }
 
+/* The device facts tc_gemm decides by: capabilities and SM count. */
+typedef struct MmChoice {
+    bool mma_ok, wg_ok;
+    int sms;
+} MmChoice;
+
+static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
+                          int K, cudaStream_t st) {
+    const int caps = mm_device_caps(st);
+    MmChoice c;
+    c.sms = caps >> MM_CAP_SM_SHIFT;
+    const bool aligned = mm_aligned(A, a_kmajor, B, b_kmajor, M, N, K);
+    /* grid limits: MMA's n tiles sit on gridDim.y; the persistent grid needs int tile counts */
+    c.mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
+    c.wg_ok = (caps & MM_CAP_WGMMA) && aligned && c.sms > 0 &&
+              (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) < (1ll << 31);
+    return c;
+}
+
 extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
                        int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
-                       int K, void *stream) {
+                       int K, float *work, size_t work_floats, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA) return -1;
     if (impl == TC_SIMPLE) {
@@ -864,24 +1011,30 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     }
     if ((M <= 0 || N <= 0) && impl == TC_AUTO) return TC_SIMPLE;  /* nothing to write */
     const bool empty = M <= 0 || N <= 0;
-    const int caps = mm_device_caps(st);
-    const int sms = caps >> MM_CAP_SM_SHIFT;
-    const bool aligned = mm_aligned(A, a_kmajor, B, b_kmajor, M, N, K);
-    /* grid limits: MMA's n tiles sit on gridDim.y; the persistent grid needs int tile counts */
-    const bool mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
-    const bool wg_ok = (caps & MM_CAP_WGMMA) && aligned && sms > 0 &&
-                       (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) < (1ll << 31);
+    const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, st);
+    if (!work) work_floats = 0;
+    const size_t mn = empty ? 0 : (size_t)M * N;
 
     if (impl == TC_WGMMA || impl == TC_AUTO) {
-        if (wg_ok && (empty || mm_launch_wgmma(sms, D, d_fp32, accumulate, A, a_kmajor, B,
-                                               b_kmajor, bias, M, N, K, st)))
-            return TC_WGMMA;
+        if (c.wg_ok && empty) return TC_WGMMA;
+        if (c.wg_ok) {
+            const MmSplit sp = mm_split_wgmma(c.sms, d_fp32, M, N, K, work_floats);
+            if (mm_launch_wgmma(c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M,
+                                N, K, &sp, work, st)) {
+                if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
+                return TC_WGMMA;
+            }
+        }
         if (impl == TC_WGMMA) return -1;
     }
     if (impl == TC_MMA || impl == TC_AUTO) {
-        if (mma_ok) {
-            if (!empty)
-                mm_launch_mma(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+        if (c.mma_ok) {
+            if (!empty) {
+                const MmSplit sp = mm_split_mma(c.sms, d_fp32, M, N, K, work_floats);
+                mm_launch_mma(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, &sp,
+                              work, st);
+                if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
+            }
             return TC_MMA;
         }
         if (impl == TC_MMA) return -1;
@@ -889,6 +1042,14 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     /* TC_AUTO with nothing faster: the simple kernel takes any shape. */
     mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
     return TC_SIMPLE;
+}
+
+extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
+                              int b_kmajor, int M, int N, int K, size_t work_floats, void *stream) {
+    if (M <= 0 || N <= 0 || (impl != TC_MMA && impl != TC_WGMMA)) return 1;
+    const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
+    if (impl == TC_WGMMA) return c.wg_ok ? mm_split_wgmma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
+    return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
 }
 
 extern "C" void tc_bias_grad(float *dbias, const void *dout, int M, int N, void *stream) {

@@ -37,12 +37,23 @@ typedef enum {
  *   forward  out  = inp @ w^T:   M rows, N OC, K C;   A kmajor, B kmajor;
  *   dinp    += dout @ w:         M rows, N C,  K OC;  A kmajor, B not;
  *   dw      += dout^T @ inp:     M OC,   N C,  K rows; A not,   B not (D fp32).
+ *   work: float32 device memory of work_floats elements the call may
+ *      overwrite, or NULL. With room there, a float32 D with few output
+ *      tiles and a long K (a weight gradient) is computed split-K: K cut
+ *      into parts that run side by side, added to D in a fixed order (the
+ *      same bits every run). TC_MMA and TC_WGMMA only.
  * Any M, N, K >= 1 is computed correctly; an implementation that cannot
  * take a shape (alignment, device) falls back under TC_AUTO and refuses
  * otherwise. Returns the implementation that ran, or -1 when `impl` was
  * asked for explicitly and cannot run here (nothing is written then). */
 int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
-            const void *B, int b_kmajor, const void *bias, int M, int N, int K, void *stream);
+            const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
+            size_t work_floats, void *stream);
+
+/* How many parts tc_gemm with this implementation (TC_MMA or TC_WGMMA; 1 for
+ * the others, or when it would not run) cuts K into for this product. */
+int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
+                   int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);
 
 /* dbias[N] += sum over m of dout[M][N] (bf16 dout, float32 dbias). */
 void tc_bias_grad(float *dbias, const void *dout, int M, int N, void *stream);

@@ -58,7 +58,10 @@ typedef struct AdamSeg {
     float wd;
 } AdamSeg;
 
-#define DEV_SCRATCH_BYTES (1 << 20)
+/* A Dev's scratch: reductions' partials, the optimizer's segment table, and
+ * split-K's parts of a weight gradient (tc.h: GPT-2 small's 768 x 768 in 7
+ * parts is 6 x 2.25 MiB). */
+#define DEV_SCRATCH_BYTES (32 << 20)
 
 typedef struct Dev {
     DevKind kind;

@@ -408,6 +408,8 @@ typedef struct {
     cublasHandle_t blas;
     cudaStream_t stream;
     int ret;                        /* tc_gemm's last return */
+    float *work;                    /* split-K's room: the Dev's scratch, as in training */
+    size_t work_floats;
 } BenchGemmRun;
 
 /* D (row-major [M][N]) is column-major D^T [N][M], and D^T = B^T A^T: cuBLAS
@@ -435,7 +437,8 @@ static void bench_run_gemm(void *arg) {
     if (r->impl == BENCH_CUBLAS_IMPL) bench_cublas_gemm(r->blas, g);
     else
         r->ret = tc_gemm((TcImpl)r->impl, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
-                         g->b_kmajor, g->bias, g->M, g->N, g->K, (void *)r->stream);
+                         g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
+                         (void *)r->stream);
 }
 
 static void bench_gemm_rows(int M, int *rows) {   /* rows [BENCH_GEMM_ROWS], spread, first and last included */
@@ -518,9 +521,16 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
     double flops = 2.0 * g->M * g->N * g->K, cublas_ms = 0;
     double tol = g->d_fp32 ? 1e-3 : 1e-2;
     for (int j = 0; j < nimpl; j++) {
-        BenchGemmRun r = {g, impls[j], c->blas, c->stream, 0};
-        char name[64];
-        snprintf(name, sizeof name, "%.31s %s", g->label, bench_impl_name(impls[j]));
+        BenchGemmRun r = {g, impls[j], c->blas, c->stream, 0, (float *)c->gpu->scratch,
+                          DEV_SCRATCH_BYTES / sizeof(float)};
+        char name[64], impl[24];
+        /* "wgmma/7": split-K into 7 parts */
+        const int parts = impls[j] == BENCH_CUBLAS_IMPL ? 1
+                          : tc_gemm_splits((TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
+                                           g->b_kmajor, g->M, g->N, g->K, r.work_floats, c->stream);
+        if (parts > 1) snprintf(impl, sizeof impl, "%s/%d", bench_impl_name(impls[j]), parts);
+        else snprintf(impl, sizeof impl, "%s", bench_impl_name(impls[j]));
+        snprintf(name, sizeof name, "%.31s %s", g->label, impl);
         double err = bench_gemm_check(c, &r, rows, prod, impls[j] != BENCH_CUBLAS_IMPL);
         if (err < 0) {
             printf("%-14s %6d %6d %6d  %-7s %9s %9s %10s %10s\n", j ? "" : g->label, g->M, g->N, g->K,
@@ -538,7 +548,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         if (impls[j] == BENCH_CUBLAS_IMPL) snprintf(pcts, sizeof pcts, "-");
         else snprintf(pcts, sizeof pcts, "%.1f%%", pct);
         printf("%-14s %6d %6d %6d  %-7s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
-               bench_impl_name(impls[j]), ms, flops / (ms * 1e-3) / 1e12, pcts, err,
+               impl, ms, flops / (ms * 1e-3) / 1e12, pcts, err,
                bench_check(c, name, err, tol));
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
         if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);

@@ -68,8 +68,12 @@ typedef struct Test {
     Dev gpu;
     Checks checks;
     int cc_major;            /* compute capability of the GPU */
+    int sms;                 /* its SM count */
     unsigned long long rng;  /* xorshift64* state */
 } Test;
+
+/* Split-K's room, as training gives it: DEV_SCRATCH_BYTES of float32. */
+#define WORK_FLOATS (DEV_SCRATCH_BYTES / sizeof(float))
 
 static float urand(Test *t) {  /* uniform in [-1, 1) */
     t->rng ^= t->rng >> 12;
@@ -194,7 +198,13 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     return t->cc_major < 8 ? "the GPU is older than sm_80" : "refused an aligned shape on an sm_80+ GPU";
 }
 
-static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
+/* split: pass tc_gemm a work buffer (starting as NaN), as training does for
+ * dw, and name the check "... split-k"; each tensor-core implementation
+ * must then cut this shape's K into parts where the device has SMs to
+ * spare (16 or more here), and two runs must give the same bits. split 2
+ * also puts D one element past an allocation's start ("split-k odd D"), so
+ * no pair or float4 of it is aligned: the scalar stores and sum. */
+static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split) {
     char shape[96];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
     const size_t MN = (size_t)M * N, esz = p->d_fp32 ? 4 : 2;
@@ -213,15 +223,24 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
 
     void *gA = gpu_put(t, A, (size_t)M * K * 2), *gB = gpu_put(t, B, (size_t)K * N * 2);
     void *gbias = bias ? gpu_put(t, bias, (size_t)N * 2) : NULL;
-    void *gD = dev_alloc(&t->gpu, MN * esz);
+    const size_t dpad = split == 2 ? esz : 0;
+    void *gD_alloc = dev_alloc(&t->gpu, MN * esz + dpad), *gD = (char *)gD_alloc + dpad;
+    float *work = NULL;
+    if (split) {
+        void *nan = xmalloc(WORK_FLOATS * sizeof(float));
+        memset(nan, 0xFF, WORK_FLOATS * sizeof(float));  /* a part never written shows */
+        work = gpu_put(t, nan, WORK_FLOATS * sizeof(float));
+        free(nan);
+    }
     const double tol = p->d_fp32 ? TOL_FP32 : TOL_BF16;
 
     for (int ii = 0; ii < 4; ii++) {
         char name[160];
-        snprintf(name, sizeof name, "gemm %s %s" GEMM_TAG_FMT, impls[ii].name, p->name, GEMM_TAG);
+        snprintf(name, sizeof name, "gemm %s %s%s" GEMM_TAG_FMT, impls[ii].name, p->name,
+                 split == 2 ? " split-k odd D" : split ? " split-k" : "", GEMM_TAG);
         dev_from_host(&t->gpu, gD, d0, MN * esz);
         int r = tc_gemm(impls[ii].impl, gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB,
-                        p->b_kmajor, gbias, M, N, K, t->gpu.stream);
+                        p->b_kmajor, gbias, M, N, K, work, split ? WORK_FLOATS : 0, t->gpu.stream);
         dev_sync(&t->gpu);
         dev_to_host(&t->gpu, got, gD, MN * esz);
         if (r == -1 && impls[ii].impl != TC_SIMPLE && impls[ii].impl != TC_AUTO) {
@@ -242,15 +261,37 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K) {
         int right_impl = impls[ii].impl == TC_AUTO ? (r >= TC_SIMPLE && r <= TC_WGMMA)
                                                    : r == (int)impls[ii].impl;
         double err = max_rel_err(p, got, ref, M, N, step);
-        check(&t->checks, right_impl && err <= tol, name,
-              "%s: ran %s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
-              err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
+        if (!split) {
+            check(&t->checks, right_impl && err <= tol, name,
+                  "%s: ran %s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+                  err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
+            continue;
+        }
+        const int tcore = r == TC_MMA || r == TC_WGMMA;
+        const int parts = tc_gemm_splits((TcImpl)r, p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor,
+                                         M, N, K, WORK_FLOATS, t->gpu.stream);
+        /* again from the same start: the parts are added in a fixed order */
+        void *again = xmalloc(MN * esz);
+        dev_from_host(&t->gpu, gD, d0, MN * esz);
+        tc_gemm(impls[ii].impl, gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB, p->b_kmajor,
+                gbias, M, N, K, work, WORK_FLOATS, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, again, gD, MN * esz);
+        const int same = memcmp(got, again, MN * esz) == 0;
+        free(again);
+        const int split_ok = !tcore || t->sms < 16 || parts > 1;
+        check(&t->checks, right_impl && err <= tol && same && split_ok, name,
+              "%s: ran %s in %d part%s of K%s, max rel err %.2e over %zu values (tol %.0e), two runs %s",
+              shape, impl_name(r), parts, parts == 1 ? "" : "s",
+              split_ok ? "" : " (a tensor-core kernel with SMs to spare must split)", err,
+              (size_t)M * N, tol, same ? "bitwise equal" : "differ");
     }
 
     dev_free(&t->gpu, gA, (size_t)M * K * 2);
     dev_free(&t->gpu, gB, (size_t)K * N * 2);
     if (gbias) dev_free(&t->gpu, gbias, (size_t)N * 2);
-    dev_free(&t->gpu, gD, MN * esz);
+    dev_free(&t->gpu, gD_alloc, MN * esz + dpad);
+    if (work) dev_free(&t->gpu, work, WORK_FLOATS * sizeof(float));
     free(A); free(B); free(bias); free(d0); free(got); free(ref);
 }
 
@@ -311,6 +352,8 @@ int main(void) {
     }
     if (cudaDeviceGetAttribute(&t.cc_major, cudaDevAttrComputeCapabilityMajor, t.gpu.gpu) != cudaSuccess)
         t.cc_major = 0;
+    if (cudaDeviceGetAttribute(&t.sms, cudaDevAttrMultiProcessorCount, t.gpu.gpu) != cudaSuccess)
+        t.sms = 0;
 
     static const int shapes[4][3] = {
         {37, 77, 45},      /* multiples of nothing: every tensor-core product refused */
@@ -323,7 +366,15 @@ int main(void) {
 #endif
     };
     for (int s = 0; s < 4; s++)
-        for (int p = 0; p < 3; p++) test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2]);
+        for (int p = 0; p < 3; p++)
+            test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2], 0);
+    /* Split-K, on weight gradients with few output tiles and a long K: an
+     * awkward one, and (on a GPU) GPT-2 small's attention projection. */
+    test_gemm(&t, &products[2], 128, 264, 1000, 1);
+    test_gemm(&t, &products[2], 64, 136, 520, 2);
+#ifndef GEMM_EMU
+    test_gemm(&t, &products[2], 768, 768, 16384, 1);
+#endif
 
     test_bias_grad(&t, 37, 77);
     test_bias_grad(&t, 1, 5);
