@@ -403,6 +403,8 @@ GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     size_t before = d->bytes_live;
     a->tokens = dev_alloc(d, bt * sizeof(int));
     a->targets = dev_alloc(d, bt * sizeof(int));
+    a->embed_plan = d->kind == DEV_CUDA ? dev_alloc(d, (2 * bt + 1) * sizeof(int)) : NULL;
+    a->embed_runs = -1;
 #define ALLOC(f, n, e) a->f = dev_alloc(d, (size_t)(n) * (e));
     ACTS_FIELDS(ALLOC)
     if (m->has_head) { HEAD_FIELDS(ALLOC) }
@@ -418,11 +420,28 @@ void gpt_acts_free(GPT *m, GPTActs *a) {
     ACTS_SIZES
     dev_free(d, a->tokens, bt * sizeof(int));
     dev_free(d, a->targets, bt * sizeof(int));
+    if (a->embed_plan) dev_free(d, a->embed_plan, (2 * bt + 1) * sizeof(int));
 #define FREE(f, n, e) dev_free(d, a->f, (size_t)(n) * (e));
     ACTS_FIELDS(FREE)
     if (m->has_head) { HEAD_FIELDS(FREE) }
 #undef FREE
     free(a);
+}
+
+/* With a plan buffer (GPUs), the embedding backward's plan of the ids just
+ * set goes up beside them. */
+static void set_tokens(GPT *m, GPTActs *a, const int *ids, size_t bt) {
+    dev_from_host(m->dev, a->tokens, ids, bt * sizeof(int));
+    if (!a->embed_plan) return;
+    int *plan = malloc((2 * bt + 1) * sizeof(int));
+    if (!plan) {
+        fprintf(stderr, "error: out of host memory (embedding plan)\n");
+        exit(1);
+    }
+    a->embed_runs = dev_embed_plan(ids, (int)bt, plan);
+    size_t used = (size_t)a->embed_runs + 1 + (size_t)plan[a->embed_runs];
+    dev_from_host(m->dev, a->embed_plan, plan, used * sizeof(int));
+    free(plan);
 }
 
 void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, int B, int T) {
@@ -433,10 +452,10 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
         int *local = malloc(bytes + 1);
         for (size_t k = 0; k < bt; k++)
             local[k] = tokens[k] >= v0 && tokens[k] < v0 + Vl ? tokens[k] - v0 : -1;
-        dev_from_host(m->dev, a->tokens, local, bytes);
+        set_tokens(m, a, local, bt);
         free(local);
     } else if (tokens) {
-        dev_from_host(m->dev, a->tokens, tokens, bytes);
+        set_tokens(m, a, tokens, bt);
     }
     if (targets) dev_from_host(m->dev, a->targets, targets, bytes);
 }
@@ -814,7 +833,8 @@ void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
     /* every rank needs all rows' gradient: its wte rows serve tokens anywhere */
     const void *dout = ungather_rows(m, m->dx, B * T);
     m->dev->ops->encoder_backward(m->dev, G(m, GPT_WTE, 0), G(m, GPT_WPE, 0), dout, a->tokens,
-                                  B, T, m->cfg.dim);
+                                  a->embed_runs >= 0 ? a->embed_plan : NULL, a->embed_runs, B, T,
+                                  m->cfg.dim);
     grads_ready(m, m->unit_wpe);
     grads_ready(m, m->unit_wte);
 }

@@ -142,6 +142,8 @@ typedef struct GPTActs {
     int kept;        /* layers whose inner activations are kept: nl, or 1 with recompute */
     int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
+    int *embed_plan; /* [2BT+1] on dev: dev_embed_plan of tokens, for a deterministic embedding backward on GPUs */
+    int embed_runs;  /* its run count, -1 when there is none (CPU, or no tokens set) */
     void *x_in;      /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
     /* per layer, stacked over the stage's layers (nl = kept layers for all but res3) */
     void *ln1;       /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */

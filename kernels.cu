@@ -269,6 +269,51 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const T *dout, const in
     }
 }
 
+// dwte [Vp,C] += dout [B,T,C] rows by token, through dev_embed_plan's plan
+// (runs + 1 group starts, then the grouped positions): a block takes a
+// group (one token) at a time, each thread W channels (16-byte loads when
+// V: C % W == 0 and dout, dwte 16-byte aligned; else one), and adds the
+// group's rows in position order in float32, then the sum to the token's
+// row. Each dwte element has one writer: no atomics, the same bits every run.
+template <typename T, bool V>
+__global__ void encoder_backward_runs_kernel(float *dwte, const T *dout, const int *tokens,
+                                             const int *plan, int runs, int C) {
+    constexpr int W = V ? Vec<T>::N : 1;
+    const int *pos = plan + runs + 1;
+    const int c = threadIdx.x * W;
+    if (c >= C) return;
+    for (int r = blockIdx.x; r < runs; r += gridDim.x) {
+        const int s = plan[r], e = plan[r + 1];
+        float acc[W];
+#pragma unroll
+        for (int k = 0; k < W; k++) acc[k] = 0.0f;
+        for (int j = s; j < e; j++) {
+            const size_t row = (size_t)pos[j] * C + c;
+            if (V) {
+                const Vec<T> x = ldv(dout, row);
+#pragma unroll
+                for (int k = 0; k < W; k++) acc[k] += vget(x, k);
+            } else {
+                acc[0] += ld(dout, row);
+            }
+        }
+        float *o = dwte + (size_t)tokens[pos[s]] * C + c;
+        if (V) {
+#pragma unroll
+            for (int k = 0; k < W; k += 4) {
+                float4 q = *reinterpret_cast<const float4 *>(o + k);
+                q.x += acc[k];
+                q.y += acc[k + 1];
+                q.z += acc[k + 2];
+                q.w += acc[k + 3];
+                *reinterpret_cast<float4 *>(o + k) = q;
+            }
+        } else {
+            o[0] += acc[0];
+        }
+    }
+}
+
 // dwpe [T,C] += sum over b of dout [B,T,C]: one thread owns each dwpe element.
 template <typename T>
 __global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, int Tn, int C) {
@@ -293,12 +338,30 @@ static void encoder_forward(Dev *d, void *out, const int *tokens, const void *wt
 
 template <typename T>
 static void encoder_backward(Dev *d, float *dwte, float *dwpe, const void *dout, const int *tokens,
-                             int B, int Tn, int C) {
+                             const int *plan, int runs, int B, int Tn, int C) {
     size_t total = (size_t)B * Tn * C;
     if (!total) return;
-    encoder_backward_wte_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
-        dwte, (const T *)dout, tokens, C, total);
-    LAUNCH_CHECK(encoder_backward_wte_kernel);
+    bool done = plan && runs == 0;  // a plan with no token of this rank's slice: no dwte row
+    if (plan && runs > 0) {
+        constexpr int W = Vec<T>::N;
+        const bool v = C % W == 0 && aligned16(dout) && aligned16(dwte);
+        const int lanes = v ? C / W : C;  // threads a group needs
+        if (lanes <= 1024) {
+            const int threads = (lanes + 31) / 32 * 32;
+            const unsigned grid = (unsigned)(runs < 65535 ? runs : 65535);
+            if (v) encoder_backward_runs_kernel<T, true><<<grid, threads, 0, STREAM(d)>>>(
+                       dwte, (const T *)dout, tokens, plan, runs, C);
+            else encoder_backward_runs_kernel<T, false><<<grid, threads, 0, STREAM(d)>>>(
+                     dwte, (const T *)dout, tokens, plan, runs, C);
+            LAUNCH_CHECK(encoder_backward_runs_kernel);
+            done = true;
+        }
+    }
+    if (!done) {  // no plan (or rows too wide for one block): atomics, any order
+        encoder_backward_wte_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+            dwte, (const T *)dout, tokens, C, total);
+        LAUNCH_CHECK(encoder_backward_wte_kernel);
+    }
     if (!dwpe) return;  // no position embedding on this rank
     encoder_backward_wpe_kernel<T><<<elementwise_grid((size_t)Tn * C, 256), 256, 0, STREAM(d)>>>(
         dwpe, (const T *)dout, B, Tn, C);

@@ -519,7 +519,7 @@ static void t_encoder_forward(Dev *d, void *out, const int *tok, const void *wte
     cpu_encoder_forward(d, out, tok, wte, wpe, B, T, C);
 }
 static void t_encoder_backward(Dev *d, float *dwte, float *dwpe, const void *dout, const int *tok,
-                               int B, int T, int C) {
+                               const int *plan, int runs, int B, int T, int C) {
     cpu_encoder_backward(d, dwte, dwpe, dout, tok, B, T, C);
 }
 static void t_layernorm_forward(Dev *d, void *out, float *mean, float *rstd, const void *inp,

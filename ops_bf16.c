@@ -58,7 +58,7 @@ static void b_encoder_forward(Dev *d, void *out, const int *tok, const void *wte
 }
 
 static void b_encoder_backward(Dev *d, float *dwte, float *dwpe, const void *dout, const int *tok,
-                               int B, int T, int C) {
+                               const int *plan, int runs, int B, int T, int C) {
     float *g = wide(dout, (size_t)B * T * C);
     cpu_encoder_backward(d, dwte, dwpe, g, tok, B, T, C);
     free(g);

@@ -137,3 +137,37 @@ void dev_sync(Dev *d) {
     if (d->kind == DEV_CUDA) cuda_sync(d->stream);
 #endif
 }
+
+/* A counting sort: tokens are counted, the counts summed into starts, then
+ * positions dropped into place in increasing order (so each group keeps
+ * position order). */
+int dev_embed_plan(const int *tokens, int n, int *plan) {
+    int vmax = -1;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] > vmax) vmax = tokens[i];
+    if (vmax < 0) {
+        plan[0] = 0;
+        return 0;
+    }
+    int *at = calloc((size_t)vmax + 2, sizeof(int));  /* per token: count, then next slot */
+    if (!at) {
+        fprintf(stderr, "error: out of host memory (embedding plan of %d tokens)\n", n);
+        exit(1);
+    }
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= 0) at[tokens[i]]++;
+    int runs = 0, m = 0;
+    for (int v = 0; v <= vmax; v++) {
+        if (!at[v]) continue;
+        plan[runs++] = m;
+        const int c = at[v];
+        at[v] = m;
+        m += c;
+    }
+    plan[runs] = m;
+    int *pos = plan + runs + 1;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= 0) pos[at[tokens[i]]++] = i;
+    free(at);
+    return runs;
+}

@@ -90,9 +90,12 @@ struct Ops {
     void (*encoder_forward)(Dev *d, void *out, const int *tokens, const void *wte,
                             const void *wpe, int B, int T, int C);
     /* dwte[tokens[b,t]] += dout[b,t] (tokens >= 0), dwpe[t] += dout[b,t] (dwpe may
-     * be NULL). Accumulates. */
+     * be NULL). Accumulates. plan: dev_embed_plan's of these tokens, on d,
+     * with its run count; the CUDA tables then add each token's rows in
+     * position order (no atomics: the same bits every run). NULL: any order. */
     void (*encoder_backward)(Dev *d, float *dwte, float *dwpe, const void *dout,
-                             const int *tokens, int B, int T, int C);
+                             const int *tokens, const int *plan, int runs, int B, int T,
+                             int C);
     /* out[N,C] = (inp - mean) * rstd * w + b, eps 1e-5 (biased variance);
      * mean[N], rstd[N] saved for backward. */
     void (*layernorm_forward)(Dev *d, void *out, float *mean, float *rstd, const void *inp,
@@ -203,6 +206,13 @@ void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 void dev_copy(Dev *d, void *dst, const void *src, size_t bytes);
 /* Waits for all work queued on d's compute stream. */
 void dev_sync(Dev *d);
+
+/* The embedding backward's plan, on the host: the positions i < n with
+ * tokens[i] >= 0 grouped by token (ascending), each group in position
+ * order. plan [2n + 1] ints receives the R + 1 group starts, then the m
+ * grouped positions: group r is plan[R + 1 + plan[r] .. R + 1 + plan[r + 1]).
+ * Returns R, the number of distinct tokens; R + 1 + m ints are written. */
+int dev_embed_plan(const int *tokens, int n, int *plan);
 
 /* CUDA side, implemented in kernels.cu (extern "C"); tensor.c calls these
  * only in a CUDA build. Each checks its CUDA call and exits with

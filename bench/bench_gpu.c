@@ -896,6 +896,7 @@ typedef struct {
     int N, C, B, T, V, Vp;
     size_t n;
     float dloss;
+    int runs;            /* encoder_backward: the plan's (in p[4]) run count, -1 none */
 } BenchMemArgs;
 
 typedef struct {
@@ -988,7 +989,8 @@ static void bench_run_encf(void *arg) {
 }
 static void bench_run_encb(void *arg) {
     BenchMemArgs *x = arg;
-    x->ops->encoder_backward(x->d, x->p[0], x->p[1], x->p[2], x->p[3], x->B, x->T, x->C);
+    x->ops->encoder_backward(x->d, x->p[0], x->p[1], x->p[2], x->p[3], x->p[4], x->runs, x->B, x->T,
+                             x->C);
 }
 
 typedef struct {
@@ -1053,9 +1055,20 @@ static void bench_mem_case(BenchCtx *c, const BenchMemCase *k, DType dt) {
         pristine = dev_alloc(c->gpu, bytes[ri]);
         dev_copy(c->gpu, pristine, g[ri], bytes[ri]);
     }
-    BenchMemArgs ga = {gd, gd->ops, {NULL}, k->N, k->C, k->B, k->T, k->V, k->Vp, k->n, k->dloss};
-    BenchMemArgs ha = {hd, hd->ops, {NULL}, k->cpu_rows, k->C, k->B, k->T, k->V, k->Vp, k->n, k->dloss};
+    BenchMemArgs ga = {gd, gd->ops, {NULL}, k->N, k->C, k->B, k->T, k->V, k->Vp, k->n, k->dloss, -1};
+    BenchMemArgs ha = {hd, hd->ops, {NULL}, k->cpu_rows, k->C, k->B, k->T, k->V, k->Vp, k->n, k->dloss, -1};
     for (int i = 0; i < k->nbuf; i++) ga.p[i] = g[i], ha.p[i] = h[i];
+    int *gplan = NULL;   /* encoder_backward on the GPU: dev_embed_plan's, built (untimed) as training does */
+    size_t plan_bytes = 0;
+    if (k->tok_bytes > 0) {
+        const size_t nt = k->buf[k->tok_buf].n;
+        int *plan = bench_malloc((2 * nt + 1) * sizeof(int));
+        ga.runs = dev_embed_plan(h[k->tok_buf], (int)nt, plan);
+        plan_bytes = ((size_t)ga.runs + 1 + plan[ga.runs]) * sizeof(int);
+        gplan = bench_upload(c, plan, plan_bytes);
+        ga.p[k->nbuf] = gplan;
+        free(plan);
+    }
     /* the check: one GPU run, then the CPU table on the host copies in place */
     k->run(&ga);
     dev_sync(c->gpu);
@@ -1092,6 +1105,7 @@ static void bench_mem_case(BenchCtx *c, const BenchMemCase *k, DType dt) {
         free(got[i]);
     }
     if (pristine) dev_free(c->gpu, pristine, bytes[ri]);
+    if (gplan) dev_free(c->gpu, gplan, plan_bytes);
 }
 
 static void bench_memory(BenchCtx *c) {

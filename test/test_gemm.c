@@ -284,7 +284,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
               "%s: ran %s in %d part%s of K%s, max rel err %.2e over %zu values (tol %.0e), two runs %s",
               shape, impl_name(r), parts, parts == 1 ? "" : "s",
               split_ok ? "" : " (a tensor-core kernel with SMs to spare must split)", err,
-              (size_t)M * N, tol, same ? "bitwise equal" : "differ");
+              (size_t)((M + step - 1) / step) * N, tol, same ? "bitwise equal" : "differ");
     }
 
     dev_free(&t->gpu, gA, (size_t)M * K * 2);

@@ -174,10 +174,47 @@ static void test_encoder(Test *t, int B, int T, int C, int Vp, int sliced, int n
     /* backward: wte and wpe become the accumulated gradients */
     float *dout = host_rand(t, BTC, 1.0f);
     float *g_dout = gpu_put(t, dout, BTC * 4);
-    cpu_ops.encoder_backward(&t->cpu, wte, wpe, dout, tokens, B, T, C);
-    t->gpu.ops->encoder_backward(&t->gpu, g_wte, g_wpe, g_dout, g_tokens, B, T, C);
+    float *wte0 = gpu_get(t, g_wte, VC), *wpe0 = wpe ? gpu_get(t, g_wpe, TC) : NULL;
+    cpu_ops.encoder_backward(&t->cpu, wte, wpe, dout, tokens, NULL, -1, B, T, C);
+    t->gpu.ops->encoder_backward(&t->gpu, g_wte, g_wpe, g_dout, g_tokens, NULL, -1, B, T, C);
     compare_gpu(t, "encoder_backward", "dwte", shape, g_wte, wte, VC);
     if (wpe) compare_gpu(t, "encoder_backward", "dwpe", shape, g_wpe, wpe, TC);
+
+    /* Through dev_embed_plan (as training on a GPU runs it): the plan itself
+     * (every position with a token once, grouped by ascending token, each
+     * group in position order), then dwte from the same start twice, the
+     * same bits both times. */
+    const int BT = B * T;
+    int *plan = xmalloc((2 * (size_t)BT + 1) * sizeof(int));
+    const int runs = dev_embed_plan(tokens, BT, plan);
+    const int *pos = plan + runs + 1;
+    int plan_ok = plan[0] == 0, m = 0, last = -1;
+    for (int i = 0; i < BT; i++) m += tokens[i] >= 0;
+    plan_ok = plan_ok && plan[runs] == m;
+    for (int r = 0; r < runs && plan_ok; r++) {
+        const int s = plan[r], e = plan[r + 1], tok = tokens[pos[s]];
+        plan_ok = s < e && tok > last;
+        last = tok;
+        for (int j = s; j < e && plan_ok; j++)
+            plan_ok = tokens[pos[j]] == tok && (j == s || pos[j] > pos[j - 1]);
+    }
+    char name[128];
+    snprintf(name, sizeof name, "encoder_backward plan" TAG_FMT, TAG);
+    check(&t->checks, plan_ok, name, "%s: %d groups of %d positions %s", shape, runs, m,
+          plan_ok ? "by ascending token, each in position order" : "wrong");
+    int *g_plan = gpu_put(t, plan, ((size_t)runs + 1 + m) * sizeof(int));
+    float *got[2];
+    for (int k = 0; k < 2; k++) {
+        dev_from_host(&t->gpu, g_wte, wte0, VC * 4);
+        t->gpu.ops->encoder_backward(&t->gpu, g_wte, NULL, g_dout, g_tokens, g_plan, runs, B, T, C);
+        got[k] = gpu_get(t, g_wte, VC);
+    }
+    compare(t, "encoder_backward planned", "dwte", shape, got[0], wte, VC);
+    snprintf(name, sizeof name, "encoder_backward planned deterministic" TAG_FMT, TAG);
+    check(&t->checks, memcmp(got[0], got[1], VC * 4) == 0, name, "%s: two runs %s", shape,
+          memcmp(got[0], got[1], VC * 4) == 0 ? "bitwise equal" : "differ");
+    gpu_drop(t, g_plan, ((size_t)runs + 1 + m) * sizeof(int));
+    free(plan); free(got[0]); free(got[1]); free(wte0); free(wpe0);
 
     gpu_drop(t, g_tokens, (size_t)B * T * sizeof(int));
     gpu_drop(t, g_wte, VC * 4); gpu_drop(t, g_wpe, TC * 4);
@@ -509,7 +546,7 @@ static void test_zero_sizes(Test *t) {
     Dev *g = &t->gpu;
     const Ops *o = g->ops;
     o->encoder_forward(g, NULL, NULL, NULL, NULL, 0, 4, 8);
-    o->encoder_backward(g, NULL, NULL, NULL, NULL, 0, 4, 8);  /* dwpe NULL too */
+    o->encoder_backward(g, NULL, NULL, NULL, NULL, NULL, -1, 0, 4, 8);  /* dwpe NULL too */
     o->layernorm_forward(g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
     o->layernorm_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8);
     o->matmul_forward(g, NULL, NULL, NULL, NULL, 0, 8, 8);
@@ -714,8 +751,15 @@ static void test16_rest(Test *t, Dev *c16, size_t n, int N, int V, int Vp, int C
     c16->ops->encoder_forward(c16, emb, tok, wte, wpe, B, Tn, C);
     t->gpu.ops->encoder_forward(&t->gpu, g_emb, g_tok, g_wte, g_wpe, B, Tn, C);
     compare16(t, "encoder_forward", "out", shape, g_emb, emb, BTC);
-    c16->ops->encoder_backward(c16, dwte, dwpe, emb, tok, B, Tn, C);
-    t->gpu.ops->encoder_backward(&t->gpu, g_dwte, g_dwpe, g_emb, g_tok, B, Tn, C);
+    /* the GPU through dev_embed_plan, as training runs it */
+    int *plan = xmalloc(((size_t)2 * B * Tn + 1) * sizeof(int));
+    const int runs = dev_embed_plan(tok, B * Tn, plan);
+    const size_t plan_n = (size_t)runs + 1 + plan[runs];
+    int *g_plan = gpu_put(t, plan, plan_n * sizeof(int));
+    c16->ops->encoder_backward(c16, dwte, dwpe, emb, tok, NULL, -1, B, Tn, C);
+    t->gpu.ops->encoder_backward(&t->gpu, g_dwte, g_dwpe, g_emb, g_tok, g_plan, runs, B, Tn, C);
+    gpu_drop(t, g_plan, plan_n * sizeof(int));
+    free(plan);
     compare16f(t, "encoder_backward", "dwte", shape, g_dwte, dwte, (size_t)V * C);
     compare16f(t, "encoder_backward", "dwpe", shape, g_dwpe, dwpe, (size_t)Tn * C);
     gpu_drop(t, g_tok, (size_t)B * Tn * sizeof(int)); gpu_drop(t, g_wte, (size_t)V * C * 2);
