@@ -222,7 +222,11 @@ bench/%: bench/%.c $(OBJS)
 # the test programs, built and not run (test/gpu_session.sh builds in parallel)
 tests: $(TESTS)
 
-test: build $(TESTS)
+# The build runs on every core (CI has two: nvcc's three files take most of
+# it); the tests then run one program at a time.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) build $(TESTS)
 	@sh test/run.sh
 
 # cuBLAS is linked into the benchmark only, never into train.

@@ -89,9 +89,10 @@
  *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
  *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
  *     producer runs ahead into the next tile while the consumers store.
- *   - Not done: split-K. dw has a small output and a long K (768 x 768
- *     is 18 tiles of 128 x 256 for 132 SMs), so it leaves most SMs idle;
- *     splitting K over blocks would need a reduction of float32 partials.
+ *   - Split-K: dw has a small output and a long K (768 x 768 is 18
+ *     tiles of 128 x 256 for 132 SMs), so with room in the caller's work
+ *     buffer a work item is a (tile, part of K) pair instead, and the parts
+ *     are summed afterwards in a fixed order (below, "Split-K").
  *   - Edges: TMA zero-fills whatever part of a box lies outside the tensor
  *     (and still counts the full box bytes), so overhanging tiles need no
  *     code. The tensor map needs 16-byte aligned bases and row pitches,
@@ -111,6 +112,12 @@
  * group); it adds bias, adds the old D when accumulating, and writes a
  * bf16x2 or float2 when N is even and D suitably aligned, else two guarded
  * scalars. Rows >= M and columns >= N are never stored.
+ *
+ * Split-K (both tensor-core kernels, float32 D only): a product with few
+ * output tiles and a long K is cut into parts of K that run side by side
+ * (TC_MMA: gridDim.z; TC_WGMMA: more work items); part 0 goes to D, the
+ * others to the caller's work buffer, and one more kernel adds them to D in
+ * part order: deterministic. How many parts: mm_plan_split, below.
  *
  * TC_AUTO: TC_WGMMA when the device is sm_90, the sm_90a kernels are in the
  * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and

@@ -278,7 +278,7 @@ struct EmuBlock {
     int order_down;       /* EMU_ORDER=down */
     EmuWarp *warps;
     std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
-    std::vector<EmuMbar> mbars;
+    std::deque<EmuMbar> mbars;  /* a deque: waiters hold pointers into it across inits */
     const void *statics[EMU_MAX_STATICS];
     int nstatics;
 };
