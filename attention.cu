@@ -70,9 +70,17 @@
  *                       channels, so there is no race.
  *   fa_bwd_dq_kernel    dqkv[.., q channels] += bf16(scale * dqacc).
  * Because dQ is summed with atomics, the order of its float additions varies
- * from run to run: backward's dq is NOT bitwise reproducible (differences
- * of a few fp32 ulps before the bf16 rounding, so occasionally one bf16 ulp).
- * dk, dv and the whole forward are deterministic.
+ * from run to run: this backward's dq is NOT bitwise reproducible
+ * (differences of a few fp32 ulps before the bf16 rounding, so occasionally
+ * one bf16 ulp). dk, dv and the whole forward are deterministic.
+ *
+ * Deterministic backward (tc_flash_backward's `deterministic`, train's
+ * --deterministic): fa_bwd_kernel<HS, false> computes dK and dV alone, and
+ * fa_bwd_dq_det_kernel<HS>, shaped as the forward (a block per 64 query
+ * rows, key tiles streaming), recomputes S and dP and sums dQ = dS K in
+ * registers, key tiles in order, then adds it to dqkv: no atomics and no
+ * dqacc, at the price of S and dP twice (7 tile products per (key, query)
+ * tile pair instead of 5).
  *
  * mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 fragments (PTX ISA,
  * "Matrix Fragments for mma.m16n8k16 with floating point type"); lane l,
@@ -131,7 +139,10 @@
  *            hs 64: 46080 B, 128 regs | hs 128: 87040 B, 237 regs
  *   backward hs 32: 40960 B, 159 regs | hs 64: 65536 B, 232 regs |
  *            hs 128 (BQ 32): 75264 B, 255 regs (24 B spilled, a few
- *            reloads per query block)
+ *            reloads per query block); without dQ (deterministic):
+ *            164 | 229 | 245 regs, no spills
+ *   deterministic dQ hs 32: 30720 B, 126 regs | hs 64: 55296 B, 166 regs |
+ *            hs 128: 104448 B, 246 regs
  *
  * Numerical contract. Inputs bf16. Dot products accumulate in fp32 on the
  * tensor cores. The softmax statistics (max m, sum l, lse, Dvec) and the
@@ -497,7 +508,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ---------------------------------------------------------------------------
  * Backward, step 1: Dvec[b,h,t] = sum_c dout[b,t,h*hs+c] out[b,t,h*hs+c]
- * (fp32), and dqacc[b,t,h*hs .. h*hs+hs) = 0. One warp per (b, t, h), rows
+ * (fp32), and dqacc[b,t,h*hs .. h*hs+hs) = 0 (unless dqacc is NULL: the
+ * deterministic backward has none). One warp per (b, t, h), rows
  * ordered (b, t, h) so that neighbouring warps read neighbouring memory.
  * grid ceil(B*T*NH / 8), block 256. */
 static __global__ void __launch_bounds__(256)
@@ -520,7 +532,8 @@ static __global__ void __launch_bounds__(256)
         float2 ov = __bfloat1622float2(o2[p]);
         acc = fmaf(gv.x, ov.x, fmaf(gv.y, ov.y, acc));
     }
-    for (int i = lane; i < hs; i += 32) dqacc[off + i] = 0.f;
+    if (dqacc)
+        for (int i = lane; i < hs; i += 32) dqacc[off + i] = 0.f;
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, d);
     if (lane == 0) Dvec[((size_t)b * NH + h) * T + t] = acc;
@@ -529,8 +542,9 @@ static __global__ void __launch_bounds__(256)
 /* Backward, step 2: one block per (b, h, 64-key block).
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaBwd<HS>::SMEM.
  * dqkv [B,T,3C] bf16 (k, v channels accumulated here), dqacc [B,T,C] fp32
- * (atomics), Dvec [B,NH,T], dout [B,T,C], qkv [B,T,3C], lse [B,NH,T]. */
-template <int HS>
+ * (atomics; DQ false: unused, dQ is fa_bwd_dq_det_kernel's), Dvec [B,NH,T],
+ * dout [B,T,C], qkv [B,T,3C], lse [B,NH,T]. */
+template <int HS, bool DQ>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_bwd_kernel(bf16 *__restrict__ dqkv, float *__restrict__ dqacc,
                   const float *__restrict__ Dvec, const bf16 *__restrict__ dout,
@@ -674,8 +688,10 @@ __global__ void __launch_bounds__(FA_THREADS)
                 s[nt][e] = p;
                 dp[nt][e] = p * (dp[nt][e] - ((e & 1) ? dd.y : dd.x));
             }
-            *reinterpret_cast<uint32_t *>(sdS + key_lo * LDS + qc) = fa_pack(dp[nt][0], dp[nt][1]);
-            *reinterpret_cast<uint32_t *>(sdS + (key_lo + 8) * LDS + qc) = fa_pack(dp[nt][2], dp[nt][3]);
+            if (DQ) {
+                *reinterpret_cast<uint32_t *>(sdS + key_lo * LDS + qc) = fa_pack(dp[nt][0], dp[nt][1]);
+                *reinterpret_cast<uint32_t *>(sdS + (key_lo + 8) * LDS + qc) = fa_pack(dp[nt][2], dp[nt][3]);
+            }
             if (nt & 1) fa_c_to_a(pa[nt >> 1], s[nt - 1], s[nt]);
         }
 
@@ -706,11 +722,11 @@ __global__ void __launch_bounds__(FA_THREADS)
                 fa_mma(dk[2 * dq2 + 1], da, qf[2], qf[3]);
             }
         }
-        __syncthreads();  /* all of dS^T is in shared memory */
+        if (DQ) __syncthreads();  /* all of dS^T is in shared memory */
 
         /* dQ_blk = dS K over this block's 64 keys: warp -> (row tile mt,
          * column slice d0 .. d0 + DW), fp32 atomics into dqacc (unscaled). */
-        {
+        if (DQ) {
             const int mt = warp % P::MT;
             const int d0 = (warp / P::MT) * P::DW;
             float acc[P::DW / 8][4];
@@ -759,6 +775,163 @@ __global__ void __launch_bounds__(FA_THREADS)
             float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
             *pk = __floats2bfloat162_rn(ok.x + dk[nt][2 * r] * scale, ok.y + dk[nt][2 * r + 1] * scale);
             *pv = __floats2bfloat162_rn(ov.x + dv[nt][2 * r], ov.y + dv[nt][2 * r + 1]);
+        }
+    }
+}
+
+/* Backward, deterministic dQ (tc_flash_backward with `deterministic`): one
+ * block per (b, h, 64-query block), shaped as the forward. Key/value tiles
+ * 0..qb stream through shared memory, double-buffered with cp.async, and
+ * per tile and warp (16 query rows):
+ *     S  = Q_w K^T,  dP = dO_w V^T      16 x 64 each, fp32
+ *     P  = exp(S scale - lse)           0 where key > query (diagonal tile)
+ *     dS = P (dP - D)                   fp32, in place in S
+ *     dQ += dS K                        dS rounded to bf16 as the A operand
+ * then dqkv[q channels] += bf16(scale dQ) straight from registers. Each dQ
+ * element is summed by one thread, key tiles in order: the same bits every
+ * run. The price is S and dP computed a second time (fa_bwd_kernel<HS,
+ * false> computes them too, for dK and dV): 7 tile products a (key, query)
+ * tile pair instead of 5, and no atomics.
+ * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaDq<HS>::SMEM:
+ * Q [64][LD], dO [64][LD], K [2][64][LD], V [2][64][LD]. */
+template <int HS> struct FaDq {
+    static constexpr int LD = FaTile<HS>::LD;
+    static constexpr int TILE = 64 * LD;
+    static constexpr size_t SMEM = (size_t)6 * TILE * sizeof(bf16);
+};
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    fa_bwd_dq_det_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ Dvec,
+                         const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
+                         const float *__restrict__ lse, int T, int C, int NH, float scale,
+                         float scale_log2) {
+    constexpr int LD = FaDq<HS>::LD;
+    constexpr int TILE = FaDq<HS>::TILE;
+    constexpr int NT = FA_BKV / 8;  /* n-tiles of S and dP per warp: 8 */
+    constexpr int DT = HS / 8;      /* n-tiles of dQ per warp */
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const uint32_t aQ = fa_smem_addr(fa_smem);                 /* [64][LD] */
+    const uint32_t adO = aQ + TILE * sizeof(bf16);             /* [64][LD] */
+    const uint32_t aK = adO + TILE * sizeof(bf16);             /* [2][64][LD] */
+    const uint32_t aV = aK + 2 * TILE * sizeof(bf16);          /* [2][64][LD] */
+
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int qb = gridDim.y - 1 - blockIdx.y;  /* heaviest query blocks first */
+    const int q0 = qb * 64;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tg = lane & 3;
+    const size_t stride = (size_t)3 * C;
+    const bf16 *qbase = qkv + (size_t)b * T * stride + (size_t)h * HS;  /* q of (b, h, t=0) */
+    const bf16 *kbase = qbase + C;
+    const bf16 *vbase = qbase + 2 * (size_t)C;
+    const bf16 *obase = dout + (size_t)b * T * C + (size_t)h * HS;
+
+    fa_load_tile<HS, 64>(aQ, qbase, stride, q0, T, tid);
+    fa_load_tile<HS, 64>(adO, obase, (size_t)C, q0, T, tid);
+    fa_load_tile<HS, 64>(aK, kbase, stride, 0, T, tid);
+    fa_load_tile<HS, 64>(aV, vbase, stride, 0, T, tid);
+    fa_cp_commit();
+
+    /* lse (log2 units) and D of this thread's rows g and g + 8; rows >= T
+     * get 0 (their Q and dO rows are zero-filled, so everything stays finite). */
+    float lq[2], dd[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = q0 + warp * 16 + g + 8 * r;
+        lq[r] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : 0.f;
+        dd[r] = t < T ? Dvec[(size_t)bh * T + t] : 0.f;
+    }
+    float dq[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;                     /* A, plain */
+    const int bn_row = (lane & 7) + ((lane >> 4) << 3), bn_col = ((lane >> 3) & 1) * 8; /* B=X^T */
+    const int bt_row = (lane & 7) + (((lane >> 3) & 1) << 3), bt_col = (lane >> 4) * 8; /* B=X, .trans */
+
+    for (int j = 0; j <= qb; j++) {
+        const int buf = j & 1;
+        if (j < qb) {
+            const uint32_t nb = (uint32_t)((buf ^ 1) * TILE * sizeof(bf16));
+            fa_load_tile<HS, 64>(aK + nb, kbase, stride, (j + 1) * FA_BKV, T, tid);
+            fa_load_tile<HS, 64>(aV + nb, vbase, stride, (j + 1) * FA_BKV, T, tid);
+            fa_cp_commit();
+            fa_cp_wait<1>();  /* everything but the tile just issued has landed */
+        } else {
+            fa_cp_wait<0>();
+        }
+        __syncthreads();
+        const uint32_t kt = aK + (uint32_t)(buf * TILE * sizeof(bf16));
+        const uint32_t vt = aV + (uint32_t)(buf * TILE * sizeof(bf16));
+
+        /* S = Q_w K^T and dP = dO_w V^T, 16 x 64 each */
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++) {
+            uint32_t qf[4], of[4];
+            fa_ldsm_x4(qf, aQ + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
+            fa_ldsm_x4(of, adO + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kf[4], vf[4];
+                fa_ldsm_x4(kf, kt + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) * sizeof(bf16)));
+                fa_ldsm_x4(vf, vt + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) * sizeof(bf16)));
+                fa_mma(s[2 * np], qf, kf[0], kf[1]);
+                fa_mma(s[2 * np + 1], qf, kf[2], kf[3]);
+                fa_mma(dp[2 * np], of, vf[0], vf[1]);
+                fa_mma(dp[2 * np + 1], of, vf[2], vf[3]);
+            }
+        }
+
+        /* dS = P (dP - D), P = exp2(S scale log2(e) - lse log2(e)); the
+         * diagonal tile (j == qb: kv0 == q0) masks key > query. */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = exp2f(fmaf(s[nt][e], scale_log2, -lq[e >> 1]));
+                if (j == qb) {
+                    const int col = nt * 8 + tg * 2 + (e & 1);
+                    const int row = warp * 16 + g + (e >> 1) * 8;
+                    if (col > row) p = 0.f;
+                }
+                s[nt][e] = p * (dp[nt][e] - dd[e >> 1]);
+            }
+        }
+
+        /* dQ += dS K: dS from registers as A, K by ldmatrix.trans */
+#pragma unroll
+        for (int kk = 0; kk < FA_BKV / 16; kk++) {
+            uint32_t da[4];
+            fa_c_to_a(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int d2 = 0; d2 < HS / 16; d2++) {
+                uint32_t kf[4];
+                fa_ldsm_x4_t(kf, kt + (uint32_t)(((kk * 16 + bt_row) * LD + d2 * 16 + bt_col) * sizeof(bf16)));
+                fa_mma(dq[2 * d2], da, kf[0], kf[1]);
+                fa_mma(dq[2 * d2 + 1], da, kf[2], kf[3]);
+            }
+        }
+        __syncthreads();  /* the next iteration's prefetch overwrites this buffer's pair */
+    }
+
+    /* dqkv[q channels] += bf16(scale dQ): this block alone owns these rows
+     * and channels, so read, add in fp32, round once, write. */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = q0 + warp * 16 + g + 8 * r;
+        if (t >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS + tg * 2;
+#pragma unroll
+        for (int nt = 0; nt < DT; nt++) {
+            __nv_bfloat162 *pq = reinterpret_cast<__nv_bfloat162 *>(row + nt * 8);
+            const float2 o = __bfloat1622float2(*pq);
+            *pq = __floats2bfloat162_rn(o.x + dq[nt][2 * r] * scale, o.y + dq[nt][2 * r + 1] * scale);
         }
     }
 }
@@ -822,19 +995,35 @@ static void fa_forward_launch(bf16 *out, float *lse, const bf16 *qkv, int B, int
     FA_LAUNCH_CHECK("fa_fwd_kernel");
 }
 
+/* dqacc NULL: the deterministic backward (dK, dV by fa_bwd_kernel<HS,
+ * false>, dQ by fa_bwd_dq_det_kernel); else dQ by atomics into dqacc. */
 template <int HS>
 static void fa_backward_launch(bf16 *dqkv, float *dqacc, const float *Dvec, const bf16 *dout,
                                const bf16 *qkv, const float *lse, int B, int T, int C, int NH,
                                cudaStream_t st) {
     const size_t smem = FaBwd<HS>::SMEM;
-    FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
     const float scale = (float)(1.0 / sqrt((double)HS));
     const float scale_log2 = (float)(FA_LOG2E / sqrt((double)HS));
     dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_BKV - 1) / FA_BKV));
-    fa_bwd_kernel<HS><<<grid, FA_THREADS, smem, st>>>(dqkv, dqacc, Dvec, dout, qkv, lse, T, C, NH,
-                                                      scale, scale_log2);
+    if (dqacc) {
+        FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        fa_bwd_kernel<HS, true><<<grid, FA_THREADS, smem, st>>>(dqkv, dqacc, Dvec, dout, qkv, lse,
+                                                                T, C, NH, scale, scale_log2);
+        FA_LAUNCH_CHECK("fa_bwd_kernel");
+        return;
+    }
+    FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, false>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa_bwd_kernel<HS, false><<<grid, FA_THREADS, smem, st>>>(dqkv, (float *)NULL, Dvec, dout, qkv, lse, T,
+                                                             C, NH, scale, scale_log2);
     FA_LAUNCH_CHECK("fa_bwd_kernel");
+    const size_t dsmem = FaDq<HS>::SMEM;
+    FA_CHECK(cudaFuncSetAttribute(fa_bwd_dq_det_kernel<HS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dsmem));
+    fa_bwd_dq_det_kernel<HS><<<grid, FA_THREADS, dsmem, st>>>(dqkv, Dvec, dout, qkv, lse, T, C,
+                                                              NH, scale, scale_log2);
+    FA_LAUNCH_CHECK("fa_bwd_dq_det_kernel");
 }
 
 extern "C" int tc_flash_supports(int hs) { return fa_hs_ok(hs); }
@@ -861,12 +1050,12 @@ extern "C" int tc_flash_forward(void *out, float *lse, const void *qkv, int B, i
 
 extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
                                  const void *out, const float *lse, int B, int T, int C, int NH,
-                                 void *stream) {
+                                 int deterministic, void *stream) {
     const void *ptrs[5] = {dqkv, scratch, dout, qkv, out};
     if (!fa_usable("tc_flash_backward", C, NH, ptrs, 5)) return -1;
     if (B <= 0 || T <= 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    float *dqacc = scratch;                    /* [B,T,C] */
+    float *dqacc = deterministic ? NULL : scratch;  /* [B,T,C], unused when deterministic */
     float *Dvec = scratch + (size_t)B * T * C; /* [B,NH,T] */
     bf16 *dx = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv, *o = (const bf16 *)out;
@@ -881,6 +1070,7 @@ extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, c
     default: fa_backward_launch<128>(dx, dqacc, Dvec, g, x, lse, B, T, C, NH, st); break;
     }
 
+    if (deterministic) return 0;  /* dQ is in dqkv already */
     const size_t n8 = (size_t)B * T * (C / 8);
     size_t blocks = (n8 + 255) / 256;
     if (blocks > 65536) blocks = 65536;

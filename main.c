@@ -51,6 +51,7 @@ typedef struct Args {
     const char *device;       /* "cpu", "cuda" or NULL = cuda if a GPU is visible */
     const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu */
     double peak_tflops;       /* the device's dense bf16 peak for MFU; 0 = from its name */
+    int deterministic;        /* --deterministic: no GPU kernel sums with atomics */
     int gpu;
     int threads;
     int val_every, val_batches;
@@ -115,6 +116,8 @@ static void usage(FILE *f) {
         "                         fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)\n"
         "  --peak-tflops F        dense bf16 peak of one device for the step line's MFU\n"
         "                         (known for H100/H200/A100; otherwise MFU is not printed)\n"
+        "  --deterministic        GPU runs give the same bits every time: attention's backward\n"
+        "                         sums dq without atomics (slower); the rest always does\n"
         "generation:\n"
         "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
         "  --tokenizer FILE       llm.c's gpt2_tokenizer.bin: print samples of token data as text\n"
@@ -173,7 +176,7 @@ enum {
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
-    F_TOKENIZER, F_DTYPE, F_PEAK,
+    F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -196,7 +199,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
         {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
         {"tokenizer", 1, 0, F_TOKENIZER}, {"dtype", 1, 0, F_DTYPE},
-        {"peak-tflops", 1, 0, F_PEAK},
+        {"peak-tflops", 1, 0, F_PEAK}, {"deterministic", 0, 0, F_DETERMINISTIC},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -251,6 +254,7 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->dtype = optarg;
             break;
         case F_PEAK: a->peak_tflops = parse_float("--peak-tflops", optarg, 1e-3, 1e6); break;
+        case F_DETERMINISTIC: a->deterministic = 1; break;
         case F_THREADS: a->threads = parse_int("--threads", optarg, 1, 4096); break;
         case F_VALEVERY: a->val_every = parse_int("--val-every", optarg, 0, 1L << 30); break;
         case F_VALBATCHES: a->val_batches = parse_int("--val-batches", optarg, 1, 1L << 30); break;
@@ -427,6 +431,7 @@ static void run_build(Run *r) {
                                      : r->launch.local_rank % r->gpus) : 0;
     if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) die_usage("%s", err);
     dev_set_dtype(&r->dev, r->dtype);
+    r->dev.deterministic = r->a.deterministic;
     CommBackend backend = comm_default_backend(&r->launch, r->kind, r->gpus);
     if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);

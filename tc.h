@@ -71,10 +71,12 @@ int tc_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int C
 /* Its backward: accumulates dqkv [B,T,3C] bf16 (+=) from dout [B,T,C] bf16,
  * given the forward's qkv, out and lse. scratch is float32 device memory of
  * tc_flash_scratch_floats(B, T, C, NH) elements, which the call may
- * overwrite. Returns 0, or -1 as tc_flash_forward. */
+ * overwrite. deterministic 0: dq is summed with atomics (its last bits vary
+ * from run to run); 1: without (the same bits every run; S and dP are
+ * computed twice). Returns 0, or -1 as tc_flash_forward. */
 int tc_flash_backward(void *dqkv, float *scratch, const void *dout, const void *qkv,
                       const void *out, const float *lse, int B, int T, int C, int NH,
-                      void *stream);
+                      int deterministic, void *stream);
 size_t tc_flash_scratch_floats(int B, int T, int C, int NH);
 
 /* Whether the flash kernels take head size hs (C/NH). */

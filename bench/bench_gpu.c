@@ -646,6 +646,7 @@ typedef struct {
     float *scratch;       /* [tc_flash_scratch_floats] */
     const void *dout;     /* [B,T,C] bf16 */
     int B, T, C, NH, backward, ret;
+    int deterministic;    /* tc_flash_backward's: dq without atomics */
     cudaStream_t stream;
 } BenchAttn;
 
@@ -654,7 +655,7 @@ static void bench_run_attn(void *arg) {
     int r = tc_flash_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, (void *)a->stream);
     if (r == 0 && a->backward)
         r = tc_flash_backward(a->dqkv, a->scratch, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->C, a->NH,
-                              (void *)a->stream);
+                              a->deterministic, (void *)a->stream);
     a->ret = r;
 }
 
@@ -786,10 +787,17 @@ static void bench_attention(BenchCtx *c, const char *sdpa_path) {
                "n/a", "n/a", "n/a", hs);
     } else {
         uint16_t *g_out = bench_malloc(nout * 2), *g_dqkv = bench_malloc(nqkv * 2);
+        uint16_t *g_det = bench_malloc(nqkv * 2);   /* the deterministic backward's dqkv */
         float *g_lse = bench_malloc(nlse * 4);
         dev_to_host(c->gpu, g_out, a.out, nout * 2);
         dev_to_host(c->gpu, g_dqkv, a.dqkv, nqkv * 2);
         dev_to_host(c->gpu, g_lse, a.lse, nlse * 4);
+        dev_copy(c->gpu, a.dqkv, dqkv0, nqkv * 2);
+        a.deterministic = 1;
+        bench_run_attn(&a);
+        a.deterministic = 0;
+        dev_to_host(c->gpu, g_det, a.dqkv, nqkv * 2);
+        double e_detd[3] = {0, 0, 0};
         double *r_out = bench_malloc((size_t)T * hs * 8), *r_lse = bench_malloc((size_t)T * 8);
         double *r_d[3];
         for (int j = 0; j < 3; j++) r_d[j] = bench_malloc((size_t)T * hs * 8);   /* dq, dk, dv [T][hs] */
@@ -812,16 +820,19 @@ static void bench_attention(BenchCtx *c, const char *sdpa_path) {
                         double ref = bf16_to_f32(h_dqkv0[qi]) + r_d[j][ri];
                         double e = fabs(bf16_to_f32(g_dqkv[qi]) - ref);
                         if (!(e <= e_dd[j])) e_dd[j] = e;
+                        double ed = fabs(bf16_to_f32(g_det[qi]) - ref);
+                        if (!(ed <= e_detd[j])) e_detd[j] = ed;
                         if (fabs(r_d[j][ri]) > e_dr[j]) e_dr[j] = fabs(r_d[j][ri]);
                     }
                 }
             }
         }
         double e_out = e_out_r > 0 ? e_out_d / e_out_r : e_out_d, e_lse = e_lse_r > 0 ? e_lse_d / e_lse_r : e_lse_d;
-        double e_d[3], e_bwd = 0;
+        double e_d[3], e_bwd = 0, e_det = 0;
         for (int j = 0; j < 3; j++) {
             e_d[j] = e_dr[j] > 0 ? e_dd[j] / e_dr[j] : e_dd[j];
             e_bwd = bench_worse(e_bwd, e_d[j]);
+            e_det = bench_worse(e_det, e_dr[j] > 0 ? e_detd[j] / e_dr[j] : e_detd[j]);
         }
         double e_fwd = bench_worse(e_out, e_lse);
         /* timing: forward alone, then forward + backward */
@@ -846,6 +857,15 @@ static void bench_attention(BenchCtx *c, const char *sdpa_path) {
                bench_check(c, "attention backward", e_bwd, 1e-2), e_d[0], e_d[1], e_d[2]);
         printf("%-10s %9.4f %9.1f   (fwd+bwd minus fwd)\n", "backward", ms_fb - ms_f,
                2.5 * fwd_flops / ((ms_fb - ms_f) * 1e-3) / 1e12);
+        /* --deterministic's backward: dq without atomics (S and dP twice) */
+        a.deterministic = 1;
+        double ms_det = bench_time(c, bench_run_attn, NULL, &a);
+        a.deterministic = 0;
+        char sdp[16] = "-";
+        if (sdpa_fb > 0) snprintf(sdp, sizeof sdp, "%.1f%%", 100.0 * sdpa_fb / ms_det);
+        printf("%-10s %9.4f %9.1f %9s %9s %10.2e%s  (fwd+bwd, --deterministic)\n", "fb determ", ms_det,
+               fb_flops / (ms_det * 1e-3) / 1e12, sb, sdp, e_det,
+               bench_check(c, "attention backward deterministic", e_det, 1e-2));
         if (sdpa_fb > 0) {
             c->attn_have = 1;
             c->attn_fb_pct = 100.0 * sdpa_fb / ms_fb;
@@ -853,6 +873,7 @@ static void bench_attention(BenchCtx *c, const char *sdpa_path) {
         }
         free(g_out);
         free(g_dqkv);
+        free(g_det);
         free(g_lse);
         free(r_out);
         free(r_lse);

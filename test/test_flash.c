@@ -259,7 +259,7 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
     check(c, r == 0 && ndiff == 0, name, "%zu of %zu out and lse values differ between two runs",
           ndiff, nout + nlse);
 
-    r = tc_flash_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_out, g_lse, B, T, C, NH, d->stream);
+    r = tc_flash_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_out, g_lse, B, T, C, NH, 0, d->stream);
     dev_sync(d);
     dev_to_host(d, res16, g_dqkv, nqkv * 2);
     static const char *const parts[3] = {"dq", "dk", "dv"};
@@ -271,6 +271,38 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
               "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)", e, nout,
               TOL_REL);
     }
+
+    /* The deterministic backward (dq without atomics), twice from the same
+     * start (the scratch NaN again: it must not read what the first left):
+     * the same figures, and the same bits both times. */
+    uint16_t *det[2] = {xmalloc(nqkv * 2), xmalloc(nqkv * 2)};
+    int rd = 0;
+    for (int k = 0; k < 2; k++) {
+        dev_from_host(d, g_dqkv, dqkv16, nqkv * 2);
+        void *nan = xmalloc(nscratch * sizeof(float));
+        memset(nan, 0xFF, nscratch * sizeof(float));
+        dev_from_host(d, g_scratch, nan, nscratch * sizeof(float));
+        free(nan);
+        rd |= tc_flash_backward(g_dqkv, g_scratch, g_dout, g_qkv, g_out, g_lse, B, T, C, NH, 1,
+                                d->stream);
+        dev_sync(d);
+        dev_to_host(d, det[k], g_dqkv, nqkv * 2);
+    }
+    for (int p = 0; p < 3; p++) {
+        double e = rd == 0 ? rel_err_bf16(det[0], want, rgrad, BT, 3 * (size_t)C, (size_t)p * C, C)
+                           : INFINITY;
+        snprintf(name, sizeof name, "flash backward deterministic %s %s", parts[p], shape);
+        check(c, e <= TOL_REL, name,
+              "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)", e, nout,
+              TOL_REL);
+    }
+    size_t ddiff = 0;
+    for (size_t i = 0; i < nqkv; i++) ddiff += det[0][i] != det[1][i];
+    snprintf(name, sizeof name, "flash determinism backward %s", shape);
+    check(c, rd == 0 && ddiff == 0, name,
+          "deterministic: %zu of %zu dqkv values differ between two runs", ddiff, nqkv);
+    free(det[0]);
+    free(det[1]);
 
 done:
     dev_free(d, g_qkv, nqkv * 2);

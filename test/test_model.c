@@ -238,6 +238,44 @@ static void check_training(Checks *c, const Expected *e, const Bounds *bd, const
     free(saved);
 }
 
+/* Two runs of the same training with --deterministic: their saved models
+ * must be the same bytes (on a GPU, any kernel that sums with atomics would
+ * show here). */
+static void check_reproducible(Checks *c, const Expected *e, const char *tag, const char *extra) {
+    char cmd[2048], name[128];
+    const char *files[2] = {SAVE ".run1", SAVE ".run2"};
+    int rc[2];
+    for (int k = 0; k < 2; k++) {
+        remove(files[k]);
+        snprintf(cmd, sizeof cmd,
+                 TRAIN_BIN " --data " FIX "ref_tokens.bin --init " FIX "ref_model.bin --seq %d "
+                 "--steps %d --lr %.9g --warmup %d --save %s --deterministic %s > /dev/null 2>&1",
+                 e->T, e->steps, e->lr, e->warmup, files[k], extra);
+        rc[k] = system(cmd);
+    }
+    size_t n[2] = {0, 0}, differ = 0, total = 0;
+    FILE *f0 = fopen(files[0], "rb"), *f1 = fopen(files[1], "rb");
+    if (f0 && f1) {
+        char b0[4096], b1[4096];
+        for (;;) {
+            n[0] = fread(b0, 1, sizeof b0, f0);
+            n[1] = fread(b1, 1, sizeof b1, f1);
+            if (n[0] != n[1]) { differ++; break; }
+            if (!n[0]) break;
+            for (size_t i = 0; i < n[0]; i++) differ += b0[i] != b1[i];
+            total += n[0];
+        }
+    }
+    if (f0) fclose(f0);
+    if (f1) fclose(f1);
+    snprintf(name, sizeof name, "%s reproducible", tag);
+    check(c, rc[0] == 0 && rc[1] == 0 && f0 && f1 && total > 0 && differ == 0, name,
+          "two --deterministic runs of %d steps (exit %d, %d): %zu of %zu saved bytes differ", e->steps,
+          rc[0], rc[1], differ, total);
+    remove(files[0]);
+    remove(files[1]);
+}
+
 int main(void) {
     Checks c = {0};
     Expected e;
@@ -265,6 +303,7 @@ int main(void) {
         snprintf(batch1, sizeof batch1, "--batch %d --device cuda --dtype bf16", e.B);
         check_gradients(&c, &e, DEV_CUDA, DT_BF16, &BF16, CUDA_TAG("cuda bf16"));
         check_training(&c, &e, &BF16, CUDA_TAG("cuda bf16 train"), batch1);
+        check_reproducible(&c, &e, CUDA_TAG("cuda bf16 train"), batch1);
     } else {
         check_skip(&c, "cuda model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         check_skip(&c, "cuda bf16 model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
