@@ -210,7 +210,8 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 ops64.o: ops.c tensor.h
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
-test/test_ops: test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o test/check.h
+test/test_ops: test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o test/check.h \
+               $(filter kernels.o matmul.o attention.o,$(OBJS))
 	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o,$(OBJS)) $(LDLIBS)
 
 test/%: test/%.c $(OBJS) test/check.h test/train_run.h
