@@ -9,7 +9,8 @@
 #      50257 padded to 50304, T = 1024) at batch B on one GPU:
 #      python3 bench/torch_gpt2.py (torch.compile, fused AdamW, flash SDPA)
 #      and ./train --dtype bf16 on the same model, in this one call, then
-#      the ratio of their tokens per second and train's MFU.
+#      the ratio of their tokens per second and train's MFU; and train
+#      once more with --deterministic, for its price in tokens per second.
 #
 # Both end-to-end runs take the median of the steps after the 10th (the
 # first steps pay for compilation and allocation). train reads
@@ -69,9 +70,11 @@ if [ -z "$DATA" ]; then
 fi
 if [ -z "$DATA" ] || [ ! -f "$DATA" ]; then echo "bench: no text for train (DATA=path, or make data/tinyshakespeare.txt)"; exit 2; fi
 
-train_run() {   # train_run B STEPS: GPT-2 124M in bf16 on one GPU
+train_run() {   # train_run B STEPS [FLAGS]: GPT-2 124M in bf16 on one GPU
+    b=$1 n=$2
+    shift 2
     ./train --data "$DATA" --vocab 50257 --layers 12 --heads 12 --dim 768 --max-seq 1024 \
-        --seq 1024 --batch "$1" --steps "$2" --warmup 0 --dtype bf16 --device cuda
+        --seq 1024 --batch "$b" --steps "$n" --warmup 0 --dtype bf16 --device cuda "$@"
 }
 
 if [ "$BATCH" = auto ]; then
@@ -137,12 +140,27 @@ else
     status=1
 fi
 
+# the same with --deterministic (flash backward's dq without atomics): its price
+echo "bench: ./train ... --deterministic"
+train_run "$BATCH" "$STEPS" --deterministic >"$TMP/train_det.txt" 2>&1
+rc=$?
+det_tps="-"
+if [ $rc = 0 ]; then
+    det_tps=$(step_field "$TMP/train_det.txt" tok/s)
+    grep '^step ' "$TMP/train_det.txt" | tail -n 1
+else
+    tail -n 3 "$TMP/train_det.txt"
+    echo "bench: train --deterministic failed (exit $rc)"
+    status=1
+fi
+
 echo
 echo "== end to end summary (median of steps 11..$STEPS; MFU = tokens/s x (6N + 6LCT) / $PEAK, N = 124475904)"
 pct() { [ "$1" = "-" ] && echo "-" || echo "$1%"; }
 printf '%-8s %14s %8s\n' "run" "tokens/s" "MFU"
 printf '%-8s %14s %8s\n' "train" "$train_tps" "$(pct "$train_mfu")"
 printf '%-8s %14s %8s\n' "torch" "$torch_tps" "$(pct "$torch_mfu")"
+printf '%-8s %14s %8s   (train --deterministic)\n' "determ" "$det_tps" "-"
 if [ "$train_tps" != "-" ] && [ "$torch_tps" != "-" ] && [ -n "$torch_tps" ]; then
     awk -v a="$train_tps" -v b="$torch_tps" 'BEGIN {
         r = a / b; printf "target end to end >= 1.0x PyTorch tokens/s: %.3fx (train %.0f / torch %.0f) %s\n", r, a, b, (r >= 1.0 ? "PASS" : "MISS") }'
