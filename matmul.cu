@@ -58,8 +58,9 @@
  *     the tile with 128 float accumulators a thread (setmaxnreg.inc to 232;
  *     128 x 40 + 256 x 232 = 384 x 168, the launch's register file).
  *   - A stage is A 128 x 64 (16 KB) + B 256 x 64 (32 KB) = 48 KB; 4 stages,
- *     192 KB + 1 KB to align the base to 1024 bytes: 197632 bytes of dynamic
- *     shared memory, one block an SM.
+ *     192 KB, + 8 consumer warps' epilogue chunks of 2.5 KB (below) + 1 KB to
+ *     align the base to 1024 bytes: 218112 bytes of dynamic shared memory,
+ *     one block an SM.
  *   - TMA writes each box with the 128-byte swizzle (16-byte chunk index XOR
  *     row index mod 8 within 1024-byte groups of 8 rows of 128 bytes), which
  *     is the canonical 128B-swizzled layout wgmma reads through a matrix
@@ -106,12 +107,15 @@
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
- * Epilogue (TC_MMA and TC_WGMMA share it): each thread holds pairs of
- * adjacent columns (the mma/wgmma accumulator fragment: row lane/4 and
- * lane/4 + 8 of its 16-row slice, columns 2 (lane%4) + {0,1} of each 8-wide
- * group); it adds bias, adds the old D when accumulating, and writes a
- * bf16x2 or float2 when N is even and D suitably aligned, else two guarded
- * scalars. Rows >= M and columns >= N are never stored.
+ * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
+ * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
+ * columns 2 (lane%4) + {0,1} of each 8-wide group). TC_MMA adds bias, adds
+ * the old D when accumulating, and writes a bf16x2 or float2 when N is even
+ * and D suitably aligned, else two guarded scalars. TC_WGMMA first turns
+ * its fragments into whole rows through a small chunk of shared memory per
+ * warp (mm_wg_epilogue), so that each lane stores 16-byte pieces and a
+ * row's bytes leave as whole 32-byte sectors (bf16 pairs would fill half of
+ * each). Rows >= M and columns >= N are never stored.
  *
  * Split-K (both tensor-core kernels, float32 D only): a product with few
  * output tiles and a long K is cut into parts of K that run side by side
@@ -458,7 +462,10 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define WG_A_BYTES (WG_BM * WG_BK * 2)               /* 16384 */
 #define WG_B_BYTES (WG_BN * WG_BK * 2)               /* 32768 */
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)      /* 49152 */
-#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)  /* 197632, 1024 for alignment */
+#define WG_EPI_PITCH 40                               /* floats a row of a warp's epilogue chunk */
+#define WG_EPI_WARP_BYTES (16 * WG_EPI_PITCH * 4)     /* 2560: 16 rows x 32 columns, padded */
+#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + WG_CONSUMER_WARPS * WG_EPI_WARP_BYTES + 1024)
+                                                      /* 218112, 1024 for alignment */
 #define WG_BOX_BYTES 8192                             /* one 64 x 64 box */
 #define WG_CONSUMER_WARPS 8
 
@@ -577,17 +584,115 @@ __device__ __forceinline__ void mm_wgmma_256(float (&d)[128], uint64_t da, uint6
 
 #endif /* sm_90a device code */
 
+#if MM_SM90A_BUILD
+/* One warp's 16 x 256 slice of the tile from its wgmma fragment d (rows
+ * row0 + lane/4 and + 8, columns n0 + 8j + 2 (lane % 4) + {0, 1} in
+ * d[4j .. 4j + 3]) into D [M][N], through ep, the warp's 16 x 32 float
+ * chunk of shared memory (row pitch WG_EPI_PITCH): for each 32 columns the
+ * fragment goes in, then every lane takes whole 16-byte pieces of rows
+ * (8 bf16 or 4 floats), adds bias and the old D (accumulate), rounds once
+ * and stores 16 bytes, so a row's 64 or 128 bytes go out as whole sectors
+ * (the fragment's own pairs would be 4 or 8 bytes apiece). vec: N, D and
+ * bias allow those 16-byte pieces; else the pieces go out as guarded pairs. */
+__device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep, void *D, int d_fp32,
+                                               int accumulate, const bf16 *bias, int M, int N,
+                                               int row0, int n0, int vec, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ch = 0; ch < 8; ch++) {
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            const int j = 4 * ch + jj, cl = jj * 8 + 2 * t;
+            *reinterpret_cast<float2 *>(ep + g * WG_EPI_PITCH + cl) = make_float2(d[4 * j], d[4 * j + 1]);
+            *reinterpret_cast<float2 *>(ep + (g + 8) * WG_EPI_PITCH + cl) =
+                make_float2(d[4 * j + 2], d[4 * j + 3]);
+        }
+        __syncwarp();
+        const int gc0 = n0 + ch * 32;
+        if (d_fp32) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {  /* 16 rows x 8 pieces of 4 floats */
+                const int v = lane + 32 * i, r = v >> 3, cv = (v & 7) * 4;
+                const int row = row0 + r, col = gc0 + cv;
+                if (row >= M || col >= N) continue;
+                float4 x = *reinterpret_cast<const float4 *>(ep + r * WG_EPI_PITCH + cv);
+                if (vec && col + 4 <= N) {
+                    if (bias) {
+                        const uint2 bb = *reinterpret_cast<const uint2 *>(bias + col);
+                        const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
+                        const float2 b0 = __bfloat1622float2(b2[0]), b1 = __bfloat1622float2(b2[1]);
+                        x.x += b0.x; x.y += b0.y; x.z += b1.x; x.w += b1.y;
+                    }
+                    float4 *p = reinterpret_cast<float4 *>((float *)D + (size_t)row * N + col);
+                    if (accumulate) {
+                        const float4 o = *p;
+                        x.x += o.x; x.y += o.y; x.z += o.z; x.w += o.w;
+                    }
+                    *p = x;
+                } else {
+                    mm_store2(D, 1, accumulate, bias, M, N, row, col, x.x, x.y, 0);
+                    mm_store2(D, 1, accumulate, bias, M, N, row, col + 2, x.z, x.w, 0);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {  /* 16 rows x 4 pieces of 8 bf16 */
+                const int v = lane + 32 * i, r = v >> 2, cv = (v & 3) * 8;
+                const int row = row0 + r, col = gc0 + cv;
+                if (row >= M || col >= N) continue;
+                const float4 x0 = *reinterpret_cast<const float4 *>(ep + r * WG_EPI_PITCH + cv);
+                const float4 x1 = *reinterpret_cast<const float4 *>(ep + r * WG_EPI_PITCH + cv + 4);
+                float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                if (vec && col + 8 <= N) {
+                    if (bias) {
+                        const uint4 bb = *reinterpret_cast<const uint4 *>(bias + col);
+                        const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            const float2 bf = __bfloat1622float2(b2[k]);
+                            x[2 * k] += bf.x;
+                            x[2 * k + 1] += bf.y;
+                        }
+                    }
+                    uint4 *p = reinterpret_cast<uint4 *>((bf16 *)D + (size_t)row * N + col);
+                    if (accumulate) {
+                        const uint4 ob = *p;
+                        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&ob);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            const float2 of = __bfloat1622float2(o2[k]);
+                            x[2 * k] += of.x;
+                            x[2 * k + 1] += of.y;
+                        }
+                    }
+                    uint4 out;
+                    __nv_bfloat162 *w2 = reinterpret_cast<__nv_bfloat162 *>(&out);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) w2[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+                    *p = out;
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        mm_store2(D, 0, accumulate, bias, M, N, row, col + 2 * k, x[2 * k], x[2 * k + 1], 0);
+                }
+            }
+        }
+        __syncwarp();  /* the next chunk overwrites ep */
+    }
+}
+#endif
+
 /* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
  * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
  * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
  * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
- * header); part p > 0 goes to work [splits - 1][M][N] (pair_w: its pairs
- * are aligned), part 0 to D. */
+ * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
+ * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
 template <bool AK, bool BK>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int pair_ok, float *work, int splits, int kps, int pair_w) {
+                int vec_ok, float *work, int splits, int kps, int vec_w) {
 #if MM_SM90A_BUILD
     __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
     __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
@@ -648,6 +753,10 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         mm_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
         const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+        /* this warp's epilogue chunk, after the stages */
+        float *ep = reinterpret_cast<float *>(mm_smem + (base - mm_smem_u32(mm_smem)) +
+                                              WG_STAGES * WG_STAGE_BYTES +
+                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];
         int it = 0;
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -687,18 +796,9 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             /* Part 0 into D; the others, plain float32, to work. */
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            const int o_fp32 = to_d ? d_fp32 : 1, o_acc = to_d ? accumulate : 0;
-            const bf16 *o_bias = to_d ? bias : NULL;
-            const int o_pair = to_d ? pair_ok : pair_w;
-            const int row = m0 + c * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int col = n0 + j * 8 + 2 * (lane & 3);
-                mm_store2(out, o_fp32, o_acc, o_bias, M, N, row, col, d[4 * j], d[4 * j + 1],
-                          o_pair);
-                mm_store2(out, o_fp32, o_acc, o_bias, M, N, row + 8, col, d[4 * j + 2],
-                          d[4 * j + 3], o_pair);
-            }
+            mm_wg_epilogue(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
+                           to_d ? bias : NULL, M, N, m0 + c * 64 + warp * 16, n0,
+                           to_d ? vec_ok : vec_w, lane);
         }
     }
 #endif
@@ -844,6 +944,14 @@ static int mm_pair_ok(const void *D, int d_fp32, int N) {
     return N % 2 == 0 && ((uintptr_t)D & (d_fp32 ? 7 : 3)) == 0;
 }
 
+/* Whether rows of D [M][N] split into 16-byte pieces (8 bf16 or 4 floats),
+ * with bias's matching pieces (16 or 8 bytes) aligned too. */
+static int mm_vec_ok(const void *D, int d_fp32, const void *bias, int N) {
+    const int w = d_fp32 ? 4 : 8;
+    return N % w == 0 && ((uintptr_t)D & 15) == 0 &&
+           (!bias || ((uintptr_t)bias & (d_fp32 ? 7 : 15)) == 0);
+}
+
 /* Split-K: a product with few output tiles and a long K (a weight
  * gradient: 768 x 768 is 18 wgmma tiles for 132 SMs) leaves most SMs idle,
  * so its k-blocks are cut into `splits` parts of kps each, every (tile,
@@ -973,11 +1081,11 @@ static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const 
     if (!ok_a || !ok_b) return false;
     const long long items = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) * sp->splits;
     const int grid = (int)(items < sms ? items : sms);
-    const int pair_ok = mm_pair_ok(D, d_fp32, N), pair_w = mm_pair_ok(work, 1, N);
+    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
 #define WG_GO(AK, BK)                                                                     \
     mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(                 \
-        ta, tb, D, d_fp32, accumulate, bs, M, N, K, pair_ok, work, sp->splits, sp->kps, pair_w)
+        ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w)
     if (a_kmajor && b_kmajor) WG_GO(true, true);
     else if (a_kmajor) WG_GO(true, false);
     else if (b_kmajor) WG_GO(false, true);

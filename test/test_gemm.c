@@ -1,10 +1,12 @@
 /* test/test_gemm.c: matmul.cu's bf16 GEMM, every implementation, against a
  * float64 host reference; and tc_bias_grad against host column sums.
  *
- * The three products of a linear layer (tc.h), each at four shapes:
+ * The three products of a linear layer (tc.h), and the forward into float32,
+ * each at four shapes:
  *   forward  D = A B + bias   A [M][K], B [N][K]   D bf16, written (starts NaN)
  *   dinp     D += A B         A [M][K], B [K][N]   D bf16, accumulated
  *   dw       D += A B         A [K][M], B [K][N]   D float32, accumulated
+ *   forward fp32              as forward, D float32 (bias into a float32 D)
  * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
  * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
  * forward's contiguous dimension K is aligned, so the tensor-core kernels run
@@ -109,10 +111,11 @@ typedef struct Product {
     int a_kmajor, b_kmajor, bias, accumulate, d_fp32;
 } Product;
 
-static const Product products[3] = {
+static const Product products[4] = {
     {"forward", 1, 1, 1, 0, 0},
     {"dinp", 1, 0, 0, 1, 0},
     {"dw", 0, 0, 0, 1, 1},
+    {"forward fp32", 1, 1, 1, 0, 1},  /* no layer of train's, but tc.h allows it: bias into float32 */
 };
 
 static const struct { TcImpl impl; const char *name; } impls[4] = {
@@ -366,7 +369,7 @@ int main(void) {
 #endif
     };
     for (int s = 0; s < 4; s++)
-        for (int p = 0; p < 3; p++)
+        for (int p = 0; p < 4; p++)
             test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2], 0);
     /* Split-K, on weight gradients with few output tiles and a long K: an
      * awkward one, and (on a GPU) GPT-2 small's attention projection. */
