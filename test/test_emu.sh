@@ -9,22 +9,41 @@
 # after a barrier the lowest or the highest). Their check names end in
 # "(cpu emulation, ...)". Then the training program's CUDA path (below).
 # Without the binaries (no CUDA headers where make ran) each prints one SKIP
-# line.
+# line. The runs are independent processes, so they run on every core, and
+# their outputs are printed in a fixed order.
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p test/out
 tmp=test/out/test_emu.tmp
 status=0
-# run NAME PROGRAM SETTINGS...: one run, its output, and a FAIL line of its
-# own when it exits non-zero without printing one (an emu: error).
-run() {
-    label=$1 prog=$2
-    shift 2
-    env "$@" "./$prog" > "$tmp" 2>&1
-    rc=$?
-    cat "$tmp"
-    [ "$rc" -eq 0 ] && return
-    status=1
-    grep -q '^FAIL ' "$tmp" || echo "FAIL $label ($*): $prog exited with status $rc"
+# queue NAME PROGRAM SETTINGS...: adds a run to the queue, which flush runs
+# on every core (each run is one process, one OpenMP thread) and prints in
+# the queue's order: each run's output, and a FAIL line of its own when it
+# exited non-zero without printing one (an emu: error).
+jobs=test/out/test_emu.jobs
+: > "$jobs"
+nproc=$(nproc 2>/dev/null || echo 2)
+queue() { echo "$*" >> "$jobs"; }
+flush() {
+    i=0
+    while read -r label prog settings; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086
+        (env OMP_NUM_THREADS=1 $settings "./$prog" > "$tmp.$i" 2>&1; echo $? > "$tmp.$i.rc") &
+        [ $((i % nproc)) -eq 0 ] && wait
+    done < "$jobs"
+    wait
+    i=0
+    while read -r label prog settings; do
+        i=$((i + 1))
+        cat "$tmp.$i"
+        rc=$(cat "$tmp.$i.rc")
+        if [ "$rc" -ne 0 ]; then
+            status=1
+            grep -q '^FAIL ' "$tmp.$i" || echo "FAIL $label ($settings): $prog exited with status $rc"
+        fi
+        rm -f "$tmp.$i" "$tmp.$i.rc"
+    done < "$jobs"
+    : > "$jobs"
 }
 for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
     name=$(basename "$t" _emu)
@@ -34,7 +53,7 @@ for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
     fi
     for cp in early late; do
         for order in up down; do
-            run "${name#test_}" "$t" EMU_CP=$cp EMU_ORDER=$order
+            queue "${name#test_}" "$t" EMU_CP=$cp EMU_ORDER=$order
         done
     done
 done
@@ -47,15 +66,16 @@ if [ -x test/test_gemm_emu ]; then
     for cp in early late; do
         for order in up down; do
             for sms in 132 1; do
-                run "gemm sm_90a" test/test_gemm_emu EMU_ARCH=sm_90a EMU_SMS=$sms EMU_CP=$cp EMU_ORDER=$order
+                queue gemm_sm_90a test/test_gemm_emu EMU_ARCH=sm_90a EMU_SMS=$sms EMU_CP=$cp EMU_ORDER=$order
             done
         done
     done
 fi
 if [ -x test/test_kernels_emu ]; then
-    run "kernels sm_90a" test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
-    run "kernels sm_90a" test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
+    queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
+    queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
 fi
+flush
 # The whole training program's CUDA path: test/test_model_emu (the model on
 # --device cuda, fp32 and bf16, against the PyTorch fixture, in-process and
 # through test/train_emu) and test/test_3d_emu (test_3d's CUDA layouts, the
@@ -68,8 +88,9 @@ for t in test/test_model_emu test/test_3d_emu; do
         echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
         continue
     fi
-    run "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
+    queue "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
 done
+flush
 # The model once more on the emulated H100, its matmuls through TC_WGMMA
 # (its names say so: test_model's own tag is a constant).
 if [ -x test/test_model_emu ] && [ -x test/train_emu ]; then
