@@ -517,6 +517,58 @@ __global__ void layernorm_backward_params_kernel(float *partial_w, float *partia
     }
 }
 
+// The whole LayerNorm backward in one pass over dout and inp (the two
+// kernels above read both twice): block b takes chunks of LNB_ROWS rows
+// (b, b + gridDim.x, ...), warp w of its 8 rows w, w + 8, ... of a chunk.
+// Per row the warp adds dinp as layernorm_backward_dinp_kernel does, and
+// each lane adds dout * norm and dout of its own columns (c = lane mod 32)
+// into its warp's row of shared memory acc [2][8][C]; at the end the block
+// adds its 8 warps in order into partial_w, partial_b [gridDim.x, C], which
+// colsum_add sums in block order: a fixed order, no atomics.
+#define LNB_ROWS 64
+template <typename T>
+__global__ void layernorm_backward_fused_kernel(T *dinp, float *partial_w, float *partial_b,
+                                                const T *dout, const T *inp, const T *w,
+                                                const float *mean, const float *rstd, int N,
+                                                int C) {
+    extern __shared__ float lnb_acc[];  // [2][8][C]: dw's sums, then db's, a row a warp
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float *aw = lnb_acc + (size_t)warp * C, *ab = lnb_acc + (size_t)(8 + warp) * C;
+    for (int c = lane; c < C; c += 32) aw[c] = ab[c] = 0.0f;
+    for (int r0 = blockIdx.x * LNB_ROWS; r0 < N; r0 += gridDim.x * LNB_ROWS) {
+        const int r1 = min(N, r0 + LNB_ROWS);
+        for (int n = r0 + warp; n < r1; n += 8) {
+            const size_t row = (size_t)n * C;
+            const float m = mean[n], r = rstd[n];
+            float gsum = 0.0f, gnsum = 0.0f;
+            for (int c = lane; c < C; c += 32) {
+                const float g = ld(dout, row + c), norm = (ld(inp, row + c) - m) * r;
+                const float dnorm = g * ld(w, c);
+                gsum += dnorm;
+                gnsum += dnorm * norm;
+                aw[c] += g * norm;
+                ab[c] += g;
+            }
+            const float gmean = warp_sum(gsum) / C, gnmean = warp_sum(gnsum) / C;
+            for (int c = lane; c < C; c += 32) {
+                const float norm = (ld(inp, row + c) - m) * r;
+                st(dinp, row + c,
+                   ld(dinp, row + c) + (ld(dout, row + c) * ld(w, c) - gmean - norm * gnmean) * r);
+            }
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int y = 0; y < 8; y++) {
+            sw += lnb_acc[(size_t)y * C + c];
+            sb += lnb_acc[(size_t)(8 + y) * C + c];
+        }
+        partial_w[(size_t)blockIdx.x * C + c] = sw;
+        partial_b[(size_t)blockIdx.x * C + c] = sb;
+    }
+}
+
 // partial [gridDim.y, C]: column sums of x [N,C] over this block's rows
 __global__ void column_sum_kernel(float *partial, const float *x, int N, int C) {
     __shared__ float part[8][33];
@@ -621,6 +673,30 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
                                const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    /* One pass (layernorm_backward_fused_kernel) when its partials fit the
+     * Dev's scratch and its shared memory the device (C up to about 3600);
+     * else the two kernels below. */
+    const size_t smem = (size_t)16 * C * sizeof(float), fit = DEV_SCRATCH_BYTES / ((size_t)2 * C * 4);
+    size_t blocks = ceil_div((size_t)N, LNB_ROWS);
+    if (blocks > 65535) blocks = 65535;
+    if (blocks > fit) blocks = fit;
+    if (blocks >= 1 &&
+        (smem <= 48 * 1024 ||
+         cudaFuncSetAttribute(layernorm_backward_fused_kernel<T>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)) {
+        ColSum p;
+        p.grid = dim3(1, (unsigned)blocks);
+        p.partials = (float *)d->scratch;  // [2, blocks, C]
+        p.owned = false;
+        layernorm_backward_fused_kernel<T><<<(unsigned)blocks, 256, smem, STREAM(d)>>>(
+            (T *)dinp, p.partials, p.partials + blocks * C, (const T *)dout, (const T *)inp,
+            (const T *)w, mean, rstd, N, C);
+        LAUNCH_CHECK(layernorm_backward_fused_kernel);
+        colsum_add(d, &p, 0, dw, C);
+        colsum_add(d, &p, 1, db, C);
+        return;
+    }
+    cudaGetLastError();  // a refused shared-memory limit is not an error here
     unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
     layernorm_backward_dinp_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(
         (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
