@@ -525,35 +525,63 @@ __global__ void layernorm_backward_params_kernel(float *partial_w, float *partia
 // into its warp's row of shared memory acc [2][8][C]; at the end the block
 // adds its 8 warps in order into partial_w, partial_b [gridDim.x, C], which
 // colsum_add sums in block order: a fixed order, no atomics.
+// V: each lane takes W = Vec<T>::N consecutive columns at a time with
+// 16-byte loads and stores (C % W == 0, rows 16-byte aligned).
 #define LNB_ROWS 64
-template <typename T>
+template <typename T, bool V>
 __global__ void layernorm_backward_fused_kernel(T *dinp, float *partial_w, float *partial_b,
                                                 const T *dout, const T *inp, const T *w,
                                                 const float *mean, const float *rstd, int N,
                                                 int C) {
+    constexpr int W = V ? Vec<T>::N : 1;
     extern __shared__ float lnb_acc[];  // [2][8][C]: dw's sums, then db's, a row a warp
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float *aw = lnb_acc + (size_t)warp * C, *ab = lnb_acc + (size_t)(8 + warp) * C;
     for (int c = lane; c < C; c += 32) aw[c] = ab[c] = 0.0f;
+    __syncwarp();  // V: a lane's columns were zeroed by others
     for (int r0 = blockIdx.x * LNB_ROWS; r0 < N; r0 += gridDim.x * LNB_ROWS) {
         const int r1 = min(N, r0 + LNB_ROWS);
         for (int n = r0 + warp; n < r1; n += 8) {
             const size_t row = (size_t)n * C;
             const float m = mean[n], r = rstd[n];
             float gsum = 0.0f, gnsum = 0.0f;
-            for (int c = lane; c < C; c += 32) {
-                const float g = ld(dout, row + c), norm = (ld(inp, row + c) - m) * r;
-                const float dnorm = g * ld(w, c);
-                gsum += dnorm;
-                gnsum += dnorm * norm;
-                aw[c] += g * norm;
-                ab[c] += g;
+            for (int c = lane * W; c < C; c += 32 * W) {
+                if (V) {
+                    const Vec<T> gv = ldv(dout, row + c), xv = ldv(inp, row + c), wv = ldv(w, (size_t)c);
+#pragma unroll
+                    for (int k = 0; k < W; k++) {
+                        const float g = vget(gv, k), norm = (vget(xv, k) - m) * r;
+                        const float dnorm = g * vget(wv, k);
+                        gsum += dnorm;
+                        gnsum += dnorm * norm;
+                        aw[c + k] += g * norm;
+                        ab[c + k] += g;
+                    }
+                } else {
+                    const float g = ld(dout, row + c), norm = (ld(inp, row + c) - m) * r;
+                    const float dnorm = g * ld(w, c);
+                    gsum += dnorm;
+                    gnsum += dnorm * norm;
+                    aw[c] += g * norm;
+                    ab[c] += g;
+                }
             }
             const float gmean = warp_sum(gsum) / C, gnmean = warp_sum(gnsum) / C;
-            for (int c = lane; c < C; c += 32) {
-                const float norm = (ld(inp, row + c) - m) * r;
-                st(dinp, row + c,
-                   ld(dinp, row + c) + (ld(dout, row + c) * ld(w, c) - gmean - norm * gnmean) * r);
+            for (int c = lane * W; c < C; c += 32 * W) {
+                if (V) {
+                    const Vec<T> gv = ldv(dout, row + c), xv = ldv(inp, row + c), wv = ldv(w, (size_t)c);
+                    Vec<T> dv = ldv(dinp, row + c);
+#pragma unroll
+                    for (int k = 0; k < W; k++) {
+                        const float norm = (vget(xv, k) - m) * r;
+                        vset(dv, k, vget(dv, k) + (vget(gv, k) * vget(wv, k) - gmean - norm * gnmean) * r);
+                    }
+                    stv(dinp, row + c, dv);
+                } else {
+                    const float norm = (ld(inp, row + c) - m) * r;
+                    st(dinp, row + c,
+                       ld(dinp, row + c) + (ld(dout, row + c) * ld(w, c) - gmean - norm * gnmean) * r);
+                }
             }
         }
     }
@@ -680,17 +708,24 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
     size_t blocks = ceil_div((size_t)N, LNB_ROWS);
     if (blocks > 65535) blocks = 65535;
     if (blocks > fit) blocks = fit;
+    const bool v = C % Vec<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+                   aligned16(w);
     if (blocks >= 1 &&
         (smem <= 48 * 1024 ||
-         cudaFuncSetAttribute(layernorm_backward_fused_kernel<T>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)) {
+         (cudaFuncSetAttribute(layernorm_backward_fused_kernel<T, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+          cudaFuncSetAttribute(layernorm_backward_fused_kernel<T, false>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess))) {
         ColSum p;
         p.grid = dim3(1, (unsigned)blocks);
         p.partials = (float *)d->scratch;  // [2, blocks, C]
         p.owned = false;
-        layernorm_backward_fused_kernel<T><<<(unsigned)blocks, 256, smem, STREAM(d)>>>(
-            (T *)dinp, p.partials, p.partials + blocks * C, (const T *)dout, (const T *)inp,
-            (const T *)w, mean, rstd, N, C);
+        if (v) layernorm_backward_fused_kernel<T, true><<<(unsigned)blocks, 256, smem, STREAM(d)>>>(
+                   (T *)dinp, p.partials, p.partials + blocks * C, (const T *)dout, (const T *)inp,
+                   (const T *)w, mean, rstd, N, C);
+        else layernorm_backward_fused_kernel<T, false><<<(unsigned)blocks, 256, smem, STREAM(d)>>>(
+                 (T *)dinp, p.partials, p.partials + blocks * C, (const T *)dout, (const T *)inp,
+                 (const T *)w, mean, rstd, N, C);
         LAUNCH_CHECK(layernorm_backward_fused_kernel);
         colsum_add(d, &p, 0, dw, C);
         colsum_add(d, &p, 1, db, C);
