@@ -13,9 +13,11 @@
  * gradient's size) that the reference adds too, so a kernel that overwrites
  * instead of accumulating fails; the scratch starts as NaN, so a dQ
  * accumulator that is not zeroed fails. Forward runs twice and its bits
- * must match (it uses no atomics; backward's dq does, so it is not checked
- * for bits). Shapes are ragged (T = 37, 200) and GPT-2's (T 1024, 12 heads
- * of 64), with amp 4 for peaky softmax rows.
+ * must match (it uses no atomics; the default backward's dq does, so it is
+ * not checked for bits). The deterministic backward (no atomics) runs twice
+ * from the same start, scratch NaN again each time: the same figures as
+ * the backward, and the same bits both times. Shapes are ragged (T = 37,
+ * 200) and GPT-2's (T 1024, 12 heads of 64), with amp 4 for peaky rows.
  *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
  *

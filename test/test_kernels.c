@@ -9,14 +9,17 @@
  * shape besides. Pure outputs start as NaN on the GPU, so an element a kernel
  * forgets to write shows up; accumulated outputs start from the same random
  * values on both sides, so a kernel that overwrites instead of adding shows
- * up too.
+ * up too. The embedding's backward runs twice: without a plan (atomics) and
+ * through dev_embed_plan's (whose grouping is checked first), the latter
+ * twice from the same start for the same bits.
  *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
  *
  * Built with -DKERNELS_EMU and linked against test/emu/ (test/test_kernels_emu,
  * run by test/test_emu.sh), the same checks run kernels.cu (and through the
  * bf16 table attention.cu and matmul.cu) under the CPU emulation of
- * test/emu/emu.h, an sm_80 device with 108 SMs; every name then ends in
+ * test/emu/emu.h, an sm_80 device with 108 SMs (EMU_ARCH=sm_90a: an H100,
+ * whose bf16 matmuls take the wgmma kernel); every name then ends in
  * "(cpu emulation, ...)" with the emulation's settings. The shapes that
  * cost seconds there are replaced by smaller ones taking the same code path
  * (GPU_OR_EMU below; KERNELS_EMU_FULL=1 runs the GPU's, about 30 s on 2 cores).
