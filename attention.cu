@@ -298,6 +298,33 @@ __device__ __forceinline__ void fa_c_to_a(uint32_t a[4], const float c0[4], cons
     a[3] = fa_pack(c1[2], c1[3]);
 }
 
+/* acc [N/8 n-tiles][4] = Y X^T, 16 x N, fp32: Y is 16 rows (from row y0) of
+ * a padded [rows][HS] shared tile at y_tile, X the first N rows of the one
+ * at x_tile (A plain, B = X^T plain: the patterns in the header). The
+ * backward's dP^T = V_w dO^T and S^T = K_w Q^T, and the deterministic dQ
+ * kernel's S = Q_w K^T and dP = dO_w V^T. */
+template <int HS, int N>
+__device__ __forceinline__ void fa_mma_yxt(float (&acc)[N / 8][4], uint32_t y_tile, int y0,
+                                           uint32_t x_tile, int lane) {
+    constexpr int LD = FaTile<HS>::LD;
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+    const int bn_row = (lane & 7) + ((lane >> 4) << 3), bn_col = ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int i = 0; i < N / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++) {
+        uint32_t ya[4];
+        fa_ldsm_x4(ya, y_tile + (uint32_t)(((y0 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            uint32_t xf[4];
+            fa_ldsm_x4(xf, x_tile + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) * sizeof(bf16)));
+            fa_mma(acc[2 * np], ya, xf[0], xf[1]);
+            fa_mma(acc[2 * np + 1], ya, xf[2], xf[3]);
+        }
+    }
+}
+
 /* Stages rows [r0, r0 + ROWS) of a [T][HS] bf16 slice (row stride `stride`
  * elements, starting at g) into a padded shared tile, zero-filling rows >= T.
  * One cp.async of 16 bytes per chunk; the caller commits. */
@@ -605,8 +632,6 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
 
-    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
-    const int bn_row = (lane & 7) + ((lane >> 4) << 3), bn_col = ((lane >> 3) & 1) * 8;
     const int bt_row = (lane & 7) + (((lane >> 3) & 1) << 3), bt_col = (lane >> 4) * 8;
     /* A = Y^T from [k][m] storage (.trans): row k0 + at_row, column m0 + at_col */
     const int at_row = (lane & 7) + ((lane >> 4) << 3), at_col = ((lane >> 3) & 1) * 8;
@@ -630,41 +655,10 @@ __global__ void __launch_bounds__(FA_THREADS)
         const float *lq = sL + buf * BQ;
         const float *dvq = sD + buf * BQ;
 
-        /* dP^T = V_w dO^T: 16 keys x BQ queries */
-        float dp[QN][4];
-#pragma unroll
-        for (int i = 0; i < QN; i++) dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
-            uint32_t va[4];
-            fa_ldsm_x4(va, aV + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
-#pragma unroll
-            for (int np = 0; np < QN / 2; np++) {
-                uint32_t of[4];
-                fa_ldsm_x4(of, ot + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) *
-                                               sizeof(bf16)));
-                fa_mma(dp[2 * np], va, of[0], of[1]);
-                fa_mma(dp[2 * np + 1], va, of[2], of[3]);
-            }
-        }
-
-        /* S^T = K_w Q^T: 16 keys x BQ queries */
-        float s[QN][4];
-#pragma unroll
-        for (int i = 0; i < QN; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
-            uint32_t ka[4];
-            fa_ldsm_x4(ka, aK + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
-#pragma unroll
-            for (int np = 0; np < QN / 2; np++) {
-                uint32_t qf[4];
-                fa_ldsm_x4(qf, qt + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) *
-                                               sizeof(bf16)));
-                fa_mma(s[2 * np], ka, qf[0], qf[1]);
-                fa_mma(s[2 * np + 1], ka, qf[2], qf[3]);
-            }
-        }
+        /* dP^T = V_w dO^T, then S^T = K_w Q^T: 16 keys x BQ queries each */
+        float dp[QN][4], s[QN][4];
+        fa_mma_yxt<HS, BQ>(dp, aV, warp * 16, ot, lane);
+        fa_mma_yxt<HS, BQ>(s, aK, warp * 16, qt, lane);
 
         /* P^T = exp(S^T scale - lse), 0 where key > query or query >= T;
          * dS^T = P^T (dP^T - D) in place in dp, its bf16 copy to sdS; P^T
@@ -846,8 +840,6 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
     for (int i = 0; i < DT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
 
-    const int a_row = lane & 15, a_col = (lane >> 4) * 8;                     /* A, plain */
-    const int bn_row = (lane & 7) + ((lane >> 4) << 3), bn_col = ((lane >> 3) & 1) * 8; /* B=X^T */
     const int bt_row = (lane & 7) + (((lane >> 3) & 1) << 3), bt_col = (lane >> 4) * 8; /* B=X, .trans */
 
     for (int j = 0; j <= qb; j++) {
@@ -867,26 +859,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
         /* S = Q_w K^T and dP = dO_w V^T, 16 x 64 each */
         float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
-            uint32_t qf[4], of[4];
-            fa_ldsm_x4(qf, aQ + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
-            fa_ldsm_x4(of, adO + (uint32_t)(((warp * 16 + a_row) * LD + ks * 16 + a_col) * sizeof(bf16)));
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t kf[4], vf[4];
-                fa_ldsm_x4(kf, kt + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) * sizeof(bf16)));
-                fa_ldsm_x4(vf, vt + (uint32_t)(((np * 16 + bn_row) * LD + ks * 16 + bn_col) * sizeof(bf16)));
-                fa_mma(s[2 * np], qf, kf[0], kf[1]);
-                fa_mma(s[2 * np + 1], qf, kf[2], kf[3]);
-                fa_mma(dp[2 * np], of, vf[0], vf[1]);
-                fa_mma(dp[2 * np + 1], of, vf[2], vf[3]);
-            }
-        }
+        fa_mma_yxt<HS, FA_BKV>(s, aQ, warp * 16, kt, lane);
+        fa_mma_yxt<HS, FA_BKV>(dp, adO, warp * 16, vt, lane);
 
         /* dS = P (dP - D), P = exp2(S scale log2(e) - lse log2(e)); the
          * diagonal tile (j == qb: kv0 == q0) masks key > query. */
