@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdarg.h>
+#include <stdlib.h>
 
 typedef struct Checks { int passed, failed, skipped; } Checks;
 
@@ -36,6 +37,24 @@ static inline void check_skip(Checks *c, const char *name, const char *why) {
 /* Exit status of a test program: 0 when nothing failed. */
 static inline int check_done(const Checks *c) {
     return c->failed ? 1 : 0;
+}
+
+/* Uniform in [-1, 1), from an xorshift64* state: the GPU tests' random inputs. */
+static inline float check_urand(unsigned long long *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (float)((double)((*s * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
+}
+
+/* malloc that never returns NULL: a test out of host memory stops, saying so. */
+static inline void *check_xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
 }
 
 #endif

@@ -52,20 +52,11 @@ static const char *const groups[] = {"flash forward", "flash backward", "flash d
 #define TOL_REL 1e-2
 #define TOL_LSE 1e-3
 
-typedef struct Rng { uint64_t s; } Rng;
+typedef struct Rng { unsigned long long s; } Rng;  /* xorshift64* state */
 
-static float urand(Rng *r) {  /* uniform in [-1, 1) */
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return (float)((double)((r->s * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
-}
+static float urand(Rng *r) { return check_urand(&r->s); }  /* uniform in [-1, 1) */
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) { fprintf(stderr, "test_flash: out of host memory (%zu bytes)\n", bytes); exit(1); }
-    return p;
-}
+#define xmalloc check_xmalloc
 
 /* The float64 reference, one (b, h) pair per iteration: each pair owns its
  * channels of dqkv at every position, so the pairs never write the same

@@ -77,18 +77,9 @@ typedef struct Test {
 /* Split-K's room, as training gives it: DEV_SCRATCH_BYTES of float32. */
 #define WORK_FLOATS (DEV_SCRATCH_BYTES / sizeof(float))
 
-static float urand(Test *t) {  /* uniform in [-1, 1) */
-    t->rng ^= t->rng >> 12;
-    t->rng ^= t->rng << 25;
-    t->rng ^= t->rng >> 27;
-    return (float)((double)((t->rng * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
-}
+static float urand(Test *r) { return check_urand(&r->rng); }  /* uniform in [-1, 1) */
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) { fprintf(stderr, "test_gemm: out of host memory (%zu bytes)\n", bytes); exit(1); }
-    return p;
-}
+#define xmalloc check_xmalloc
 
 /* n random bf16 values, uniform in [-1, 1) rounded. */
 static uint16_t *host_bf16(Test *t, size_t n) {

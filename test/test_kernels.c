@@ -64,18 +64,9 @@ typedef struct Test {
 /* ---------------------------------------------------------------------------
  * Host and device buffers. */
 
-static float urand(Test *t) {  /* uniform in [-1, 1) */
-    t->rng ^= t->rng >> 12;
-    t->rng ^= t->rng << 25;
-    t->rng ^= t->rng >> 27;
-    return (float)((double)((t->rng * 2685821657736338717ULL) >> 40) / 8388608.0 - 1.0);
-}
+static float urand(Test *r) { return check_urand(&r->rng); }  /* uniform in [-1, 1) */
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) { fprintf(stderr, "test_kernels: out of host memory (%zu bytes)\n", bytes); exit(1); }
-    return p;
-}
+#define xmalloc check_xmalloc
 
 static float *host_rand(Test *t, size_t n, float scale) {
     float *x = xmalloc(n * sizeof(float));
