@@ -56,99 +56,11 @@ endif
 TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
          test/test_dp test/test_tp test/test_pp test/test_3d
 
-# The CUDA kernels under the CPU emulation (test/emu/emu.h, run by
-# test/test_emu.sh): built wherever CUDA's headers are, GPU or not, nvcc or
-# not. emu_transform rewrites each .cu (its inline PTX, shared memory and
-# launches) into C++ for the host compiler; the kernels themselves are the
-# real source.
-# (The rules below come before `all`: name the default goal.)
+# The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.
+# (Its rules come before `all`: name the default goal.)
 .DEFAULT_GOAL := all
-EMU_CUDA_INC := $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
-ifneq ($(EMU_CUDA_INC),)
-TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu
-endif
-# -fno-strict-aliasing: device code reinterprets freely (kernels.cu's 16-byte
-# vectors store through uint4 into float and bf16 arrays); nvcc compiles
-# that as meant, and g++ must too. -DMM_EMU_SM90A builds matmul.cu's sm_90a
-# kernel (wgmma, TMA) for the host too; it runs where the emulated device
-# says 9.0 (EMU_ARCH=sm_90a), as on an H100.
-EMU_CXXFLAGS := -O2 -std=c++17 -fno-strict-aliasing -DMM_EMU_SM90A -Itest/emu -I. -I$(CUDA_HOME)/include -Wall \
-                -Wno-unknown-pragmas -Wno-unused-parameter -Wno-unused-function -Wno-psabi
-EMU_OBJS := test/emu/emu_rt.o test/emu/emu_dev.o
+include test/emu/emu.mk
 
-.SECONDARY: test/emu/attention_emu.cpp test/emu/matmul_emu.cpp test/emu/kernels_emu.cpp
-
-test/emu/emu_transform: test/emu/emu_transform.cpp
-	$(CXX) -O2 -std=c++17 -o $@ $<
-
-test/emu/%_emu.cpp: %.cu test/emu/emu_transform
-	test/emu/emu_transform $< $< $@
-
-test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h tc.h
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
-
-test/emu/emu_rt.o: test/emu/emu_rt.cpp test/emu/emu.h
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
-
-test/emu/emu_dev.o: test/emu/emu_dev.c tensor.h
-	$(CC) $(CFLAGS) -I. -c $< -o $@
-
-test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o $(EMU_OBJS)
-	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
-
-test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_emu.o $(EMU_OBJS)
-	$(CC) $(CFLAGS) -DUSE_CUDA -DGEMM_EMU -I. -I$(CUDA_HOME)/include -o $@ $< test/emu/matmul_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
-
-# test_kernels against kernels.cu (both tables; the bf16 one reaches
-# attention.cu and matmul.cu through tc.h) over the real tensor.c, built with
-# USE_CUDA so that its Dev goes through kernels.cu's cuda_* functions and
-# they through emu_rt.cpp's emulated runtime (host memory, synchronous): no
-# emu_dev.o here. The CPU reference is ops.o and ops_bf16.o as built above
-# (they hold no USE_CUDA code).
-KERNELS_EMU_OBJS := test/emu/kernels_emu.o test/emu/attention_emu.o test/emu/matmul_emu.o \
-                    test/emu/emu_rt.o test/emu/tensor_cuda.o ops.o ops_bf16.o
-
-test/emu/tensor_cuda.o: tensor.c tensor.h
-	$(CC) $(CFLAGS) -DUSE_CUDA -c $< -o $@
-
-test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_OBJS)
-	$(CC) $(CFLAGS) -DUSE_CUDA -DKERNELS_EMU -I. -o $@ $< $(KERNELS_EMU_OBJS) -lm -fopenmp -lstdc++
-
-# The whole training program's CUDA path under the emulation: test/train_emu
-# is main.c and every object built with USE_CUDA (never USE_NCCL: ranks that
-# share the one emulated GPU talk over shared memory, staging through
-# tensor.c's Dev), the .cu files from the emulation, and emu_rt.cpp in place
-# of the CUDA runtime. It reports one GPU, "CPU emulation of sm_80", so
-# --device cuda runs there; each forked rank has its own emulated runtime.
-# test_model_emu (-DMODEL_EMU) runs test_model's CUDA checks in-process over
-# the same objects and through test/train_emu; test_3d_emu (-DTRAIN_EMU) a
-# few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
-EMU_TRAIN_SRCS := tensor ops ops_bf16 gpt data ckpt optim comm dp zero tp pp trace
-EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
-                  test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
-EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include
-EMU_LDLIBS := -lm -fopenmp -lpthread -lrt -lstdc++
-ifneq ($(EMU_CUDA_INC),)
-TESTS += test/test_model_emu test/test_3d_emu
-endif
-
-test/emu/train/%.o: %.c *.h
-	@mkdir -p test/emu/train
-	$(CC) $(EMU_CFLAGS) -c $< -o $@
-
-test/train_emu: test/emu/train/main.o $(EMU_TRAIN_OBJS)
-	$(CC) -o $@ $^ $(EMU_LDLIBS)
-
-test/test_model_emu: test/test_model.c test/check.h $(EMU_TRAIN_OBJS) test/train_emu
-	$(CC) $(EMU_CFLAGS) -DMODEL_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
-
-test/test_3d_emu: test/test_3d.c test/check.h test/train_run.h $(EMU_TRAIN_OBJS) test/train_emu
-	$(CC) $(EMU_CFLAGS) -DTRAIN_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
-
-.PHONY: emu-train-clean
-clean: emu-train-clean
-emu-train-clean:
-	rm -rf test/emu/train test/train_emu
 
 .PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
 
