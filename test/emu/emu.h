@@ -10,7 +10,7 @@
  * test/train_emu is main.c and every object built with USE_CUDA (never
  * USE_NCCL), these transformed .cu files and emu_rt.cpp in place of the CUDA
  * runtime, so --device cuda trains on the emulated GPU (named "CPU emulation
- * of sm_80", so no MFU is printed). test_model_emu checks it against the
+ * of sm_80 ... (device d)", so no MFU is printed). test_model_emu checks it against the
  * PyTorch fixture (fp32 and bf16) and test_3d_emu runs test_3d's CUDA
  * layouts against the CPU's one rank: forked ranks each have their own
  * emulated runtime (plain process memory) and share the one emulated GPU
@@ -75,15 +75,46 @@
  *    arguments to K's parameter types, as a launch does; a kernel template
  *    whose template arguments the launch deduces from the arguments
  *    (kernels.cu's map_kernel) is resolved against the arguments' own types.
- *    Streams are handles only: every launch, copy and memset is done when
- *    it returns.
+ *    The launch is an op queued on its stream (it owns the converted
+ *    arguments) and runs when the stream reaches it.
+ *  - Streams (emu_rt.cpp, emu_stream.h) are asynchronous: queues of ops
+ *    (launches, cudaMemsetAsync, cudaMemcpyAsync, cudaMemcpy2DAsync,
+ *    cudaMemcpyFromSymbolAsync, event records and waits, and the emulated
+ *    NCCL's collectives), each run in order, never before the events it
+ *    waits for, all on the calling thread (deterministic). EMU_STREAMS
+ *    picks when they run: eager (the default: as soon as a stream reaches
+ *    an op, so a program with one stream behaves as if synchronous),
+ *    first-late (the first stream the process creates, cuda_open's compute
+ *    stream, runs only when waited for: a host synchronization, an event
+ *    query or synchronization, another stream's wait on its event; the
+ *    others eager) or rest-late (the first eager, the others late). A
+ *    query steps a stream by one op, so a late stream answers "not ready"
+ *    until polled enough or synchronized. Late, a D2H copy into pinned
+ *    memory fills its destination with 0xFF (NaN) at issue, and a queued
+ *    H2D copy from pinned memory stops the program if the host wrote its
+ *    source before it ran. Copies with pageable host memory complete before
+ *    they return, cudaFree and cudaFreeHost synchronize every stream, and
+ *    the legacy stream 0 runs each op at once (without draining the others,
+ *    unlike a GPU's). EMU_GPUS=n reports n devices (cudaSetDevice per
+ *    thread; allocations remember theirs); ranks are processes and never
+ *    share emulated memory.
+ *  - The race detector (EMU_RACECHECK=0 turns it off): vector clocks per
+ *    stream, per event record and for the host (an op inherits what the
+ *    host had synchronized with when it was queued), and per device or
+ *    pinned allocation a bounded list of recent accesses. Before an op
+ *    starts, each of its accesses is checked against other streams'
+ *    accesses to the same bytes: a write on either side that no event (nor
+ *    host synchronization) orders stops the program, naming both ops, both
+ *    streams, the allocation and the offset. A copy, memset or NCCL op
+ *    names its exact ranges; a kernel's accesses are its pointer
+ *    parameters' first bytes only (`const T *` a read, `T *` a write).
  *  - Device memory (emu_rt.cpp's cudaMalloc and the runtime calls around
  *    it, for kernels.cu's cuda_* functions and so tensor.c's USE_CUDA Dev):
  *    host memory, 256-byte aligned, filled with 0xFF (NaN) when allocated,
  *    between guard areas that cudaFree checks (a store past either end of
  *    a buffer stops the program); cudaMemsetAsync and the device side of
  *    cudaMemcpyAsync must lie inside one live allocation. Pinned host
- *    memory is malloc. test_flash and test_gemm use emu_dev.c's Dev
+ *    memory (cudaMallocHost) is malloc, in the same table as pinned. test_flash and test_gemm use emu_dev.c's Dev
  *    instead (the same guards, without kernels.cu).
  *  - Math: the host's libm for expf, tanhf and the rest; rsqrtf is
  *    1/sqrtf; min and max of integers are defined here.
@@ -142,10 +173,21 @@
  *    checks only its count (24..256, a multiple of 8).
  *
  * What it cannot catch.
- *  - Real data races and memory ordering: fibers see every store at once,
- *    blocks never overlap, and only the interleavings above are tried; a
- *    race the schedule does not expose passes (no race detector: plain
+ *  - Real data races and memory ordering inside a kernel: fibers see every
+ *    store at once, blocks never overlap, and only the interleavings above
+ *    are tried; a race the schedule does not expose passes (plain
  *    shared-memory loads and stores are not intercepted).
+ *  - Races between streams that the detector does not see: a kernel's
+ *    accesses beyond its pointers' first bytes (two kernels on two streams
+ *    touching different parts of one buffer through the same base pointer
+ *    are checked as if both touched byte 0, and a pointer into the middle
+ *    of a region another stream copies is checked only at that byte),
+ *    pointers inside structs or arrays passed by value, non-const pointers
+ *    a kernel only reads (counted as writes: a false alarm is possible),
+ *    host reads and writes of pinned memory (only the NaN fill and the
+ *    checksum above), __device__ variables, and a race among more records
+ *    than an allocation keeps (the oldest are dropped past 512). Orders
+ *    that only one timing exposes wrong values for need that timing run.
  *  - Timing, occupancy, register counts and spills, bank conflicts.
  *  - Hardware behaviour beyond the documented fragment layouts: the order
  *    and precision of the tensor cores' internal sums, exp2f's and other
@@ -156,9 +198,13 @@
  *
  * State. The scheduler's state is thread_local (the current block and
  * fiber, and the settings read from EMU_CP, EMU_ORDER, EMU_ARCH and EMU_SMS
- * once per OS thread); emu_rt.cpp holds the emulated device's per-kernel shared-memory
- * limits (cudaFuncSetAttribute) and the table of live device allocations,
- * each under a mutex. Nothing else is mutable.
+ * once per OS thread), as is the current device; emu_rt.cpp holds the
+ * emulated device's per-kernel shared-memory limits (cudaFuncSetAttribute)
+ * under a mutex, and the runtime (streams, events, clocks, the table of
+ * live allocations with their access records, the settings EMU_STREAMS,
+ * EMU_RACECHECK and EMU_GPUS read once per process) under one recursive
+ * lock, released only while a waiter sleeps (emu_idle). Nothing else is
+ * mutable.
  *
  * The host compiler builds the transformed .cu files with
  * -fno-strict-aliasing: device code stores through uint4 into float and
@@ -178,8 +224,10 @@
 #include <math.h>
 #include <deque>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
+#include "emu_stream.h"
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
@@ -472,6 +520,8 @@ static inline void mm_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
 struct EmuConfig {
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
+    const char *kernel;   /* the launch's kernel as written (emu_transform), for messages */
 };
 template <class... A> struct EmuCall {
     EmuConfig cfg;
@@ -480,23 +530,50 @@ template <class... A> struct EmuCall {
 struct EmuConfigCall : EmuConfig {
     template <class... A> EmuCall<A...> operator()(A... a) const { return {*this, std::tuple<A...>(a...)}; }
 };
-static inline EmuConfigCall emu_config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = 0) {
+static inline EmuConfigCall emu_config(const char *kernel, dim3 grid, dim3 block, size_t smem = 0,
+                                       cudaStream_t stream = 0) {
     EmuConfigCall c;
     c.grid = grid;
     c.block = block;
     c.smem = smem;
+    c.stream = stream;
+    c.kernel = kernel;
     return c;
 }
 
 template <class F> static void emu_invoke(void *f) { (*(F *)f)(); }
 
+/* What a launch tells the race detector about a parameter: a pointer is an
+ * access of its first byte (the extent is the kernel's business), a write
+ * unless it points to const; anything else is no access. */
+template <class T> static inline void emu_param_access(const T &, std::vector<EmuAccess> &) {}
+template <class T> static inline void emu_param_access(T *const &p, std::vector<EmuAccess> &a) {
+    a.push_back(EmuAccess{(const void *)p, 1, !std::is_const<T>::value});
+}
+
+/* A launch as a stream op: it owns the arguments, converted to the
+ * parameter types as a launch does, and runs the grid when its stream
+ * reaches it. */
+template <class... P> struct EmuKernelOp : EmuStreamOp {
+    void (*kernel)(P...);
+    std::tuple<P...> args;
+    EmuConfig cfg;
+    EmuKernelOp(void (*k)(P...), const std::tuple<P...> &a, const EmuConfig &c) : kernel(k), args(a), cfg(c) {}
+    bool step() override {
+        auto body = [this]() { std::apply(kernel, args); };
+        emu_run_grid(cfg.grid, cfg.block, cfg.smem, (const void *)kernel, name.c_str(), &emu_invoke<decltype(body)>,
+                     &body);
+        return true;
+    }
+};
+
 template <class... P, class... A>
 static void emu_launch(void (*kernel)(P...), const EmuCall<A...> &call, const char *name) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
-    const std::tuple<P...> args(call.args);  /* converted to the parameter types, as a launch does */
-    auto body = [&]() { std::apply(kernel, args); };
-    emu_run_grid(call.cfg.grid, call.cfg.block, call.cfg.smem, (const void *)kernel, name,
-                 &emu_invoke<decltype(body)>, &body);
+    EmuKernelOp<P...> *op = new EmuKernelOp<P...>(kernel, std::tuple<P...>(call.args), call.cfg);
+    op->name = call.cfg.kernel ? call.cfg.kernel : name;
+    std::apply([op](const P &...p) { (emu_param_access(p, op->access), ...); }, op->args);
+    emu_stream_enqueue(call.cfg.stream, op);
 }
 
 /* A kernel named by one function (or a template-id naming one

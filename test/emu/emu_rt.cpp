@@ -2,9 +2,13 @@
  * their switch, the warp-greedy scheduler, barriers, the warp collectives'
  * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, sm_90a's
  * mbarriers, TMA and wgmma, the grid launch, and the CUDA runtime calls
- * the .cu files make (with the driver's cuTensorMapEncodeTiled).
+ * the .cu files and comm.c's NCCL backend make (with the driver's
+ * cuTensorMapEncodeTiled): devices, asynchronous streams with their
+ * timings and race detector (emu_stream.h; see "Devices, streams, events
+ * and memory" below for EMU_GPUS, EMU_STREAMS and EMU_RACECHECK, read once
+ * per process), events and memory.
  *
- * Settings, read once per OS thread from the environment:
+ * Settings of the scheduler, read once per OS thread from the environment:
  *   EMU_CP=early|late   when cp.async and TMA land and wgmma runs (default early; see emu.h)
  *   EMU_ORDER=up|down   which warp runs first after a barrier (default up)
  *   EMU_ARCH=sm_80|sm_90a  the emulated device (default sm_80; sm_90a: an H100)
@@ -13,9 +17,14 @@
 #include "emu.h"
 #include <stdarg.h>
 #include <sys/mman.h>
-#include <atomic>
+#include <time.h>
+#include <algorithm>
+#include <deque>
 #include <map>
+#include <memory>
+#include <atomic>
 #include <mutex>
+#include <string>
 #include <vector>
 
 thread_local EmuBlock *emu_blk;
@@ -795,15 +804,21 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
 
 /* ---------------------------------------------------------------------------
  * The CUDA runtime calls the kernels' host code makes. The emulated device
- * is compute capability 8.0 (mma.sync, ldmatrix, cp.async; no sm_90a). */
+ * is compute capability 8.0 (mma.sync, ldmatrix, cp.async), or 9.0 with
+ * EMU_ARCH=sm_90a; every device of EMU_GPUS is the same. */
 
+/* The emulated driver is as new as the runtime it was built against. */
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "not emulated"; }
-cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
-    return cudaSuccess;
-}
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     emu_settings();
     switch (a) {
@@ -822,13 +837,57 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
     emu_smem_limit[f] = v;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 /* ---------------------------------------------------------------------------
- * Device selection, streams and memory, for kernels.cu's cuda_* functions
- * (and through them tensor.c's USE_CUDA Dev): one emulated GPU, device 0.
- * Work is synchronous: a launch has run when it returns, so an "async"
- * copy or memset runs at once and a stream is only a handle.
+ * Devices, streams, events and memory, for kernels.cu's cuda_* functions
+ * (and through them tensor.c's USE_CUDA Dev), comm.c's NCCL backend and the
+ * emulated NCCL (emu_stream.h).
+ *
+ * Settings, read once per process:
+ *   EMU_GPUS=n          how many devices cudaGetDeviceCount reports (default 1)
+ *   EMU_STREAMS=eager|first-late|rest-late   when streams run (default eager)
+ *   EMU_RACECHECK=0     turns the race detector off (default on)
+ *
+ * Streams are queues of ops (EmuStreamOp), run in order on the calling
+ * thread; there are no worker threads, so every run is deterministic. An
+ * eager stream runs an op as soon as it reaches it and the events it waits
+ * for are reached: after every enqueue, and after any progress, the eager
+ * streams are pumped to a fixpoint. A late stream runs only on demand: a
+ * host synchronization, an event query or synchronization, or another
+ * stream's wait on one of its events runs it up to the position waited for
+ * (a wait demands the event's stream up to the record, recursively). A query
+ * (cudaEventQuery, cudaStreamQuery) steps at most one op of the stream, as
+ * a GPU progresses while the host polls: a late stream answers "not ready"
+ * to the first query of two queued ops, and "ready" once polled enough.
+ * EMU_STREAMS=first-late makes the first stream the process creates late
+ * (cuda_open's compute stream), rest-late every other one; the legacy
+ * default stream 0 runs each op at once, after nothing (it does not drain
+ * the other streams, unlike a GPU's legacy stream: keep it simple).
+ *
+ * With late timing a device-to-host copy into pinned memory fills its
+ * destination with 0xFF (NaN) when it is issued, so host code that reads it
+ * before synchronizing sees NaN; a host-to-device copy from pinned memory
+ * that does not run at once checksums its source when issued and stops the
+ * program if the host wrote it before the copy ran. Copies between device
+ * and pageable host memory (anything not from cudaMallocHost) complete
+ * before they return, as CUDA's do.
+ *
+ * The race detector keeps vector clocks: each stream's (the ticks of every
+ * stream it has seen happen before its current op), the host's (what it has
+ * synchronized with), and each event record's (its stream's at the record).
+ * An op on stream s ticks s when it starts, after merging the host's clock
+ * as it was at the op's enqueue; a wait merges the record's clock; a host
+ * synchronization merges the stream's (or the record's) into the host's.
+ * Each device or pinned allocation keeps its recent accesses (stream, tick,
+ * byte range, read or write, op); an op's accesses are checked before its
+ * first step against other streams' records: a write on either side, bytes
+ * in common and a tick the op's stream has not seen stop the program ("no
+ * event orders them"). A kernel's accesses are its pointer parameters' first
+ * bytes (emu.h); copies, memsets and the NCCL ops' own lists are exact. A
+ * record is dropped once every live stream and the host have seen it, or
+ * when a later ordered access of the same stream kind covers it (a write
+ * covering anything, a read covering a read), and cudaFree forgets the
+ * allocation's records.
  *
  * Device memory is host memory: cudaMalloc returns 256-byte aligned bytes
  * filled with 0xFF (NaN in fp32 and bf16: a kernel that reads what nobody
@@ -837,37 +896,494 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
  * the program with a message. Every live allocation is in a table, so a
  * cudaFree, cudaMemsetAsync or device side of a cudaMemcpyAsync that is
  * not inside one (a host pointer passed as a device pointer, a size past
- * the end) stops it too. cudaMallocHost is plain host memory. */
+ * the end) stops it too. cudaMallocHost is host memory the table knows as
+ * pinned. cudaFree and cudaFreeHost synchronize every stream first.
+ *
+ * One process-wide recursive lock guards all of it; a waiter that cannot
+ * progress releases it in emu_idle, so another thread (comm.c's watchdog)
+ * may query events meanwhile, and its queries drive progress under the lock
+ * (a query that finds the lock taken answers "not ready" rather than wait). */
 
 namespace {
 constexpr size_t EMU_DEV_GUARD = 256;  /* bytes before and after each allocation */
 constexpr unsigned char EMU_DEV_GUARD_BYTE = 0x5A;
-std::mutex emu_mem_lock;
-std::map<uintptr_t, size_t> emu_dev_allocs;  /* start -> bytes */
-struct EmuStream { int id; };
+constexpr size_t EMU_SHADOW_PRUNE = 32, EMU_SHADOW_MAX = 512;  /* records an allocation keeps */
+
+std::recursive_mutex emu_rt_mutex;
+thread_local int emu_rt_depth;  /* this thread's holds of emu_rt_mutex */
+struct EmuGuard {
+    EmuGuard() {
+        emu_rt_mutex.lock();
+        emu_rt_depth++;
+    }
+    ~EmuGuard() {
+        emu_rt_depth--;
+        emu_rt_mutex.unlock();
+    }
+};
+
+/* A vector clock: by stream index, the last tick of that stream known to
+ * happen before. */
+typedef std::vector<uint64_t> EmuClock;
+void emu_clock_merge(EmuClock &a, const EmuClock &b) {
+    if (a.size() < b.size()) a.resize(b.size(), 0);
+    for (size_t i = 0; i < b.size(); i++)
+        if (b[i] > a[i]) a[i] = b[i];
+}
+uint64_t emu_clock_at(const EmuClock &a, int i) { return (size_t)i < a.size() ? a[(size_t)i] : 0; }
+
+struct EmuStream;
+/* One cudaEventRecord: the record op's place, and its stream's clock once
+ * reached. */
+struct EmuRecord {
+    EmuStream *s;
+    uint64_t seq;
+    bool done;
+    EmuClock clock;
+};
+struct EmuEvent {
+    std::shared_ptr<EmuRecord> last;  /* the most recent record; null: never recorded (complete) */
+};
+struct EmuQueued {
+    std::unique_ptr<EmuStreamOp> op;
+    EmuClock host;  /* the host's clock at the enqueue */
+    bool started;
+};
+struct EmuStream {
+    int index;      /* 0: the legacy default stream; then in creation order */
+    int device;
+    bool late;      /* runs only on demand (EMU_STREAMS) */
+    bool live;      /* not destroyed (a destroyed stream drains eagerly) */
+    bool stepping;  /* an op of it is being stepped: no re-entry */
+    std::deque<EmuQueued> q;
+    uint64_t enqueued, done;  /* ops so far; the front op is number done + 1 */
+    EmuClock clock;
+};
+/* One recent access to an allocation, for the race detector. */
+struct EmuShadow {
+    int stream;
+    uint64_t tick;
+    size_t lo, hi;  /* byte offsets in the allocation */
+    bool write;
+    std::shared_ptr<const std::string> op;
+};
+struct EmuAlloc {
+    size_t bytes;
+    int device;  /* -1: pinned host memory (cudaMallocHost) */
+    std::vector<EmuShadow> recs;
+};
+
+enum { EMU_EAGER, EMU_FIRST_LATE, EMU_REST_LATE };
+struct EmuRuntime {
+    int timing = EMU_EAGER;
+    bool racecheck = true;
+    int gpus = 1;
+    std::vector<EmuStream *> streams;  /* by index; never freed: records point at them */
+    EmuClock host;
+    std::map<uintptr_t, EmuAlloc> allocs;  /* start -> device or pinned allocation */
+    uint64_t completed = 0;                /* ops completed: progress */
+};
+thread_local int emu_device;  /* cudaSetDevice, per thread as in CUDA */
+
+long emu_env_long(const char *name, long dflt, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v) return dflt;
+    char *end;
+    const long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) emu_fail("%s must be a number from %ld to %ld, not %s", name, lo, hi, v);
+    return x;
+}
+
+/* The runtime's state, made at the first call (with the settings) and never
+ * destroyed (exit may come from any thread, in the middle of anything). */
+EmuRuntime &emu_rt(void) {
+    static EmuRuntime *rt = [] {
+        EmuRuntime *r = new EmuRuntime;
+        const char *t = getenv("EMU_STREAMS");
+        if (!t || !strcmp(t, "eager")) r->timing = EMU_EAGER;
+        else if (!strcmp(t, "first-late")) r->timing = EMU_FIRST_LATE;
+        else if (!strcmp(t, "rest-late")) r->timing = EMU_REST_LATE;
+        else emu_fail("EMU_STREAMS must be eager, first-late or rest-late, not %s", t);
+        r->racecheck = emu_env_long("EMU_RACECHECK", 1, 0, 1) != 0;
+        r->gpus = (int)emu_env_long("EMU_GPUS", 1, 1, 64);
+        r->streams.push_back(new EmuStream{0, 0, false, true, false, {}, 0, 0, {}});
+        return r;
+    }();
+    return *rt;
+}
+
+EmuStream *emu_stream(cudaStream_t s) {
+    EmuRuntime &rt = emu_rt();
+    /* 0, cudaStreamLegacy and cudaStreamPerThread: the legacy default stream */
+    if ((uintptr_t)(void *)s <= 2) return rt.streams[0];
+    return (EmuStream *)(void *)s;
+}
+
+/* The live allocation holding p (device or pinned), or null. */
+EmuAlloc *emu_alloc_of(const void *p, uintptr_t *start) {
+    EmuRuntime &rt = emu_rt();
+    const uintptr_t a = (uintptr_t)p;
+    auto it = rt.allocs.upper_bound(a);
+    if (it == rt.allocs.begin()) return nullptr;
+    --it;
+    if (a - it->first >= it->second.bytes && !(a == it->first && it->second.bytes == 0)) return nullptr;
+    *start = it->first;
+    return &it->second;
+}
 
 /* Whether [p, p + n) lies inside one live device allocation. */
 bool emu_dev_range(const void *p, size_t n) {
-    std::lock_guard<std::mutex> g(emu_mem_lock);
+    uintptr_t start;
+    EmuAlloc *al = emu_alloc_of(p, &start);
+    if (!al) return false;
+    return al->device >= 0 && n <= al->bytes - ((uintptr_t)p - start);
+}
+bool emu_pinned_range(const void *p, size_t n) {
+    uintptr_t start;
+    EmuAlloc *al = emu_alloc_of(p, &start);
+    return al && al->device < 0 && n <= al->bytes - ((uintptr_t)p - start);
+}
+
+/* Drops the records every live stream and the host have seen. */
+void emu_shadow_prune(EmuAlloc *al) {
+    EmuRuntime &rt = emu_rt();
+    auto seen = [&](const EmuShadow &r) {
+        if (emu_clock_at(rt.host, r.stream) < r.tick) return false;
+        for (EmuStream *s : rt.streams)
+            if (s->live && s->index != r.stream && emu_clock_at(s->clock, r.stream) < r.tick) return false;
+        return true;
+    };
+    al->recs.erase(std::remove_if(al->recs.begin(), al->recs.end(), seen), al->recs.end());
+}
+
+/* The race detector, before an op's first step on s (whose clock has ticked
+ * for it): checks each access against the other streams' records, then
+ * records it. */
+void emu_race_check(EmuStream *s, const EmuStreamOp *op) {
+    EmuRuntime &rt = emu_rt();
+    if (!rt.racecheck || op->access.empty()) return;
+    std::shared_ptr<const std::string> name;
+    const uint64_t tick = emu_clock_at(s->clock, s->index);
+    for (const EmuAccess &a : op->access) {
+        uintptr_t start;
+        EmuAlloc *al = a.bytes ? emu_alloc_of(a.p, &start) : nullptr;
+        if (!al) continue;  /* not device or pinned memory we know: not ours to check */
+        const size_t lo = (uintptr_t)a.p - start, hi = std::min(lo + a.bytes, al->bytes);
+        for (const EmuShadow &r : al->recs) {
+            if (r.stream == s->index || !(r.write || a.write) || r.hi <= lo || hi <= r.lo) continue;
+            if (emu_clock_at(s->clock, r.stream) >= r.tick) continue;
+            const size_t o = std::max(lo, r.lo);
+            emu_fail("race: %s on stream %d (%s of bytes [%zu, %zu)) and %s on stream %d (%s of bytes [%zu, %zu)) "
+                     "touch the %s allocation at %p (%zu bytes; offset %zu in common), and no event orders them "
+                     "(the second did not wait for the first)",
+                     r.op->c_str(), r.stream, r.write ? "a write" : "a read", r.lo, r.hi, op->name.c_str(), s->index,
+                     a.write ? "a write" : "a read", lo, hi,
+                     al->device < 0 ? "pinned host" : ("device " + std::to_string(al->device)).c_str(),
+                     (void *)start, al->bytes, o);
+        }
+        if (!name) name = std::make_shared<const std::string>(op->name);
+        /* this access covers a record of its own stream (ordered before it) of
+         * the same range or less: the older says nothing the newer does not */
+        al->recs.erase(std::remove_if(al->recs.begin(), al->recs.end(),
+                                      [&](const EmuShadow &r) {
+                                          const bool ordered = r.stream == s->index ||
+                                                               emu_clock_at(s->clock, r.stream) >= r.tick;
+                                          return ordered && lo <= r.lo && r.hi <= hi && (a.write || !r.write);
+                                      }),
+                       al->recs.end());
+        al->recs.push_back(EmuShadow{s->index, tick, lo, hi, a.write, name});
+        if (al->recs.size() > EMU_SHADOW_PRUNE) emu_shadow_prune(al);
+        if (al->recs.size() > EMU_SHADOW_MAX) al->recs.erase(al->recs.begin());  /* bounded: the oldest goes */
+    }
+}
+
+/* Starts the front op of s: the host's clock at its enqueue happens before
+ * it, it ticks s, and the detector sees its accesses. */
+void emu_op_start(EmuStream *s, EmuQueued &e) {
+    emu_clock_merge(s->clock, e.host);
+    if (s->clock.size() <= (size_t)s->index) s->clock.resize((size_t)s->index + 1, 0);
+    s->clock[(size_t)s->index]++;
+    e.started = true;
+    emu_race_check(s, e.op.get());
+}
+
+/* Runs s's ops in order up to number upto, or at most `limit` of them, or
+ * until one cannot progress yet. Returns whether any completed. */
+bool emu_advance(EmuStream *s, uint64_t upto, long limit = -1) {
+    EmuRuntime &rt = emu_rt();
+    bool progressed = false;
+    while (s->done < upto && !s->stepping && limit != 0) {
+        EmuQueued &e = s->q.front();
+        if (!e.started) emu_op_start(s, e);
+        s->stepping = true;
+        const bool complete = e.op->step();
+        s->stepping = false;
+        if (!complete) break;
+        s->q.pop_front();
+        s->done++;
+        rt.completed++;
+        progressed = true;
+        if (limit > 0) limit--;
+    }
+    return progressed;
+}
+
+/* Runs the eager streams (and destroyed ones, which drain) as far as they
+ * go, to a fixpoint. */
+bool emu_pump(void) {
+    EmuRuntime &rt = emu_rt();
+    bool any = false;
+    for (bool p = true; p;) {
+        p = false;
+        for (size_t i = 1; i < rt.streams.size(); i++) {
+            EmuStream *s = rt.streams[i];
+            if ((!s->late || !s->live) && s->done < s->enqueued) p |= emu_advance(s, s->enqueued);
+        }
+        any |= p;
+    }
+    return any;
+}
+
+/* Blocks until done() holds, driving with drive() and the pump; sleeps in
+ * emu_idle when nothing progressed. No timeout: ops that need other
+ * processes find deadlocks and dead peers themselves. */
+std::atomic<int> emu_blocked_threads{0};  /* threads of this process idle inside emu_block */
+
+template <class Drive, class Done> void emu_block(Drive drive, Done done) {
+    EmuRuntime &rt = emu_rt();
+    bool idle = false;
+    for (long round = 0;;) {
+        const uint64_t before = rt.completed;
+        drive();
+        emu_pump();
+        if (done()) break;
+        if (rt.completed == before) {
+            if (!idle) emu_blocked_threads++;
+            idle = true;
+            emu_idle(round++);
+        } else {
+            round = 0;
+        }
+    }
+    if (idle) emu_blocked_threads--;
+}
+
+/* The host waits for s's ops up to number upto and has then seen them. */
+void emu_host_wait(EmuStream *s, uint64_t upto) {
+    emu_block([&] { emu_advance(s, upto); }, [&] { return s->done >= upto; });
+    emu_clock_merge(emu_rt().host, s->clock);
+}
+
+/* Every stream, up to what is queued now (cudaFree, cudaDeviceSynchronize
+ * of device `dev`, or of all with -1). */
+void emu_host_wait_all(int dev) {
+    EmuRuntime &rt = emu_rt();
+    std::vector<std::pair<EmuStream *, uint64_t>> w;
+    for (EmuStream *s : rt.streams)
+        if (dev < 0 || s->index == 0 || s->device == dev) w.push_back({s, s->enqueued});
+    emu_block([&] { for (auto &x : w) emu_advance(x.first, x.second); },
+              [&] {
+                  for (auto &x : w)
+                      if (x.first->done < x.second) return false;
+                  return true;
+              });
+    for (auto &x : w) emu_clock_merge(rt.host, x.first->clock);
+}
+
+/* Queues op on s; the legacy default stream runs it at once. Returns its
+ * number on s. */
+uint64_t emu_enqueue(EmuStream *s, EmuStreamOp *op) {
+    EmuRuntime &rt = emu_rt();
+    s->q.push_back(EmuQueued{std::unique_ptr<EmuStreamOp>(op), rt.host, false});
+    const uint64_t seq = ++s->enqueued;
+    if (s->index == 0) emu_host_wait(s, seq);
+    else emu_pump();
+    return seq;
+}
+
+/* Whether any queued op, on any stream, touches [p, p + n). */
+bool emu_pending_touches(const void *p, size_t n) {
     const uintptr_t a = (uintptr_t)p;
-    auto it = emu_dev_allocs.upper_bound(a);
-    if (it == emu_dev_allocs.begin()) return false;
-    --it;
-    return a - it->first <= it->second && n <= it->second - (a - it->first);
+    for (EmuStream *s : emu_rt().streams)
+        for (const EmuQueued &e : s->q)
+            for (const EmuAccess &x : e.op->access)
+                if ((uintptr_t)x.p < a + n && a < (uintptr_t)x.p + x.bytes) return true;
+    return false;
+}
+
+uint64_t emu_checksum(const void *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+const char *emu_kind_name(cudaMemcpyKind k) {
+    switch (k) {
+    case cudaMemcpyHostToDevice: return "H2D";
+    case cudaMemcpyDeviceToHost: return "D2H";
+    case cudaMemcpyDeviceToDevice: return "D2D";
+    case cudaMemcpyHostToHost: return "H2H";
+    default: return "?";
+    }
+}
+
+/* A copy of `height` rows of `width` bytes (one row: a plain copy). A
+ * pinned source checksummed at issue (sum_n > 0) must be unchanged when it
+ * runs. */
+struct EmuCopyOp : EmuStreamOp {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t width, height, dpitch, spitch;
+    size_t sum_n = 0;
+    uint64_t sum = 0;
+    int stream = 0;
+    bool step() override {
+        if (sum_n && emu_checksum(src, sum_n) != sum)
+            emu_fail("the host wrote pinned buffer %p (%zu bytes) while %s from it was queued on stream %d, "
+                     "with no synchronization between", (const void *)src, sum_n, name.c_str(), stream);
+        for (size_t r = 0; r < height; r++) memmove(dst + r * dpitch, src + r * spitch, width);
+        return true;
+    }
+};
+struct EmuMemsetOp : EmuStreamOp {
+    void *p;
+    int v;
+    size_t n;
+    bool step() override {
+        memset(p, v, n);
+        return true;
+    }
+};
+/* cudaEventRecord: the record is reached, with this stream's clock. */
+struct EmuRecordOp : EmuStreamOp {
+    EmuStream *s;
+    std::shared_ptr<EmuRecord> rec;
+    bool step() override {
+        rec->clock = s->clock;
+        rec->done = true;
+        return true;
+    }
+};
+/* cudaStreamWaitEvent: demands the record's stream up to it, then what
+ * happened before the record happens before this stream's next op. */
+struct EmuWaitOp : EmuStreamOp {
+    EmuStream *s;
+    std::shared_ptr<EmuRecord> rec;
+    bool step() override {
+        if (!rec->done) emu_advance(rec->s, rec->seq);
+        if (!rec->done) return false;
+        emu_clock_merge(s->clock, rec->clock);
+        return true;
+    }
+};
+
+/* Queues a copy of `height` rows on s, with the pinned-memory rules of the
+ * header: a late D2H into pinned memory shows NaN until it runs, a queued
+ * H2D from pinned memory is checksummed, and one with pageable host memory
+ * completes before this returns. */
+cudaError_t emu_copy(const char *call, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                     size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
+    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev) emu_fail("%s: kind %d is not emulated", call, (int)kind);
+    if (width > dpitch && height > 1) emu_fail("%s: width %zu beyond the destination pitch %zu", call, width, dpitch);
+    if (width > spitch && height > 1) emu_fail("%s: width %zu beyond the source pitch %zu", call, width, spitch);
+    if (!width || !height) return cudaSuccess;
+    const size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    if (dst_dev && !emu_dev_range(dst, dspan))
+        emu_fail("%s(%s): destination %p + %zu bytes not inside one device allocation", call, emu_kind_name(kind), dst, dspan);
+    if (src_dev && !emu_dev_range(src, sspan))
+        emu_fail("%s(%s): source %p + %zu bytes not inside one device allocation", call, emu_kind_name(kind), src, sspan);
+    EmuStream *s = emu_stream(stream);
+    EmuCopyOp *op = new EmuCopyOp;
+    op->dst = (unsigned char *)dst;
+    op->src = (const unsigned char *)src;
+    op->width = width;
+    op->height = height;
+    op->dpitch = dpitch;
+    op->spitch = spitch;
+    op->stream = s->index;
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s(%s, %zu bytes%s) #%llu", call, emu_kind_name(kind), width * height,
+             height > 1 ? " in rows" : "", (unsigned long long)s->enqueued + 1);
+    op->name = nm;
+    for (size_t r = 0; r < height; r++) {
+        op->access.push_back(EmuAccess{(const unsigned char *)src + r * spitch, width, false});
+        op->access.push_back(EmuAccess{(unsigned char *)dst + r * dpitch, width, true});
+    }
+    const bool host_dst = !dst_dev, host_src = !src_dev;
+    const bool pageable = (host_dst && !emu_pinned_range(dst, dspan)) || (host_src && !emu_pinned_range(src, sspan));
+    const bool queued = s->index != 0 && (s->late || s->done < s->enqueued);
+    if (!pageable && queued && host_src && height == 1) {
+        op->sum_n = width;
+        op->sum = emu_checksum(src, width);
+    }
+    if (!pageable && s->late && host_dst && height == 1 && !emu_pending_touches(dst, width))
+        memset(dst, 0xFF, width);  /* in flight: NaN until it lands */
+    const uint64_t seq = emu_enqueue(s, op);
+    if (pageable) emu_host_wait(s, seq);
+    return cudaSuccess;
 }
 }  // namespace
 
+/* emu_stream.h */
+void emu_stream_enqueue(cudaStream_t s, EmuStreamOp *op) {
+    EmuGuard g;
+    emu_enqueue(emu_stream(s), op);
+}
+int emu_current_device(void) { return emu_device; }
+bool emu_host_blocked(void) { return emu_blocked_threads.load() > 0; }
+int emu_dev_owner(const void *p, size_t bytes) {
+    EmuGuard g;
+    uintptr_t start;
+    EmuAlloc *al = emu_alloc_of(p, &start);
+    if (!al || al->device < 0 || bytes > al->bytes - ((uintptr_t)p - start)) return -1;
+    return al->device;
+}
+void emu_idle(long round) {
+    const int depth = emu_rt_depth;
+    for (int i = 0; i < depth; i++) emu_rt_mutex.unlock();
+    emu_rt_depth = 0;
+    const long us = round < 10 ? 20 : round < 100 ? 200 : 1000;
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, nullptr);
+    for (int i = 0; i < depth; i++) emu_rt_mutex.lock();
+    emu_rt_depth = depth;
+}
+std::string emu_stream_describe(cudaStream_t stream) {
+    EmuGuard g;
+    const EmuStream *s = emu_stream(stream);
+    std::string d = "stream " + std::to_string(s->index) + " (device " + std::to_string(s->device) +
+                    (s->late ? ", late" : ", eager") + "): " + std::to_string(s->q.size()) + " ops queued";
+    if (!s->q.empty()) d += ", first " + s->q.front().op->name + (s->q.front().started ? " (started)" : "");
+    return d;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    EmuGuard g;
+    *n = emu_rt().gpus;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int *d) {
+    *d = emu_device;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    EmuGuard g;
+    if (d < 0 || d >= emu_rt().gpus) return cudaErrorInvalidDevice;
+    emu_device = d;
+    return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
-    if (d != 0) return cudaErrorInvalidDevice;
+    {
+        EmuGuard g;
+        if (d < 0 || d >= emu_rt().gpus) return cudaErrorInvalidDevice;
+    }
     emu_settings();
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CPU emulation of %s (%d SMs), not a GPU", emu_ts.sm90 ? "sm_90a" : "sm_80",
-             emu_ts.sms);
+    snprintf(p->name, sizeof p->name, "CPU emulation of %s (%d SMs, device %d), not a GPU",
+             emu_ts.sm90 ? "sm_90a" : "sm_80", emu_ts.sms, d);
     p->major = emu_ts.sm90 ? 9 : 8;
     p->minor = 0;
     p->multiProcessorCount = emu_ts.sms;
@@ -878,14 +1394,110 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->totalGlobalMem = (size_t)16 << 30;
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
-    static std::atomic<int> next{1};
-    *s = (cudaStream_t)(void *)new EmuStream{next++};
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int) {
+    EmuGuard g;
+    EmuRuntime &rt = emu_rt();
+    const int index = (int)rt.streams.size();
+    const bool late = rt.timing == EMU_FIRST_LATE ? index == 1 : rt.timing == EMU_REST_LATE ? index > 1 : false;
+    EmuStream *s = new EmuStream{index, emu_device, late, true, false, {}, 0, 0, {}};
+    rt.streams.push_back(s);
+    *out = (cudaStream_t)(void *)s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    delete (EmuStream *)(void *)s;
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+/* The stream's queued work still runs (eagerly from now on), as on a GPU. */
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    EmuGuard g;
+    EmuStream *s = emu_stream(stream);
+    if (s->index == 0) return cudaErrorInvalidResourceHandle;
+    s->live = false;
+    emu_pump();
     return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    EmuGuard g;
+    EmuStream *s = emu_stream(stream);
+    emu_host_wait(s, s->enqueued);
+    return cudaSuccess;
+}
+/* One step of progress (see the header), then whether all is done. */
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    std::unique_lock<std::recursive_mutex> l(emu_rt_mutex, std::try_to_lock);
+    if (!l.owns_lock()) return cudaErrorNotReady;
+    emu_rt_depth++;
+    EmuStream *s = emu_stream(stream);
+    emu_advance(s, s->enqueued, 1);
+    emu_pump();
+    const bool done = s->done == s->enqueued;
+    if (done) emu_clock_merge(emu_rt().host, s->clock);
+    emu_rt_depth--;
+    return done ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    EmuGuard g;
+    emu_host_wait_all(emu_device);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
+    EmuGuard g;
+    *e = (cudaEvent_t)(void *)new EmuEvent;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+/* Records queued or in waits hold their own references. */
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    EmuGuard g;
+    delete (EmuEvent *)(void *)e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    EmuGuard g;
+    EmuEvent *e = (EmuEvent *)(void *)event;
+    EmuStream *s = emu_stream(stream);
+    EmuRecordOp *op = new EmuRecordOp;
+    op->s = s;
+    op->rec = std::make_shared<EmuRecord>(EmuRecord{s, s->enqueued + 1, false, {}});
+    op->name = "cudaEventRecord #" + std::to_string(s->enqueued + 1);
+    e->last = op->rec;
+    emu_enqueue(s, op);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+    EmuGuard g;
+    EmuEvent *e = (EmuEvent *)(void *)event;
+    if (!e->last) return cudaSuccess;  /* never recorded: complete */
+    EmuStream *s = emu_stream(stream);
+    EmuWaitOp *op = new EmuWaitOp;
+    op->s = s;
+    op->rec = e->last;
+    op->name = "cudaStreamWaitEvent(stream " + std::to_string(e->last->s->index) + " #" +
+               std::to_string(e->last->seq) + ") #" + std::to_string(s->enqueued + 1);
+    emu_enqueue(s, op);
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    EmuGuard g;
+    const std::shared_ptr<EmuRecord> r = ((EmuEvent *)(void *)event)->last;
+    if (!r) return cudaSuccess;
+    emu_block([&] { emu_advance(r->s, r->seq); }, [&] { return r->done; });
+    emu_clock_merge(emu_rt().host, r->clock);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    std::unique_lock<std::recursive_mutex> l(emu_rt_mutex, std::try_to_lock);
+    if (!l.owns_lock()) return cudaErrorNotReady;
+    emu_rt_depth++;
+    const std::shared_ptr<EmuRecord> r = ((EmuEvent *)(void *)event)->last;
+    if (r && !r->done) {
+        emu_advance(r->s, r->seq, 1);
+        emu_pump();
+    }
+    const bool done = !r || r->done;
+    if (r && done) emu_clock_merge(emu_rt().host, r->clock);
+    emu_rt_depth--;
+    return done ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
@@ -896,19 +1508,22 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     memset(b + EMU_DEV_GUARD, 0xFF, bytes);  /* uninitialised: NaN */
     memset(b + EMU_DEV_GUARD + bytes, EMU_DEV_GUARD_BYTE, body - bytes + EMU_DEV_GUARD);
     *p = b + EMU_DEV_GUARD;
-    std::lock_guard<std::mutex> g(emu_mem_lock);
-    emu_dev_allocs[(uintptr_t)*p] = bytes;
+    EmuGuard g;
+    emu_rt().allocs[(uintptr_t)*p] = EmuAlloc{bytes, emu_device, {}};
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     size_t bytes;
     {
-        std::lock_guard<std::mutex> g(emu_mem_lock);
-        auto it = emu_dev_allocs.find((uintptr_t)p);
-        if (it == emu_dev_allocs.end()) emu_fail("cudaFree(%p): not a live device allocation", p);
-        bytes = it->second;
-        emu_dev_allocs.erase(it);
+        EmuGuard g;
+        EmuRuntime &rt = emu_rt();
+        auto it = rt.allocs.find((uintptr_t)p);
+        if (it == rt.allocs.end() || it->second.device < 0) emu_fail("cudaFree(%p): not a live device allocation", p);
+        emu_host_wait_all(-1);  /* as CUDA's cudaFree: the device's work first */
+        it = rt.allocs.find((uintptr_t)p);
+        bytes = it->second.bytes;
+        rt.allocs.erase(it);
     }
     unsigned char *b = (unsigned char *)p - EMU_DEV_GUARD;
     const size_t body = (bytes + 255) / 256 * 256;
@@ -925,35 +1540,67 @@ cudaError_t cudaFree(void *p) {
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p) return cudaErrorMemoryAllocation;
+    EmuGuard g;
+    emu_rt().allocs[(uintptr_t)*p] = EmuAlloc{bytes ? bytes : 1, -1, {}};
+    return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    {
+        EmuGuard g;
+        EmuRuntime &rt = emu_rt();
+        auto it = rt.allocs.find((uintptr_t)p);
+        if (it == rt.allocs.end() || it->second.device >= 0) emu_fail("cudaFreeHost(%p): not from cudaMallocHost", p);
+        emu_host_wait_all(-1);
+        rt.allocs.erase((uintptr_t)p);
+    }
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t stream) {
+    EmuGuard g;
     if (!emu_dev_range(p, n)) emu_fail("cudaMemsetAsync(%p, %zu bytes): not inside one device allocation", p, n);
-    memset(p, v, n);
+    if (!n) return cudaSuccess;
+    EmuStream *s = emu_stream(stream);
+    EmuMemsetOp *op = new EmuMemsetOp;
+    op->p = p;
+    op->v = v;
+    op->n = n;
+    op->name = "cudaMemsetAsync(" + std::to_string(n) + " bytes) #" + std::to_string(s->enqueued + 1);
+    op->access.push_back(EmuAccess{p, n, true});
+    emu_enqueue(s, op);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev)
-        emu_fail("cudaMemcpyAsync: kind %d is not emulated", (int)kind);
-    if (dst_dev && !emu_dev_range(dst, n))
-        emu_fail("cudaMemcpyAsync(kind %d): destination %p + %zu bytes not inside one device allocation", (int)kind, dst, n);
-    if (src_dev && !emu_dev_range(src, n))
-        emu_fail("cudaMemcpyAsync(kind %d): source %p + %zu bytes not inside one device allocation", (int)kind, src, n);
-    memmove(dst, src, n);
-    return cudaSuccess;
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
+    EmuGuard g;
+    return emu_copy("cudaMemcpyAsync", dst, n, src, n, n, 1, kind, stream);
 }
-/* A __device__ variable is a host object under the emulation. */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+    EmuGuard g;
+    return emu_copy("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, stream);
+}
+/* A __device__ variable is a host object under the emulation: a D2H copy
+ * from it (not an allocation the detector knows). */
 cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, size_t offset, cudaMemcpyKind kind,
-                                      cudaStream_t) {
+                                      cudaStream_t stream) {
     if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDefault)
         emu_fail("cudaMemcpyFromSymbolAsync: kind %d is not emulated", (int)kind);
-    memcpy(dst, (const char *)symbol + offset, n);
+    EmuGuard g;
+    EmuStream *s = emu_stream(stream);
+    EmuCopyOp *op = new EmuCopyOp;
+    op->dst = (unsigned char *)dst;
+    op->src = (const unsigned char *)symbol + offset;
+    op->width = op->dpitch = op->spitch = n;
+    op->height = 1;
+    op->stream = s->index;
+    op->name = "cudaMemcpyFromSymbolAsync(" + std::to_string(n) + " bytes) #" + std::to_string(s->enqueued + 1);
+    op->access.push_back(EmuAccess{dst, n, true});
+    const bool pinned = emu_pinned_range(dst, n);
+    if (pinned && s->late && !emu_pending_touches(dst, n)) memset(dst, 0xFF, n);
+    const uint64_t seq = emu_enqueue(s, op);
+    if (!pinned) emu_host_wait(s, seq);
     return cudaSuccess;
 }
 

@@ -20,10 +20,11 @@
  *      dynamic shared memory).
  *   3. Any other `__shared__` becomes `static thread_local`: one object
  *      shared by every fiber of the block that runs on this OS thread.
- *   4. `K<<<cfg>>>(args)` becomes `K % emu_config(cfg)(args)`: emu_config
- *      packs the configuration and the arguments, and `%` with the kernel
- *      (emu.h) runs the grid. K may be a template-id; nothing has to find
- *      where it starts.
+ *   4. `K<<<cfg>>>(args)` becomes `K % emu_config("K", cfg)(args)`:
+ *      emu_config packs the configuration and the arguments, and `%` with
+ *      the kernel (emu.h) queues the grid on the launch's stream. K may be a
+ *      template-id; its text, as far as launched_kernel finds it, only
+ *      names the kernel in the runtime's messages.
  * Exit status 1, with a message, on an unreadable file or unbalanced braces.
  */
 #include <cstdio>
@@ -140,6 +141,31 @@ std::vector<Range> asm_functions(const std::string &s, const std::vector<char> &
 }
 
 /* Rewrites 2-4 on one range of code. */
+/* The kernel a launch names, as written before its `<<<` (an identifier,
+ * perhaps qualified, perhaps with template arguments), for the runtime's
+ * messages: the text at the end of `out`, quotes and newlines left out. */
+std::string launched_kernel(const std::string &out) {
+    size_t e = out.size();
+    while (e > 0 && out[e - 1] == ' ') e--;
+    size_t b = e;
+    for (;;) {
+        if (b > 0 && out[b - 1] == '>') {
+            int depth = 0;
+            while (b > 0) {
+                const char c = out[--b];
+                if (c == '>') depth++;
+                else if (c == '<' && --depth == 0) break;
+            }
+        }
+        while (b > 0 && (ident_char(out[b - 1]) || out[b - 1] == ':')) b--;
+        if (b == 0 || out[b - 1] != '>') break;
+    }
+    std::string k;
+    for (size_t j = b; j < e; j++)
+        if (out[j] != '"' && out[j] != '\\' && out[j] != '\n') k += out[j];
+    return k;
+}
+
 std::string rewrite_code(const std::string &s, const std::vector<char> &m, size_t b, size_t e) {
     std::string out;
     for (size_t i = b; i < e;) {
@@ -168,7 +194,11 @@ std::string rewrite_code(const std::string &s, const std::vector<char> &m, size_
             }
         }
         if (word_at(s, m, i, "__shared__")) { out += "static thread_local"; i += 10; continue; }
-        if (s.compare(i, 3, "<<<") == 0) { out += " % emu_config("; i += 3; continue; }
+        if (s.compare(i, 3, "<<<") == 0) {
+            out += " % emu_config(\"" + launched_kernel(out) + "\", ";
+            i += 3;
+            continue;
+        }
         if (s.compare(i, 3, ">>>") == 0) { out += ")"; i += 3; continue; }
         out += s[i++];
     }
