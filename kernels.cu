@@ -64,12 +64,27 @@ static unsigned elementwise_grid(size_t n, int block) {
 extern "C" int cuda_device_count(void) {
     int n = 0;
     /* No driver or no GPU is an answer here, not an error: a CUDA build runs
-     * on the CPU of a machine without a GPU. Clear the sticky error. */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
+     * on the CPU of a machine without a GPU. Anything else (a driver older
+     * than the runtime linked in, a broken install) is said once on stderr,
+     * then counts as no GPU too. Clear the sticky error. */
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) return n;
+    cudaGetLastError();
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver); /* 0: no driver installed */
+    cudaRuntimeGetVersion(&runtime);
+    static int said;
+    if (e != cudaErrorNoDevice && driver > 0 && !said++) {
+        if (e == cudaErrorInsufficientDriver)
+            fprintf(stderr, "CUDA error: the driver (CUDA %d.%d) is older than this build's runtime (CUDA %d.%d): "
+                    "update the driver or build with an older toolkit\n",
+                    driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        else
+            fprintf(stderr, "CUDA error: cudaGetDeviceCount: %s (driver CUDA %d.%d, runtime CUDA %d.%d)\n",
+                    cudaGetErrorString(e), driver / 1000, driver % 1000 / 10, runtime / 1000,
+                    runtime % 1000 / 10);
     }
-    return n;
+    return 0;
 }
 
 extern "C" int cuda_open(int gpu, void **stream, void **scratch, char *err, size_t errlen) {

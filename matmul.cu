@@ -103,7 +103,8 @@
  *     expected to be a few microseconds in all; not measured yet) and passed
  *     as __grid_constant__ kernel parameters, so there is no cache to
  *     invalidate when buffers move. cuTensorMapEncodeTiled is a
- *     driver function: it is looked up with cudaGetDriverEntryPointByVersion,
+ *     driver function: it is looked up with cudaGetDriverEntryPointByVersion
+ *     (cudaGetDriverEntryPoint on toolkits 12.0-12.4, which lack it),
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
@@ -1066,9 +1067,13 @@ static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const 
                             int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn) {
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &q);
+#else /* 12.0-12.4: no ByVersion; this form gives the toolkit's version, 12000 here */
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
         cudaGetLastError();
         return false;
     }
