@@ -9,7 +9,10 @@
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
 #
 # CUDA is compiled in when nvcc is found (NO_CUDA=1 to leave it out); NCCL
-# when nccl.h is found under NCCL_HOME (NO_NCCL=1 to leave it out). A CUDA
+# when nccl.h and libnccl are found (NO_NCCL=1 to leave it out), looking in
+# NCCL_HOME if given, then CUDA_HOME, then the system's /usr/include and
+# /usr/lib/<multiarch> (Debian, Ubuntu, NGC), then pip's nvidia-nccl wheel.
+# `make build` says in one line which NCCL it linked, or why none. A CUDA
 # build still runs on a machine without a GPU with --device cpu.
 
 ifeq ($(origin CC),default)
@@ -21,13 +24,17 @@ LDLIBS   := -lm -fopenmp -lpthread -lrt
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
-# sm_90a: Hopper with wgmma and setmaxnreg (matmul.cu's fastest GEMM); sm_80
-# for Ampere and as the mma.sync path's baseline.
-CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
+# The runtime loads the code built for the GPU it finds: sm_80 for Ampere
+# (A100; sm_86/87 run it too), sm_89 for Ada (L4, L40S), sm_90a for Hopper
+# (wgmma and setmaxnreg: matmul.cu's fastest GEMM, compiled for this target
+# only), and compute_80 PTX, which the driver compiles for anything newer
+# (Blackwell). Each target costs nvcc time: CUDA_ARCH='-gencode
+# arch=compute_90a,code=sm_90a' builds for an H100 alone.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
-NCCL_HOME ?= $(CUDA_HOME)
 
-OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o optim.o comm.o dp.o zero.o tp.o pp.o trace.o
+OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o trace.o selftest.o version.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -39,19 +46,91 @@ ifeq ($(USE_CUDA),1)
 CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
 OBJS    += kernels.o matmul.o attention.o
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
-NCCL_INC := $(wildcard $(NCCL_HOME)/include/nccl.h)
-NCCL_LIB := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so \
-                                   $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2))
-ifeq ($(NO_NCCL),)
-ifneq ($(NCCL_INC),)
+endif
+
+# NCCL: the first place that has both nccl.h and libnccl.so (or, as in pip's
+# wheel, only libnccl.so.2: linked by its full path, either way). Tests move
+# the system's root (NCCL_SYSROOT) and the wheel's directory (NCCL_PIP_DIR)
+# to trees of their own.
+comma := ,
+space := $() $()
+NCCL_SYSROOT ?= /
+NCCL_SYS     := $(patsubst %/,%,$(NCCL_SYSROOT))
+MULTIARCH    := $(shell $(CC) -print-multiarch 2>/dev/null)
+# $(1): include directory, $(2): library directories; the library if both are there
+nccl_lib = $(if $(wildcard $(1)/nccl.h),$(firstword $(wildcard $(foreach d,$(2),$(d)/libnccl.so $(d)/libnccl.so.2))))
+# $(3) names the place; sets NCCL_INC_DIR and NCCL_LIB unless an earlier place had NCCL
+define nccl_look
+ifeq ($$(NCCL_LIB),)
+NCCL_LIB     := $$(call nccl_lib,$(1),$(2))
+NCCL_INC_DIR := $$(if $$(NCCL_LIB),$(1))
+NCCL_LOOKED  += $(3)
+endif
+endef
+ifeq ($(USE_CUDA),)
+NCCL_WHY := no CUDA ($(if $(NO_CUDA),NO_CUDA=1,nvcc not found))
+else ifneq ($(NO_NCCL),)
+NCCL_WHY := NO_NCCL=1
+else
+ifneq ($(NCCL_HOME),)
+$(eval $(call nccl_look,$(NCCL_HOME)/include,$(NCCL_HOME)/lib64 $(NCCL_HOME)/lib,NCCL_HOME=$(NCCL_HOME)))
+endif
+$(eval $(call nccl_look,$(CUDA_HOME)/include,$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib,$(CUDA_HOME)))
+$(eval $(call nccl_look,$(NCCL_SYS)/usr/include,$(NCCL_SYS)/usr/lib/$(MULTIARCH) $(NCCL_SYS)/usr/lib64 \
+                        $(NCCL_SYS)/usr/lib,$(NCCL_SYS)/usr/include+lib/$(MULTIARCH)))
+ifeq ($(NCCL_LIB),)
+NCCL_PIP_DIR ?= $(firstword $(shell python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null) \
+                            $(wildcard $(HOME)/.local/lib/python3*/site-packages/nvidia/nccl \
+                                       /usr/local/lib/python3*/dist-packages/nvidia/nccl))
+endif
+ifneq ($(NCCL_PIP_DIR),)
+$(eval $(call nccl_look,$(NCCL_PIP_DIR)/include,$(NCCL_PIP_DIR)/lib,$(NCCL_PIP_DIR)))
+else
+NCCL_LOOKED += no-pip-nvidia-nccl
+endif
+NCCL_WHY := not found (looked in $(subst $(space),$(comma)$(space),$(strip $(NCCL_LOOKED))))
+endif
 ifneq ($(NCCL_LIB),)
-USE_NCCL := 1
-CFLAGS   += -DUSE_NCCL -I$(NCCL_HOME)/include
-LDLIBS   += $(NCCL_LIB) -Wl,-rpath,$(dir $(NCCL_LIB))
+USE_NCCL     := 1
+NCCL_VERSION := $(shell awk '/^\#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v == "" ? "" : ".") $$3} END{print v}' \
+                  $(NCCL_INC_DIR)/nccl.h)
+CFLAGS       += -DUSE_NCCL -I$(NCCL_INC_DIR)
+LDLIBS       += $(NCCL_LIB) -Wl,-rpath,$(dir $(NCCL_LIB))
+NCCL_SAYS    := NCCL $(NCCL_VERSION): $(NCCL_INC_DIR)/nccl.h, $(NCCL_LIB)
+else
+NCCL_SAYS    := NCCL: none, $(NCCL_WHY)
+endif
+
+# Flag stamps: each object depends on the stamp of the flags that built it,
+# rewritten (here, as the Makefile is read) only when those flags change, so
+# that changing NCCL_HOME, NO_NCCL, CFLAGS or CUDA_ARCH rebuilds what they
+# reach and nothing else. The C objects' stamp holds the NCCL decision (it
+# is in CFLAGS and LDLIBS); nvcc's objects have their own, which NCCL never
+# touches. version.o also depends on the git describe of the sources.
+GIT_DESCRIBE := $(or $(shell git describe --always --dirty --tags 2>/dev/null),unknown)
+CUDA_CODES   := $(if $(USE_CUDA),$(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCH)))),none)
+STAMP_C      := CC=$(CC) CFLAGS=$(CFLAGS) LDLIBS=$(LDLIBS) USE_CUDA=$(USE_CUDA) USE_NCCL=$(USE_NCCL) CUDA_HOME=$(CUDA_HOME)
+STAMP_CU     := NVCC=$(NVCC) NVFLAGS=$(NVFLAGS)
+STAMP_GIT    := $(GIT_DESCRIBE) $(CUDA_CODES)
+# $(1): the stamp file, $(2): the name of the variable it holds. make -n
+# writes nothing: the stamp only counts as changed.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+define stamp
+ifneq ($$(file <$(1)),$$($(2)))
+ifeq ($$(DRY_RUN),)
+$$(file >$(1),$$($(2)))
+else
+$(1): stamp-changed
 endif
 endif
-endif
-endif
+endef
+.PHONY: stamp-changed
+$(eval $(call stamp,.flags-c,STAMP_C))
+$(eval $(call stamp,.flags-cu,STAMP_CU))
+$(eval $(call stamp,.flags-version,STAMP_GIT))
+.flags-c .flags-cu .flags-version: ;
+version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_CODES)"'
+version.o: .flags-version
 
 TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
          test/test_dp test/test_tp test/test_pp test/test_3d
@@ -60,6 +139,10 @@ TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/tes
 # (Its rules come before `all`: name the default goal.)
 .DEFAULT_GOAL := all
 include test/emu/emu.mk
+# The emulation's C objects are compiled with CFLAGS too (emu.mk's
+# EMU_CFLAGS): they follow the same stamp. Its C++ objects have flags of
+# their own, EMU_CXXFLAGS, and no stamp.
+$(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
 .PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
@@ -69,6 +152,7 @@ all: build
 # `make train` is the demo; the binary it builds is also called train, so
 # it is linked by the phony `build` (objects are cached; linking is cheap).
 build: main.o $(OBJS)
+	@echo "train: $(NCCL_SAYS)"
 	$(CC) -o train main.o $(OBJS) $(LDLIBS)
 
 # The demo's data: tinyshakespeare, split 90/10 into training and validation
@@ -112,14 +196,14 @@ data/tinyshakespeare_train.txt: data/tinyshakespeare.txt
 data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 	tail -c +$$(( $$(wc -c < $<) * 9 / 10 + 1 )) $< > $@
 
-%.o: %.c *.h
+%.o: %.c *.h .flags-c
 	$(CC) $(CFLAGS) -c $< -o $@
 
-%.o: %.cu tensor.h tc.h
+%.o: %.cu tensor.h tc.h .flags-cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # The float64 build of the CPU reference, for finite differences.
-ops64.o: ops.c tensor.h
+ops64.o: ops.c tensor.h .flags-c
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
 test/test_ops: test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o test/check.h \
@@ -161,4 +245,4 @@ bench-pipeline: build
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
-	rm -rf test/out
+	rm -rf test/out .flags-c .flags-cu .flags-version

@@ -72,12 +72,14 @@ typedef struct CommLaunch {
     int rank, world_size;
     int local_rank;         /* on this host: pick GPU local_rank % dev_gpu_count() */
     int local_size;         /* ranks on this host, 0 when the launcher does not say */
-    const char *source;     /* "single", "--ranks", "torchrun", "slurm" or "openmpi" */
+    const char *source;     /* "single", "--ranks", "torchrun", "openmpi", "mpich" or "slurm" */
     char master_addr[256];  /* MASTER_ADDR, "" when unset */
     int master_port;        /* MASTER_PORT, 0 when unset */
     int rendezvous_port;    /* where rank 0 listens: MASTER_PORT, or MASTER_PORT + 1 under
                                torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True),
                                which already holds MASTER_PORT */
+    double comm_timeout_s;  /* --comm-timeout: how long an NCCL operation may take before the
+                               rank's watchdog stops it (0: 300 s); set before comm_init */
     void *shared;           /* fork: the segment mapped before the fork, inherited */
     size_t shared_bytes;
 } CommLaunch;
@@ -92,7 +94,7 @@ typedef struct CommGroup {
     int size;               /* members; 0 when this rank is not one */
     int index;              /* this rank's position in ranks, -1 when not a member */
     int *ranks;             /* [size] world ranks in group order */
-    void *nccl;             /* ncclComm_t of the group, NULL on shared memory */
+    void *nccl;             /* comm_nccl.c's queue (communicator, stream, events), NULL on shared memory */
 } CommGroup;
 
 /* Bus bytes, nccl-tests convention, per rank (n = group size, B = buffer bytes,
@@ -131,12 +133,20 @@ typedef struct CommMesh {
 /* ---- launching ---------------------------------------------------------- */
 
 /* Decides how this process becomes a rank; forks nothing. ranks is --ranks
- * (0 when not given). With ranks > 1: a fork job of that many ranks. Else,
- * under a launcher (RANK/WORLD_SIZE/LOCAL_RANK, else SLURM_PROCID/
- * SLURM_NTASKS/SLURM_LOCALID, else OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK):
- * one rank of that world. Else a single rank. Returns 0, or -1 with one line
- * in err: malformed variable, --ranks outside 1..COMM_MAX_RANKS, --ranks
- * beside a launcher of several ranks. */
+ * (0 when not given). Under a launcher of several ranks: one rank of that
+ * world. The launcher is the first found of torchrun (RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, _SIZE,
+ * _LOCAL_RANK, _LOCAL_SIZE; MPICH's PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+ * MPI_LOCALNRANKS) and an srun task (SLURM_PROCID, SLURM_STEP_NUM_TASKS or
+ * SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE; only with a step id in
+ * SLURM_STEP_ID: a batch script's shell has Slurm's variables but is no
+ * task). Else, with ranks > 1, a fork job of that many ranks; else a single
+ * rank. Every variable read is checked here: returns 0, or -1 with one line
+ * in err naming the variable (not a number, rank outside the world, local
+ * rank not below the local size, a world over COMM_MAX_RANKS without NCCL,
+ * no MASTER_PORT for a launcher of several ranks, MASTER_PORT not a port),
+ * or --ranks outside 1..COMM_MAX_RANKS, or --ranks beside a launcher of
+ * another number of ranks. */
 int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen);
 
 /* Fork plans: maps the shared segment, forks l->world_size ranks and
@@ -156,8 +166,9 @@ int comm_launch_start(CommLaunch *l, char *err, size_t errlen);
 /* One call for both: plan, then start. */
 int comm_launch(int ranks, CommLaunch *l, char *err, size_t errlen);
 
-/* NCCL when it is built in, dev is CUDA and the host has a GPU per rank,
- * else shared memory. */
+/* NCCL when it is built in and dev is CUDA, unless the ranks of a fork job
+ * must share GPUs (more ranks than gpus); else shared memory. --backend
+ * overrides it. */
 CommBackend comm_default_backend(const CommLaunch *l, DevKind dev, int gpus);
 
 /* ---- communicators ------------------------------------------------------- */
@@ -198,24 +209,34 @@ int comm_mesh_rank(const CommMesh *m, int dp_rank, int tp_rank, int pp_rank);
 
 /* ---- operations (contracts: see the top of this file) --------------------- */
 
+/* What every operation returns: the queue it went on (its group's) and its
+ * place there. comm_op_wait(op, d) makes d's compute stream wait for that
+ * one operation (and for what its group queued before it), not for the other
+ * groups' operations in flight. On the shared-memory backend, and for host
+ * buffers, an operation is complete when it returns and waiting is free. */
+typedef struct CommOp {
+    CommGroup *g;            /* NULL: nothing to wait for */
+    uint64_t seq;            /* 1, 2, ... on the group's queue */
+} CommOp;
+
 /* The shard rule: n elements over size shards, the first n % size shards
  * one element longer. Shard `index` is [*offset, *offset + *count). */
 void comm_shard(size_t n, int size, int index, size_t *offset, size_t *count);
 size_t comm_dtype_size(CommDtype t);
 
 /* buf[n] = op over members of buf[n]. */
-void comm_all_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed op);
+CommOp comm_all_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed op);
 /* out[shard count] = op over members of in[n], this member's shard. out may be
  * in + shard offset. */
-void comm_reduce_scatter(CommGroup *g, Dev *d, void *out, const void *in, size_t n,
+CommOp comm_reduce_scatter(CommGroup *g, Dev *d, void *out, const void *in, size_t n,
                          CommDtype t, CommRed op);
 /* out[n] = every member's in[shard count] at its shard offset. in may be
  * out + shard offset. */
-void comm_all_gather(CommGroup *g, Dev *d, void *out, const void *in, size_t n, CommDtype t);
+CommOp comm_all_gather(CommGroup *g, Dev *d, void *out, const void *in, size_t n, CommDtype t);
 /* buf[n] of member root copied to every member. */
-void comm_broadcast(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, int root);
+CommOp comm_broadcast(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, int root);
 /* buf[n] of member root = op over members of buf[n]; others' buf unchanged. */
-void comm_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed op, int root);
+CommOp comm_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed op, int root);
 /* Point-to-point with member peer; counts and dtypes of a pair must match,
  * and messages between two members arrive in the order they were sent.
  * Alone, a send returns once its last chunk is staged (a receiver must come);
@@ -224,18 +245,22 @@ void comm_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed
  * exchanges (a ring, both pipeline neighbours, a rank and itself) cannot
  * deadlock. On NCCL: GPU buffers only (exits otherwise), and the batch is
  * ncclGroupStart/End. */
-void comm_send(CommGroup *g, Dev *d, const void *buf, size_t n, CommDtype t, int peer);
-void comm_recv(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, int peer);
+CommOp comm_send(CommGroup *g, Dev *d, const void *buf, size_t n, CommDtype t, int peer);
+CommOp comm_recv(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, int peer);
 void comm_p2p_begin(Comm *c);
-void comm_p2p_end(Comm *c);
+/* Returns the batch's operation (on NCCL: its last group's queue; a batch
+ * across groups is waited for with comm_wait). */
+CommOp comm_p2p_end(Comm *c);
 /* Sends sendbuf[n] to member dst and receives recvbuf[n] from member src, batched. */
-void comm_sendrecv(CommGroup *g, Dev *d, const void *sendbuf, int dst, void *recvbuf, int src,
+CommOp comm_sendrecv(CommGroup *g, Dev *d, const void *sendbuf, int dst, void *recvbuf, int src,
                    size_t n, CommDtype t);
 /* Returns when every member has called it. */
 void comm_barrier(CommGroup *g);
 /* Makes d's compute stream wait for the operations queued so far (NCCL and
  * GPU buffers); nothing to do otherwise. */
 void comm_wait(Comm *c, Dev *d);
+/* Makes d's compute stream wait for op only (see CommOp). */
+void comm_op_wait(CommOp op, Dev *d);
 
 /* ---- accounting ----------------------------------------------------------- */
 

@@ -15,6 +15,9 @@
  *    with the number of ranks, DDP's does not.
  *  - ZeRO (zero.c): the same buckets, reduce-scattered to their owners.
  *
+ * Waits are per operation: the parameter server's master waits for each
+ * receive before adding it, not for the whole communication stream.
+ *
  * The buckets hang off gpt.c's unit hooks; gpt.c never learns why.
  */
 #include <math.h>
@@ -25,17 +28,19 @@
 
 /* Buckets of consecutive units in backward order (head first, embedding
  * last), each closed once it reaches bucket_mb; ZeRO-2 and 3 reduce (and
- * free) unit by unit, so each unit is its own bucket there. The tied wte is
+ * drop) unit by unit, so each unit is its own bucket there. The tied wte is
  * always a bucket of its own, so its shards are the same on the first and
  * the last pipeline stage. */
-static void make_buckets(DP *dp) {
+static int make_buckets(DP *dp) {
     GPT *m = dp->m;
     size_t limit = (size_t)(dp->cfg.bucket_mb * 1e6 / sizeof(float));
     if (dp->cfg.zero >= 2 || limit == 0) limit = 1;
-    dp->buckets = calloc(m->nunits, sizeof(DPBucket));
+    dp->buckets = calloc(m->nunits, sizeof(ZeroBucket));
+    dp->pending = calloc(m->nunits, sizeof(int));
     dp->unit_bucket = calloc(m->nunits, sizeof(int));
+    if (!dp->buckets || !dp->pending || !dp->unit_bucket) return -1;
     dp->nbuckets = 0;
-    DPBucket *b = NULL;
+    ZeroBucket *b = NULL;
     for (int u = m->nunits - 1; u >= 0; u--) {
         size_t uo, un;
         gpt_unit_range(m, u, &uo, &un);
@@ -49,28 +54,30 @@ static void make_buckets(DP *dp) {
         b->n += un;
         dp->unit_bucket[u] = (int)(b - dp->buckets);
     }
+    return 0;
 }
 
 /* The article's master GPU: everyone's gradients summed on rank 0, in rank
- * order (0 + 1 + ... + D-1, the order the all-reduce uses too). */
+ * order (0 + 1 + ... + D-1, the order the all-reduce uses too). Each add
+ * reads what its receive wrote, so it waits for that receive. */
 static void ps_reduce(DP *dp, float *grads, size_t n) {
     if (dp->rank != 0) {
         comm_send(dp->g, dp->dev, grads, n, COMM_F32, 0);
         return;
     }
     for (int k = 1; k < dp->D; k++) {
-        comm_recv(dp->g, dp->dev, dp->stage, n, COMM_F32, k);
+        comm_op_wait(comm_recv(dp->g, dp->dev, dp->stage, n, COMM_F32, k), dp->dev);
         dp->dev->ops->accumulate(dp->dev, grads, dp->stage, n);
     }
 }
 
-static void reduce_bucket(DP *dp, DPBucket *b) {
+static void reduce_bucket(DP *dp, ZeroBucket *b) {
     GPT *m = dp->m;
     /* with ZeRO-2/3 a bucket is one unit and its gradients are transient */
     float *grads = dp->cfg.zero >= 2 ? m->ugrads[b->unit_lo] : m->grads + b->off;
     if (dp->cfg.mode == DP_PS) ps_reduce(dp, grads, b->n);
     else if (dp->cfg.zero == 0) comm_all_reduce(dp->g, dp->dev, grads, b->n, COMM_F32, COMM_SUM);
-    else zero_reduce_bucket(dp, b, grads);
+    else zero_reduce_bucket(&dp->z, b, grads);
 }
 
 /* ZeRO-2/3: a unit's gradients live in a buffer of their own from the
@@ -78,26 +85,18 @@ static void reduce_bucket(DP *dp, DPBucket *b) {
 static void grads_acquire(void *ctx, GPT *m, int u) {
     DP *dp = ctx;
     if (dp->cfg.zero < 2 || m->ugrads[u]) return;
-    size_t uo, un;
-    gpt_unit_range(m, u, &uo, &un);
-    m->ugrads[u] = dev_alloc(dp->dev, un * sizeof(float));
-    dp->transient += un * sizeof(float);
-    if (dp->transient > dp->transient_peak) dp->transient_peak = dp->transient;
+    m->ugrads[u] = zero_grads_acquire(&dp->z, u);
 }
+
+static void params_acquire(void *ctx, GPT *m, int u) { (void)m; zero_params_acquire(&((DP *)ctx)->z, u); }
+static void params_release(void *ctx, GPT *m, int u) { (void)m; zero_params_release(&((DP *)ctx)->z, u); }
 
 static void grads_ready(void *ctx, GPT *m, int u) {
     DP *dp = ctx;
-    DPBucket *b = &dp->buckets[dp->unit_bucket[u]];
-    if (!dp->reducing || --b->pending > 0) return;
-    reduce_bucket(dp, b);
-    if (dp->cfg.zero >= 2) {
-        size_t uo, un;
-        gpt_unit_range(m, u, &uo, &un);
-        comm_wait(dp->comm, dp->dev);  /* the reduction has read the buffer */
-        dev_free(dp->dev, m->ugrads[u], un * sizeof(float));
-        m->ugrads[u] = NULL;
-        dp->transient -= un * sizeof(float);
-    }
+    int i = dp->unit_bucket[u];
+    (void)m;
+    if (!dp->reducing || --dp->pending[i] > 0) return;
+    reduce_bucket(dp, &dp->buckets[i]);
 }
 
 int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
@@ -114,67 +113,62 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
     dp->embed = mesh->embed_group.size > 1 ? &mesh->embed_group : NULL;
     dp->D = g->size;
     dp->rank = g->index;
-    dp->opt = opt;
     if (cfg->mode == DP_PS && cfg->zero) {
         snprintf(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
         return -1;
     }
-    make_buckets(dp);
-    zero_layout(dp);
+    if (make_buckets(dp)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    Zero *z = &dp->z;
+    z->stage = cfg->zero;
+    z->owners = cfg->mode == DP_PS ? ZERO_MASTER : cfg->zero ? ZERO_SHARD : ZERO_ALL;
+    z->offload = cfg->offload;
+    z->m = m;
+    z->dev = dp->dev;
+    z->g = g;
+    z->D = dp->D;
+    z->rank = dp->rank;
+    z->opt = opt;
+    zero_layout(z, dp->buckets, dp->nbuckets, dp->unit_bucket);
     if (cfg->mode == DP_PS && dp->rank == 0) {
         for (int i = 0; i < dp->nbuckets; i++)
             if (dp->buckets[i].n > dp->stage_n) dp->stage_n = dp->buckets[i].n;
         dp->stage = dev_alloc(dp->dev, dp->stage_n * sizeof(float));
     }
-    if (zero_build(dp, err, errlen) != 0) return -1;
+    if (zero_build(z, err, errlen) != 0) return -1;
     m->hooks.ctx = dp;
     m->hooks.grads_acquire = grads_acquire;
     m->hooks.grads_ready = grads_ready;
     if (cfg->zero == 3) {
-        m->hooks.params_acquire = zero_params_acquire;
-        m->hooks.params_release = zero_params_release;
+        m->hooks.params_acquire = params_acquire;
+        m->hooks.params_release = params_release;
     }
     return 0;
 }
 
 void dp_free(DP *dp) {
-    zero_free(dp);
+    zero_free(&dp->z);
     if (dp->stage) dev_free(dp->dev, dp->stage, dp->stage_n * sizeof(float));
     memset(&dp->m->hooks, 0, sizeof dp->m->hooks);
     free(dp->buckets);
+    free(dp->pending);
     free(dp->unit_bucket);
     memset(dp, 0, sizeof *dp);
 }
 
 void dp_step_begin(DP *dp) {
     if (dp->m->grads) dev_zero(dp->dev, dp->m->grads, dp->m->num_params * sizeof(float));
-    if (dp->grad_shard) dev_zero(dp->dev, dp->grad_shard, dp->owned * sizeof(float));
+    if (dp->z.grad_shard) dev_zero(dp->dev, dp->z.grad_shard, dp->z.owned * sizeof(float));
 }
 
 void dp_micro_batch(DP *dp, int last) {
+    /* the last micro-batch's deferred add comes before this one writes gradients */
+    zero_finish_reductions(&dp->z);
     dp->reducing = last || dp->cfg.zero >= 2;
     for (int i = 0; i < dp->nbuckets; i++)
-        dp->buckets[i].pending = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
-}
-
-typedef struct SumSq {
-    DP *dp;
-    const float *grads;
-    size_t offset;
-    double s;
-} SumSq;
-
-static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
-    SumSq *q = ctx;
-    if (q->dp->m->tp_rank != 0 && gpt_tensor_replicated(q->dp->m, tensor)) return;
-    if (tensor == GPT_WTE && !q->dp->m->has_embed) return;  /* the tied copy */
-    q->s += q->dp->dev->ops->sumsq(q->dp->dev, q->grads + (off - q->offset), n);
-}
-
-double dp_sumsq(DP *dp, const float *grads, size_t offset, size_t count) {
-    SumSq q = {dp, grads, offset, 0.0};
-    gpt_segments(dp->m, offset, count, sumsq_segment, &q);
-    return q.s;
+        dp->pending[i] = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
 }
 
 /* The global gradient norm: each distinct gradient element counted once,
@@ -183,13 +177,13 @@ static double global_norm(DP *dp) {
     float s;
     if (dp->cfg.mode == DP_PS) {
         /* only the master has the summed gradients; the others learn the norm */
-        s = dp->rank == 0 ? (float)dp_sumsq(dp, dp->m->grads, 0, dp->m->num_params) : 0;
+        s = dp->rank == 0 ? (float)zero_sumsq(&dp->z, dp->m->grads, 0, dp->m->num_params) : 0;
         comm_broadcast(dp->g, NULL, &s, 1, COMM_F32, 0);
     } else if (dp->cfg.zero == 0) {
-        s = (float)dp_sumsq(dp, dp->m->grads, 0, dp->m->num_params);
+        s = (float)zero_sumsq(&dp->z, dp->m->grads, 0, dp->m->num_params);
     } else {
         /* each gradient element is owned by exactly one dp rank */
-        s = (float)zero_owned_sumsq(dp);
+        s = (float)zero_owned_sumsq(&dp->z);
         comm_all_reduce(dp->g, NULL, &s, 1, COMM_F32, COMM_SUM);
     }
     if (dp->tp) comm_all_reduce(dp->tp, NULL, &s, 1, COMM_F32, COMM_SUM);
@@ -203,31 +197,26 @@ static double global_norm(DP *dp) {
  * same shard of it (a bucket of its own, the same size), whatever the stage. */
 static void tie_embedding(DP *dp) {
     if (!dp->embed || dp->m->unit_wte < 0) return;
-    DPBucket *b = &dp->buckets[dp->unit_bucket[dp->m->unit_wte]];
+    ZeroBucket *b = &dp->buckets[dp->unit_bucket[dp->m->unit_wte]];
     if (b->own_n)
-        comm_all_reduce(dp->embed, dp->dev, zero_owned_grads(dp, b), b->own_n, COMM_F32, COMM_SUM);
-    comm_wait(dp->comm, dp->dev);
+        comm_op_wait(comm_all_reduce(dp->embed, dp->dev, zero_owned_grads(&dp->z, b), b->own_n, COMM_F32,
+                                     COMM_SUM), dp->dev);
 }
 
 double dp_step_end(DP *dp, float lr) {
+    zero_finish_reductions(&dp->z);
     comm_wait(dp->comm, dp->dev);
     tie_embedding(dp);
     double norm = global_norm(dp);
-    zero_update(dp, lr, optim_clip_scale(dp->opt, norm));
+    zero_update(&dp->z, lr, optim_clip_scale(dp->z.opt, norm));
     return norm;
 }
 
-float *dp_full_params(DP *dp) {
-    if (dp->cfg.zero < 3) return dp->m->params;
-    float *p = dev_alloc(dp->dev, dp->m->num_params * sizeof(float));
-    for (int i = 0; i < dp->nbuckets; i++) {
-        DPBucket *b = &dp->buckets[i];
-        comm_all_gather(dp->g, dp->dev, p + b->off, dp->param_shard + b->state_off, b->n, COMM_F32);
-    }
-    comm_wait(dp->comm, dp->dev);
-    return p;
-}
+float *dp_full_params(DP *dp) { return zero_full_params(&dp->z); }
 
-void dp_full_params_free(DP *dp, float *p) {
-    if (p != dp->m->params) dev_free(dp->dev, p, dp->m->num_params * sizeof(float));
+void dp_full_params_free(DP *dp, float *p) { zero_full_params_free(&dp->z, p); }
+
+void dp_memory(const DP *dp, DPMemory *mem) {
+    zero_memory(&dp->z, mem);
+    mem->transient_peak += (double)dp->stage_n * 4;
 }

@@ -481,8 +481,14 @@ static void tp_reduce_out(GPT *m, void *out, void *partial, int N) {
     size_t C = m->cfg.dim;
     DType t = m->dev->dtype;
     if (m->tp == 1) { if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz); return; }
-    if (m->tpc.sp) m->tpc.reduce_scatter(m->tpc.ctx, out, partial, (size_t)N / m->tp * C, t);
-    else {
+    if (m->tpc.sp) {
+        /* NCCL's in-place reduce-scatter leaves the shard at its own place in
+         * the input; out == partial (the callers' case) is that form plus a move */
+        size_t n = (size_t)N / m->tp * C;
+        void *mine = out == partial ? at(m, partial, m->tp_rank * n) : out;
+        m->tpc.reduce_scatter(m->tpc.ctx, mine, partial, n, t);
+        if (mine != out) dev_copy(m->dev, out, mine, n * m->esz);
+    } else {
         m->tpc.all_reduce(m->tpc.ctx, partial, (size_t)N * C, t);
         if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz);
     }

@@ -37,6 +37,8 @@
 #include "tp.h"
 #include "pp.h"
 #include "trace.h"
+#include "selftest.h"
+#include "version.h"
 
 #define EXIT_USAGE 2
 
@@ -52,6 +54,9 @@ typedef struct Args {
     const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu */
     double peak_tflops;       /* the device's dense bf16 peak for MFU; 0 = from its name */
     int deterministic;        /* --deterministic: no GPU kernel sums with atomics */
+    int no_self_test;         /* --no-self-test: skip the kernels' check against the CPU */
+    int backend;              /* --backend: -1 auto, else COMM_SHM or COMM_NCCL */
+    double comm_timeout;      /* --comm-timeout: seconds an NCCL operation may take (0: 300) */
     int gpu;
     int threads;
     int val_every, val_batches;
@@ -101,6 +106,7 @@ static void usage(FILE *f) {
         "  --val FILE             validation tokens (same formats)\n"
         "  --init FILE            start from an llm.c model file (float32)\n"
         "  --save FILE            write an llm.c model file at the end\n"
+        "  --version              the build: commit, CUDA runtime and driver, GPU architectures, NCCL\n"
         "model, when there is no --init:\n"
         "  --layers L (4)  --heads H (4)  --dim C (128)  --max-seq S (256)\n"
         "  --vocab V              (the data's: 256 for bytes, 50257 for token files)\n"
@@ -118,6 +124,10 @@ static void usage(FILE *f) {
         "                         (known for H100/H200/A100; otherwise MFU is not printed)\n"
         "  --deterministic        GPU runs give the same bits every time: attention's backward\n"
         "                         sums dq without atomics (slower); the rest always does\n"
+        "  --no-self-test         skip the check of every GPU kernel against the CPU before step 1\n"
+        "  --backend nccl|shm     how ranks exchange: NCCL, or host shared memory (auto: NCCL when\n"
+        "                         every rank has a GPU of its own and NCCL is built in)\n"
+        "  --comm-timeout S       stop a rank whose NCCL operation takes longer than S seconds (300)\n"
         "generation:\n"
         "  --sample N             generate N tokens at the end  --temperature F (1.0)\n"
         "  --tokenizer FILE       llm.c's gpt2_tokenizer.bin: print samples of token data as text\n"
@@ -176,7 +186,7 @@ enum {
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
-    F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC,
+    F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
 };
 
 static void parse_args(Args *a, int argc, char **argv) {
@@ -200,6 +210,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
         {"tokenizer", 1, 0, F_TOKENIZER}, {"dtype", 1, 0, F_DTYPE},
         {"peak-tflops", 1, 0, F_PEAK}, {"deterministic", 0, 0, F_DETERMINISTIC},
+        {"version", 0, 0, F_VERSION}, {"no-self-test", 0, 0, F_NOSELFTEST},
+        {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -207,6 +219,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     a->opt = (OptConfig){.lr = 3e-4f, .lr_min = 0.0f, .warmup = 0, .cosine = 1,
                          .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f, .clip = 1.0f};
     a->seed = 1337; a->val_batches = 8; a->temperature = 1.0f;
+    a->backend = -1;
     a->dpc = (DPConfig){.mode = DP_ALLREDUCE, .zero = 0, .offload = 0, .bucket_mb = 25.0};
     a->schedule = PP_1F1B;
     opterr = 0;
@@ -255,12 +268,21 @@ static void parse_args(Args *a, int argc, char **argv) {
             break;
         case F_PEAK: a->peak_tflops = parse_float("--peak-tflops", optarg, 1e-3, 1e6); break;
         case F_DETERMINISTIC: a->deterministic = 1; break;
+        case F_NOSELFTEST: a->no_self_test = 1; break;
+        case F_BACKEND:
+            if (!strcmp(optarg, "nccl")) a->backend = COMM_NCCL;
+            else if (!strcmp(optarg, "shm")) a->backend = COMM_SHM;
+            else if (!strcmp(optarg, "auto")) a->backend = -1;
+            else die_usage("--backend must be nccl, shm or auto, got '%s'", optarg);
+            break;
+        case F_COMMTIMEOUT: a->comm_timeout = parse_float("--comm-timeout", optarg, 0.01, 1e6); break;
         case F_THREADS: a->threads = parse_int("--threads", optarg, 1, 4096); break;
         case F_VALEVERY: a->val_every = parse_int("--val-every", optarg, 0, 1L << 30); break;
         case F_VALBATCHES: a->val_batches = parse_int("--val-batches", optarg, 1, 1L << 30); break;
         case F_SAMPLE: a->sample = parse_int("--sample", optarg, 0, 1 << 24); break;
         case F_TEMP: a->temperature = parse_float("--temperature", optarg, 1e-6, 100); break;
         case F_HELP: usage(stdout); exit(0);
+        case F_VERSION: version_print(stdout); exit(0);
         case F_RANKS: a->ranks = parse_int("--ranks", optarg, 1, COMM_MAX_RANKS); break;
         case F_DP: a->dp = parse_int("--dp", optarg, 1, COMM_MAX_RANKS); break;
         case F_TP: a->tp = parse_int("--tp", optarg, 1, COMM_MAX_RANKS); break;
@@ -432,7 +454,22 @@ static void run_build(Run *r) {
     if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) die_usage("%s", err);
     dev_set_dtype(&r->dev, r->dtype);
     r->dev.deterministic = r->a.deterministic;
-    CommBackend backend = comm_default_backend(&r->launch, r->kind, r->gpus);
+    /* every kernel against the CPU on a tiny model, before anything is built */
+    if (r->kind == DEV_CUDA && !a->no_self_test && selftest_startup(&r->dev, r->launch.rank == 0) != 0)
+        exit(1);
+    CommBackend backend = a->backend >= 0 ? (CommBackend)a->backend
+                                          : comm_default_backend(&r->launch, r->kind, r->gpus);
+    if (backend == COMM_SHM && r->kind == DEV_CUDA && r->gpus > 1 && r->launch.world_size > 1 &&
+        r->launch.rank == 0)
+        fprintf(stderr, "warning: the %d ranks' GPUs exchange through host shared memory%s: slow. %s\n",
+                r->launch.world_size, a->backend == COMM_SHM ? " (--backend shm)" : "",
+#ifdef USE_NCCL
+                "Leave out --backend shm, or give each rank a GPU of its own, for NCCL"
+#else
+                "This build has no NCCL: see `make` first line and README, \"NCCL\""
+#endif
+        );
+    r->launch.comm_timeout_s = a->comm_timeout;
     if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
         exit(1);
@@ -676,7 +713,7 @@ static double device_peak(Run *r) {
 /* Every rank's memory, measured and from the ZeRO formula (DESIGN.md). */
 static void print_memory(Run *r) {
     DPMemory mem;
-    zero_memory(&r->dp, &mem);
+    dp_memory(&r->dp, &mem);
     printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
            "optimizer %.6g MB%s (formula %.6g), activations %.6g MB\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
@@ -687,7 +724,7 @@ static void print_memory(Run *r) {
 /* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
 static void print_transient(Run *r) {
     DPMemory mem;
-    zero_memory(&r->dp, &mem);
+    dp_memory(&r->dp, &mem);
     if (mem.transient_peak > 0)
         printf("memory rank %d: transient gathers and reductions peaked at %.6g MB\n",
                r->comm.rank, mem.transient_peak / 1e6);

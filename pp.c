@@ -299,8 +299,7 @@ static void exchange(PPStage *s, void *recv_buf, size_t recv_n, int recv_peer) {
     CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
     if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
     if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
-    comm_p2p_end(s->g->comm);
-    comm_wait(s->g->comm, s->dev);
+    comm_op_wait(comm_p2p_end(s->g->comm), s->dev);
     trace_end(s->trace);
     s->send_buf = NULL;
 }

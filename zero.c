@@ -16,220 +16,331 @@
  * parameters live in host memory and AdamW runs on the CPU: gradients come
  * down, parameters go back up. DDP (stage 0) and the parameter server are
  * the same code with "owns everything" and "rank 0 owns everything".
+ *
+ * Waits are per operation (comm.h's CommOp): a unit's compute waits for its
+ * own gather, not for the prefetch queued behind it; a unit's reduced shard
+ * is added one unit later, so the reduction runs under the next unit's
+ * backward. Transient buffers come from a pool and are never freed in a
+ * step (cudaFree would synchronise the device).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "dp.h"
+#include "zero.h"
 
-void zero_layout(DP *dp) {
+void zero_layout(Zero *z, ZeroBucket *buckets, int nbuckets, const int *unit_bucket) {
     size_t S = 0;
-    for (int i = 0; i < dp->nbuckets; i++) {
-        DPBucket *b = &dp->buckets[i];
-        if (dp->cfg.mode == DP_PS) {
+    z->buckets = buckets;
+    z->nbuckets = nbuckets;
+    z->unit_bucket = unit_bucket;
+    for (int i = 0; i < nbuckets; i++) {
+        ZeroBucket *b = &buckets[i];
+        if (z->owners == ZERO_MASTER) {
             b->own_off = 0;
-            b->own_n = dp->rank == 0 ? b->n : 0;
-        } else if (dp->cfg.zero == 0) {
+            b->own_n = z->rank == 0 ? b->n : 0;
+        } else if (z->owners == ZERO_ALL) {
             b->own_off = 0;
             b->own_n = b->n;
         } else {
-            comm_shard(b->n, dp->D, dp->rank, &b->own_off, &b->own_n);
+            comm_shard(b->n, z->D, z->rank, &b->own_off, &b->own_n);
         }
         b->state_off = S;
         S += b->own_n;
     }
-    dp->owned = S;
+    z->owned = S;
 }
+
+/* ---- the pool of transient buffers ---------------------------------------- */
+
+static float *pool_get(Zero *z, size_t bytes) {
+    for (int i = 0; i < z->npool; i++)
+        if (!z->pool[i].used && z->pool[i].bytes == bytes) {
+            z->pool[i].used = 1;
+            return z->pool[i].p;
+        }
+    ZeroPoolBlock *p = realloc(z->pool, (size_t)(z->npool + 1) * sizeof *p);
+    if (!p) { fprintf(stderr, "error: out of memory growing ZeRO's buffer pool\n"); exit(1); }
+    z->pool = p;
+    z->pool[z->npool] = (ZeroPoolBlock){dev_alloc(z->dev, bytes), bytes, 1};
+    return z->pool[z->npool++].p;
+}
+
+static void pool_put(Zero *z, float *buf) {
+    for (int i = 0; i < z->npool; i++)
+        if (z->pool[i].p == buf) { z->pool[i].used = 0; return; }
+    fprintf(stderr, "error: ZeRO: a buffer given back that the pool never gave\n");
+    exit(1);
+}
+
+static size_t unit_bytes(const Zero *z, int u) {
+    size_t uo, un;
+    gpt_unit_range(z->m, u, &uo, &un);
+    return un * sizeof(float);
+}
+
+static float *transient_get(Zero *z, int u) {
+    size_t bytes = unit_bytes(z, u);
+    z->transient += bytes;
+    if (z->transient > z->transient_peak) z->transient_peak = z->transient;
+    return pool_get(z, bytes);
+}
+
+static void transient_put(Zero *z, int u, float *buf) {
+    z->transient -= unit_bytes(z, u);
+    pool_put(z, buf);
+}
+
+/* ---- building ----------------------------------------------------------- */
 
 /* Copies the owned elements of params (whole layout) to dst [S] on the
  * device (or to the host with to_host). */
-static void gather_owned(DP *dp, float *dst, const float *params, int to_host) {
-    for (int i = 0; i < dp->nbuckets; i++) {
-        DPBucket *b = &dp->buckets[i];
+static void gather_owned(Zero *z, float *dst, const float *params, int to_host) {
+    for (int i = 0; i < z->nbuckets; i++) {
+        ZeroBucket *b = &z->buckets[i];
         const float *src = params + b->off + b->own_off;
-        if (to_host) dev_to_host(dp->dev, dst + b->state_off, src, b->own_n * sizeof(float));
-        else dev_copy(dp->dev, dst + b->state_off, src, b->own_n * sizeof(float));
+        if (to_host) dev_to_host(z->dev, dst + b->state_off, src, b->own_n * sizeof(float));
+        else dev_copy(z->dev, dst + b->state_off, src, b->own_n * sizeof(float));
     }
 }
 
-int zero_build(DP *dp, char *err, size_t errlen) {
-    GPT *m = dp->m;
-    size_t S = dp->owned;
-    Dev *opt_dev = dp->dev;
-    if (dp->cfg.offload) {
-        if (dev_open(&dp->host, DEV_CPU, 0, err, errlen) != 0) return -1;
-        dp->host.pinned = dp->dev->kind == DEV_CUDA;  /* gradients down, parameters up: pinned */
-        opt_dev = &dp->host;
-        dp->host_master = dev_alloc(&dp->host, S * sizeof(float));
-        dp->host_grads = dev_alloc(&dp->host, S * sizeof(float));
-        gather_owned(dp, dp->host_master, m->params, 1);
+int zero_build(Zero *z, char *err, size_t errlen) {
+    GPT *m = z->m;
+    size_t S = z->owned;
+    Dev *opt_dev = z->dev;
+    z->pending.unit = -1;
+    z->prefetch_unit = -1;
+    z->last_unit = -1;
+    if (z->offload) {
+        if (dev_open(&z->host, DEV_CPU, 0, err, errlen) != 0) return -1;
+        z->host.pinned = z->dev->kind == DEV_CUDA;  /* gradients down, parameters up: pinned */
+        opt_dev = &z->host;
+        z->host_master = dev_alloc(&z->host, S * sizeof(float));
+        z->host_grads = dev_alloc(&z->host, S * sizeof(float));
+        gather_owned(z, z->host_master, m->params, 1);
     }
-    adam_build(&dp->adam, opt_dev, S);
-    if (dp->cfg.zero >= 2) {
-        dp->grad_shard = dev_alloc(dp->dev, S * sizeof(float));
-        dev_free(dp->dev, m->grads, m->num_params * sizeof(float));
+    adam_build(&z->adam, opt_dev, S);
+    if (z->stage >= 2) {
+        z->grad_shard = dev_alloc(z->dev, S * sizeof(float));
+        dev_free(z->dev, m->grads, m->num_params * sizeof(float));
         m->grads = NULL;
     }
-    if (dp->cfg.zero == 3) {
-        dp->param_shard = dev_alloc(dp->dev, S * sizeof(float));
-        gather_owned(dp, dp->param_shard, m->params, 0);
-        dev_sync(dp->dev);
-        dev_free(dp->dev, m->params, m->num_params * sizeof(float));
+    if (z->stage == 3) {
+        z->param_shard = dev_alloc(z->dev, S * sizeof(float));
+        gather_owned(z, z->param_shard, m->params, 0);
+        dev_sync(z->dev);
+        dev_free(z->dev, m->params, m->num_params * sizeof(float));
         m->params = NULL;
-        dp->param_refs = calloc(m->nunits, sizeof(int));
-        dp->prefetch_unit = -1;
-        dp->last_unit = -1;
+        z->param_refs = calloc(m->nunits, sizeof(int));
+        if (!z->param_refs) { snprintf(err, errlen, "out of memory"); return -1; }
     }
     gpt_units_default(m);
     return 0;
 }
 
-void zero_free(DP *dp) {
-    size_t S = dp->owned;
-    if (dp->cfg.zero == 3) zero_prefetch_drop(dp);
-    adam_free(&dp->adam);
-    if (dp->host_master) dev_free(&dp->host, dp->host_master, S * sizeof(float));
-    if (dp->host_grads) dev_free(&dp->host, dp->host_grads, S * sizeof(float));
-    if (dp->grad_shard) dev_free(dp->dev, dp->grad_shard, S * sizeof(float));
-    if (dp->param_shard) dev_free(dp->dev, dp->param_shard, S * sizeof(float));
-    free(dp->param_refs);
+void zero_free(Zero *z) {
+    size_t S = z->owned;
+    if (z->stage >= 2) zero_finish_reductions(z);
+    if (z->stage == 3) zero_prefetch_drop(z);
+    adam_free(&z->adam);
+    if (z->host_master) dev_free(&z->host, z->host_master, S * sizeof(float));
+    if (z->host_grads) dev_free(&z->host, z->host_grads, S * sizeof(float));
+    if (z->grad_shard) dev_free(z->dev, z->grad_shard, S * sizeof(float));
+    if (z->param_shard) dev_free(z->dev, z->param_shard, S * sizeof(float));
+    if (z->npool) dev_sync(z->dev);
+    for (int i = 0; i < z->npool; i++) dev_free(z->dev, z->pool[i].p, z->pool[i].bytes);
+    free(z->pool);
+    free(z->param_refs);
+    memset(z, 0, sizeof *z);
 }
 
-void zero_reduce_bucket(DP *dp, DPBucket *b, float *grads) {
-    float *own = grads + b->own_off;  /* reduce-scatter may write its shard in place */
-    comm_reduce_scatter(dp->g, dp->dev, own, grads, b->n, COMM_F32, COMM_SUM);
-    if (dp->cfg.zero >= 2) {
-        /* micro-batches add up in the owned shard; the unit's buffer goes */
-        comm_wait(dp->comm, dp->dev);
-        dp->dev->ops->accumulate(dp->dev, dp->grad_shard + b->state_off, own, b->own_n);
-    }
+/* ---- gradients ---------------------------------------------------------- */
+
+typedef struct SumSq {
+    const Zero *z;
+    const float *grads;
+    size_t offset;
+    double s;
+} SumSq;
+
+static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
+    SumSq *q = ctx;
+    const GPT *m = q->z->m;
+    if (m->tp_rank != 0 && gpt_tensor_replicated(m, tensor)) return;
+    if (tensor == GPT_WTE && !m->has_embed) return;  /* the tied copy */
+    q->s += q->z->dev->ops->sumsq(q->z->dev, q->grads + (off - q->offset), n);
 }
 
-float *zero_owned_grads(DP *dp, DPBucket *b) {
-    return dp->grad_shard ? dp->grad_shard + b->state_off : dp->m->grads + b->off + b->own_off;
+double zero_sumsq(const Zero *z, const float *grads, size_t offset, size_t count) {
+    SumSq q = {z, grads, offset, 0.0};
+    gpt_segments(z->m, offset, count, sumsq_segment, &q);
+    return q.s;
 }
 
-double zero_owned_sumsq(DP *dp) {
+float *zero_owned_grads(Zero *z, const ZeroBucket *b) {
+    return z->grad_shard ? z->grad_shard + b->state_off : z->m->grads + b->off + b->own_off;
+}
+
+double zero_owned_sumsq(Zero *z) {
     double s = 0;
-    for (int i = 0; i < dp->nbuckets; i++) {
-        DPBucket *b = &dp->buckets[i];
-        if (b->own_n) s += dp_sumsq(dp, zero_owned_grads(dp, b), b->off + b->own_off, b->own_n);
+    for (int i = 0; i < z->nbuckets; i++) {
+        ZeroBucket *b = &z->buckets[i];
+        if (b->own_n) s += zero_sumsq(z, zero_owned_grads(z, b), b->off + b->own_off, b->own_n);
     }
     return s;
 }
 
+float *zero_grads_acquire(Zero *z, int u) {
+    float *g = transient_get(z, u);
+    dev_zero(z->dev, g, unit_bytes(z, u));
+    return g;
+}
+
+/* The deferred add of the last unit's shard: waits for its reduce-scatter
+ * only, then the unit's buffer goes back to the pool (the add, on the
+ * compute stream, is its last reader). */
+static void finish_pending(Zero *z) {
+    ZeroPending *p = &z->pending;
+    if (p->unit < 0) return;
+    ZeroBucket *b = &z->buckets[p->bucket];
+    comm_op_wait(p->op, z->dev);
+    z->dev->ops->accumulate(z->dev, z->grad_shard + b->state_off, p->buf + b->own_off, b->own_n);
+    z->m->ugrads[p->unit] = NULL;
+    transient_put(z, p->unit, p->buf);
+    p->unit = -1;
+}
+
+void zero_finish_reductions(Zero *z) { finish_pending(z); }
+
+void zero_reduce_bucket(Zero *z, ZeroBucket *b, float *grads) {
+    float *own = grads + b->own_off;  /* the in-place form: the shard lands where it sits */
+    CommOp op = comm_reduce_scatter(z->g, z->dev, own, grads, b->n, COMM_F32, COMM_SUM);
+    if (z->stage < 2) return;
+    /* micro-batches add up in the owned shard; this unit's add waits for the next unit */
+    finish_pending(z);
+    z->pending = (ZeroPending){b->unit_lo, grads, (int)(b - z->buckets), op};
+}
+
+/* ---- the update --------------------------------------------------------- */
+
 /* Parameters back on every rank after the owners' update. */
-static void sync_params(DP *dp) {
-    GPT *m = dp->m;
-    if (dp->cfg.mode == DP_PS) {
-        if (dp->rank == 0)
-            for (int k = 1; k < dp->D; k++)
-                comm_send(dp->g, dp->dev, m->params, m->num_params, COMM_F32, k);
+static void sync_params(Zero *z) {
+    GPT *m = z->m;
+    if (z->owners == ZERO_MASTER) {
+        if (z->rank == 0)
+            for (int k = 1; k < z->D; k++)
+                comm_send(z->g, z->dev, m->params, m->num_params, COMM_F32, k);
         else
-            comm_recv(dp->g, dp->dev, m->params, m->num_params, COMM_F32, 0);
-    } else if (dp->cfg.zero == 1 || dp->cfg.zero == 2) {
-        for (int i = 0; i < dp->nbuckets; i++) {
-            DPBucket *b = &dp->buckets[i];
-            comm_all_gather(dp->g, dp->dev, m->params + b->off, m->params + b->off + b->own_off,
+            comm_recv(z->g, z->dev, m->params, m->num_params, COMM_F32, 0);
+    } else if (z->stage == 1 || z->stage == 2) {
+        for (int i = 0; i < z->nbuckets; i++) {
+            ZeroBucket *b = &z->buckets[i];
+            comm_all_gather(z->g, z->dev, m->params + b->off, m->params + b->off + b->own_off,
                             b->n, COMM_F32);
         }
     }
-    /* zero 0 updated everything everywhere; zero 3 gathers on the next use */
-    comm_wait(dp->comm, dp->dev);
+    /* stage 0 updated everything everywhere; stage 3 gathers on the next use */
+    comm_wait(z->g->comm, z->dev);
 }
 
-void zero_update(DP *dp, float lr, float grad_scale) {
-    GPT *m = dp->m;
-    if (dp->cfg.zero == 3) zero_prefetch_drop(dp);
-    adam_begin(&dp->adam);
-    for (int i = 0; i < dp->nbuckets; i++) {
-        DPBucket *b = &dp->buckets[i];
+void zero_update(Zero *z, float lr, float grad_scale) {
+    GPT *m = z->m;
+    if (z->stage == 3) zero_prefetch_drop(z);
+    adam_begin(&z->adam);
+    for (int i = 0; i < z->nbuckets; i++) {
+        ZeroBucket *b = &z->buckets[i];
         if (!b->own_n) continue;
-        float *param = dp->param_shard ? dp->param_shard + b->state_off
-                                       : m->params + b->off + b->own_off;
-        float *grad = zero_owned_grads(dp, b);
+        float *param = z->param_shard ? z->param_shard + b->state_off : m->params + b->off + b->own_off;
+        float *grad = zero_owned_grads(z, b);
         size_t offset = b->off + b->own_off, bytes = b->own_n * sizeof(float);
-        if (dp->cfg.offload) {
-            float *hg = dp->host_grads + b->state_off, *hp = dp->host_master + b->state_off;
-            dev_to_host(dp->dev, hg, grad, bytes);
-            adam_update(&dp->adam, b->state_off, m, hp, hg, offset, b->own_n, dp->opt, lr,
-                        grad_scale);
-            adam_flush(&dp->adam);  /* on the host, before the copy back */
-            dev_from_host(dp->dev, param, hp, bytes);
+        if (z->offload) {
+            float *hg = z->host_grads + b->state_off, *hp = z->host_master + b->state_off;
+            dev_to_host(z->dev, hg, grad, bytes);
+            adam_update(&z->adam, b->state_off, m, hp, hg, offset, b->own_n, z->opt, lr, grad_scale);
+            adam_flush(&z->adam);  /* on the host, before the copy back */
+            dev_from_host(z->dev, param, hp, bytes);
         } else {
-            adam_update(&dp->adam, b->state_off, m, param, grad, offset, b->own_n, dp->opt, lr,
-                        grad_scale);
+            adam_update(&z->adam, b->state_off, m, param, grad, offset, b->own_n, z->opt, lr, grad_scale);
         }
     }
-    adam_flush(&dp->adam);  /* every owned piece of every bucket, one launch */
-    sync_params(dp);
+    adam_flush(&z->adam);  /* every owned piece of every bucket, one launch */
+    sync_params(z);
 }
 
-/* ZeRO-3: a unit is gathered for its first user and freed after its last.
+/* ---- ZeRO-3: parameters gathered around their use -------------------------
+ *
+ * A unit is gathered for its first user and given back after its last.
  * Gathering unit u also starts the gather of the unit that will be wanted
  * next (u+1 going forward, u-1 going backward): on GPUs it runs on the
- * communication stream while u computes. Every dp rank walks the same units
- * in the same order, so the prefetches pair up. A prefetch still unused at
- * the optimizer step is dropped there: it holds the old parameters. */
+ * communication stream while u computes, and u's compute waits for u's
+ * gather only. Every dp rank walks the same units in the same order, so the
+ * prefetches pair up. A prefetch still unused at the optimizer step is
+ * dropped there: it holds the old parameters. */
 
-static float *gather_unit(DP *dp, int u) {
-    size_t uo, un;
-    gpt_unit_range(dp->m, u, &uo, &un);
-    DPBucket *b = &dp->buckets[dp->unit_bucket[u]];  /* one unit a bucket in stage 3 */
-    float *buf = dev_alloc(dp->dev, un * sizeof(float));
-    dp->transient += un * sizeof(float);
-    if (dp->transient > dp->transient_peak) dp->transient_peak = dp->transient;
-    comm_all_gather(dp->g, dp->dev, buf, dp->param_shard + b->state_off, un, COMM_F32);
+static float *gather_unit(Zero *z, int u, CommOp *op) {
+    const ZeroBucket *b = &z->buckets[z->unit_bucket[u]];  /* one unit a bucket in stage 3 */
+    float *buf = transient_get(z, u);
+    *op = comm_all_gather(z->g, z->dev, buf, z->param_shard + b->state_off, b->n, COMM_F32);
     return buf;
 }
 
-static void drop_unit(DP *dp, int u, float *buf) {
-    size_t uo, un;
-    gpt_unit_range(dp->m, u, &uo, &un);
-    dev_free(dp->dev, buf, un * sizeof(float));
-    dp->transient -= un * sizeof(float);
-}
-
-void zero_prefetch_drop(DP *dp) {
-    if (dp->prefetch_buf) {
-        comm_wait(dp->comm, dp->dev);
-        drop_unit(dp, dp->prefetch_unit, dp->prefetch_buf);
+void zero_prefetch_drop(Zero *z) {
+    if (z->prefetch_buf) {
+        /* the gather still writes it: the next user of the block must come after */
+        comm_op_wait(z->prefetch_op, z->dev);
+        transient_put(z, z->prefetch_unit, z->prefetch_buf);
     }
-    dp->prefetch_buf = NULL;
-    dp->prefetch_unit = -1;
+    z->prefetch_buf = NULL;
+    z->prefetch_unit = -1;
 }
 
-void zero_params_acquire(void *ctx, GPT *m, int u) {
-    DP *dp = ctx;
+void zero_params_acquire(Zero *z, int u) {
+    GPT *m = z->m;
     /* the tied wte is taken out of turn (by the head): it says nothing of the
      * direction, and the embedding's units are never worth guessing */
     int embedding = u == m->unit_wte || u == m->unit_wpe;
-    int going_up = u > dp->last_unit;
-    if (u != m->unit_wte) dp->last_unit = u;
-    if (dp->param_refs[u]++ > 0) return;
+    int going_up = u > z->last_unit;
+    if (u != m->unit_wte) z->last_unit = u;
+    if (z->param_refs[u]++ > 0) return;
     float *buf;
-    if (dp->prefetch_buf && dp->prefetch_unit == u) {
-        buf = dp->prefetch_buf;
-        dp->prefetch_buf = NULL;
-        dp->prefetch_unit = -1;
+    CommOp op;
+    if (z->prefetch_buf && z->prefetch_unit == u) {
+        buf = z->prefetch_buf;
+        op = z->prefetch_op;
+        z->prefetch_buf = NULL;
+        z->prefetch_unit = -1;
     } else {
-        buf = gather_unit(dp, u);
+        buf = gather_unit(z, u, &op);
     }
     int next = going_up ? u + 1 : u - 1;
-    if (!embedding && !dp->prefetch_buf && next >= 0 && next < m->nunits &&
-        next != m->unit_wte && next != m->unit_wpe && dp->param_refs[next] == 0) {
-        dp->prefetch_buf = gather_unit(dp, next);
-        dp->prefetch_unit = next;
+    if (!embedding && !z->prefetch_buf && next >= 0 && next < m->nunits &&
+        next != m->unit_wte && next != m->unit_wpe && z->param_refs[next] == 0) {
+        z->prefetch_buf = gather_unit(z, next, &z->prefetch_op);
+        z->prefetch_unit = next;
     }
-    comm_wait(dp->comm, dp->dev);  /* u's gather (and the prefetch queued behind it) */
+    comm_op_wait(op, z->dev);  /* u's gather, not the prefetch queued behind it */
     m->uparams[u] = buf;
 }
 
-void zero_params_release(void *ctx, GPT *m, int u) {
-    DP *dp = ctx;
-    if (--dp->param_refs[u] > 0) return;
-    drop_unit(dp, u, m->uparams[u]);
+void zero_params_release(Zero *z, int u) {
+    GPT *m = z->m;
+    if (--z->param_refs[u] > 0) return;
+    transient_put(z, u, m->uparams[u]);
     m->uparams[u] = NULL;
+}
+
+float *zero_full_params(Zero *z) {
+    if (z->stage < 3) return z->m->params;
+    float *p = dev_alloc(z->dev, z->m->num_params * sizeof(float));
+    for (int i = 0; i < z->nbuckets; i++) {
+        ZeroBucket *b = &z->buckets[i];
+        comm_all_gather(z->g, z->dev, p + b->off, z->param_shard + b->state_off, b->n, COMM_F32);
+    }
+    comm_wait(z->g->comm, z->dev);
+    return p;
+}
+
+void zero_full_params_free(Zero *z, float *p) {
+    if (p != z->m->params) dev_free(z->dev, p, z->m->num_params * sizeof(float));
 }
 
 /* Measured from what is allocated, beside the ZeRO paper's float32
@@ -237,18 +348,19 @@ void zero_params_release(void *ctx, GPT *m, int u) {
  * parameter, each divided by D once its stage shards it. Under bf16 the
  * parameters add the compute copy, 2 bytes a parameter of this stage,
  * which gpt.c keeps whole (a ZeRO-3 rank too: see README). */
-void zero_memory(const DP *dp, DPMemory *mem) {
-    const GPT *m = dp->m;
-    double N = (double)m->num_params, D = dp->D, S = (double)dp->owned;
+void zero_memory(const Zero *z, ZeroMemory *mem) {
+    const GPT *m = z->m;
+    double N = (double)m->num_params, D = z->D, S = (double)z->owned;
     memset(mem, 0, sizeof *mem);
-    mem->params = (m->params ? 4 * N : 0) + (dp->param_shard ? 4 * S : 0) + (m->lp ? m->esz * N : 0);
-    mem->grads = (m->grads ? 4 * N : 0) + (dp->grad_shard ? 4 * S : 0);
-    if (dp->cfg.offload) mem->optim_host = 8 * S;
+    mem->params = (m->params ? 4 * N : 0) + (z->param_shard ? 4 * S : 0) + (m->lp ? m->esz * N : 0);
+    mem->grads = (m->grads ? 4 * N : 0) + (z->grad_shard ? 4 * S : 0);
+    if (z->offload) mem->optim_host = 8 * S;
     else mem->optim = 8 * S;
-    int z = dp->cfg.zero;
-    mem->f_params = (z == 3 ? 4 * N / D : 4 * N) + (m->lp ? 2 * N : 0);
-    mem->f_grads = z >= 2 ? 4 * N / D : 4 * N;
-    if (dp->cfg.mode == DP_PS) mem->f_optim = dp->rank == 0 ? 8 * N : 0;
-    else mem->f_optim = z >= 1 ? 8 * N / D : 8 * N;
-    mem->transient_peak = (double)dp->transient_peak + (double)dp->stage_n * 4;
+    int st = z->stage;
+    mem->f_params = (st == 3 ? 4 * N / D : 4 * N) + (m->lp ? 2 * N : 0);
+    mem->f_grads = st >= 2 ? 4 * N / D : 4 * N;
+    if (z->owners == ZERO_MASTER) mem->f_optim = z->rank == 0 ? 8 * N : 0;
+    else mem->f_optim = st >= 1 ? 8 * N / D : 8 * N;
+    mem->transient_peak = (double)z->transient_peak;
+    for (int i = 0; i < z->npool; i++) mem->transient_pool += (double)z->pool[i].bytes;
 }

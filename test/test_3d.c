@@ -19,6 +19,16 @@
  * with --device cuda, the ranks sharing it (through the shared-memory
  * backend when there are more ranks than GPUs), against the CPU's one rank.
  *
+ * -DTRAIN_NCCL_EMU (test_3d_nccl_emu): the multi-GPU path. Every run goes
+ * through test/train_nccl_emu: the training program built with USE_NCCL
+ * over the emulated NCCL (test/emu/emu_nccl.cpp) and the emulated CUDA
+ * runtime with asynchronous streams, one emulated GPU per rank
+ * (EMU_GPUS=8), so comm.c's NCCL backend carries every collective. Each
+ * layout runs in two timings (EMU_STREAMS=first-late: the compute stream
+ * runs only when waited on, communication as soon as it can; rest-late: the
+ * reverse), so a missing event wait changes the numbers or trips the
+ * emulation's race detector; every run is checked against the CPU's one rank.
+ *
  * -DTRAIN_EMU (test_3d_emu): no GPU needed. Every run goes through
  * test/train_emu, the training program over the CUDA kernels under the CPU
  * emulation (test/emu/emu.h), and only the one-rank CPU references and the
@@ -34,7 +44,12 @@
 
 #define STEPS 6
 
-#ifdef TRAIN_EMU
+#if defined(TRAIN_NCCL_EMU)
+#define TRAIN_BIN "./test/train_nccl_emu"
+#define EMU 1
+#define EMU_TAG " (emulated NCCL)"
+#define OUT "test/out/3d_nccl_emu"
+#elif defined(TRAIN_EMU)
 #define TRAIN_BIN "./test/train_emu"
 #define EMU 1
 #define EMU_TAG " (cpu emulation)"
@@ -53,11 +68,14 @@ typedef struct Model {
 
 typedef TrainRun Result;
 
+/* The environment of the runs: the emulation's timing (test_3d_nccl_emu). */
+static const char *run_env = "";
+
 static void run(Result *r, const Model *md, const char *flags, const char *save) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "timeout 60 " TRAIN_BIN " %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
-             md->flags, STEPS, save, flags);
+             "%s timeout 120 " TRAIN_BIN " %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
+             run_env, md->flags, STEPS, save, flags);
     train_run(r, cmd);
 }
 
@@ -145,6 +163,38 @@ static void pipelines(Checks *c) {
     train_run_free(&ref);
 }
 
+#ifdef TRAIN_NCCL_EMU
+/* The layouts a GPU box runs, over the emulated NCCL in both timings. */
+static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
+    static const struct { const char *name, *flags; } lay[] = {
+        {"ddp 2, 3 buckets", "--ranks 2 --batch 4 --bucket-mb 0.05"},
+        {"ddp 2, parameter server", "--ranks 2 --batch 4 --dp-mode ps"},
+        {"dp 2, zero 1", "--ranks 2 --batch 2 --micro-batches 2 --zero 1"},
+        {"dp 2, zero 2", "--ranks 2 --batch 2 --micro-batches 2 --zero 2"},
+        {"dp 4, zero 3 (prefetch)", "--ranks 4 --batch 1 --micro-batches 2 --zero 3"},
+        {"dp 2, zero 1, offload", "--ranks 2 --batch 4 --zero 1 --offload"},
+        {"tp 2", "--ranks 2 --tp 2 --batch 8"},
+        {"tp 2, sp", "--ranks 2 --tp 2 --sp --batch 8"},
+        {"pp 2, naive", "--ranks 2 --pp 2 --schedule naive --batch 2 --micro-batches 4"},
+        {"pp 2, gpipe", "--ranks 2 --pp 2 --schedule gpipe --batch 2 --micro-batches 4"},
+        {"pp 2, 1f1b, recompute", "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --recompute"},
+        {"make train's 4 GPUs: dp 2 x tp 2, zero 1", "--ranks 4 --dp 2 --tp 2 --zero 1 --batch 4"},
+        {"make train's 8 GPUs: dp 2 x tp 2 x pp 2, zero 1", "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"},
+    };
+    static const char *timings[] = {"first-late", "rest-late"};
+    char env[128], name[256], flags[512];
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+            snprintf(env, sizeof env, "EMU_GPUS=8 EMU_STREAMS=%s", timings[k]);
+            snprintf(flags, sizeof flags, "--device cuda --dtype fp32 %s", lay[i].flags);
+            snprintf(name, sizeof name, "nccl: %s (emulated NCCL, %s)", lay[i].name, timings[k]);
+            run_env = env;
+            compare(c, md, name, flags, ref, pref);
+            run_env = "";
+        }
+}
+#endif
+
 int main(void) {
     Checks c = {0};
     char flags[512], name[256];
@@ -164,6 +214,12 @@ int main(void) {
     pref = load(OUT "/big_ref.bin", big.nparams);
     if (check(&c, ref.rc == 0 && ref.nsteps == STEPS && pref, "one rank, 8 layers",
               "exit %d, %d steps", ref.rc, ref.nsteps)) {
+#ifdef TRAIN_NCCL_EMU
+        nccl_layouts(&c, &big, &ref, pref);
+        free(pref);
+        train_run_free(&ref);
+        return check_done(&c);
+#endif
         for (int D = 1; !EMU && D <= 8; D *= 2)
             for (int T = 1; D * T <= 8; T *= 2) {
                 int P = 8 / (D * T), B = 8 / D > 2 ? 2 : 8 / D, M = 8 / (D * B);

@@ -522,7 +522,8 @@ static const char *launch_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
     "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_USE_AGENT_STORE", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "PMI_RANK",
+    "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
 };
 
 static void clear_launch_env(void) {
@@ -563,9 +564,14 @@ static void test_plans(Checks *ck) {
     setenv("SLURM_PROCID", "5", 1); setenv("SLURM_NTASKS", "16", 1); setenv("SLURM_LOCALID", "1", 1);
     setenv("SLURM_NTASKS_PER_NODE", "8", 1);
     rc = comm_launch_plan(0, &l, err, sizeof err);
+    check(ck, !rc && l.kind == COMM_LAUNCH_SINGLE && l.world_size == 1, "plan_slurm_batch",
+          "SLURM_PROCID/SLURM_NTASKS without SLURM_STEP_ID (a batch script's shell): %s rank", l.source);
+    setenv("SLURM_STEP_ID", "0", 1); setenv("MASTER_PORT", "29500", 1);
+    rc = comm_launch_plan(0, &l, err, sizeof err);
     check(ck, !rc && l.kind == COMM_LAUNCH_ENV && l.rank == 5 && l.world_size == 16 && l.local_rank == 1 &&
               l.local_size == 8 && !strcmp(l.source, "slurm"),
-          "plan_slurm", "rank %d of %d, local %d of %d", l.rank, l.world_size, l.local_rank, l.local_size);
+          "plan_slurm", "srun task (SLURM_STEP_ID=0): rank %d of %d, local %d of %d", l.rank, l.world_size,
+          l.local_rank, l.local_size);
     clear_launch_env();
     setenv("OMPI_COMM_WORLD_RANK", "3", 1); setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     rc = comm_launch_plan(0, &l, err, sizeof err);

@@ -7,7 +7,8 @@
 # through attention.cu and matmul.cu, over tensor.c's Dev), each in the four
 # settings of the emulation (cp.async landing early or late, the first warp
 # after a barrier the lowest or the highest). Their check names end in
-# "(cpu emulation, ...)". Then the training program's CUDA path (below).
+# "(cpu emulation, ...)". Then the training program's CUDA path and the
+# emulated NCCL (below).
 # Without the binaries (no CUDA headers where make ran) each prints one SKIP
 # line. The runs are independent processes, so they run on every core, and
 # their outputs are printed in a fixed order.
@@ -75,6 +76,17 @@ if [ -x test/test_kernels_emu ]; then
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
 fi
+# The runtime's asynchronous streams, timings and race detector, with
+# deliberate bugs (test/test_streams_emu.cpp), in each timing; once with
+# three emulated GPUs.
+if [ -x test/test_streams_emu ]; then
+    for timing in eager first-late rest-late; do
+        queue streams test/test_streams_emu EMU_STREAMS=$timing
+    done
+    queue streams test/test_streams_emu EMU_STREAMS=eager EMU_GPUS=3
+else
+    echo "SKIP streams (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+fi
 flush
 # The whole training program's CUDA path: test/test_model_emu (the model on
 # --device cuda, fp32 and bf16, against the PyTorch fixture, in-process and
@@ -82,7 +94,7 @@ flush
 # ranks sharing the emulated GPU over the shared-memory backend, against the
 # CPU's one rank), once each, in the default settings: the kernels' four
 # settings are test_kernels_emu's above.
-for t in test/test_model_emu test/test_3d_emu; do
+for t in test/test_model_emu test/test_3d_emu test/test_selftest_emu; do
     name=$(basename "$t" _emu)
     if [ ! -x "$t" ] || [ ! -x test/train_emu ]; then
         echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
@@ -91,6 +103,44 @@ for t in test/test_model_emu test/test_3d_emu; do
     queue "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
 done
 flush
+# The model once more with its compute stream late (EMU_STREAMS=first-late:
+# kernels run only when the host synchronizes), which tensor.c's copies
+# must survive (a flush of its own: the runs share their files).
+if [ -x test/test_model_emu ] && [ -x test/train_emu ]; then
+    queue model test/test_model_emu EMU_CP=early EMU_ORDER=up EMU_STREAMS=first-late
+    flush
+fi
+# The emulated NCCL (test/emu/emu_nccl.cpp): test/test_nccl_emu forks its
+# own ranks (one emulated GPU each), so it runs alone: its loud-failure jobs
+# are timed (deadlock after 250 ms, dead peers within a second).
+if [ -x test/test_nccl_emu ]; then
+    queue nccl_emu test/test_nccl_emu
+    flush
+else
+    echo "SKIP nccl_emu (cpu emulation): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+fi
+# The multi-GPU path: comm_nccl.c over the emulated NCCL, one emulated GPU a
+# rank. test_comm's whole table over it (8 ranks), then test_3d's GPU
+# layouts (DDP, the parameter server, ZeRO 1-3, offload, tp, sp, each
+# schedule, make train's 4- and 8-GPU layouts) in two stream timings against
+# the CPU's one rank. Each forks its own ranks: they run one after another.
+for t in test/test_comm_nccl_emu test/test_3d_nccl_emu; do
+    name=$(basename "$t" _nccl_emu)
+    if [ ! -x "$t" ]; then
+        echo "SKIP ${name#test_} (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+        continue
+    fi
+    case "$t" in
+        *comm*) EMU_GPUS=8 OMP_NUM_THREADS=1 "./$t" --nccl --ranks 8 > "$tmp" 2>&1 ;;
+        *) OMP_NUM_THREADS=1 "./$t" > "$tmp" 2>&1 ;;
+    esac
+    rc=$?
+    cat "$tmp"
+    if [ "$rc" -ne 0 ]; then
+        status=1
+        grep -q '^FAIL ' "$tmp" || echo "FAIL ${name#test_} (emulated NCCL): $t exited with status $rc"
+    fi
+done
 # The model once more on the emulated H100, its matmuls through TC_WGMMA
 # (its names say so: test_model's own tag is a constant).
 if [ -x test/test_model_emu ] && [ -x test/train_emu ]; then

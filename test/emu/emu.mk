@@ -9,7 +9,7 @@
 # real source.
 EMU_CUDA_INC := $(wildcard $(CUDA_HOME)/include/cuda_bf16.h)
 ifneq ($(EMU_CUDA_INC),)
-TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu
+TESTS += test/test_flash_emu test/test_gemm_emu test/test_kernels_emu test/test_streams_emu
 endif
 # -fno-strict-aliasing: device code reinterprets freely (kernels.cu's 16-byte
 # vectors store through uint4 into float and bf16 arrays); nvcc compiles
@@ -28,14 +28,19 @@ test/emu/emu_transform: test/emu/emu_transform.cpp
 test/emu/%_emu.cpp: %.cu test/emu/emu_transform
 	test/emu/emu_transform $< $< $@
 
-test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h tc.h
+test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h test/emu/emu_stream.h tc.h
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
-test/emu/emu_rt.o: test/emu/emu_rt.cpp test/emu/emu.h
+test/emu/emu_rt.o: test/emu/emu_rt.cpp test/emu/emu.h test/emu/emu_stream.h
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
 test/emu/emu_dev.o: test/emu/emu_dev.c tensor.h
 	$(CC) $(CFLAGS) -I. -c $< -o $@
+
+# The runtime's streams, timings and race detector, proved with deliberate
+# bugs (test/test_emu.sh runs it in each EMU_STREAMS timing).
+test/test_streams_emu: test/test_streams_emu.cpp test/check.h test/emu/emu.h test/emu/emu_stream.h test/emu/emu_rt.o
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $< test/emu/emu_rt.o -lpthread
 
 test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o $(EMU_OBJS)
 	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
@@ -67,13 +72,13 @@ test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_O
 # test_model_emu (-DMODEL_EMU) runs test_model's CUDA checks in-process over
 # the same objects and through test/train_emu; test_3d_emu (-DTRAIN_EMU) a
 # few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
-EMU_TRAIN_SRCS := tensor ops ops_bf16 gpt data ckpt optim comm dp zero tp pp trace
+EMU_TRAIN_SRCS := tensor ops ops_bf16 gpt data ckpt optim comm comm_launch comm_shm comm_nccl dp zero tp pp trace selftest version
 EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
                   test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
 EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include
 EMU_LDLIBS := -lm -fopenmp -lpthread -lrt -lstdc++
 ifneq ($(EMU_CUDA_INC),)
-TESTS += test/test_model_emu test/test_3d_emu
+TESTS += test/test_model_emu test/test_3d_emu test/test_selftest_emu
 endif
 
 test/emu/train/%.o: %.c *.h
@@ -86,6 +91,10 @@ test/train_emu: test/emu/train/main.o $(EMU_TRAIN_OBJS)
 test/test_model_emu: test/test_model.c test/check.h $(EMU_TRAIN_OBJS) test/train_emu
 	$(CC) $(EMU_CFLAGS) -DMODEL_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
 
+# test_selftest_emu: selftest.c with deliberately wrong kernels, and train_emu's line.
+test/test_selftest_emu: test/test_selftest_emu.c test/check.h selftest.h $(EMU_TRAIN_OBJS) test/train_emu
+	$(CC) $(EMU_CFLAGS) -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
+
 test/test_3d_emu: test/test_3d.c test/check.h test/train_run.h $(EMU_TRAIN_OBJS) test/train_emu
 	$(CC) $(EMU_CFLAGS) -DTRAIN_EMU -I. -o $@ $< $(EMU_TRAIN_OBJS) $(EMU_LDLIBS)
 
@@ -93,3 +102,53 @@ test/test_3d_emu: test/test_3d.c test/check.h test/train_run.h $(EMU_TRAIN_OBJS)
 clean: emu-train-clean
 emu-train-clean:
 	rm -rf test/emu/train test/train_emu
+
+# The emulated NCCL (test/emu/emu_nccl.cpp, NCCL's own nccl.h for every type
+# and prototype): a program links $(EMU_NCCL_OBJS) in place of libnccl, with
+# the emulated runtime test/emu/emu_rt.o whose streams its operations run on.
+# test/test_nccl_emu checks it (forked ranks, one emulated GPU each); built
+# where nccl.h is ($(NCCL_INC_DIR) when the Makefile found NCCL, else CUDA's
+# include directory), and run by test/test_emu.sh.
+EMU_NCCL_H := $(firstword $(wildcard $(NCCL_INC_DIR)/nccl.h $(CUDA_HOME)/include/nccl.h))
+EMU_NCCL_OBJS := test/emu/emu_nccl.o
+ifneq ($(and $(EMU_CUDA_INC),$(EMU_NCCL_H)),)
+TESTS += test/test_nccl_emu
+endif
+
+test/emu/emu_nccl.o: test/emu/emu_nccl.cpp test/emu/emu_stream.h
+	$(CXX) $(EMU_CXXFLAGS) -I$(dir $(EMU_NCCL_H)) -c $< -o $@
+
+test/test_nccl_emu: test/test_nccl_emu.c test/check.h $(EMU_NCCL_OBJS) test/emu/emu_rt.o
+	$(CC) $(CFLAGS) -I. -I$(CUDA_HOME)/include -I$(dir $(EMU_NCCL_H)) -o $@ $< $(EMU_NCCL_OBJS) test/emu/emu_rt.o \
+	      -lpthread -lstdc++
+
+# The multi-GPU path under the emulation: test/train_nccl_emu is train_emu
+# built with USE_NCCL (comm_nccl.c: a communicator and a stream a group,
+# the watchdog) and linked with the emulated NCCL in place of libnccl, each
+# forked rank its own emulated GPU (EMU_GPUS). test_3d_nccl_emu runs the
+# layouts of a GPU box through it in two stream timings; test_comm_nccl_emu
+# is test_comm's table over comm_nccl.c (test/test_emu.sh runs both).
+EMU_NCCL_CFLAGS := $(EMU_CFLAGS) -DUSE_NCCL -I$(dir $(EMU_NCCL_H))
+EMU_NCCL_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train_nccl/%.o) test/emu/kernels_emu.o \
+                       test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o $(EMU_NCCL_OBJS)
+ifneq ($(and $(EMU_CUDA_INC),$(EMU_NCCL_H)),)
+TESTS += test/train_nccl_emu test/test_3d_nccl_emu test/test_comm_nccl_emu
+endif
+
+test/emu/train_nccl/%.o: %.c *.h
+	@mkdir -p test/emu/train_nccl
+	$(CC) $(EMU_NCCL_CFLAGS) -c $< -o $@
+
+test/train_nccl_emu: test/emu/train_nccl/main.o $(EMU_NCCL_TRAIN_OBJS)
+	$(CC) -o $@ $^ $(EMU_LDLIBS)
+
+test/test_3d_nccl_emu: test/test_3d.c test/check.h test/train_run.h $(EMU_NCCL_TRAIN_OBJS) test/train_nccl_emu
+	$(CC) $(EMU_NCCL_CFLAGS) -DTRAIN_NCCL_EMU -I. -o $@ $< $(EMU_NCCL_TRAIN_OBJS) $(EMU_LDLIBS)
+
+test/test_comm_nccl_emu: test/test_comm.c test/check.h $(EMU_NCCL_TRAIN_OBJS)
+	$(CC) $(EMU_NCCL_CFLAGS) -I. -o $@ $< $(EMU_NCCL_TRAIN_OBJS) $(EMU_LDLIBS)
+
+clean: emu-nccl-clean
+.PHONY: emu-nccl-clean
+emu-nccl-clean:
+	rm -rf test/emu/train_nccl test/train_nccl_emu test/test_3d_nccl_emu test/test_comm_nccl_emu
