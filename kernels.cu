@@ -172,6 +172,14 @@ extern "C" void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *s
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
 }
 
+extern "C" void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+}
+
+extern "C" void cuda_copy_h2d_async(void *dev, const void *host, size_t bytes, void *stream) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+}
+
 extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
 }

@@ -125,6 +125,20 @@ void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes) {
     memcpy(dev_dst, host_src, bytes);
 }
 
+void dev_to_host_async(Dev *d, void *host_dst, const void *dev_src, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_copy_d2h_async(host_dst, dev_src, bytes, d->stream); return; }
+#endif
+    memcpy(host_dst, dev_src, bytes);
+}
+
+void dev_from_host_async(Dev *d, void *dev_dst, const void *host_src, size_t bytes) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) { cuda_copy_h2d_async(dev_dst, host_src, bytes, d->stream); return; }
+#endif
+    memcpy(dev_dst, host_src, bytes);
+}
+
 void dev_copy(Dev *d, void *dst, const void *src, size_t bytes) {
 #ifdef USE_CUDA
     if (d->kind == DEV_CUDA) { cuda_copy_d2d(dst, src, bytes, d->stream); return; }

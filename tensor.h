@@ -205,6 +205,12 @@ void dev_zero(Dev *d, void *p, size_t bytes);
 void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes);
 void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 void dev_copy(Dev *d, void *dst, const void *src, size_t bytes);
+/* dev_to_host and dev_from_host queued on d's compute stream without
+ * waiting for them: the host buffer must be pinned (from a Dev with pinned
+ * set) and left alone until dev_sync(d), or a later synchronous copy, says
+ * the copy is done. On the CPU they are dev_to_host and dev_from_host. */
+void dev_to_host_async(Dev *d, void *host_dst, const void *dev_src, size_t bytes);
+void dev_from_host_async(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 /* Waits for all work queued on d's compute stream. */
 void dev_sync(Dev *d);
 
@@ -236,6 +242,9 @@ void cuda_memset0(void *p, size_t bytes, void *stream);
 void cuda_copy_d2h(void *host, const void *dev, size_t bytes, void *stream);
 void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *stream);
 void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream);
+/* Queued only (pinned host memory): done when the stream gets there. */
+void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream);
+void cuda_copy_h2d_async(void *dev, const void *host, size_t bytes, void *stream);
 void cuda_sync(void *stream);
 
 #endif

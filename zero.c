@@ -242,27 +242,49 @@ static void sync_params(Zero *z) {
     comm_wait(z->g->comm, z->dev);
 }
 
-void zero_update(Zero *z, float lr, float grad_scale) {
+/* ZeRO-Offload's step: every owned gradient comes down at once (pinned
+ * host memory, one wait), then AdamW runs on the host bucket by bucket and
+ * each bucket's parameters go up while the next one's AdamW runs. Nothing
+ * waits for the copies up on the host: the master weights are written again
+ * only after the next step's gradients came down on the same stream, and
+ * what reads the parameters on the GPU is ordered after them (the compute
+ * stream itself; the communication streams through their event on it). */
+static void offload_update(Zero *z, float lr, float grad_scale) {
     GPT *m = z->m;
-    if (z->stage == 3) zero_prefetch_drop(z);
-    adam_begin(&z->adam);
+    for (int i = 0; i < z->nbuckets; i++) {
+        ZeroBucket *b = &z->buckets[i];
+        if (b->own_n)
+            dev_to_host_async(z->dev, z->host_grads + b->state_off, zero_owned_grads(z, b),
+                              b->own_n * sizeof(float));
+    }
+    dev_sync(z->dev);
     for (int i = 0; i < z->nbuckets; i++) {
         ZeroBucket *b = &z->buckets[i];
         if (!b->own_n) continue;
         float *param = z->param_shard ? z->param_shard + b->state_off : m->params + b->off + b->own_off;
-        float *grad = zero_owned_grads(z, b);
-        size_t offset = b->off + b->own_off, bytes = b->own_n * sizeof(float);
-        if (z->offload) {
-            float *hg = z->host_grads + b->state_off, *hp = z->host_master + b->state_off;
-            dev_to_host(z->dev, hg, grad, bytes);
-            adam_update(&z->adam, b->state_off, m, hp, hg, offset, b->own_n, z->opt, lr, grad_scale);
-            adam_flush(&z->adam);  /* on the host, before the copy back */
-            dev_from_host(z->dev, param, hp, bytes);
-        } else {
-            adam_update(&z->adam, b->state_off, m, param, grad, offset, b->own_n, z->opt, lr, grad_scale);
-        }
+        float *hg = z->host_grads + b->state_off, *hp = z->host_master + b->state_off;
+        adam_update(&z->adam, b->state_off, m, hp, hg, b->off + b->own_off, b->own_n, z->opt, lr, grad_scale);
+        adam_flush(&z->adam);  /* on the host, before the copy up */
+        dev_from_host_async(z->dev, param, hp, b->own_n * sizeof(float));
     }
-    adam_flush(&z->adam);  /* every owned piece of every bucket, one launch */
+}
+
+void zero_update(Zero *z, float lr, float grad_scale) {
+    GPT *m = z->m;
+    if (z->stage == 3) zero_prefetch_drop(z);
+    adam_begin(&z->adam);
+    if (z->offload) {
+        offload_update(z, lr, grad_scale);
+    } else {
+        for (int i = 0; i < z->nbuckets; i++) {
+            ZeroBucket *b = &z->buckets[i];
+            if (!b->own_n) continue;
+            float *param = z->param_shard ? z->param_shard + b->state_off : m->params + b->off + b->own_off;
+            adam_update(&z->adam, b->state_off, m, param, zero_owned_grads(z, b), b->off + b->own_off,
+                        b->own_n, z->opt, lr, grad_scale);
+        }
+        adam_flush(&z->adam);  /* every owned piece of every bucket, one launch */
+    }
     sync_params(z);
 }
 

@@ -1,0 +1,160 @@
+#!/bin/sh
+# test/test_races_emu.sh: deliberate bugs in the multi-GPU path, each of which
+# the emulation (asynchronous streams, the race detector, the emulated NCCL)
+# must catch. In a scratch copy of the sources (test/out/races.XXXX; never the
+# main tree) each bug is patched in, test/train_nccl_emu rebuilt (one object
+# and the link: the emulated kernels come from the main tree's build) and a
+# small layout run over the emulated NCCL in the stream timing that exposes
+# the bug. A bug is caught when the run stops with the emulation's message
+# (a race, a mismatch, a deadlock) or when its losses differ from the run
+# without the bug; the line says which. Races are also run with the detector
+# off (EMU_RACECHECK=0), to show what a GPU would have done with the bug:
+# different numbers, silently, or nothing in this timing.
+#
+# The bugs: a bucket's all-reduce without its wait for the compute stream;
+# the parameter server's add without its wait for the receive (the race the
+# issue found by reading); ZeRO-3's prefetched gather used without its
+# wait; offload's copy up without the wait that orders it before the
+# parameters' all-gather; two ranks issuing two communicators' collectives in
+# opposite orders; a pipeline's send/recv pair moved out of its group; a
+# collective with a mismatched count.
+cd "$(dirname "$0")/.." || exit 2
+MAIN=$(pwd)
+unset MAKEFLAGS MFLAGS
+if [ ! -x test/train_nccl_emu ]; then
+    echo "SKIP races (emulated NCCL): test/train_nccl_emu not built (no nccl.h or CUDA headers where make ran)"
+    exit 0
+fi
+mkdir -p test/out
+S=$(mktemp -d "$MAIN/test/out/races.XXXX")
+git ls-files -z --cached --others --exclude-standard | tar --null -cf - --ignore-failed-read -T - 2>/dev/null |
+    tar -xf - -C "$S"
+# the built objects, times kept, so make redoes only what a patch touches
+tar -cf - .flags-* test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform test/emu/train_nccl test/train_nccl_emu \
+    2>/dev/null | tar -xf - -C "$S"
+
+pass=0
+fail=0
+MODEL="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --steps 3 --lr 0.005 --device cuda --dtype fp32 --no-self-test"
+
+# losses LOG: the step lines' losses, one line
+losses() { grep '^step ' "$1" | sed 's/.*| loss \([^ ]*\) .*/\1/' | tr '\n' ' '; }
+
+# run LOG TIMING FLAGS...: runs train_nccl_emu in the scratch copy into $S/LOG.log; $rc
+run() {
+    log=$1 when=$2
+    shift 2
+    (cd "$S" && EMU_GPUS=8 EMU_STREAMS=$when timeout 60 ./test/train_nccl_emu $MODEL "$@") > "$S/$log.log" 2>&1
+    rc=$?
+}
+
+# patch FILE PYTHON-OLD PYTHON-NEW: replaces OLD by NEW in the scratch copy's FILE (exactly once)
+patch_in() {
+    python3 - "$S/$1" "$2" "$3" <<'EOF' || return 1
+import sys
+path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
+src = open(path).read()
+if src.count(old) != 1:
+    sys.exit("pattern found %d times in %s" % (src.count(old), path))
+open(path, "w").write(src.replace(old, new))
+EOF
+}
+
+rebuild() { make -C "$S" --no-print-directory test/train_nccl_emu > "$S/build.log" 2>&1; }
+
+# bug ID NAME FILE OLD NEW TIMING EXPECT FLAGS...: EXPECT is race (also run with the detector off) or nccl
+bug() {
+    id=$1 name=$2 file=$3 old=$4 new=$5 timing=$6 expect=$7
+    shift 7
+    run "$id.ref" "$timing" "$@"
+    ref=$(losses "$S/$id.ref.log")
+    if [ $rc -ne 0 ] || [ -z "$ref" ]; then
+        echo "FAIL $name: the run without the bug failed (exit $rc): $(grep -m1 -i error "$S/$id.ref.log")"
+        fail=$((fail + 1)); return
+    fi
+    cp "$S/$file" "$S/$file.orig"
+    if ! patch_in "$file" "$old" "$new" || ! rebuild; then
+        echo "FAIL $name: could not patch $file or rebuild: $(grep -m1 error "$S/build.log")"
+        fail=$((fail + 1)); mv "$S/$file.orig" "$S/$file"; return
+    fi
+    run "$id" "$timing" "$@"
+    got=$(losses "$S/$id.log")
+    said=$(grep -m1 -E 'emu: race|emulated NCCL: rank [0-9]+: (deadlock|comm|send/recv)|emu: ' "$S/$id.log" | cut -c1-230)
+    how=""
+    [ $rc -ne 0 ] && [ -n "$said" ] && how="stopped (exit $rc): $said"
+    [ -z "$how" ] && [ "$got" != "$ref" ] && how="losses changed: \"$got\" instead of \"$ref\""
+    quiet=""
+    if [ "$expect" = race ]; then
+        EMU_RACECHECK=0 run "$id.off" "$timing" "$@"
+        q=$(losses "$S/$id.off.log")
+        quiet=$( [ "$q" != "$ref" ] && echo "; detector off: losses \"$q\" instead of \"$ref\"" ||
+                 echo "; detector off: the same losses in this timing")
+    fi
+    if [ -n "$how" ]; then
+        echo "PASS $name ($timing): caught: $how$quiet"
+        pass=$((pass + 1))
+    else
+        echo "FAIL $name ($timing): not caught (exit $rc, losses \"$got\", the same as without the bug)$quiet"
+        fail=$((fail + 1))
+    fi
+    mv "$S/$file.orig" "$S/$file"
+    touch "$S/$file"
+    rebuild   # the next bug's run without its bug must not have this one
+}
+
+bug bucket "bucket all-reduce without its wait" comm_nccl.c \
+    '    after_compute(c, q, d);
+    if (on_gpu(d)) {
+        inplace_call' \
+    '    if (on_gpu(d)) {
+        inplace_call' \
+    first-late race --ranks 2 --batch 4 --bucket-mb 0.02
+
+bug ps "parameter server adds before its receive" dp.c \
+    'comm_op_wait(comm_recv(dp->g, dp->dev, dp->stage, n, COMM_F32, k), dp->dev);' \
+    'comm_recv(dp->g, dp->dev, dp->stage, n, COMM_F32, k);' \
+    rest-late race --ranks 2 --batch 4 --dp-mode ps
+
+bug zero3 "ZeRO-3 gather used without its wait" zero.c \
+    '    comm_op_wait(op, z->dev);  /* u'"'"'s gather, not the prefetch queued behind it */' \
+    '' \
+    rest-late race --ranks 2 --batch 2 --micro-batches 2 --zero 3
+
+bug offload "offload's copy up not waited for by the all-gather" comm_nccl.c \
+    '    char *base = scratch_of(c, q, a + p + (host ? n * es : 0) + 1);
+    after_compute(c, q, d);' \
+    '    char *base = scratch_of(c, q, a + p + (host ? n * es : 0) + 1);
+    if (host) after_compute(c, q, d);' \
+    first-late race --ranks 2 --batch 4 --zero 1 --offload
+
+bug orders "two communicators in opposite orders" dp.c \
+    '    if (dp->pp) comm_all_reduce(dp->pp, NULL, &s, 1, COMM_F32, COMM_SUM);' \
+    '    if (dp->pp) {   /* the first stage sums over the world first, the last stage last */
+        float z = 0;
+        if (dp->m->has_embed) comm_all_reduce(&dp->comm->world, NULL, &z, 1, COMM_F32, COMM_SUM);
+        comm_all_reduce(dp->pp, NULL, &s, 1, COMM_F32, COMM_SUM);
+        if (!dp->m->has_embed) comm_all_reduce(&dp->comm->world, NULL, &z, 1, COMM_F32, COMM_SUM);
+    }' \
+    eager nccl --ranks 2 --pp 2 --batch 2 --micro-batches 2
+
+bug p2p "a pipeline send/recv pair out of its group" pp.c \
+    '    comm_p2p_begin(s->g->comm);
+    /* activations and their gradients travel in the dev'"'"'s dtype */
+    CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
+    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
+    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
+    comm_op_wait(comm_p2p_end(s->g->comm), s->dev);' \
+    '    CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
+    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
+    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
+    comm_wait(s->g->comm, s->dev);' \
+    eager nccl --ranks 2 --pp 2 --batch 1 --micro-batches 4
+
+bug count "a collective with a mismatched count" tp.c \
+    'comm_op_wait(comm_all_reduce(g->g, g->dev, buf, n, comm_type(t), COMM_SUM), g->dev);' \
+    'comm_op_wait(comm_all_reduce(g->g, g->dev, buf, n - (size_t)g->g->index, comm_type(t), COMM_SUM), g->dev);' \
+    eager nccl --ranks 2 --tp 2 --batch 4
+
+echo "races: $pass passed, $fail failed"
+rm -rf "$S"
+[ $fail -eq 0 ]
