@@ -428,8 +428,8 @@ static void *watchdog(void *arg) {
             char how[64];
             shm_describe_status(code, how, sizeof how);
             if (rank < 0) watchdog_fail(s, rank, code, "error: rank %d stops: the launcher was interrupted", c->rank);
-            watchdog_fail(s, rank, code, "error: rank %d stops: rank %d %s; aborting its NCCL communicators",
-                          c->rank, rank, rank == c->rank ? "failed" : "died or failed");
+            watchdog_fail(s, rank, code, "error: rank %d stops: rank %d %s (%s); aborting its NCCL communicators",
+                          c->rank, rank, code == 1 ? "failed" : "died", how);
         }
         pthread_mutex_lock(&s->lock);
         double now = now_s();
