@@ -19,48 +19,8 @@
 # opposite orders; a pipeline's send/recv pair moved out of its group; a
 # collective with a mismatched count.
 cd "$(dirname "$0")/.." || exit 2
-MAIN=$(pwd)
-unset MAKEFLAGS MFLAGS
-if [ ! -x test/train_nccl_emu ]; then
-    echo "SKIP races (emulated NCCL): test/train_nccl_emu not built (no nccl.h or CUDA headers where make ran)"
-    exit 0
-fi
-mkdir -p test/out
-S=$(mktemp -d "$MAIN/test/out/races.XXXX")
-git ls-files -z --cached --others --exclude-standard | tar --null -cf - --ignore-failed-read -T - 2>/dev/null |
-    tar -xf - -C "$S"
-# the built objects, times kept, so make redoes only what a patch touches
-tar -cf - .flags-* test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform test/emu/train_nccl test/train_nccl_emu \
-    2>/dev/null | tar -xf - -C "$S"
-
-pass=0
-fail=0
-MODEL="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --steps 3 --lr 0.005 --device cuda --dtype fp32 --no-self-test"
-
-# losses LOG: the step lines' losses, one line
-losses() { grep '^step ' "$1" | sed 's/.*| loss \([^ ]*\) .*/\1/' | tr '\n' ' '; }
-
-# run LOG TIMING FLAGS...: runs train_nccl_emu in the scratch copy into $S/LOG.log; $rc
-run() {
-    log=$1 when=$2
-    shift 2
-    (cd "$S" && EMU_GPUS=8 EMU_STREAMS=$when timeout 60 ./test/train_nccl_emu $MODEL "$@") > "$S/$log.log" 2>&1
-    rc=$?
-}
-
-# patch FILE PYTHON-OLD PYTHON-NEW: replaces OLD by NEW in the scratch copy's FILE (exactly once)
-patch_in() {
-    python3 - "$S/$1" "$2" "$3" <<'EOF' || return 1
-import sys
-path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
-src = open(path).read()
-if src.count(old) != 1:
-    sys.exit("pattern found %d times in %s" % (src.count(old), path))
-open(path, "w").write(src.replace(old, new))
-EOF
-}
-
-rebuild() { make -C "$S" --no-print-directory test/train_nccl_emu > "$S/build.log" 2>&1; }
+SCRATCH=races
+. test/emu/scratch.sh
 
 # bug ID NAME FILE OLD NEW TIMING EXPECT FLAGS...: EXPECT is race (also run with the detector off) or nccl
 bug() {

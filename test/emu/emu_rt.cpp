@@ -847,6 +847,10 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
  *   EMU_GPUS=n          how many devices cudaGetDeviceCount reports (default 1)
  *   EMU_STREAMS=eager|first-late|rest-late   when streams run (default eager)
  *   EMU_RACECHECK=0     turns the race detector off (default on)
+ *   EMU_TRACE_WAITS=1   prints each cudaStreamWaitEvent as it is issued: which
+ *                       stream waits for which other stream's op, and how many
+ *                       later ops of that stream (queued, not yet done) it
+ *                       leaves in flight
  *
  * Streams are queues of ops (EmuStreamOp), run in order on the calling
  * thread; there are no worker threads, so every run is deterministic. An
@@ -940,6 +944,8 @@ struct EmuRecord {
     uint64_t seq;
     bool done;
     EmuClock clock;
+    uint64_t works;           /* s->works when recorded: the work it stands for */
+    std::string last_work;
 };
 struct EmuEvent {
     std::shared_ptr<EmuRecord> last;  /* the most recent record; null: never recorded (complete) */
@@ -948,6 +954,7 @@ struct EmuQueued {
     std::unique_ptr<EmuStreamOp> op;
     EmuClock host;  /* the host's clock at the enqueue */
     bool started;
+    bool work;      /* not an event record or wait */
 };
 struct EmuStream {
     int index;      /* 0: the legacy default stream; then in creation order */
@@ -958,6 +965,9 @@ struct EmuStream {
     std::deque<EmuQueued> q;
     uint64_t enqueued, done;  /* ops so far; the front op is number done + 1 */
     EmuClock clock;
+    uint64_t works = 0;       /* ops that do work (not event records or waits) so far */
+    uint64_t works_done = 0;  /* and completed */
+    std::string last_work;    /* the latest one's name (EMU_TRACE_WAITS) */
 };
 /* One recent access to an allocation, for the race detector. */
 struct EmuShadow {
@@ -977,6 +987,7 @@ enum { EMU_EAGER, EMU_FIRST_LATE, EMU_REST_LATE };
 struct EmuRuntime {
     int timing = EMU_EAGER;
     bool racecheck = true;
+    bool trace_waits = false;  /* EMU_TRACE_WAITS=1 */
     int gpus = 1;
     std::vector<EmuStream *> streams;  /* by index; never freed: records point at them */
     EmuClock host;
@@ -1005,6 +1016,7 @@ EmuRuntime &emu_rt(void) {
         else if (!strcmp(t, "rest-late")) r->timing = EMU_REST_LATE;
         else emu_fail("EMU_STREAMS must be eager, first-late or rest-late, not %s", t);
         r->racecheck = emu_env_long("EMU_RACECHECK", 1, 0, 1) != 0;
+        r->trace_waits = emu_env_long("EMU_TRACE_WAITS", 0, 0, 1) != 0;
         r->gpus = (int)emu_env_long("EMU_GPUS", 1, 1, 64);
         r->streams.push_back(new EmuStream{0, 0, false, true, false, {}, 0, 0, {}});
         return r;
@@ -1119,6 +1131,7 @@ bool emu_advance(EmuStream *s, uint64_t upto, long limit = -1) {
         const bool complete = e.op->step();
         s->stepping = false;
         if (!complete) break;
+        s->works_done += e.work;
         s->q.pop_front();
         s->done++;
         rt.completed++;
@@ -1192,9 +1205,13 @@ void emu_host_wait_all(int dev) {
 
 /* Queues op on s; the legacy default stream runs it at once. Returns its
  * number on s. */
-uint64_t emu_enqueue(EmuStream *s, EmuStreamOp *op) {
+uint64_t emu_enqueue(EmuStream *s, EmuStreamOp *op, bool work = true) {
     EmuRuntime &rt = emu_rt();
-    s->q.push_back(EmuQueued{std::unique_ptr<EmuStreamOp>(op), rt.host, false});
+    if (work) {
+        s->works++;
+        if (rt.trace_waits) s->last_work = op->name;
+    }
+    s->q.push_back(EmuQueued{std::unique_ptr<EmuStreamOp>(op), rt.host, false, work});
     const uint64_t seq = ++s->enqueued;
     if (s->index == 0) emu_host_wait(s, seq);
     else emu_pump();
@@ -1458,10 +1475,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     EmuStream *s = emu_stream(stream);
     EmuRecordOp *op = new EmuRecordOp;
     op->s = s;
-    op->rec = std::make_shared<EmuRecord>(EmuRecord{s, s->enqueued + 1, false, {}});
+    op->rec = std::make_shared<EmuRecord>(EmuRecord{s, s->enqueued + 1, false, {}, s->works, s->last_work});
     op->name = "cudaEventRecord #" + std::to_string(s->enqueued + 1);
     e->last = op->rec;
-    emu_enqueue(s, op);
+    emu_enqueue(s, op, false);
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
@@ -1474,7 +1491,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     op->rec = e->last;
     op->name = "cudaStreamWaitEvent(stream " + std::to_string(e->last->s->index) + " #" +
                std::to_string(e->last->seq) + ") #" + std::to_string(s->enqueued + 1);
-    emu_enqueue(s, op);
+    const EmuRecord &rec = *e->last;
+    if (emu_rt().trace_waits && rec.works) {   /* which work this wait is for, and what it leaves running */
+        const uint64_t after = rec.s->works - std::max(rec.works, rec.s->works_done);
+        fprintf(stderr, "emu: wait: stream %d waits for stream %d through %s, leaving %llu later op%s of it in flight\n",
+                s->index, rec.s->index, rec.last_work.c_str(), (unsigned long long)after, after == 1 ? "" : "s");
+    }
+    emu_enqueue(s, op, false);
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
