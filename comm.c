@@ -409,6 +409,13 @@ void comm_wait(Comm *c, Dev *d) {
 #endif
 }
 
+void comm_describe(const Comm *c, char *buf, size_t len) {
+#ifdef USE_NCCL
+    if (c->backend == COMM_NCCL) { nccl_describe(c, buf, len); return; }
+#endif
+    snprintf(buf, len, "shared memory%s", c->world_size > 1 ? "" : " (one rank)");
+}
+
 void comm_op_wait(CommOp op, Dev *d) {
 #ifdef USE_NCCL
     if (op.g && op.g->comm->backend == COMM_NCCL) nccl_op_wait(op, d);

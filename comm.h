@@ -262,6 +262,10 @@ void comm_wait(Comm *c, Dev *d);
 /* Makes d's compute stream wait for op only (see CommOp). */
 void comm_op_wait(CommOp op, Dev *d);
 
+/* "NCCL 2.28.9 (a stream a group, watchdog 300 s)" or "shared memory", for
+ * the run's header. */
+void comm_describe(const Comm *c, char *buf, size_t len);
+
 /* ---- accounting ----------------------------------------------------------- */
 
 const char *comm_kind_name(CommKind k);

@@ -166,6 +166,8 @@ CommOp nccl_group_end(Comm *c);
 void nccl_wait(Comm *c, Dev *d);
 /* d's compute stream waits for op only. */
 void nccl_op_wait(CommOp op, Dev *d);
+/* "NCCL 2.28.9 (...)": the library's version, the streams, the watchdog. */
+void nccl_describe(const Comm *c, char *buf, size_t len);
 #endif
 
 #endif

@@ -542,6 +542,14 @@ void nccl_wait(Comm *c, Dev *d) {
     pthread_mutex_unlock(&s->lock);
 }
 
+void nccl_describe(const Comm *c, char *buf, size_t len) {
+    int v = 0;
+    ncclGetVersion(&v);
+    /* from 2.9 the code is major * 10000 + minor * 100 + patch */
+    snprintf(buf, len, "NCCL %d.%d.%d (a communicator and a stream a group, watchdog %g s)", v / 10000,
+             v / 100 % 100, v % 100, c->impl->nccl->timeout_s);
+}
+
 void nccl_op_wait(CommOp op, Dev *d) {
     if (!on_gpu(d) || !op.g->nccl) return;
     NcclQueue *q = op.g->nccl;

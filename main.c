@@ -750,6 +750,13 @@ static void print_header(Run *r) {
     if (r->dev.kind == DEV_CPU) printf(", %d threads a rank", omp_get_max_threads());
 #endif
     printf("\n");
+    char how[160], name[256];
+    comm_describe(&r->comm, how, sizeof how);
+    dev_name(&r->dev, name, sizeof name);
+    if (r->dev.kind == DEV_CUDA)
+        printf("comm: %s | rank 0: GPU %d of %d visible, %s\n", how, r->dev.gpu, r->gpus, name);
+    else
+        printf("comm: %s\n", how);
 }
 
 int main(int argc, char **argv) {

@@ -243,6 +243,29 @@ static float rnd(int r, size_t k) {
     return (float)(h >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
 
+/* Host buffers longer than the NCCL backend's staging chunk (4 MiB): an
+ * all-reduce and a broadcast of 2.5M floats (3 chunks), as saving a model
+ * does; small integers, so every order of the sum gives the same bits. */
+static void test_host_chunks(T *t) {
+    size_t n = 2500000;
+    float *a = malloc(n * sizeof(float));
+    long bad = 0;
+    for (size_t k = 0; k < n; k++) a[k] = (float)((k * 7 + t->rank) % 1000);
+    comm_all_reduce(&t->c->world, NULL, a, n, COMM_F32, COMM_SUM);
+    for (size_t k = 0; k < n; k++) {
+        double s = 0;
+        for (int r = 0; r < t->world; r++) s += (double)((k * 7 + r) % 1000);
+        bad += a[k] != (float)s;
+    }
+    report(t, "host_all_reduce_chunks", bad, "%zu floats of host memory summed in chunks, exact", n);
+    for (size_t k = 0; k < n; k++) a[k] = t->rank == t->world - 1 ? (float)(k % 4099) : -1.0f;
+    comm_broadcast(&t->c->world, NULL, a, n, COMM_F32, t->world - 1);
+    bad = 0;
+    for (size_t k = 0; k < n; k++) bad += a[k] != (float)(k % 4099);
+    report(t, "host_broadcast_chunks", bad, "%zu floats of host memory from the last rank, exact", n);
+    free(a);
+}
+
 static void test_identical(T *t) {
     size_t n = BIG;
     float *h = t->h;
@@ -658,6 +681,7 @@ int main(int argc, char **argv) {
         test_mesh_shape(&t);
         for (int G = 1; G <= t.world; G++) test_group_ops(&t, G);
         test_identical(&t);
+        test_host_chunks(&t);
         for (int dp = 1; dp <= t.world; dp++)
             for (int tp = 1; dp * tp <= t.world; tp++)
                 if (t.world % (dp * tp) == 0) test_mesh(&t, dp, tp, t.world / (dp * tp));
