@@ -8,7 +8,7 @@
 #                                  tensor-core GEMM), test_flash, test_kernels (every
 #                                  op, fp32 and bf16), test_model (CUDA vs PyTorch,
 #                                  fp32 and bf16), test_3d (layouts on the GPU),
-#                                  the NCCL backend on one GPU
+#                                  the NCCL backend over every GPU (test_comm)
 #   sh test/gpu_session.sh bench   make bench (kernels vs cuBLAS/SDPA, end to end vs
 #                                  PyTorch); record its table in bench/NOTES.md
 #
@@ -35,11 +35,15 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
 { nvidia-smi -L; nvcc --version | tail -1; echo "NCCL_HOME=$NCCL_HOME"; } > "$logs/machine.log" 2>&1
 cat "$logs/machine.log"
 step build 300 make -j16 build tests NCCL_HOME="$NCCL_HOME"
+./train --version >> "$logs/machine.log" 2>&1
+tail -4 "$logs/machine.log"
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "$GPUS" -ge 1 ] || GPUS=1
 case "$part" in
 tests)
     for t in test_gemm test_flash test_kernels; do step "$t" 120 "./test/$t"; done
     step test_model 120 ./test/test_model
-    step test_comm_nccl 60 ./test/test_comm --nccl --ranks 1
+    step test_comm_nccl 60 ./test/test_comm --nccl --ranks "$GPUS"
     step test_3d 240 ./test/test_3d
     ;;
 bench)

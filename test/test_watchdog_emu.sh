@@ -51,8 +51,10 @@ fork_case "fork job, rank 1 dies in a collective" "EMU_NCCL_EXIT=rank=1,op=12" \
 fork_case "fork job, an NCCL error on rank 1" "EMU_NCCL_FAIL=rank=1,op=12" \
     "error: rank 1: NCCL error on group dp \(2 ranks\): unhandled system error.*injected"
 
+cases=0
 env_case() {    # NAME FAULT PATTERN: two processes with torchrun's variables; rank 0's verdict
-    port=$((20000 + ($$ * 7 + $(date +%N | cut -c1-4)) % 30000))
+    port=$((20000 + ($$ * 7) % 30000 + cases))   # a port of this run's own, one a case
+    cases=$((cases + 1))
     s=$(now)
     for r in 0 1; do
         env EMU_GPUS=8 $2 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
