@@ -419,6 +419,7 @@ static void *watchdog(void *arg) {
     NcclState *s = arg;
     Comm *c = s->c;
     struct timespec ts = {0, (long)(WATCH_S * 1e9)};
+    cudaSetDevice(s->gpu);   /* the current device is per thread: this rank's, for its events */
     while (!atomic_load(&s->stop)) {
         nanosleep(&ts, NULL);
         ShmHeader *h = c->impl->shm;
