@@ -33,8 +33,9 @@
  *  - Host buffers and the shared-memory backend: the call returns when this
  *    rank's part is done. GPU buffers with NCCL: the call waits (on the
  *    GPU) for work queued on d's compute stream, queues the operation on
- *    the communication stream and returns; the buffers belong to the
- *    communication until comm_wait(c, d).
+ *    its group's communication stream and returns a CommOp; the buffers
+ *    belong to the communication until comm_op_wait(op, d) (that operation)
+ *    or comm_wait(c, d) (every group's).
  *  - Faults are not returned: a peer that died, an NCCL or CUDA error, or a
  *    misuse (root outside the group) prints one line naming the cause and
  *    exits the process with status 1, after telling the other ranks.

@@ -168,15 +168,14 @@ static void stage_out(Comm *c, NcclQueue *q, void *host_dst, const void *dev_src
  * the device as they are; host buffers chunk by chunk through the scratch. */
 typedef enum { INPLACE_ALL_REDUCE, INPLACE_BROADCAST, INPLACE_REDUCE } InPlace;
 
-static void inplace_call(Comm *c, CommGroup *g, NcclQueue *q, InPlace k, void *p, size_t n, CommDtype t,
-                         CommRed op, int root) {
+static void inplace_call(Comm *c, NcclQueue *q, InPlace k, void *p, size_t n, CommDtype t, CommRed op,
+                         int root) {
     if (k == INPLACE_ALL_REDUCE)
         NCCL_CHECK(c, ncclAllReduce(p, p, n, nccl_type(t), nccl_op(op), q->comm, q->stream));
     else if (k == INPLACE_BROADCAST)
         NCCL_CHECK(c, ncclBroadcast(p, p, n, nccl_type(t), root, q->comm, q->stream));
     else
         NCCL_CHECK(c, ncclReduce(p, p, n, nccl_type(t), nccl_op(op), root, q->comm, q->stream));
-    (void)g;
 }
 
 static const char *inplace_names[] = {"ncclAllReduce", "ncclBroadcast", "ncclReduce"};
@@ -187,20 +186,18 @@ static CommOp inplace(CommGroup *g, Dev *d, InPlace k, void *buf, size_t n, Comm
     size_t es = comm_dtype_size(t);
     after_compute(c, q, d);
     if (on_gpu(d)) {
-        inplace_call(c, g, q, k, buf, n, t, op, root);
+        inplace_call(c, q, k, buf, n, t, op, root);
         return queued(c, g, q, inplace_names[k]);
     }
     size_t chunk = HOST_CHUNK / es;
     char *p = scratch_of(c, q, chunk * es);
-    CommOp last = {NULL, 0};
     for (size_t i = 0; i < n; i += chunk) {
         size_t m = min_sz(chunk, n - i);
         stage_in(c, q, p, (char *)buf + i * es, m * es);
-        inplace_call(c, g, q, k, p, m, t, op, root);
-        last = queued(c, g, q, inplace_names[k]);
-        stage_out(c, q, (char *)buf + i * es, p, m * es);
+        inplace_call(c, q, k, p, m, t, op, root);
+        queued(c, g, q, inplace_names[k]);
+        stage_out(c, q, (char *)buf + i * es, p, m * es);   /* waits for the chunk */
     }
-    (void)last;
     return (CommOp){NULL, 0};   /* host buffers: done on return */
 }
 
