@@ -5,54 +5,120 @@
  * llm.c's tools load here and ours load there. gpt_llmc_copy converts
  * between that order and the layer-major layout in memory; a stage takes
  * only its own tensors from the file.
+ *
+ * A model file is something people download: its header is bounded by
+ * gpt_config_check (safe.h's limits) before any size is computed from it,
+ * the size it promises is computed in checked arithmetic, and the file must
+ * be a regular file of exactly that size (it is read twice, once for the
+ * header and once for the parameters, so a stream cannot be a model file).
+ * It is written through safe.h's SafeOut: a temporary beside it, fsync, rename.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include "ckpt.h"
+#include "safe.h"
 
 #define MODEL_MAGIC 20240326
 #define HEADER_BYTES (256 * 4)
 
-int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return -1; }
-    int32_t h[256];
-    size_t got = fread(h, 4, 256, f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fclose(f);
-    if (got != 256 || h[0] != MODEL_MAGIC) {
-        snprintf(err, errlen, "%s: not an llm.c model file (magic %d, expected %d)", path,
-                 got == 256 ? h[0] : -1, MODEL_MAGIC);
+int ckpt_parse_header(const int32_t h[256], GPTConfig *cfg, size_t *file_bytes, char *err, size_t errlen) {
+    if (h[0] != MODEL_MAGIC) {
+        snprintf(err, errlen, "not an llm.c model file (magic %d, expected %d)", h[0], MODEL_MAGIC);
         return -1;
     }
     if (h[1] != 3) {
-        snprintf(err, errlen, "%s: model file version %d, expected 3 (float32)%s", path, h[1],
+        snprintf(err, errlen, "model file version %d, expected 3 (float32)%s", h[1],
                  h[1] == 5 ? "; bf16 files are not read yet" : "");
         return -1;
     }
     memset(cfg, 0, sizeof *cfg);
     cfg->max_seq = h[2]; cfg->vocab = h[3]; cfg->layers = h[4];
     cfg->heads = h[5]; cfg->dim = h[6]; cfg->padded_vocab = h[7];
+    if (cfg->padded_vocab < 1) {   /* a file always names it; 0 would mean "fill in" */
+        snprintf(err, errlen, "padded vocab %d is outside 1..%d", cfg->padded_vocab, SAFE_MAX_VOCAB);
+        return -1;
+    }
     if (gpt_config_check(cfg, err, errlen) != 0) return -1;
-    long expect = HEADER_BYTES + 4L * (long)gpt_total_params(cfg);
-    if (size != expect) {
-        snprintf(err, errlen, "%s: truncated or corrupt model file: expected %ld bytes for its header's model, found %ld",
-                 path, expect, size);
+    size_t bytes;
+    if (safe_mul(gpt_total_params(cfg), sizeof(float), &bytes) != 0 ||
+        safe_add(bytes, HEADER_BYTES, file_bytes) != 0) {
+        snprintf(err, errlen, "model of the header's sizes is too large to address");
         return -1;
     }
     return 0;
 }
 
-int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
+/* Opens a model file, checks its header and its size; the stream is left
+ * just after the header. NULL with err on any problem. */
+static FILE *model_open(const char *path, GPTConfig *cfg, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return -1; }
-    size_t total = gpt_total_params(&m->cfg);
-    float *llmc = malloc(total * sizeof(float) + 1);     /* [total] in llm.c's order */
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    int ok = fseek(f, HEADER_BYTES, SEEK_SET) == 0 && fread(llmc, 4, total, f) == total;
+    if (!f) { snprintf(err, errlen, "cannot open model file %s: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        snprintf(err, errlen, "cannot stat model file %s: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "model file %s is %s, not a regular file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a pipe" : "a special file");
+        fclose(f);
+        return NULL;
+    }
+    int32_t h[256];
+    char why[256];
+    size_t expect;
+    if (fread(h, 4, 256, f) != 256) {
+        snprintf(err, errlen, "%s: not an llm.c model file (%lld bytes, shorter than its %d-byte header)", path,
+                 (long long)st.st_size, HEADER_BYTES);
+        fclose(f);
+        return NULL;
+    }
+    if (ckpt_parse_header(h, cfg, &expect, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        fclose(f);
+        return NULL;
+    }
+    if ((unsigned long long)st.st_size != (unsigned long long)expect) {
+        snprintf(err, errlen, "%s: truncated or corrupt model file: expected %zu bytes for its header's model, found %lld",
+                 path, expect, (long long)st.st_size);
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
+int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen) {
+    FILE *f = model_open(path, cfg, err, errlen);
+    if (!f) return -1;
+    fclose(f);
+    return 0;
+}
+
+int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
+    GPTConfig cfg;
+    FILE *f = model_open(path, &cfg, err, errlen);
+    if (!f) return -1;
+    const GPTConfig *b = &m->cfg;
+    if (cfg.max_seq != b->max_seq || cfg.vocab != b->vocab || cfg.padded_vocab != b->padded_vocab ||
+        cfg.layers != b->layers || cfg.heads != b->heads || cfg.dim != b->dim) {   /* the file changed since ckpt_read_config */
+        snprintf(err, errlen, "%s: its header no longer matches the model built from it", path);
+        fclose(f);
+        return -1;
+    }
+    size_t total = gpt_total_params(&m->cfg), bytes, local;
+    if (safe_mul(total, sizeof(float), &bytes) != 0 || safe_mul(m->num_params, sizeof(float), &local) != 0) {
+        snprintf(err, errlen, "%s: model too large to address", path);
+        fclose(f);
+        return -1;
+    }
+    float *llmc = safe_malloc(bytes, "the model file's parameters");   /* [total] in llm.c's order */
+    float *host = safe_malloc(local, "the parameters");                /* [num_params] */
+    int ok = fread(llmc, 4, total, f) == total;
     fclose(f);
     if (!ok) {
         snprintf(err, errlen, "%s: truncated: expected %zu parameters after the header", path, total);
@@ -60,7 +126,7 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
         return -1;
     }
     gpt_llmc_copy(m, host, llmc, 0);
-    dev_from_host(m->dev, m->params, host, m->num_params * sizeof(float));
+    dev_from_host(m->dev, m->params, host, local);
     gpt_params_changed(m);
     free(llmc);
     free(host);
@@ -68,23 +134,19 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
 }
 
 int ckpt_write(const char *path, const GPTConfig *cfg, const float *llmc, char *err, size_t errlen) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { snprintf(err, errlen, "cannot write %s", tmp); return -1; }
+    SafeOut o;
+    if (safe_out_open(&o, path, err, errlen) != 0) return -1;
     int32_t h[256] = {0};
     h[0] = MODEL_MAGIC; h[1] = 3;
     h[2] = cfg->max_seq; h[3] = cfg->vocab; h[4] = cfg->layers;
     h[5] = cfg->heads; h[6] = cfg->dim; h[7] = cfg->padded_vocab;
     size_t n = gpt_total_params(cfg);
-    int ok = fwrite(h, 4, 256, f) == 256 && fwrite(llmc, 4, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        snprintf(err, errlen, "failed writing checkpoint %s", path);
+    if (fwrite(h, 4, 256, o.f) != 256 || fwrite(llmc, 4, n, o.f) != n) {
+        snprintf(err, errlen, "failed writing checkpoint %s: %s", path, strerror(errno));
+        safe_out_abort(&o);
         return -1;
     }
-    return 0;
+    return safe_out_commit(&o, err, errlen);
 }
 
 int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
@@ -92,9 +154,14 @@ int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
         snprintf(err, errlen, "ckpt_save needs the whole model on one rank");
         return -1;
     }
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    float *llmc = malloc(m->num_params * sizeof(float) + 1);
-    dev_to_host(m->dev, host, m->params, m->num_params * sizeof(float));
+    size_t bytes;
+    if (safe_mul(m->num_params, sizeof(float), &bytes) != 0) {
+        snprintf(err, errlen, "model too large to address");
+        return -1;
+    }
+    float *host = safe_malloc(bytes, "the parameters");
+    float *llmc = safe_malloc(bytes, "the parameters in llm.c's order");
+    dev_to_host(m->dev, host, m->params, bytes);
     gpt_llmc_copy(m, host, llmc, 1);
     int rc = ckpt_write(path, &m->cfg, llmc, err, errlen);
     free(host);

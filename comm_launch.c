@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include "comm_impl.h"
+#include "safe.h"
 
 #define GRACE_S 3.0              /* supervisor: SIGKILL ranks still running this long after a failure */
 #define RENDEZVOUS_S 120         /* external launcher: how long ranks wait for rank 0 */
@@ -165,6 +166,10 @@ static int env_read(const EnvNames *e, int ranks, CommLaunch *l, char *err, size
         snprintf(err, errlen, "%s=%d: a world has at least one rank", size_name, size);
         return -1;
     }
+    if (size > SAFE_MAX_RANKS) {
+        snprintf(err, errlen, "%s=%d: at most %d ranks are supported", size_name, size, SAFE_MAX_RANKS);
+        return -1;
+    }
 #ifndef USE_NCCL
     if (size > COMM_MAX_RANKS) {
         snprintf(err, errlen, "%s=%d: this build (no NCCL) talks over shared memory, which takes at most "
@@ -221,6 +226,12 @@ int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen) {
         l->world_size = l->local_size = ranks;
     }
     const char *addr = getenv("MASTER_ADDR"), *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (addr && !*addr) addr = NULL;
+    if (addr && strlen(addr) >= sizeof l->master_addr) {
+        snprintf(err, errlen, "MASTER_ADDR of %zu bytes is too long for a host name (at most %zu)", strlen(addr),
+                 sizeof l->master_addr - 1);
+        return -1;
+    }
     if (addr) snprintf(l->master_addr, sizeof l->master_addr, "%s", addr);
     int port = 0, has_port = env_int("MASTER_PORT", &port, err, errlen);
     if (has_port < 0) return -1;
@@ -231,6 +242,11 @@ int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen) {
     if (l->kind == COMM_LAUNCH_ENV && !has_port) {   /* what tcp_bcast would say, but now */
         snprintf(err, errlen, "%s started %d ranks but MASTER_PORT is not set: rank 0 needs a port "
                  "to hand out the rendezvous (export MASTER_ADDR and MASTER_PORT)", l->source, l->world_size);
+        return -1;
+    }
+    if (l->kind == COMM_LAUNCH_ENV && l->rank != 0 && !addr) {   /* what tcp_bcast would say, but now */
+        snprintf(err, errlen, "%s started %d ranks but MASTER_ADDR is not set: the other ranks need "
+                 "rank 0's host (export MASTER_ADDR and MASTER_PORT)", l->source, l->world_size);
         return -1;
     }
     l->master_port = port;
@@ -254,6 +270,7 @@ typedef struct Supervisor {
     Relay *relay;
     ShmHeader *h;
     int first_fail, fail_code, interrupted_by;
+    int graceful;                /* the ranks stop themselves on a signal (CommLaunch.graceful_stop) */
     double kill_at;              /* > 0: SIGKILL whoever is left at this time */
 } Supervisor;
 
@@ -321,7 +338,7 @@ static void sup_reap(Supervisor *s) {
         if (code != 0 && s->first_fail < 0) {
             s->first_fail = r;
             s->fail_code = code;
-            if (!s->interrupted_by) {
+            if (!s->interrupted_by || s->graceful) {
                 char how[64];
                 shm_describe_status(code, how, sizeof how);
                 shm_abort_set(s->h, r, code);
@@ -336,6 +353,12 @@ static void sup_reap(Supervisor *s) {
 static void sup_interrupt(Supervisor *s, int sig) {
     if (s->interrupted_by) { sup_kill_all(s, SIGKILL); return; }   /* a second Ctrl-C */
     s->interrupted_by = sig;
+    if (s->graceful) {   /* the ranks finish their step, checkpoint and exit 0 */
+        fprintf(stderr, "train: signal %d: the ranks stop after this step and checkpoint "
+                "(a second signal stops them at once)\n", sig);
+        sup_kill_all(s, sig);
+        return;
+    }
     shm_abort_set(s->h, -1, -sig);
     fprintf(stderr, "error: interrupted by signal %d; stopping all ranks\n", sig);
     sup_kill_all(s, SIGTERM);
@@ -376,7 +399,7 @@ static int supervise(Supervisor *s) {
         while (r->fd >= 0 && relay_pump(r)) {}
         if (r->fd >= 0) { if (r->len) relay_emit(r, r->buf, r->len); close(r->fd); r->fd = -1; }
     }
-    if (s->interrupted_by) return 128 + s->interrupted_by;
+    if (s->interrupted_by && !s->graceful) return 128 + s->interrupted_by;
     if (s->first_fail >= 0) return s->fail_code > 0 ? s->fail_code : 128 - s->fail_code;
     return 0;
 }
@@ -414,7 +437,7 @@ int comm_launch_start(CommLaunch *l, char *err, size_t errlen) {
     l->shared = seg;
     l->shared_bytes = bytes;
 
-    Supervisor s = { .world = W, .first_fail = -1, .h = seg };
+    Supervisor s = { .world = W, .first_fail = -1, .h = seg, .graceful = l->graceful_stop };
     s.pid = calloc((size_t)W, sizeof *s.pid);
     s.alive = calloc((size_t)W, sizeof *s.alive);
     s.relay = calloc((size_t)(2 * W), sizeof *s.relay);

@@ -9,61 +9,63 @@
 #include <stdlib.h>
 #include <string.h>
 #include "data.h"
+#include "safe.h"
 
 #define TOKENS_MAGIC 20240520
 #define HEADER_BYTES (256 * 4)
+/* The most tokens a file may hold: a token file's count is an int32. */
+#define MAX_TOKENS 0x7fffffffu
 
-int data_load(DataSet *ds, const char *path, char *err, size_t errlen) {
+int data_parse(DataSet *ds, const char *path, const unsigned char *buf, size_t size, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open data file %s", path); return -1; }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
     int32_t header[256] = {0};
-    int is_token_file = size >= HEADER_BYTES && fread(header, 4, 256, f) == 256 &&
-                        header[0] == TOKENS_MAGIC;
-    if (is_token_file) {
+    if (size >= HEADER_BYTES) memcpy(header, buf, HEADER_BYTES);
+    if (size >= HEADER_BYTES && header[0] == TOKENS_MAGIC) {
         if (header[1] != 1) {
             snprintf(err, errlen, "%s: token file version %d, expected 1", path, header[1]);
-            fclose(f);
             return -1;
         }
-        long expect = HEADER_BYTES + 2L * header[2];
+        size_t expect = HEADER_BYTES + 2 * (size_t)(uint32_t)header[2];   /* < 2^33: no wrap */
         if (header[2] < 0 || size != expect) {
-            snprintf(err, errlen, "%s: truncated or corrupt token file: header says %d tokens (%ld bytes), file has %ld bytes",
-                     path, header[2], expect, size);
-            fclose(f);
+            snprintf(err, errlen, "%s: truncated or corrupt token file: header says %d tokens (%zu bytes), file has %zu bytes",
+                     path, header[2], header[2] < 0 ? (size_t)0 : expect, size);
             return -1;
         }
         ds->n_tokens = (size_t)header[2];
-        uint16_t *raw = malloc(ds->n_tokens * 2 + 1);
-        ds->tokens = malloc(ds->n_tokens * sizeof(int) + 1);
-        if (fread(raw, 2, ds->n_tokens, f) != ds->n_tokens) {
-            snprintf(err, errlen, "%s: read error", path);
-            free(raw); fclose(f); data_free(ds);
-            return -1;
+        ds->tokens = safe_malloc(ds->n_tokens * sizeof(int), "the tokens");
+        for (size_t i = 0; i < ds->n_tokens; i++) {
+            uint16_t t;
+            memcpy(&t, buf + HEADER_BYTES + 2 * i, 2);
+            ds->tokens[i] = t;
         }
-        for (size_t i = 0; i < ds->n_tokens; i++) ds->tokens[i] = raw[i];
-        free(raw);
     } else {
-        ds->is_bytes = 1;
-        ds->n_tokens = (size_t)size;
-        unsigned char *raw = malloc(ds->n_tokens + 1);
-        ds->tokens = malloc(ds->n_tokens * sizeof(int) + 1);
-        fseek(f, 0, SEEK_SET);
-        if (fread(raw, 1, ds->n_tokens, f) != ds->n_tokens) {
-            snprintf(err, errlen, "%s: read error", path);
-            free(raw); fclose(f); data_free(ds);
+        if (size > MAX_TOKENS) {
+            snprintf(err, errlen, "%s: %zu bytes, more than the %u tokens a data file may hold", path, size, MAX_TOKENS);
             return -1;
         }
-        for (size_t i = 0; i < ds->n_tokens; i++) ds->tokens[i] = raw[i];
-        free(raw);
+        ds->is_bytes = 1;
+        ds->n_tokens = size;
+        ds->tokens = safe_malloc(ds->n_tokens * sizeof(int), "the tokens");
+        for (size_t i = 0; i < ds->n_tokens; i++) ds->tokens[i] = buf[i];
     }
-    fclose(f);
     for (size_t i = 0; i < ds->n_tokens; i++)
         if (ds->tokens[i] > ds->max_token) ds->max_token = ds->tokens[i];
     return 0;
+}
+
+int data_load(DataSet *ds, const char *path, char *err, size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    unsigned char *buf;
+    size_t size;
+    char why[512];
+    if (safe_read_file(path, HEADER_BYTES + 2 * (size_t)MAX_TOKENS, &buf, &size, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot read data file %s: %s", path, why);
+        if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open data file %s", why + 12);
+        return -1;
+    }
+    int rc = data_parse(ds, path, buf, size, err, errlen);
+    free(buf);
+    return rc;
 }
 
 static uint64_t splitmix(uint64_t *s) {
@@ -84,7 +86,7 @@ int data_prepare(DataSet *ds, const char *path, int T, int shuffle, uint64_t see
     free(ds->perm);
     ds->perm = NULL;
     if (shuffle) {  /* Fisher-Yates, seeded */
-        ds->perm = malloc(ds->n_seqs * sizeof(size_t));
+        ds->perm = safe_malloc(ds->n_seqs * sizeof(size_t), "the shuffled order");
         for (size_t i = 0; i < ds->n_seqs; i++) ds->perm[i] = i;
         uint64_t s = seed ^ 0x5eed5eedULL;
         for (size_t i = ds->n_seqs - 1; i > 0; i--) {
@@ -117,32 +119,55 @@ void data_free(DataSet *ds) {
 
 #define TOKENIZER_MAGIC 20240328
 
-int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen) {
+int data_tokenizer_parse(Tokenizer *t, const char *path, const unsigned char *buf, size_t size, char *err,
+                         size_t errlen) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open tokenizer file %s", path); return -1; }
-    uint32_t h[256];
-    if (fread(h, 4, 256, f) != 256 || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2)) {
+    uint32_t h[256] = {0};
+    if (size >= HEADER_BYTES) memcpy(h, buf, HEADER_BYTES);
+    if (size < HEADER_BYTES || h[0] != TOKENIZER_MAGIC || (h[1] != 1 && h[1] != 2)) {
         snprintf(err, errlen, "%s: not an llm.c tokenizer file (magic %u version %u, expected %d version 1 or 2)",
                  path, h[0], h[1], TOKENIZER_MAGIC);
-        fclose(f);
         return -1;
     }
-    t->vocab = (int)h[2];
-    t->text = calloc(t->vocab, sizeof(char *));
-    for (int i = 0; i < t->vocab; i++) {
-        unsigned char len;
-        if (fread(&len, 1, 1, f) != 1 || !(t->text[i] = malloc(len + 1u)) ||
-            fread(t->text[i], 1, len, f) != len) {
-            snprintf(err, errlen, "%s: truncated at token %d of %d", path, i, t->vocab);
-            fclose(f);
+    /* each token takes at least its length byte: a vocabulary the file cannot hold is refused before
+     * anything is allocated for it */
+    if (h[2] < 1 || h[2] > SAFE_MAX_VOCAB || h[2] > size - HEADER_BYTES) {
+        snprintf(err, errlen, "%s: tokenizer vocabulary %u is outside 1..%d or larger than its %zu bytes can hold",
+                 path, h[2], SAFE_MAX_VOCAB, size - HEADER_BYTES);
+        return -1;
+    }
+    int vocab = (int)h[2];
+    t->text = safe_malloc((size_t)vocab * sizeof(char *), "the tokenizer");
+    size_t off = HEADER_BYTES;
+    for (int i = 0; i < vocab; i++) {
+        size_t len = off < size ? buf[off] : 0;
+        if (off >= size || len > size - off - 1) {
+            snprintf(err, errlen, "%s: truncated at token %d of %d", path, i, vocab);
             data_tokenizer_free(t);
             return -1;
         }
+        t->text[i] = safe_malloc(len + 1, "a token's text");
+        memcpy(t->text[i], buf + off + 1, len);
         t->text[i][len] = 0;
+        t->vocab = i + 1;   /* what data_tokenizer_free frees */
+        off += 1 + len;
     }
-    fclose(f);
     return 0;
+}
+
+int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    unsigned char *buf;
+    size_t size;
+    char why[512];
+    if (safe_read_file(path, HEADER_BYTES + 256 * (size_t)SAFE_MAX_VOCAB, &buf, &size, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot read tokenizer file %s: %s", path, why);
+        if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open tokenizer file %s", why + 12);
+        return -1;
+    }
+    int rc = data_tokenizer_parse(t, path, buf, size, err, errlen);
+    free(buf);
+    return rc;
 }
 
 const char *data_token_text(const Tokenizer *t, int id) {

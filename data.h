@@ -16,9 +16,14 @@ typedef struct DataSet {
 } DataSet;
 
 /* Reads an llm.c token file (header magic 20240520, version 1, count, then
- * uint16 tokens) or, for any other file, its bytes. Returns 0, or -1 with one
- * line in err naming the file and what was expected and found. */
+ * uint16 tokens) or, for any other file, its bytes (at most 2^31 - 1 tokens).
+ * A regular file, or a pipe, FIFO or /dev/stdin read to its end (safe.h);
+ * directories and devices are refused. Returns 0, or -1 with one line in err
+ * naming the file and what was expected and found. */
 int data_load(DataSet *ds, const char *path, char *err, size_t errlen);
+/* data_load of a file already in memory (buf [size]; path only names it in
+ * err): the fuzz target. */
+int data_parse(DataSet *ds, const char *path, const unsigned char *buf, size_t size, char *err, size_t errlen);
 
 /* Fixes the sequence length and, with shuffle, a seeded permutation of the
  * sequences. Returns -1 with err when the file is shorter than T + 1 tokens. */
@@ -42,6 +47,9 @@ typedef struct Tokenizer {
 
 /* Returns 0, or -1 with one line in err naming the file and the problem. */
 int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen);
+/* data_tokenizer_load of a file in memory (buf [size]): the fuzz target. */
+int data_tokenizer_parse(Tokenizer *t, const char *path, const unsigned char *buf, size_t size, char *err,
+                         size_t errlen);
 /* The bytes of token id, or NULL when it is outside the tokenizer. */
 const char *data_token_text(const Tokenizer *t, int id);
 void data_tokenizer_free(Tokenizer *t);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt.h"
+#include "safe.h"
 
 static const char *tensor_names[GPT_NTENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -99,6 +100,14 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
                  cfg->layers, cfg->heads, cfg->dim, cfg->max_seq, cfg->vocab);
         return -1;
     }
+    /* What the program can run (safe.h): bounded before any size is computed. */
+    if (safe_range("layers", cfg->layers, 1, SAFE_MAX_LAYERS, err, errlen) != 0 ||
+        safe_range("heads", cfg->heads, 1, SAFE_MAX_HEADS, err, errlen) != 0 ||
+        safe_range("dim", cfg->dim, 1, SAFE_MAX_DIM, err, errlen) != 0 ||
+        safe_range("max-seq", cfg->max_seq, 1, SAFE_MAX_SEQ, err, errlen) != 0 ||
+        safe_range("vocab", cfg->vocab, 1, SAFE_MAX_VOCAB, err, errlen) != 0 ||
+        safe_range("padded vocab", cfg->padded_vocab, 0, SAFE_MAX_VOCAB, err, errlen) != 0)
+        return -1;
     if (cfg->dim % cfg->heads != 0) {
         snprintf(err, errlen, "--dim %d is not divisible by --heads %d", cfg->dim, cfg->heads);
         return -1;

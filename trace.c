@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include "trace.h"
+#include "safe.h"
 
 #define TRACE_DEPTH 16
 #define TRACE_NAME 64
@@ -41,8 +42,12 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void part_path(char *out, size_t n, const char *path, int rank) {
-    snprintf(out, n, "%s.%d.part", path, rank);
+/* <path>.<rank>.part, malloc'd (NULL when memory runs out). */
+static char *part_path(const char *path, int rank) {
+    size_t n = strlen(path) + 24;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s.%d.part", path, rank);
+    return out;
 }
 
 /* s as a JSON string body: quote, backslash and control bytes escaped. */
@@ -68,16 +73,17 @@ static void put_meta(FILE *f, const char *what, int rank, int tid, const char *v
 
 Trace *trace_open(const char *path, int rank, int world) {
     if (!path || !*path) return NULL;
-    char name[4096];
-    part_path(name, sizeof name, path, rank);
-    Trace *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
+    char *name = part_path(path, rank);
+    Trace *t = name ? calloc(1, sizeof *t) : NULL;
+    if (!t) { free(name); return NULL; }
     t->f = fopen(name, "w");
     if (!t->f) {
         fprintf(stderr, "trace: cannot create %s: %s\n", name, strerror(errno));
+        free(name);
         free(t);
         return NULL;
     }
+    free(name);
     setvbuf(t->f, NULL, _IOFBF, 1 << 20);
     t->rank = rank;
     char label[32];
@@ -153,34 +159,35 @@ static int copy_part(FILE *out, const char *part, int *first) {
 
 int trace_merge(const char *path, int world) {
     if (!path || !*path) return -1;
-    char tmp[4096], part[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        fprintf(stderr, "trace: cannot create %s: %s\n", tmp, strerror(errno));
+    SafeOut o;
+    char err[512];
+    if (safe_out_open(&o, path, err, sizeof err) != 0) {
+        fprintf(stderr, "trace: %s\n", err);
         return -1;
     }
+    FILE *out = o.f;
     fprintf(out, "{\"traceEvents\":[\n");
     int first = 1, events = 0, missing = 0;
     for (int r = 0; r < world; r++) {
-        part_path(part, sizeof part, path, r);
-        int n = copy_part(out, part, &first);
+        char *part = part_path(path, r);
+        int n = part ? copy_part(out, part, &first) : -1;
         if (n < 0) {
-            fprintf(stderr, "trace: rank %d's part %s is missing: %s\n", r, part, strerror(errno));
+            fprintf(stderr, "trace: rank %d's part %s is missing: %s\n", r, part ? part : path, strerror(errno));
             missing++;
         } else {
             events += n;
         }
+        free(part);
     }
     fprintf(out, "\n]}\n");
-    if (fclose(out) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "trace: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
+    if (safe_out_commit(&o, err, sizeof err) != 0) {
+        fprintf(stderr, "trace: %s\n", err);
         return -1;
     }
     for (int r = 0; r < world; r++) {
-        part_path(part, sizeof part, path, r);
-        remove(part);
+        char *part = part_path(path, r);
+        if (part) remove(part);
+        free(part);
     }
     return missing ? -1 : events;
 }

@@ -589,7 +589,7 @@ static void test_plans(Checks *ck) {
     rc = comm_launch_plan(0, &l, err, sizeof err);
     check(ck, !rc && l.kind == COMM_LAUNCH_SINGLE && l.world_size == 1, "plan_slurm_batch",
           "SLURM_PROCID/SLURM_NTASKS without SLURM_STEP_ID (a batch script's shell): %s rank", l.source);
-    setenv("SLURM_STEP_ID", "0", 1); setenv("MASTER_PORT", "29500", 1);
+    setenv("SLURM_STEP_ID", "0", 1); setenv("MASTER_PORT", "29500", 1); setenv("MASTER_ADDR", "node7", 1);
     rc = comm_launch_plan(0, &l, err, sizeof err);
     check(ck, !rc && l.kind == COMM_LAUNCH_ENV && l.rank == 5 && l.world_size == 16 && l.local_rank == 1 &&
               l.local_size == 8 && !strcmp(l.source, "slurm"),
