@@ -34,7 +34,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 
-OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o trace.o selftest.o version.o
+OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o trace.o selftest.o version.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -145,7 +145,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline clean
+.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-ckpt clean
 
 all: build
 
@@ -182,7 +182,9 @@ endif
 
 train: build $(DATA) $(VAL)
 	./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
-	        --sample 400 $(TRAIN_FLAGS)
+	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 $(TRAIN_FLAGS)
+	@echo "checkpoints in checkpoints/ (the newest: checkpoints/$$(cat checkpoints/latest 2>/dev/null)); continue the run with:"
+	@echo "  make train TRAIN_FLAGS='$(TRAIN_FLAGS) --resume --steps <more steps>'"
 
 data/tinyshakespeare.txt:
 	@mkdir -p data
@@ -242,7 +244,13 @@ bench-comm: bench/bench_comm
 bench-pipeline: build
 	@sh bench/bench_pipeline.sh
 
+bench-ckpt: build
+	@sh bench/bench_ckpt.sh
+
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out .flags-c .flags-cu .flags-version
+
+# make fuzz, make sanitize
+include fuzz/fuzz.mk

@@ -81,6 +81,8 @@ typedef struct CommLaunch {
                                which already holds MASTER_PORT */
     double comm_timeout_s;  /* --comm-timeout: how long an NCCL operation may take before the
                                rank's watchdog stops it (0: 300 s); set before comm_init */
+    int graceful_stop;      /* --ranks: the first SIGINT/SIGTERM is passed to the ranks, which
+                               finish their step and checkpoint; the second kills them */
     void *shared;           /* fork: the segment mapped before the fork, inherited */
     size_t shared_bytes;
 } CommLaunch;

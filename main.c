@@ -31,6 +31,7 @@
 #include "gpt.h"
 #include "data.h"
 #include "ckpt.h"
+#include "checkpoint.h"
 #include "optim.h"
 #include "comm.h"
 #include "dp.h"
@@ -39,6 +40,7 @@
 #include "trace.h"
 #include "selftest.h"
 #include "version.h"
+#include "safe.h"
 
 #define EXIT_USAGE 2
 
@@ -75,6 +77,10 @@ typedef struct Args {
     const char *trace;
     int pin_cores;            /* pin each rank of this host to its own cores */
     const char *tokenizer;    /* llm.c tokenizer file to print samples of token data as text */
+    const char *checkpoint_dir;  /* --checkpoint-dir: sharded checkpoints (checkpoint.c) */
+    int checkpoint_every;     /* --checkpoint-every N steps (0: only at the end) */
+    int keep;                 /* --keep K complete checkpoints */
+    int resume;               /* --resume from checkpoint_dir/latest */
     int comm_stats;
 } Args;
 
@@ -97,6 +103,8 @@ typedef struct Run {
     DataSet train, val;
     Tokenizer tok;            /* vocab 0 when there is none */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
+    Checkpoint ck;            /* --resume: the checkpoint continued from */
+    double load_ms;           /* --resume: how long loading it took */
 } Run;
 
 static void usage(FILE *f) {
@@ -147,7 +155,12 @@ static void usage(FILE *f) {
         "  --recompute            keep each layer's input only; recompute the rest in backward\n"
         "  --show-schedule        draw the schedule and its bubble before training\n"
         "  --trace FILE           Chrome/Perfetto trace of every rank's spans\n"
-        "  --pin-cores            pin each rank to its own cores (benchmarks)\n");
+        "  --pin-cores            pin each rank to its own cores (benchmarks)\n"
+        "checkpoints:\n"
+        "  --checkpoint-dir DIR   sharded checkpoints in DIR/step-N (each rank writes what it owns)\n"
+        "  --checkpoint-every N   every N steps (0: only at the end and on SIGTERM/SIGINT)\n"
+        "  --keep K               complete checkpoints kept (2)\n"
+        "  --resume               continue from DIR/latest, under this run's layout\n");
 }
 
 /* One line on stderr, exit status 2: for everything the user can fix. */
@@ -162,22 +175,34 @@ static void die_usage(const char *fmt, ...) {
     exit(EXIT_USAGE);
 }
 
-static long parse_int(const char *flag, const char *s, long lo, long hi) {
+/* The parser's errors: one line in err, -1 (args_parse returns it; it never exits). */
+__attribute__((format(printf, 3, 4)))
+static int arg_fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out, char *err, size_t errlen) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end) die_usage("%s expects an integer, got '%s'", flag, s);
-    if (v < lo || v > hi) die_usage("%s must be between %ld and %ld, got %ld", flag, lo, hi, v);
-    return v;
+    if (errno || end == s || *end) return arg_fail(err, errlen, "%s expects an integer, got '%s'", flag, s);
+    if (v < lo || v > hi) return arg_fail(err, errlen, "%s must be between %ld and %ld, got %ld", flag, lo, hi, v);
+    *out = v;
+    return 0;
 }
 
-static float parse_float(const char *flag, const char *s, double lo, double hi) {
+static int parse_float(const char *flag, const char *s, double lo, double hi, float *out, char *err, size_t errlen) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) die_usage("%s expects a number, got '%s'", flag, s);
-    if (v < lo || v > hi) die_usage("%s must be between %g and %g, got %g", flag, lo, hi, v);
-    return (float)v;
+    if (errno || end == s || *end || !isfinite(v)) return arg_fail(err, errlen, "%s expects a number, got '%s'", flag, s);
+    if (v < lo || v > hi) return arg_fail(err, errlen, "%s must be between %g and %g, got %g", flag, lo, hi, v);
+    *out = (float)v;
+    return 0;
 }
 
 enum {
@@ -187,9 +212,16 @@ enum {
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME,
 };
 
-static void parse_args(Args *a, int argc, char **argv) {
+/* What args_parse asks of its caller besides an error. */
+enum { ARGS_RUN = 0, ARGS_HELP = 1, ARGS_VERSION = 2 };
+
+/* Fills a from the command line. Returns ARGS_RUN, ARGS_HELP or
+ * ARGS_VERSION, or -1 with one line in err; never exits (the fuzz target
+ * fuzz/fuzz_args.c calls it). */
+static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
     static const struct option opts[] = {
         {"data", 1, 0, F_DATA}, {"val", 1, 0, F_VAL}, {"init", 1, 0, F_INIT},
         {"save", 1, 0, F_SAVE}, {"layers", 1, 0, F_LAYERS}, {"heads", 1, 0, F_HEADS},
@@ -212,6 +244,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         {"peak-tflops", 1, 0, F_PEAK}, {"deterministic", 0, 0, F_DETERMINISTIC},
         {"version", 0, 0, F_VERSION}, {"no-self-test", 0, 0, F_NOSELFTEST},
         {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
+        {"checkpoint-dir", 1, 0, F_CKPTDIR}, {"checkpoint-every", 1, 0, F_CKPTEVERY},
+        {"keep", 1, 0, F_KEEP}, {"resume", 0, 0, F_RESUME},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -222,7 +256,11 @@ static void parse_args(Args *a, int argc, char **argv) {
     a->backend = -1;
     a->dpc = (DPConfig){.mode = DP_ALLREDUCE, .zero = 0, .offload = 0, .bucket_mb = 25.0};
     a->schedule = PP_1F1B;
+    a->keep = 2;
     opterr = 0;
+    optind = 0;   /* getopt_long from the start, each call */
+    long iv;
+    float fv;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         const char *flag = argv[optind - 1];
@@ -231,76 +269,108 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_VAL: a->val = optarg; break;
         case F_INIT: a->init = optarg; break;
         case F_SAVE: a->save = optarg; break;
-        case F_LAYERS: a->model.layers = parse_int("--layers", optarg, 1, 1024); break;
-        case F_HEADS: a->model.heads = parse_int("--heads", optarg, 1, 1024); break;
-        case F_DIM: a->model.dim = parse_int("--dim", optarg, 1, 65536); break;
-        case F_MAXSEQ: a->model.max_seq = parse_int("--max-seq", optarg, 1, 1 << 20); break;
-        case F_VOCAB: a->model.vocab = parse_int("--vocab", optarg, 1, 1 << 24); break;
-        case F_BATCH: a->batch = parse_int("--batch", optarg, 1, 1 << 20); break;
-        case F_SEQ: a->seq = parse_int("--seq", optarg, 1, 1 << 20); break;
-        case F_MICRO: a->micro_batches = parse_int("--micro-batches", optarg, 1, 1 << 20); break;
-        case F_STEPS: a->steps = parse_int("--steps", optarg, 0, 1L << 30); break;
-        case F_LR: a->opt.lr = parse_float("--lr", optarg, 0, 10); break;
-        case F_LRMIN: a->opt.lr_min = parse_float("--lr-min", optarg, 0, 10); break;
-        case F_WARMUP: a->opt.warmup = parse_int("--warmup", optarg, 0, 1L << 30); break;
+        case F_LAYERS: if (parse_int("--layers", optarg, 1, SAFE_MAX_LAYERS, &iv, err, errlen)) return -1;
+            a->model.layers = iv; break;
+        case F_HEADS: if (parse_int("--heads", optarg, 1, SAFE_MAX_HEADS, &iv, err, errlen)) return -1;
+            a->model.heads = iv; break;
+        case F_DIM: if (parse_int("--dim", optarg, 1, SAFE_MAX_DIM, &iv, err, errlen)) return -1;
+            a->model.dim = iv; break;
+        case F_MAXSEQ: if (parse_int("--max-seq", optarg, 1, SAFE_MAX_SEQ, &iv, err, errlen)) return -1;
+            a->model.max_seq = iv; break;
+        case F_VOCAB: if (parse_int("--vocab", optarg, 1, SAFE_MAX_VOCAB, &iv, err, errlen)) return -1;
+            a->model.vocab = iv; break;
+        case F_BATCH: if (parse_int("--batch", optarg, 1, 1 << 20, &iv, err, errlen)) return -1;
+            a->batch = iv; break;
+        case F_SEQ: if (parse_int("--seq", optarg, 1, SAFE_MAX_SEQ, &iv, err, errlen)) return -1;
+            a->seq = iv; break;
+        case F_MICRO: if (parse_int("--micro-batches", optarg, 1, 1 << 20, &iv, err, errlen)) return -1;
+            a->micro_batches = iv; break;
+        case F_STEPS: if (parse_int("--steps", optarg, 0, 1L << 30, &iv, err, errlen)) return -1;
+            a->steps = iv; break;
+        case F_LR: if (parse_float("--lr", optarg, 0, 10, &fv, err, errlen)) return -1;
+            a->opt.lr = fv; break;
+        case F_LRMIN: if (parse_float("--lr-min", optarg, 0, 10, &fv, err, errlen)) return -1;
+            a->opt.lr_min = fv; break;
+        case F_WARMUP: if (parse_int("--warmup", optarg, 0, 1L << 30, &iv, err, errlen)) return -1;
+            a->opt.warmup = iv; break;
         case F_DECAY:
             if (!strcmp(optarg, "cosine")) a->opt.cosine = 1;
             else if (!strcmp(optarg, "none")) a->opt.cosine = 0;
-            else die_usage("--lr-decay must be cosine or none, got '%s'", optarg);
+            else return arg_fail(err, errlen, "--lr-decay must be cosine or none, got '%s'", optarg);
             break;
-        case F_BETA1: a->opt.beta1 = parse_float("--beta1", optarg, 0, 0.999999); break;
-        case F_BETA2: a->opt.beta2 = parse_float("--beta2", optarg, 0, 0.999999); break;
-        case F_EPS: a->opt.eps = parse_float("--eps", optarg, 0, 1); break;
-        case F_WD: a->opt.wd = parse_float("--wd", optarg, 0, 10); break;
-        case F_CLIP: a->opt.clip = parse_float("--clip", optarg, 0, 1e30); break;
-        case F_SEED: a->seed = (uint64_t)parse_int("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+        case F_BETA1: if (parse_float("--beta1", optarg, 0, 0.999999, &fv, err, errlen)) return -1;
+            a->opt.beta1 = fv; break;
+        case F_BETA2: if (parse_float("--beta2", optarg, 0, 0.999999, &fv, err, errlen)) return -1;
+            a->opt.beta2 = fv; break;
+        case F_EPS: if (parse_float("--eps", optarg, 0, 1, &fv, err, errlen)) return -1;
+            a->opt.eps = fv; break;
+        case F_WD: if (parse_float("--wd", optarg, 0, 10, &fv, err, errlen)) return -1;
+            a->opt.wd = fv; break;
+        case F_CLIP: if (parse_float("--clip", optarg, 0, 1e30, &fv, err, errlen)) return -1;
+            a->opt.clip = fv; break;
+        case F_SEED: if (parse_int("--seed", optarg, 0, 0x7fffffffffffffffL, &iv, err, errlen)) return -1;
+            a->seed = (uint64_t)iv; break;
         case F_SHUFFLE: a->shuffle = 1; break;
         case F_DEVICE:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                die_usage("--device must be cpu or cuda, got '%s'", optarg);
+                return arg_fail(err, errlen, "--device must be cpu or cuda, got '%s'", optarg);
             a->device = optarg;
             break;
-        case F_GPU: a->gpu = parse_int("--gpu", optarg, 0, 1023); break;
+        case F_GPU: if (parse_int("--gpu", optarg, 0, 1023, &iv, err, errlen)) return -1;
+            a->gpu = iv; break;
         case F_DTYPE:
             if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
-                die_usage("--dtype must be bf16 or fp32, got '%s'", optarg);
+                return arg_fail(err, errlen, "--dtype must be bf16 or fp32, got '%s'", optarg);
             a->dtype = optarg;
             break;
-        case F_PEAK: a->peak_tflops = parse_float("--peak-tflops", optarg, 1e-3, 1e6); break;
+        case F_PEAK: if (parse_float("--peak-tflops", optarg, 1e-3, 1e6, &fv, err, errlen)) return -1;
+            a->peak_tflops = fv; break;
         case F_DETERMINISTIC: a->deterministic = 1; break;
         case F_NOSELFTEST: a->no_self_test = 1; break;
         case F_BACKEND:
             if (!strcmp(optarg, "nccl")) a->backend = COMM_NCCL;
             else if (!strcmp(optarg, "shm")) a->backend = COMM_SHM;
             else if (!strcmp(optarg, "auto")) a->backend = -1;
-            else die_usage("--backend must be nccl, shm or auto, got '%s'", optarg);
+            else return arg_fail(err, errlen, "--backend must be nccl, shm or auto, got '%s'", optarg);
             break;
-        case F_COMMTIMEOUT: a->comm_timeout = parse_float("--comm-timeout", optarg, 0.01, 1e6); break;
-        case F_THREADS: a->threads = parse_int("--threads", optarg, 1, 4096); break;
-        case F_VALEVERY: a->val_every = parse_int("--val-every", optarg, 0, 1L << 30); break;
-        case F_VALBATCHES: a->val_batches = parse_int("--val-batches", optarg, 1, 1L << 30); break;
-        case F_SAMPLE: a->sample = parse_int("--sample", optarg, 0, 1 << 24); break;
-        case F_TEMP: a->temperature = parse_float("--temperature", optarg, 1e-6, 100); break;
-        case F_HELP: usage(stdout); exit(0);
-        case F_VERSION: version_print(stdout); exit(0);
-        case F_RANKS: a->ranks = parse_int("--ranks", optarg, 1, COMM_MAX_RANKS); break;
-        case F_DP: a->dp = parse_int("--dp", optarg, 1, COMM_MAX_RANKS); break;
-        case F_TP: a->tp = parse_int("--tp", optarg, 1, COMM_MAX_RANKS); break;
-        case F_PP: a->pp = parse_int("--pp", optarg, 1, COMM_MAX_RANKS); break;
+        case F_COMMTIMEOUT: if (parse_float("--comm-timeout", optarg, 0.01, 1e6, &fv, err, errlen)) return -1;
+            a->comm_timeout = fv; break;
+        case F_THREADS: if (parse_int("--threads", optarg, 1, 4096, &iv, err, errlen)) return -1;
+            a->threads = iv; break;
+        case F_VALEVERY: if (parse_int("--val-every", optarg, 0, 1L << 30, &iv, err, errlen)) return -1;
+            a->val_every = iv; break;
+        case F_VALBATCHES: if (parse_int("--val-batches", optarg, 1, 1L << 30, &iv, err, errlen)) return -1;
+            a->val_batches = iv; break;
+        case F_SAMPLE: if (parse_int("--sample", optarg, 0, 1 << 24, &iv, err, errlen)) return -1;
+            a->sample = iv; break;
+        case F_TEMP: if (parse_float("--temperature", optarg, 1e-6, 100, &fv, err, errlen)) return -1;
+            a->temperature = fv; break;
+        case F_HELP: return ARGS_HELP;
+        case F_VERSION: return ARGS_VERSION;
+        case F_RANKS: if (parse_int("--ranks", optarg, 1, COMM_MAX_RANKS, &iv, err, errlen)) return -1;
+            a->ranks = iv; break;
+        case F_DP: if (parse_int("--dp", optarg, 1, COMM_MAX_RANKS, &iv, err, errlen)) return -1;
+            a->dp = iv; break;
+        case F_TP: if (parse_int("--tp", optarg, 1, COMM_MAX_RANKS, &iv, err, errlen)) return -1;
+            a->tp = iv; break;
+        case F_PP: if (parse_int("--pp", optarg, 1, COMM_MAX_RANKS, &iv, err, errlen)) return -1;
+            a->pp = iv; break;
         case F_DPMODE:
             if (!strcmp(optarg, "ddp")) a->dpc.mode = DP_ALLREDUCE;
             else if (!strcmp(optarg, "ps")) a->dpc.mode = DP_PS;
-            else die_usage("--dp-mode must be ddp or ps, got '%s'", optarg);
+            else return arg_fail(err, errlen, "--dp-mode must be ddp or ps, got '%s'", optarg);
             break;
-        case F_ZERO: a->dpc.zero = parse_int("--zero", optarg, 0, 3); break;
+        case F_ZERO: if (parse_int("--zero", optarg, 0, 3, &iv, err, errlen)) return -1;
+            a->dpc.zero = iv; break;
         case F_OFFLOAD: a->dpc.offload = 1; break;
-        case F_BUCKET: a->dpc.bucket_mb = parse_float("--bucket-mb", optarg, 1e-6, 1e6); break;
+        case F_BUCKET: if (parse_float("--bucket-mb", optarg, 1e-6, 1e6, &fv, err, errlen)) return -1;
+            a->dpc.bucket_mb = fv; break;
         case F_COMMSTATS: a->comm_stats = 1; break;
         case F_SP: a->sp = 1; break;
         case F_DUMPGRADS: a->dump_grads = optarg; break;
         case F_SCHEDULE: {
             int k = pp_schedule_parse(optarg);
-            if (k < 0) die_usage("--schedule must be naive, gpipe or 1f1b, got '%s'", optarg);
+            if (k < 0) return arg_fail(err, errlen, "--schedule must be naive, gpipe or 1f1b, got '%s'", optarg);
             a->schedule = (PPSchedule)k;
             break;
         }
@@ -310,9 +380,9 @@ static void parse_args(Args *a, int argc, char **argv) {
             while (*p) {
                 errno = 0;
                 long v = strtol(p, &end, 10);
-                if (end == p || errno || v < 1 || v > 100000 || (*end && *end != ',') ||
+                if (end == p || errno || v < 1 || v > SAFE_MAX_LAYERS || (*end && *end != ',') ||
                     a->nstage_layers == COMM_MAX_RANKS)
-                    die_usage("--stage-layers expects positive integers separated by commas, got '%s'", optarg);
+                    return arg_fail(err, errlen, "--stage-layers expects positive integers separated by commas, got '%s'", optarg);
                 a->stage_layers[a->nstage_layers++] = (int)v;
                 p = *end ? end + 1 : end;
             }
@@ -323,20 +393,40 @@ static void parse_args(Args *a, int argc, char **argv) {
         case F_TRACE: a->trace = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
         case F_TOKENIZER: a->tokenizer = optarg; break;
-        case ':': die_usage("%s needs a value", flag);
-        default: die_usage("unknown flag %s (see --help)", flag);
+        case F_CKPTDIR: a->checkpoint_dir = optarg; break;
+        case F_CKPTEVERY: if (parse_int("--checkpoint-every", optarg, 0, 1L << 30, &iv, err, errlen)) return -1;
+            a->checkpoint_every = iv; break;
+        case F_KEEP: if (parse_int("--keep", optarg, 1, 1000, &iv, err, errlen)) return -1;
+            a->keep = iv; break;
+        case F_RESUME: a->resume = 1; break;
+        case ':': return arg_fail(err, errlen, "%s needs a value", flag);
+        default: return arg_fail(err, errlen, "unknown flag %s (see --help)", flag);
         }
     }
-    if (optind < argc) die_usage("unexpected argument '%s' (see --help)", argv[optind]);
-    if (!a->data) die_usage("--data FILE is required");
+    if (optind < argc) return arg_fail(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!a->data) return arg_fail(err, errlen, "--data FILE is required");
     if (a->init && (a->model.layers || a->model.heads || a->model.dim || a->model.max_seq ||
                     a->model.vocab))
-        die_usage("--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
+        return arg_fail(err, errlen, "--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
     if (a->dpc.mode == DP_PS && a->dpc.zero)
-        die_usage("--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
+        return arg_fail(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
     if (a->dump_grads && (a->dpc.mode != DP_ALLREDUCE || a->dpc.zero))
-        die_usage("--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
+        return arg_fail(err, errlen, "--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
+    if ((a->resume || a->checkpoint_every) && !a->checkpoint_dir)
+        return arg_fail(err, errlen, "%s needs --checkpoint-dir DIR", a->resume ? "--resume" : "--checkpoint-every");
+    if (a->resume && a->init)
+        return arg_fail(err, errlen, "--resume takes the model from the checkpoint: drop --init");
     a->opt.steps = a->steps;
+    return ARGS_RUN;
+}
+
+/* args_parse, or one line on stderr and exit 2; --help and --version exit 0. */
+static void parse_args(Args *a, int argc, char **argv) {
+    char err[512];
+    int rc = args_parse(a, argc, argv, err, sizeof err);
+    if (rc < 0) die_usage("%s", err);
+    if (rc == ARGS_HELP) { usage(stdout); exit(0); }
+    if (rc == ARGS_VERSION) { version_print(stdout); exit(0); }
 }
 
 /* Loads a data file and checks it against the model. Exits 2 on bad input. */
@@ -363,6 +453,23 @@ static int probe_gpus(void) {
     return WEXITSTATUS(status);
 }
 
+/* --resume: the model is the checkpoint's; a model flag that names another
+ * one is an error. */
+static void resume_check_model(Run *r, GPTConfig *cfg) {
+    const GPTConfig *c = &r->ck.meta.cfg, *f = &r->a.model;
+    if ((f->layers && f->layers != c->layers) || (f->heads && f->heads != c->heads) ||
+        (f->dim && f->dim != c->dim) || (f->max_seq && f->max_seq != c->max_seq) ||
+        (f->vocab && f->vocab != c->vocab))
+        die_usage("%s/manifest.txt: the checkpoint holds another model (%d layers, %d heads, dim %d, "
+                  "max-seq %d, vocab %d) than the flags ask for", r->ck.dir, c->layers, c->heads, c->dim,
+                  c->max_seq, c->vocab);
+    *cfg = *c;
+    if (r->ck.meta.seed != r->a.seed || r->ck.meta.shuffle != r->a.shuffle)
+        fprintf(stderr, "train: warning: %s was written with --seed %llu%s: the data order differs from "
+                "that run's\n", r->ck.dir, (unsigned long long)r->ck.meta.seed,
+                r->ck.meta.shuffle ? " --shuffle" : "");
+}
+
 /* Everything that can be checked before a rank exists: the model's shape,
  * the data, the layout, the device. Exits 2 on the first problem. */
 static void run_check(Run *r) {
@@ -370,8 +477,20 @@ static void run_check(Run *r) {
     char err[512];
     GPTConfig cfg = a->model;
     DataSet *tr = &r->train;
+    /* every output can be written: found now, before any input is read or
+     * training done, not after it (safe.h) */
+    const char *outs[][2] = {{"--save", a->save}, {"--trace", a->trace}, {"--dump-grads", a->dump_grads}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if (outs[i][1] && safe_check_output(outs[i][0], outs[i][1], err, sizeof err) != 0) die_usage("%s", err);
+    size_t rows;   /* [B,T] rows of every activation: bounded before any input is read */
+    if (safe_mul((size_t)a->batch, (size_t)a->seq, &rows) != 0 || rows > SAFE_MAX_ROWS)
+        die_usage("--batch %d x --seq %d = %zu tokens a micro-batch, more than %d", a->batch, a->seq, rows,
+                  SAFE_MAX_ROWS);
     if (data_load(tr, a->data, err, sizeof err) != 0) die_usage("%s", err);
-    if (a->init) {
+    if (a->resume) {
+        if (checkpoint_open(a->checkpoint_dir, &r->ck, err, sizeof err) != 0) die_usage("%s", err);
+        resume_check_model(r, &cfg);
+    } else if (a->init) {
         if (ckpt_read_config(a->init, &cfg, err, sizeof err) != 0) die_usage("%s", err);
     } else {
         if (!cfg.layers) cfg.layers = 4;
@@ -390,23 +509,24 @@ static void run_check(Run *r) {
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         die_usage("%s", err);
-    if (a->save) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", a->save);
-        if (access(dirname(dir), W_OK) != 0) die_usage("--save %s: directory is not writable", a->save);
-    }
     if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) die_usage("%s", err);
     int dp = a->dp, tp = a->tp, pp = a->pp;
     if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
         die_usage("%s", err);
+    /* the tokens of a step are ints everywhere: bounded here */
+    size_t step_tokens;
+    if (safe_mul_n(&step_tokens, 4, (size_t)a->batch, (size_t)a->seq, (size_t)a->micro_batches, (size_t)dp) != 0 ||
+        step_tokens > SAFE_MAX_STEP_TOKENS)
+        die_usage("--batch %d x --seq %d x --micro-batches %d x dp %d tokens a step is more than %d", a->batch,
+                  a->seq, a->micro_batches, dp, SAFE_MAX_STEP_TOKENS);
     if (tp_check(&cfg, tp, a->sp, a->batch, a->seq, err, sizeof err) != 0) die_usage("%s", err);
     if (a->nstage_layers) {
-        int sum = 0;
+        long sum = 0;   /* at most COMM_MAX_RANKS x SAFE_MAX_LAYERS */
         for (int i = 0; i < a->nstage_layers; i++) sum += a->stage_layers[i];
         if (a->nstage_layers != pp)
             die_usage("--stage-layers gives %d stages, --pp is %d", a->nstage_layers, pp);
         if (sum != cfg.layers)
-            die_usage("--stage-layers adds up to %d layers, the model has %d", sum, cfg.layers);
+            die_usage("--stage-layers adds up to %ld layers, the model has %d", sum, cfg.layers);
     } else if (pp > cfg.layers) {
         die_usage("--pp %d exceeds the model's %d layers", pp, cfg.layers);
     }
@@ -424,6 +544,16 @@ static void run_check(Run *r) {
 #else
         die_usage("--device cuda: this build has no CUDA (nvcc was not found at build time)");
 #endif
+    /* the backend's own limits, before any rank starts (run_build picks the same one) */
+    CommBackend backend = a->backend >= 0 ? (CommBackend)a->backend
+                                          : comm_default_backend(&r->launch, r->kind, r->gpus);
+    if (backend == COMM_SHM && r->launch.world_size > COMM_MAX_RANKS)
+        die_usage("%s started %d ranks: the shared-memory backend takes at most %d ranks%s", r->launch.source,
+                  r->launch.world_size, COMM_MAX_RANKS, r->kind == DEV_CUDA ? "" : " (NCCL needs --device cuda)");
+#ifndef USE_NCCL
+    if (backend == COMM_NCCL) die_usage("--backend nccl: this build has no NCCL (nccl.h was not found at build time)");
+#endif
+    if (backend == COMM_NCCL && r->kind != DEV_CUDA) die_usage("--backend nccl needs --device cuda");
     r->dtype = a->dtype ? (strcmp(a->dtype, "bf16") ? DT_F32 : DT_BF16)
                         : (r->kind == DEV_CUDA ? DT_BF16 : DT_F32);
     r->cfg = cfg;
@@ -431,6 +561,8 @@ static void run_check(Run *r) {
 
 /* One rank: its device, the communicator and mesh, the model, data
  * parallelism, activations. Runs after the ranks are forked. */
+static double now_ms(void);
+
 static void run_build(Run *r) {
     Args *a = &r->a;
     char err[512];
@@ -498,17 +630,23 @@ static void run_build(Run *r) {
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
     if (a->init) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) die_usage("%s", err);
-    } else {
+    } else if (!a->resume) {
         gpt_init_random(&r->model, a->seed);
     }
     if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh, &a->opt, err, sizeof err) != 0)
         die_usage("%s", err);
+    double t_load = now_ms();
+    if (a->resume && checkpoint_load(&r->ck, &r->dp.z, &r->comm.world, err, sizeof err) != 0) {
+        fprintf(stderr, "train: %s\n", err);
+        exit(EXIT_USAGE);
+    }
+    r->load_ms = now_ms() - t_load;
     r->trace = trace_open(a->trace, r->comm.rank, r->comm.world_size);
     if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->schedule, a->micro_batches,
                  a->batch, a->seq, r->trace, err, sizeof err) != 0)
         die_usage("%s", err);
-    r->inputs = malloc((size_t)a->batch * a->seq * sizeof(int));
-    r->targets = malloc((size_t)a->batch * a->seq * sizeof(int));
+    r->inputs = safe_malloc((size_t)a->batch * a->seq * sizeof(int), "a micro-batch's inputs");
+    r->targets = safe_malloc((size_t)a->batch * a->seq * sizeof(int), "a micro-batch's targets");
 }
 
 static void run_free(Run *r) {
@@ -522,6 +660,7 @@ static void run_free(Run *r) {
     data_free(&r->train);
     data_free(&r->val);
     data_tokenizer_free(&r->tok);
+    checkpoint_free(&r->ck);
     dev_close(&r->dev);
 }
 
@@ -540,8 +679,9 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     char err[512];
     GPT *m = &r->model;
     size_t total = gpt_total_params(&m->cfg);
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    float *llmc = calloc(total + 1, sizeof(float));
+    float *host = safe_malloc(m->num_params * sizeof(float), "the parameters");
+    float *llmc = safe_malloc(total * sizeof(float), "the model in llm.c's order");
+    memset(llmc, 0, total * sizeof(float));
     dev_to_host(m->dev, host, buf, m->num_params * sizeof(float));
     gpt_llmc_copy(m, host, llmc, 1);
     comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
@@ -648,9 +788,11 @@ static void sample(Run *r, int n) {
     GPT *m = &r->model;
     int say = r->comm.rank == 0;  /* every rank samples (ZeRO-3 gathers are collective) */
     int T = r->a.seq, V = m->cfg.vocab, Vp = m->cfg.padded_vocab, Vl = Vp / m->tp;
-    int *ctx = malloc((size_t)(n + 1) * sizeof(int)), *window = calloc(T, sizeof(int));
-    float *logits = malloc((size_t)Vp * sizeof(float));  /* [Vp] the whole row */
-    uint16_t *row16 = malloc((size_t)Vl * sizeof(uint16_t));  /* [Vl] a bf16 row, as stored */
+    int *ctx = safe_malloc((size_t)(n + 1) * sizeof(int), "the sample");
+    int *window = safe_malloc((size_t)T * sizeof(int), "the sample's window");
+    memset(window, 0, (size_t)T * sizeof(int));
+    float *logits = safe_malloc((size_t)Vp * sizeof(float), "a row of logits");  /* [Vp] the whole row */
+    uint16_t *row16 = safe_malloc((size_t)Vl * sizeof(uint16_t), "a bf16 row");  /* [Vl] a bf16 row, as stored */
     uint64_t rng = r->a.seed * 2654435761ULL + 1;
     ctx[0] = r->train.is_bytes ? '\n' : (V > 50256 ? 50256 : 0);
     if (say) printf("sample (%d tokens, temperature %.2f):\n", n, r->a.temperature);
@@ -759,12 +901,53 @@ static void print_header(Run *r) {
         printf("comm: %s\n", how);
 }
 
+/* Writes checkpoint_dir/step-<step> (collective). Returns 0 or -1. */
+static int save_checkpoint(Run *r, long step, char *path, size_t pathlen) {
+    Args *a = &r->a;
+    char err[512];
+    CheckpointMeta meta;
+    memset(&meta, 0, sizeof meta);
+    CheckpointLayout *l = &meta.layout;
+    meta.cfg = r->cfg;
+    meta.step = step;
+    meta.adam_t = r->dp.z.adam.t;
+    meta.seed = a->seed;
+    meta.shuffle = a->shuffle;
+    meta.steps = a->steps;
+    l->ranks = r->comm.world_size;
+    l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
+    for (int i = 0; i < l->pp; i++)
+        l->stage_layers[i] = a->nstage_layers ? a->stage_layers[i] : r->cfg.layers / l->pp + (i < r->cfg.layers % l->pp);
+    l->zero = a->dpc.zero; l->offload = a->dpc.offload; l->sp = a->sp;
+    snprintf(l->dp_mode, sizeof l->dp_mode, "%s", a->dpc.mode == DP_PS ? "ps" : "ddp");
+    snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
+    snprintf(l->schedule, sizeof l->schedule, "%s", pp_schedule_name(a->schedule));
+    l->batch = a->batch; l->seq = a->seq; l->micro_batches = a->micro_batches;
+    double t0 = now_ms();
+    if (checkpoint_save(a->checkpoint_dir, &meta, a->keep, &r->dp.z, &r->comm.world, path, pathlen, err,
+                        sizeof err) != 0) {
+        fprintf(stderr, "train: rank %d: %s\n", r->comm.rank, err);
+        return -1;
+    }
+    if (r->comm.rank == 0) printf("checkpoint %s (%.0f ms)\n", path, now_ms() - t0);
+    return 0;
+}
+
+/* Whether a signal asked to stop, as rank 0 saw it: every rank stops after the same step. */
+static int stop_agreed(Run *r) {
+    if (!r->a.checkpoint_dir) return 0;
+    int32_t sig = checkpoint_stop_requested();
+    if (r->comm.world_size > 1) comm_broadcast(&r->comm.world, NULL, &sig, 1, COMM_I32, 0);
+    return sig;
+}
+
 int main(int argc, char **argv) {
     Run r;
     char err[512];
     memset(&r, 0, sizeof r);
     parse_args(&r.a, argc, argv);
     run_check(&r);
+    r.launch.graceful_stop = r.a.checkpoint_dir != NULL;
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;
@@ -781,8 +964,16 @@ int main(int argc, char **argv) {
     if (rank0) print_header(&r);
     if (rank0 && a->show_schedule) pp_show(stdout, a->schedule, r.mesh.pp, a->micro_batches);
     print_memory(&r);
+    int s0 = a->resume ? (int)r.ck.meta.step : 0, stopped = 0;
+    char ckpath[4608];
+    if (a->checkpoint_dir) checkpoint_signals_install(r.launch.kind != COMM_LAUNCH_FORK);
+    if (rank0 && a->resume) {
+        const CheckpointLayout *l = &r.ck.meta.layout;
+        printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
+               r.ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r.load_ms);
+    }
     fflush(stdout);
-    for (int s = 0; s < a->steps; s++) {
+    for (int s = s0; s < a->steps; s++) {
         double t0 = now_ms(), norm;
         float lr;
         double loss = train_step(&r, s, &norm, &lr);
@@ -800,7 +991,24 @@ int main(int argc, char **argv) {
             double v = evaluate(&r);
             if (rank0) printf("val loss %#.7g\n", v);
         }
+        int stop = stop_agreed(&r);
+        int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
+        if (a->checkpoint_dir && (due || stop) && save_checkpoint(&r, s + 1, ckpath, sizeof ckpath) != 0)
+            exit(1);
+        if (stop) {
+            if (rank0) printf("stopped by signal %d after step %d: checkpoint %s; continue with --resume\n",
+                              stop, s + 1, ckpath);
+            stopped = 1;
+            break;
+        }
     }
+    if (stopped) {
+        fflush(stdout);
+        run_free(&r);
+        return 0;
+    }
+    if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(&r, a->steps, ckpath, sizeof ckpath) != 0)
+        exit(1);
     if (a->val) {
         double v = evaluate(&r);
         if (rank0) printf("val loss %#.7g\n", v);

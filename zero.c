@@ -242,6 +242,8 @@ static void sync_params(Zero *z) {
     comm_wait(z->g->comm, z->dev);
 }
 
+void zero_params_sync(Zero *z) { sync_params(z); }
+
 /* ZeRO-Offload's step: every owned gradient comes down at once (pinned
  * host memory, one wait), then AdamW runs on the host bucket by bucket and
  * each bucket's parameters go up while the next one's AdamW runs. Nothing

@@ -118,6 +118,9 @@ void zero_finish_reductions(Zero *z);
 
 /* AdamW on the owned elements, then parameters back on every rank. */
 void zero_update(Zero *z, float lr, float grad_scale);
+/* Parameters back on every rank from their owners' masters, as after an
+ * update (checkpoint.c, after loading what each rank owns). Collective. */
+void zero_params_sync(Zero *z);
 /* Stage 3: around each use of unit u (gpt.c's hooks, through dp.c): its
  * parameters gathered into m->uparams[u], and given back after the last user. */
 void zero_params_acquire(Zero *z, int u);

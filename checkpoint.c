@@ -1,0 +1,877 @@
+/* checkpoint.c: sharded checkpoints: save, exact resume, resume on another
+ * layout (issue 13). ckpt.c stays the reader and writer of llm.c model
+ * files; this module keeps a run, not a model.
+ *
+ * What a checkpoint is. A directory DIR/step-<N>/ holding
+ *
+ *   manifest.txt        text: format version, the model, the layout it was
+ *                       written under (ranks, dp, tp, pp, stage layers, zero,
+ *                       offload, sp, dp mode, dtype, schedule, batch), the step,
+ *                       the data position and RNG, Adam's t, and for each
+ *                       shard which rank wrote it and which ranges of the
+ *                       global parameter order it holds;
+ *   shard-<rank>.bin    one a rank: exactly what that rank owns.
+ *
+ * DIR/latest holds the name of the newest complete one ("step-<N>").
+ *
+ * The global order is llm.c's (gpt_total_params elements, tensor-major), the
+ * order of --save's model files: the one coordinate system every layout
+ * shares. A rank's local layout (gpt.h: layer-major, a stage's layers, a tp
+ * slice of each tensor) maps onto it by runs (local, global, n), the same
+ * map gpt_llmc_copy applies element by element; ZeRO's ownership (zero.h:
+ * bucket b owns [off + own_off, + own_n), its state at state_off) cuts those
+ * runs into the pieces this rank owns. A shard holds, for its pieces in the
+ * order of the owned state, three sections of K float32 each: the master
+ * parameters (host_master under offload, param_shard under ZeRO-3, else
+ * m->params), Adam's m and Adam's v. An element held by several ranks is
+ * written once: a tensor every tp rank holds whole only by tp rank 0, the
+ * tied wte only by the first stage, and under DDP (zero 0, every dp rank
+ * owns everything) only by dp rank 0. So the shards of a checkpoint add up
+ * to 12 bytes a parameter, whatever the layout: the ZeRO paper's float32
+ * optimizer state (K) plus the master weights (4), spread over the ranks
+ * exactly as `--zero 1` spreads them in memory.
+ *
+ * A shard file: a 64-byte header (magic "TRAINSHD", version, rank, K, step,
+ * the model's parameter count, block size, block count, a hash of the
+ * header), the 3K floats, then one 64-bit hash a 1 MiB block of them. A
+ * reader checks the size, the header and the hash of every block it reads:
+ * a truncated, foreign, or flipped file is an error naming the file, never
+ * a silently wrong resume.
+ *
+ * Saving: every rank copies what it owns down (device to host) in bounded
+ * pieces and writes its shard at once, into DIR/.step-<N>.tmp/, through
+ * safe.h's SafeOut (fsync, rename); nobody gathers the model or the
+ * optimizer, so a ZeRO-3 rank needs 4 MB of staging beyond what it trains
+ * with. A barrier; then rank 0 writes the manifest, renames the directory
+ * to step-<N> (one rename publishes it), fsyncs DIR, points DIR/latest at
+ * it (SafeOut again), and only then deletes the oldest beyond --keep. A kill
+ * at any moment leaves the previous checkpoint named by latest, intact.
+ *
+ * Loading, under any layout: each rank works out its owned pieces under its
+ * own layout, finds them in the manifest's ranges (sorted by global index)
+ * and reads those byte ranges, block by block, from whichever shards hold
+ * them; then the parameters are brought to every rank the way an optimizer
+ * step does (zero_params_sync). Resuming on the same layout is the same
+ * code: each rank then reads exactly its own shard.
+ *
+ * What else makes the next step identical: the data order is a function of
+ * the step alone (data.c: sequence j of step s starts at ((s*G + j) mod n) * T,
+ * through --shuffle's permutation of the seed), so the data position is the
+ * step; the only RNG is the seed (initialisation, the shuffle and sampling
+ * derive from it; there is no dropout), the learning rate is a function of
+ * the step, and Adam's t is saved. Gradients do not survive a step.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "checkpoint.h"
+#include "safe.h"
+
+/* Every path here is DIR plus a short name; DIR is refused above
+ * DIR_MAX bytes, so the buffers (PATH_MAX and more) never truncate. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#define DIR_MAX 3500
+
+#define SHARD_MAGIC "TRAINSHD"
+#define HEADER_BYTES 64
+#define BLOCK_WORDS ((size_t)1 << 18)       /* a checksum block: 1 MiB of floats */
+#define STAGING_FLOATS ((size_t)1 << 20)    /* device <-> host in 4 MB pieces */
+
+/* ---- the map from this rank's layout to llm.c's order --------------------- */
+
+/* Elements [local, local + n) of this rank's layout are [global, global + n)
+ * of llm.c's order; written: this rank is the one that saves them. */
+typedef struct Run {
+    size_t local, global, n;
+    int written;
+} Run;
+
+typedef struct Runs {
+    Run *r;
+    size_t n, cap;
+} Runs;
+
+static int per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
+
+static void runs_add(Runs *rs, size_t local, size_t global, size_t n, int written) {
+    if (rs->n && rs->r[rs->n - 1].local + rs->r[rs->n - 1].n == local &&
+        rs->r[rs->n - 1].global + rs->r[rs->n - 1].n == global && rs->r[rs->n - 1].written == written) {
+        rs->r[rs->n - 1].n += n;
+        return;
+    }
+    if (rs->n == rs->cap) {
+        rs->cap = rs->cap ? 2 * rs->cap : 256;
+        rs->r = realloc(rs->r, rs->cap * sizeof *rs->r);
+        if (!rs->r) { fprintf(stderr, "error: out of memory mapping the checkpoint layout\n"); exit(1); }
+    }
+    rs->r[rs->n++] = (Run){local, global, n, written};
+}
+
+/* Where tensor i of global layer l starts in llm.c's order. */
+static size_t llmc_offset(const GPTConfig *cfg, int i, int l) {
+    size_t off = 0;
+    for (int k = 0; k < i; k++) off += gpt_tensor_size(cfg, k, cfg->layers, 1, 1);
+    return off + (size_t)l * gpt_layer_size(cfg, i);
+}
+
+/* gpt.c's global_index, with the length over which it stays contiguous. */
+static size_t slice_index(const GPT *m, int i, size_t k, size_t *run) {
+    size_t C = m->cfg.dim, r = m->tp_rank, Cl = C / m->tp, Fl = 4 * C / m->tp;
+    *run = (size_t)-1;
+    if (m->tp == 1 || gpt_tensor_replicated(m, i)) return k;
+    switch (i) {
+    case GPT_QKVW: { size_t j = k / C, c = k % C; *run = C - c; return ((j / Cl) * C + r * Cl + j % Cl) * C + c; }
+    case GPT_QKVB: *run = Cl - k % Cl; return (k / Cl) * C + r * Cl + k % Cl;
+    case GPT_ATTPROJW: *run = Cl - k % Cl; return (k / Cl) * C + r * Cl + k % Cl;
+    case GPT_FCW: return r * Fl * C + k;
+    case GPT_FCB: return r * Fl + k;
+    case GPT_FCPROJW: *run = Fl - k % Fl; return (k / Fl) * 4 * C + r * Fl + k % Fl;
+    case GPT_WTE: return r * (size_t)(m->cfg.padded_vocab / m->tp) * C + k;
+    default: return k;
+    }
+}
+
+static int run_cmp_local(const void *a, const void *b) {
+    const Run *x = a, *y = b;
+    return x->local < y->local ? -1 : x->local > y->local;
+}
+
+/* The runs of m's whole local layout, sorted by local offset. dp_writer:
+ * this rank writes what it holds (not a DDP replica). */
+static void runs_build(const GPT *m, int dp_writer, Runs *rs) {
+    memset(rs, 0, sizeof *rs);
+    for (int i = 0; i < GPT_NTENSORS; i++) {
+        if (!m->sizes[i]) continue;
+        int written = dp_writer && !(m->tp_rank != 0 && gpt_tensor_replicated(m, i)) &&
+                      !(i == GPT_WTE && !m->has_embed);
+        int nl = per_layer(i) ? m->nlayers : 1;
+        size_t n = m->sizes[i] / (size_t)nl;
+        for (int l = 0; l < nl; l++) {
+            size_t local = m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
+            size_t gbase = llmc_offset(&m->cfg, i, per_layer(i) ? m->layer0 + l : 0);
+            for (size_t k = 0, len; k < n; k += len) {
+                size_t g = slice_index(m, i, k, &len);
+                if (len > n - k) len = n - k;
+                runs_add(rs, local + k, gbase + g, len, written);
+            }
+        }
+    }
+    qsort(rs->r, rs->n, sizeof *rs->r, run_cmp_local);
+}
+
+/* A piece this rank owns: local [local, +n) = global [global, +n), its
+ * optimizer state at [state, +n). */
+typedef struct Piece {
+    size_t local, global, n, state;
+    int written;
+} Piece;
+
+typedef void (*PieceFn)(void *ctx, const Piece *p);
+
+/* Calls fn for each owned piece, in the order of the owned state. */
+static void owned_pieces(const Zero *z, const Runs *rs, PieceFn fn, void *ctx) {
+    for (int bi = 0; bi < z->nbuckets; bi++) {
+        const ZeroBucket *b = &z->buckets[bi];
+        if (!b->own_n) continue;
+        size_t lo = b->off + b->own_off, hi = lo + b->own_n;
+        size_t a = 0, c = rs->n;   /* the first run ending after lo */
+        while (a < c) {
+            size_t mid = (a + c) / 2;
+            if (rs->r[mid].local + rs->r[mid].n <= lo) a = mid + 1;
+            else c = mid;
+        }
+        for (size_t k = a; k < rs->n && rs->r[k].local < hi; k++) {
+            const Run *r = &rs->r[k];
+            size_t s = r->local > lo ? r->local : lo, e = r->local + r->n < hi ? r->local + r->n : hi;
+            Piece p = {s, r->global + (s - r->local), e - s, b->state_off + (s - lo), r->written};
+            fn(ctx, &p);
+        }
+    }
+}
+
+/* ---- hashes ---------------------------------------------------------------- */
+
+/* FNV-1a over 32-bit words: fast enough to hash every byte written. */
+static uint64_t hash_words(uint64_t h, const uint32_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 0x100000001b3ULL;
+    return h;
+}
+#define HASH_SEED 0xcbf29ce484222325ULL
+
+static void header_pack(unsigned char *h, int rank, size_t K, long step, size_t total, size_t nblocks) {
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, SHARD_MAGIC, 8);
+    uint32_t u32; uint64_t u64;
+    u32 = CHECKPOINT_VERSION; memcpy(h + 8, &u32, 4);
+    u32 = (uint32_t)rank; memcpy(h + 12, &u32, 4);
+    u64 = K; memcpy(h + 16, &u64, 8);
+    u64 = (uint64_t)step; memcpy(h + 24, &u64, 8);
+    u64 = total; memcpy(h + 32, &u64, 8);
+    u32 = (uint32_t)BLOCK_WORDS; memcpy(h + 40, &u32, 4);
+    u32 = (uint32_t)nblocks; memcpy(h + 44, &u32, 4);
+    u64 = hash_words(HASH_SEED, (const uint32_t *)h, 56 / 4); memcpy(h + 56, &u64, 8);
+}
+
+static size_t nblocks_of(size_t K) { return (3 * K + BLOCK_WORDS - 1) / BLOCK_WORDS; }
+static size_t shard_bytes(size_t K) { return HEADER_BYTES + 12 * K + 8 * nblocks_of(K); }
+
+/* ---- saving ------------------------------------------------------------------ */
+
+typedef struct Writer {
+    Zero *z;
+    FILE *f;
+    int section;              /* 0 master, 1 m, 2 v */
+    float *stage;             /* [STAGING_FLOATS] host */
+    uint64_t *sums;           /* [nblocks] */
+    uint64_t h;               /* the current block's hash */
+    size_t in_block, block;   /* words in it, its index */
+    size_t K;                 /* written elements counted (first pass) */
+    FILE *ranges;             /* "range global n elem" lines */
+    int ok;
+} Writer;
+
+static void count_piece(void *ctx, const Piece *p) {
+    Writer *w = ctx;
+    if (!p->written) return;
+    if (w->ranges) fprintf(w->ranges, "range %zu %zu %zu\n", p->global, p->n, w->K);
+    w->K += p->n;
+}
+
+static void write_words(Writer *w, const float *x, size_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    while (n) {
+        size_t k = BLOCK_WORDS - w->in_block < n ? BLOCK_WORDS - w->in_block : n;
+        w->h = hash_words(w->h, u, k);
+        w->in_block += k;
+        if (w->in_block == BLOCK_WORDS) {
+            w->sums[w->block++] = w->h;
+            w->h = HASH_SEED;
+            w->in_block = 0;
+        }
+        u += k;
+        n -= k;
+    }
+    if (fwrite(x, 4, (size_t)(u - (const uint32_t *)x), w->f) != (size_t)(u - (const uint32_t *)x)) w->ok = 0;
+}
+
+/* Where this piece's section lives: the device (or host) buffer and its Dev. */
+static float *section_src(Zero *z, int section, const Piece *p, Dev **dev) {
+    if (section == 1) { *dev = z->adam.dev; return z->adam.m + p->state; }
+    if (section == 2) { *dev = z->adam.dev; return z->adam.v + p->state; }
+    if (z->host_master) { *dev = &z->host; return z->host_master + p->state; }
+    *dev = z->dev;
+    return z->param_shard ? z->param_shard + p->state : z->m->params + p->local;
+}
+
+static void write_piece(void *ctx, const Piece *p) {
+    Writer *w = ctx;
+    if (!p->written || !w->ok) return;
+    Dev *dev;
+    float *src = section_src(w->z, w->section, p, &dev);
+    for (size_t k = 0; k < p->n; k += STAGING_FLOATS) {
+        size_t n = p->n - k < STAGING_FLOATS ? p->n - k : STAGING_FLOATS;
+        dev_to_host(dev, w->stage, src + k, n * sizeof(float));
+        write_words(w, w->stage, n);
+    }
+}
+
+static int remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char p[4608];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static void sync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+/* This rank's shard and its ranges (a side file rank 0 folds into the manifest). */
+static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta, Zero *z,
+                       char *err, size_t errlen) {
+    Runs rs;
+    int dp_writer = z->owners != ZERO_ALL || z->rank == 0;
+    runs_build(z->m, dp_writer, &rs);
+    char path[4608], rpath[4608];
+    snprintf(path, sizeof path, "%s/shard-%05d.bin", tmpdir, rank);
+    snprintf(rpath, sizeof rpath, "%s/shard-%05d.ranges", tmpdir, rank);
+    Writer w = {.z = z, .ok = 1};
+    SafeOut ro;
+    if (safe_out_open(&ro, rpath, err, errlen) != 0) { free(rs.r); return -1; }
+    w.ranges = ro.f;
+    owned_pieces(z, &rs, count_piece, &w);
+    fprintf(ro.f, "end\n");
+    if (safe_out_commit(&ro, err, errlen) != 0) { free(rs.r); return -1; }
+    w.ranges = NULL;
+    size_t nb = nblocks_of(w.K);
+    unsigned char h[HEADER_BYTES];
+    header_pack(h, rank, w.K, meta->step, gpt_total_params(&meta->cfg), nb);
+    SafeOut so;
+    if (safe_out_open(&so, path, err, errlen) != 0) { free(rs.r); return -1; }
+    w.f = so.f;
+    w.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
+    w.sums = safe_malloc((nb + 1) * sizeof(uint64_t), "checkpoint block hashes");
+    w.h = HASH_SEED;
+    if (fwrite(h, 1, HEADER_BYTES, w.f) != HEADER_BYTES) w.ok = 0;
+    for (w.section = 0; w.section < 3; w.section++) owned_pieces(z, &rs, write_piece, &w);
+    if (w.in_block) w.sums[w.block++] = w.h;
+    if (fwrite(w.sums, 8, nb, w.f) != nb) w.ok = 0;
+    free(w.stage);
+    free(w.sums);
+    free(rs.r);
+    if (!w.ok) {
+        snprintf(err, errlen, "failed writing %s: %s", path, strerror(errno ? errno : EIO));
+        safe_out_abort(&so);
+        return -1;
+    }
+    return safe_out_commit(&so, err, errlen);
+}
+
+static void layout_print(FILE *f, const CheckpointLayout *l) {
+    fprintf(f, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s "
+            "schedule %s batch %d seq %d micro_batches %d\n", l->ranks, l->dp, l->tp, l->pp, l->zero,
+            l->offload, l->sp, l->dp_mode, l->dtype, l->schedule, l->batch, l->seq, l->micro_batches);
+    fprintf(f, "stage_layers");
+    for (int i = 0; i < l->pp; i++) fprintf(f, " %d", l->stage_layers[i]);
+    fprintf(f, "\n");
+}
+
+/* Rank 0: the manifest from every rank's ranges. */
+static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ranks, char *err, size_t errlen) {
+    char path[4608];
+    snprintf(path, sizeof path, "%s/manifest.txt", tmpdir);
+    SafeOut o;
+    if (safe_out_open(&o, path, err, errlen) != 0) return -1;
+    FILE *f = o.f;
+    const GPTConfig *c = &meta->cfg;
+    fprintf(f, "train checkpoint %d\n", CHECKPOINT_VERSION);
+    fprintf(f, "step %ld\n", meta->step);
+    fprintf(f, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %zu\n",
+            c->layers, c->heads, c->dim, c->max_seq, c->vocab, c->padded_vocab, gpt_total_params(c));
+    layout_print(f, &meta->layout);
+    fprintf(f, "data next_step %ld seed %llu shuffle %d\n", meta->step, (unsigned long long)meta->seed,
+            meta->shuffle);
+    fprintf(f, "optimizer adam_t %d steps %d\n", meta->adam_t, meta->steps);
+    fprintf(f, "shards %d\n", ranks);
+    for (int r = 0; r < ranks; r++) {
+        char rp[4608], line[256];
+        snprintf(rp, sizeof rp, "%s/shard-%05d.ranges", tmpdir, r);
+        FILE *in = fopen(rp, "r");
+        if (!in) { snprintf(err, errlen, "cannot read %s", rp); safe_out_abort(&o); return -1; }
+        size_t K = 0, nr = 0, g, n, e;
+        while (fgets(line, sizeof line, in))
+            if (sscanf(line, "range %zu %zu %zu", &g, &n, &e) == 3) { K += n; nr++; }
+        fprintf(f, "shard %d rank %d file shard-%05d.bin elements %zu ranges %zu\n", r, r, r, K, nr);
+        rewind(in);
+        while (fgets(line, sizeof line, in))
+            if (!strncmp(line, "range ", 6)) fputs(line, f);
+        fclose(in);
+        unlink(rp);
+    }
+    fprintf(f, "end\n");
+    return safe_out_commit(&o, err, errlen);
+}
+
+static int step_of(const char *name, long *step) {
+    char *end;
+    if (strncmp(name, "step-", 5)) return -1;
+    *step = strtol(name + 5, &end, 10);
+    return *end || end == name + 5 ? -1 : 0;
+}
+
+static int long_cmp_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Deletes all but the newest `keep` step directories (never `current`),
+ * and what killed saves left (.step-<N>.tmp). */
+static void prune(const char *dir, int keep, long current) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    char p[4608];
+    while ((e = readdir(d)) && n < 4096) {
+        long s;
+        size_t len = strlen(e->d_name);
+        if (step_of(e->d_name, &s) == 0) steps[n++] = s;
+        else if (!strncmp(e->d_name, ".step-", 6) && len > 4 && !strcmp(e->d_name + len - 4, ".tmp")) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            remove_tree(p);
+        }
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, long_cmp_desc);
+    for (int i = keep; i < n; i++) {
+        if (steps[i] == current) continue;
+        snprintf(p, sizeof p, "%s/step-%ld", dir, steps[i]);
+        remove_tree(p);
+    }
+}
+
+int checkpoint_latest(const char *dir, char *name, size_t namelen) {
+    char p[4608];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int ok = fgets(name, (int)namelen, f) != NULL;
+    fclose(f);
+    if (!ok) return -1;
+    name[strcspn(name, "\r\n")] = 0;
+    return 0;
+}
+
+/* Sums a flag over the world: whether any rank failed. */
+static int any_failed(CommGroup *world, int failed) {
+    if (world->size <= 1) return failed;
+    int32_t f = failed ? 1 : 0;
+    comm_all_reduce(world, NULL, &f, 1, COMM_I32, COMM_SUM);
+    return f != 0;
+}
+
+int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero *z, CommGroup *world,
+                    char *path, size_t pathlen, char *err, size_t errlen) {
+    int rank = world->size > 1 ? world->index : 0, ranks = world->size > 1 ? world->size : 1;
+    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
+    char tmpdir[4608], final[4608];
+    snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", dir, meta->step);
+    snprintf(final, sizeof final, "%s/step-%ld", dir, meta->step);
+    snprintf(path, pathlen, "%s", final);
+    int failed = 0;
+    if (rank == 0) {
+        mkdir(dir, 0777);
+        remove_tree(tmpdir);   /* a killed save's leftovers */
+        if (mkdir(tmpdir, 0777) != 0) {
+            snprintf(err, errlen, "--checkpoint-dir %s: cannot create %s: %s", dir, tmpdir, strerror(errno));
+            failed = 1;
+        }
+    }
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s: rank 0 failed", final);
+        return -1;
+    }
+    failed = write_shard(tmpdir, rank, meta, z, err, errlen) != 0;
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s: another rank failed writing its shard", final);
+        return -1;
+    }
+    if (rank == 0) {
+        failed = write_manifest(tmpdir, meta, ranks, err, errlen) != 0;
+        if (!failed) {
+            sync_dir(tmpdir);
+            remove_tree(final);   /* an older run's (latest names the new one only after) */
+            if (rename(tmpdir, final) != 0) {
+                snprintf(err, errlen, "cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
+                failed = 1;
+            }
+        }
+        if (!failed) {
+            sync_dir(dir);
+            char lp[4608];
+            SafeOut o;
+            snprintf(lp, sizeof lp, "%s/latest", dir);
+            failed = safe_out_open(&o, lp, err, errlen) != 0;
+            if (!failed) {
+                fprintf(o.f, "step-%ld\n", meta->step);
+                failed = safe_out_commit(&o, err, errlen) != 0;
+            }
+        }
+        if (!failed) prune(dir, keep, meta->step);
+    }
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s: rank 0 failed publishing it", final);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- reading the manifest --------------------------------------------------- */
+
+static int range_cmp(const void *a, const void *b) {
+    const CheckpointRange *x = a, *y = b;
+    return x->global < y->global ? -1 : x->global > y->global;
+}
+
+void checkpoint_free(Checkpoint *ck) {
+    free(ck->shards);
+    free(ck->ranges);
+    ck->shards = NULL;
+    ck->ranges = NULL;
+}
+
+/* Checks a shard file's size and header against the manifest. */
+static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err, size_t errlen) {
+    char p[4608];
+    snprintf(p, sizeof p, "%s/%s", ck->dir, s->file);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { snprintf(err, errlen, "%s: missing shard (%s)", p, strerror(errno)); return -1; }
+    struct stat st;
+    unsigned char h[HEADER_BYTES];
+    ssize_t got = pread(fd, h, HEADER_BYTES, 0);
+    int sr = fstat(fd, &st);
+    close(fd);
+    if (sr != 0 || !S_ISREG(st.st_mode)) { snprintf(err, errlen, "%s: not a regular file", p); return -1; }
+    if (got != HEADER_BYTES || memcmp(h, SHARD_MAGIC, 8)) {
+        snprintf(err, errlen, "%s: not a train checkpoint shard (no %s header)", p, SHARD_MAGIC);
+        return -1;
+    }
+    uint32_t ver, rank; uint64_t K, step, total, hs;
+    memcpy(&ver, h + 8, 4); memcpy(&rank, h + 12, 4); memcpy(&K, h + 16, 8);
+    memcpy(&step, h + 24, 8); memcpy(&total, h + 32, 8); memcpy(&hs, h + 56, 8);
+    if (hs != hash_words(HASH_SEED, (const uint32_t *)h, 56 / 4)) {
+        snprintf(err, errlen, "%s: checksum mismatch in the shard header", p);
+        return -1;
+    }
+    if (ver != CHECKPOINT_VERSION) {
+        snprintf(err, errlen, "%s: shard format version %u, this build reads %d", p, ver, CHECKPOINT_VERSION);
+        return -1;
+    }
+    if ((int)rank != s->rank || K != s->elements || (long)step != ck->meta.step ||
+        total != gpt_total_params(&ck->meta.cfg)) {
+        snprintf(err, errlen, "%s: shard of another checkpoint (rank %u, %llu elements, step %llu; "
+                 "the manifest says rank %d, %zu elements, step %ld)", p, rank, (unsigned long long)K,
+                 (unsigned long long)step, s->rank, s->elements, ck->meta.step);
+        return -1;
+    }
+    if ((size_t)st.st_size != shard_bytes(K)) {
+        snprintf(err, errlen, "%s: truncated or corrupt shard: expected %zu bytes, found %lld", p,
+                 shard_bytes(K), (long long)st.st_size);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_layout(const char *line, CheckpointLayout *l) {
+    return sscanf(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %7s dtype %7s "
+                  "schedule %7s batch %d seq %d micro_batches %d", &l->ranks, &l->dp, &l->tp, &l->pp,
+                  &l->zero, &l->offload, &l->sp, l->dp_mode, l->dtype, l->schedule, &l->batch, &l->seq,
+                  &l->micro_batches) == 13 ? 0 : -1;
+}
+
+/* The manifest's layout must be one its model can take. */
+static int layout_check(const char *mp, const CheckpointMeta *m, int nshards, char *err, size_t errlen) {
+    const CheckpointLayout *l = &m->layout;
+    const GPTConfig *c = &m->cfg;
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->pp > COMM_MAX_RANKS || l->ranks != l->dp * l->tp * l->pp ||
+        l->ranks != nshards) {
+        snprintf(err, errlen, "%s: layout dp %d x tp %d x pp %d does not make its %d ranks and %d shards",
+                 mp, l->dp, l->tp, l->pp, l->ranks, nshards);
+        return -1;
+    }
+    if (c->heads % l->tp || c->padded_vocab % l->tp) {
+        snprintf(err, errlen, "%s: layout tp %d cannot split the model's %d heads and %d vocabulary rows",
+                 mp, l->tp, c->heads, c->padded_vocab);
+        return -1;
+    }
+    int sum = 0;
+    for (int i = 0; i < l->pp; i++) {
+        if (l->stage_layers[i] < 1) { sum = -1; break; }
+        sum += l->stage_layers[i];
+    }
+    if (sum != c->layers) {
+        snprintf(err, errlen, "%s: layout's stage layers do not add up to the model's %d layers", mp, c->layers);
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
+    memset(ck, 0, sizeof *ck);
+    char name[256], mp[4608], line[512];
+    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
+    if (checkpoint_latest(dir, name, sizeof name) != 0) {
+        snprintf(err, errlen, "--resume: %s/latest is missing: no complete checkpoint in %s", dir, dir);
+        return -1;
+    }
+    long step;
+    if (step_of(name, &step) != 0) {
+        snprintf(err, errlen, "%s/latest: names '%s', not a step-<N> directory", dir, name);
+        return -1;
+    }
+    snprintf(ck->dir, sizeof ck->dir, "%s/%s", dir, name);
+    snprintf(mp, sizeof mp, "%s/manifest.txt", ck->dir);
+    FILE *f = fopen(mp, "r");
+    if (!f) { snprintf(err, errlen, "%s: missing manifest (%s)", mp, strerror(errno)); return -1; }
+    CheckpointMeta *m = &ck->meta;
+    int version = -1, have_end = 0, bad = 0;
+    size_t params = 0, cap = 0;
+    int shard_idx = -1;
+    size_t shard_ranges = 0, shard_sum = 0;
+    if (!fgets(line, sizeof line, f) || sscanf(line, "train checkpoint %d", &version) != 1) {
+        snprintf(err, errlen, "%s: not a train checkpoint manifest", mp);
+        fclose(f);
+        return -1;
+    }
+    if (version != CHECKPOINT_VERSION) {
+        snprintf(err, errlen, "%s: checkpoint format version %d, this build reads %d", mp, version, CHECKPOINT_VERSION);
+        fclose(f);
+        return -1;
+    }
+    m->step = -1;
+    while (!bad && fgets(line, sizeof line, f)) {
+        unsigned long long seed;
+        CheckpointRange r;
+        if (!strcmp(line, "end\n")) { have_end = 1; break; }
+        if (sscanf(line, "step %ld", &m->step) == 1) continue;
+        if (sscanf(line, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %zu",
+                   &m->cfg.layers, &m->cfg.heads, &m->cfg.dim, &m->cfg.max_seq, &m->cfg.vocab,
+                   &m->cfg.padded_vocab, &params) == 7) continue;
+        if (!strncmp(line, "layout ", 7)) { bad = parse_layout(line, &m->layout); continue; }
+        if (!strncmp(line, "stage_layers", 12)) {
+            char *p = line + 12;
+            for (int i = 0; i < m->layout.pp && i < COMM_MAX_RANKS; i++)
+                m->layout.stage_layers[i] = (int)strtol(p, &p, 10);
+            continue;
+        }
+        if (sscanf(line, "data next_step %*d seed %llu shuffle %d", &seed, &m->shuffle) == 2) { m->seed = seed; continue; }
+        if (sscanf(line, "optimizer adam_t %d steps %d", &m->adam_t, &m->steps) == 2) continue;
+        if (sscanf(line, "shards %d", &ck->nshards) == 1) {
+            if (ck->nshards < 1 || ck->nshards > COMM_MAX_RANKS) { bad = 1; continue; }
+            ck->shards = calloc((size_t)ck->nshards, sizeof *ck->shards);
+            continue;
+        }
+        if (!strncmp(line, "shard ", 6)) {
+            if (shard_idx >= 0 && shard_ranges) { bad = 1; continue; }   /* fewer ranges than said */
+            CheckpointShard s;
+            int idx;
+            if (sscanf(line, "shard %d rank %d file %63s elements %zu ranges %zu", &idx, &s.rank, s.file,
+                       &s.elements, &shard_ranges) != 5 || !ck->shards || idx != shard_idx + 1 ||
+                idx >= ck->nshards || strchr(s.file, '/')) { bad = 1; continue; }
+            ck->shards[++shard_idx] = s;
+            shard_sum = 0;
+            continue;
+        }
+        if (sscanf(line, "range %zu %zu %zu", &r.global, &r.n, &r.elem) == 3) {
+            r.shard = shard_idx;
+            if (shard_idx < 0 || !shard_ranges-- || r.elem != shard_sum || r.n == 0) { bad = 1; continue; }
+            shard_sum += r.n;
+            if (ck->nranges == cap) {
+                cap = cap ? 2 * cap : 1024;
+                ck->ranges = realloc(ck->ranges, cap * sizeof *ck->ranges);
+                if (!ck->ranges) { fprintf(stderr, "error: out of memory reading %s\n", mp); exit(1); }
+            }
+            ck->ranges[ck->nranges++] = r;
+            continue;
+        }
+        bad = 1;
+    }
+    fclose(f);
+    if (bad || !have_end || m->step < 0 || shard_idx != ck->nshards - 1 || !m->cfg.layers || shard_ranges) {
+        snprintf(err, errlen, "%s: malformed or incomplete manifest (near: %.60s)", mp,
+                 bad ? line : "the end of the file");
+        checkpoint_free(ck);
+        return -1;
+    }
+    if (m->step != step) {
+        snprintf(err, errlen, "%s: manifest of step %ld in directory %s", mp, m->step, name);
+        checkpoint_free(ck);
+        return -1;
+    }
+    GPTConfig cfg = m->cfg;
+    cfg.padded_vocab = 0;
+    if (gpt_config_check(&cfg, err + 0, errlen) != 0 || cfg.padded_vocab != m->cfg.padded_vocab ||
+        params != gpt_total_params(&m->cfg)) {
+        snprintf(err, errlen, "%s: the manifest's model (%d layers, %d heads, dim %d, vocab %d padded to %d) "
+                 "does not have the %zu parameters it lists", mp, m->cfg.layers, m->cfg.heads, m->cfg.dim,
+                 m->cfg.vocab, m->cfg.padded_vocab, params);
+        checkpoint_free(ck);
+        return -1;
+    }
+    if (layout_check(mp, m, ck->nshards, err, errlen) != 0) { checkpoint_free(ck); return -1; }
+    /* the ranges cover the model once */
+    qsort(ck->ranges, ck->nranges, sizeof *ck->ranges, range_cmp);
+    size_t next = 0;
+    for (size_t i = 0; i < ck->nranges; i++) {
+        if (ck->ranges[i].global != next) {
+            snprintf(err, errlen, "%s: the shards' ranges %s the model at element %zu", mp,
+                     ck->ranges[i].global > next ? "leave a gap in" : "overlap in", next);
+            checkpoint_free(ck);
+            return -1;
+        }
+        next += ck->ranges[i].n;
+    }
+    if (next != params) {
+        snprintf(err, errlen, "%s: the shards' ranges hold %zu of the model's %zu parameters", mp, next, params);
+        checkpoint_free(ck);
+        return -1;
+    }
+    for (int i = 0; i < ck->nshards; i++)
+        if (shard_check(ck, &ck->shards[i], err, errlen) != 0) { checkpoint_free(ck); return -1; }
+    return 0;
+}
+
+/* ---- loading ---------------------------------------------------------------- */
+
+/* A shard open for reading: each block read is checked against its hash. */
+typedef struct Reader {
+    int fd;
+    char path[4608];
+    size_t K, nblocks;
+    uint64_t *sums;    /* [nblocks] */
+    uint32_t *block;   /* [BLOCK_WORDS] the block read last */
+    long cached;
+} Reader;
+
+typedef struct Loader {
+    const Checkpoint *ck;
+    Zero *z;
+    Reader *rd;        /* [nshards], opened on first use */
+    int section;
+    float *stage;      /* [STAGING_FLOATS] */
+    int ok;
+    char *err;
+    size_t errlen;
+} Loader;
+
+static Reader *reader_get(Loader *L, int shard) {
+    Reader *r = &L->rd[shard];
+    if (r->fd > 0) return r;
+    const CheckpointShard *s = &L->ck->shards[shard];
+    snprintf(r->path, sizeof r->path, "%s/%s", L->ck->dir, s->file);
+    r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    r->K = s->elements;
+    r->nblocks = nblocks_of(r->K);
+    r->sums = safe_malloc((r->nblocks + 1) * 8, "checkpoint block hashes");
+    r->block = safe_malloc(BLOCK_WORDS * 4, "checkpoint read block");
+    r->cached = -1;
+    size_t want = r->nblocks * 8;
+    if (r->fd < 0 || pread(r->fd, r->sums, want, (off_t)(HEADER_BYTES + 12 * r->K)) != (ssize_t)want) {
+        snprintf(L->err, L->errlen, "%s: missing or truncated shard", r->path);
+        L->ok = 0;
+        return NULL;
+    }
+    return r;
+}
+
+/* words [w, w + n) of the shard's data (all three sections) into dst */
+static int reader_read(Loader *L, Reader *r, size_t w, size_t n, float *dst) {
+    uint32_t *out = (uint32_t *)dst;
+    size_t total = 3 * r->K;
+    while (n) {
+        long b = (long)(w / BLOCK_WORDS);
+        if (b != r->cached) {
+            size_t words = total - (size_t)b * BLOCK_WORDS < BLOCK_WORDS ? total - (size_t)b * BLOCK_WORDS : BLOCK_WORDS;
+            off_t at = (off_t)(HEADER_BYTES + (size_t)b * BLOCK_WORDS * 4);
+            if (pread(r->fd, r->block, words * 4, at) != (ssize_t)(words * 4)) {
+                snprintf(L->err, L->errlen, "%s: truncated shard (block %ld)", r->path, b);
+                return -1;
+            }
+            if (hash_words(HASH_SEED, r->block, words) != r->sums[b]) {
+                snprintf(L->err, L->errlen, "%s: checksum mismatch in block %ld (bytes %lld..%lld)", r->path, b,
+                         (long long)at, (long long)(at + (off_t)words * 4));
+                return -1;
+            }
+            r->cached = b;
+        }
+        size_t in = w - (size_t)b * BLOCK_WORDS, k = BLOCK_WORDS - in < n ? BLOCK_WORDS - in : n;
+        memcpy(out, r->block + in, k * 4);
+        out += k; w += k; n -= k;
+    }
+    return 0;
+}
+
+/* Global elements [g, g + n) of this section into dst, from whichever shards hold them. */
+static int read_global(Loader *L, size_t g, size_t n, float *dst) {
+    const Checkpoint *ck = L->ck;
+    size_t a = 0, c = ck->nranges;   /* the range holding g */
+    while (a < c) {
+        size_t mid = (a + c) / 2;
+        if (ck->ranges[mid].global + ck->ranges[mid].n <= g) a = mid + 1;
+        else c = mid;
+    }
+    for (size_t i = a; n && i < ck->nranges; i++) {
+        const CheckpointRange *r = &ck->ranges[i];
+        size_t in = g - r->global, k = r->n - in < n ? r->n - in : n;
+        Reader *rd = reader_get(L, r->shard);
+        if (!rd || reader_read(L, rd, (size_t)L->section * rd->K + r->elem + in, k, dst) != 0) return -1;
+        dst += k; g += k; n -= k;
+    }
+    return 0;
+}
+
+static void load_piece(void *ctx, const Piece *p) {
+    Loader *L = ctx;
+    Zero *z = L->z;
+    if (!L->ok) return;
+    for (size_t k = 0; k < p->n; k += STAGING_FLOATS) {
+        size_t n = p->n - k < STAGING_FLOATS ? p->n - k : STAGING_FLOATS;
+        if (read_global(L, p->global + k, n, L->stage) != 0) { L->ok = 0; return; }
+        Piece q = {p->local + k, p->global + k, n, p->state + k, p->written};
+        Dev *dev;
+        float *dst = section_src(z, L->section, &q, &dev);
+        dev_from_host(dev, dst, L->stage, n * sizeof(float));
+        if (L->section == 0 && z->host_master) {   /* and the device's copy of the master */
+            float *p2 = z->param_shard ? z->param_shard + q.state : z->m->params + q.local;
+            dev_from_host(z->dev, p2, L->stage, n * sizeof(float));
+        }
+    }
+}
+
+int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, size_t errlen) {
+    Runs rs;
+    runs_build(z->m, 1, &rs);
+    Loader L = {.ck = ck, .z = z, .ok = 1, .err = err, .errlen = errlen};
+    L.rd = calloc((size_t)ck->nshards, sizeof *L.rd);
+    L.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
+    /* section by section: each shard is then read front to back */
+    for (L.section = 0; L.section < 3 && L.ok; L.section++) owned_pieces(z, &rs, load_piece, &L);
+    for (int i = 0; i < ck->nshards; i++) {
+        if (L.rd[i].fd > 0) close(L.rd[i].fd);
+        free(L.rd[i].sums);
+        free(L.rd[i].block);
+    }
+    free(L.rd);
+    free(L.stage);
+    free(rs.r);
+    if (any_failed(world, !L.ok)) {
+        if (L.ok) snprintf(err, errlen, "%s: another rank failed reading the checkpoint", ck->dir);
+        return -1;
+    }
+    dev_sync(z->dev);
+    z->adam.t = ck->meta.adam_t;
+    zero_params_sync(z);
+    gpt_params_changed(z->m);
+    return 0;
+}
+
+/* ---- stopping on a signal --------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signal;   /* the one global: a signal handler's flag */
+static int stop_escalate;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal && stop_escalate) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    stop_signal = sig;
+}
+
+void checkpoint_signals_install(int escalate) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_escalate = escalate;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int checkpoint_stop_requested(void) { return stop_signal; }

@@ -1,0 +1,89 @@
+/* checkpoint.h: sharded checkpoints that survive a crash and a change of
+ * layout (see checkpoint.c for the design and the format on disk). */
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+
+#include <stdint.h>
+#include "gpt.h"
+#include "zero.h"
+
+#define CHECKPOINT_VERSION 1
+
+/* The layout a checkpoint was written under (for the manifest, and to say
+ * what a resume changes; loading works under any layout). */
+typedef struct CheckpointLayout {
+    int ranks, dp, tp, pp;
+    int stage_layers[COMM_MAX_RANKS];   /* [pp] */
+    int zero, offload, sp;
+    char dp_mode[8];                    /* "ddp" or "ps" */
+    char dtype[8];                      /* "fp32" or "bf16" */
+    char schedule[8];                   /* "naive", "gpipe" or "1f1b" */
+    int batch, seq, micro_batches;
+} CheckpointLayout;
+
+/* Everything of a checkpoint but the tensors: the manifest's header. */
+typedef struct CheckpointMeta {
+    GPTConfig cfg;
+    long step;           /* optimizer steps done; the next step is `step` (0-based) */
+    int adam_t;          /* Adam's step count (its bias corrections) */
+    uint64_t seed;       /* --seed: the only RNG (init, --shuffle, sampling) */
+    int shuffle;         /* the data order is a function of (step, seed, shuffle) */
+    int steps;           /* --steps of the run that wrote it: the cosine's length */
+    CheckpointLayout layout;
+} CheckpointMeta;
+
+typedef struct CheckpointShard {
+    int rank;
+    char file[64];       /* name inside the step directory */
+    size_t elements;     /* K: the shard holds master[K], m[K], v[K] */
+} CheckpointShard;
+
+/* Elements [global, global + n) of llm.c's order sit at elements
+ * [elem, elem + n) of each section of shard `shard`. */
+typedef struct CheckpointRange {
+    size_t global, n, elem;
+    int shard;
+} CheckpointRange;
+
+/* A complete checkpoint, as its manifest describes it. */
+typedef struct Checkpoint {
+    char dir[4096];                /* DIR/step-<N> */
+    CheckpointMeta meta;
+    int nshards;
+    CheckpointShard *shards;       /* [nshards] */
+    size_t nranges;
+    CheckpointRange *ranges;       /* [nranges] sorted by global, covering the model once */
+} Checkpoint;
+
+/* Opens the newest complete checkpoint of dir (the one dir/latest names):
+ * reads and checks its manifest (version, model, layout, ranges covering
+ * the model exactly once) and every shard's header and size. Returns 0, or
+ * -1 with one line in err naming the file and the problem. */
+int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen);
+void checkpoint_free(Checkpoint *ck);
+
+/* Fills what this rank owns under its own layout (z: master parameters,
+ * Adam m, v and t) from ck, reading only the blocks of the shards that
+ * hold them, then brings every rank's parameters up to date. Collective
+ * over world. Returns 0, or -1 with err (on the rank that failed; the
+ * others get "another rank failed"). */
+int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, size_t errlen);
+
+/* Writes DIR/step-<meta->step>: every rank its shard of what it owns, at
+ * once; then rank 0 the manifest, one rename, DIR/latest, and deletes all
+ * but the newest `keep` checkpoints. Collective over world. On rank 0 path
+ * gets the directory written. Returns 0, or -1 with err. */
+int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero *z, CommGroup *world,
+                    char *path, size_t pathlen, char *err, size_t errlen);
+
+/* The name DIR/latest points at, or -1 when there is none. */
+int checkpoint_latest(const char *dir, char *name, size_t namelen);
+
+/* SIGINT and SIGTERM ask for a stop after the current step. escalate: a
+ * second signal kills the process at once (one process; under --ranks the
+ * supervisor does that). */
+void checkpoint_signals_install(int escalate);
+/* The signal that asked for a stop, or 0. */
+int checkpoint_stop_requested(void);
+
+#endif

@@ -1,0 +1,143 @@
+#!/bin/sh
+# test/test_ckpt_faults.sh: checkpoints against bad files, signals and kill -9
+# (checkpoint.c).
+#
+#   bad checkpoints  each kind: exit 2 and one line on stderr naming the file
+#                    and the problem
+#   signals          SIGTERM finishes the step, checkpoints, exits 0, and
+#                    --resume ends on the straight run's model (1 rank and
+#                    --ranks 2); a second signal stops at once
+#   kill -9          20 trials: a rank, the supervisor or the whole job killed
+#                    at a random moment (saves every step, so some kills land
+#                    in one); each time --resume continues, and the final model
+#                    is the straight run's, bitwise
+cd "$(dirname "$0")/.." || exit 2
+OUT=test/out/ckpt_faults
+rm -rf "$OUT"; mkdir -p "$OUT"
+M="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
+
+# ---- bad checkpoints ---------------------------------------------------------
+good=$OUT/good
+timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $good --checkpoint-every 2 --keep 5 > $OUT/good.log 2>&1
+timeout 120 ./train $M --ranks 2 --zero 1 --batch 2 --steps 2 --checkpoint-dir $OUT/good2 > $OUT/good2.log 2>&1
+
+fresh() {   # a copy of the good checkpoint to spoil
+    rm -rf "$OUT/bad"; cp -r "$1" "$OUT/bad"; echo "step-$2" > "$OUT/bad/latest"; echo "$OUT/bad/step-$2"
+}
+
+bad() {   # name, expected words in the message, extra flags
+    name=$1; want=$2; flags=$3
+    timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $OUT/bad --resume $flags \
+        > $OUT/bad.out 2> $OUT/bad.err
+    rc=$?
+    lines=$(wc -l < $OUT/bad.err)
+    msg=$(head -n 1 $OUT/bad.err)
+    if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q -- "$want" $OUT/bad.err; then
+        echo "PASS bad checkpoint, $name: exit 2, '$msg'"
+    else
+        echo "FAIL bad checkpoint, $name: exit $rc, $lines lines on stderr, wanted '$want': $(cat $OUT/bad.err)"
+    fi
+}
+
+rm -rf "$OUT/bad"; mkdir -p "$OUT/bad"
+bad "no checkpoint at all (latest missing)" "bad/latest is missing"
+s=$(fresh $good 2); echo "step-7" > $OUT/bad/latest
+bad "latest names a directory that is not there" "step-7/manifest.txt: missing manifest"
+s=$(fresh $OUT/good2 2); rm $s/shard-00001.bin
+bad "missing shard" "shard-00001.bin: missing shard" "--ranks 2 --zero 1 --batch 2"
+s=$(fresh $good 2); head -c 1000 $s/shard-00000.bin > $OUT/x && mv $OUT/x $s/shard-00000.bin
+bad "truncated shard" "shard-00000.bin: truncated or corrupt shard"
+s=$(fresh $good 2); cp test/fixtures/ref_model.bin $s/shard-00000.bin
+bad "foreign file as a shard" "shard-00000.bin: not a train checkpoint shard"
+s=$(fresh $good 2); printf '\377' | dd of=$s/shard-00000.bin bs=1 seek=5000 conv=notrunc 2>/dev/null
+bad "a flipped byte in the data (checksum)" "shard-00000.bin: checksum mismatch in block 0"
+s=$(fresh $good 2); printf '\007' | dd of=$s/shard-00000.bin bs=1 seek=12 conv=notrunc 2>/dev/null
+bad "a flipped byte in a shard header" "checksum mismatch in the shard header"
+s=$(fresh $good 2); cp $good/step-4/shard-00000.bin $s/shard-00000.bin
+bad "a shard of another checkpoint" "shard of another checkpoint"
+s=$(fresh $good 2)
+bad "the flags name another model" "the checkpoint holds another model" "--layers 2"
+s=$(fresh $good 2); sed -i 's/^model layers 4/model layers 3/' $s/manifest.txt
+bad "a manifest whose model does not match its shards" "does not have the"
+s=$(fresh $good 2); sed -i 's/^train checkpoint 1/train checkpoint 2/' $s/manifest.txt
+bad "a manifest of another format version" "format version 2, this build reads 1"
+s=$(fresh $good 2); echo "hello" > $s/manifest.txt
+bad "a foreign manifest" "not a train checkpoint manifest"
+s=$(fresh $good 2); head -n 12 $s/manifest.txt > $OUT/x && mv $OUT/x $s/manifest.txt
+bad "a truncated manifest" "malformed or incomplete manifest"
+s=$(fresh $good 2); sed -i 's/^stage_layers 4/stage_layers 5/' $s/manifest.txt
+bad "a manifest layout the model cannot take" "stage layers do not add up"
+s=$(fresh $good 2)
+bad "resumed under a layout the model cannot take" "--tp 3" "--ranks 3 --tp 3 --batch 4"
+
+# ---- signals -----------------------------------------------------------------
+N=1500
+sigterm() {   # name, flags
+    name=$1; flags=$2; d=$OUT/sig_$(echo "$name" | tr -c 'a-z0-9\n' '_')
+    timeout 300 ./train $M $flags --steps $N --save $d.straight.bin > $d.straight.log 2>&1
+    ./train $M $flags --steps $N --checkpoint-dir $d > $d.log 2>&1 &
+    pid=$!
+    sleep 0.7
+    kill -TERM $pid
+    wait $pid
+    rc=$?
+    at=$(sed -n 's/.*stopped by signal 15 after step \([0-9]*\).*/\1/p' $d.log)
+    latest=$(cat $d/latest 2>/dev/null)
+    timeout 300 ./train $M $flags --steps $N --checkpoint-dir $d --resume --save $d.bin > $d.resume.log 2>&1
+    rc2=$?
+    if [ $rc -eq 0 ] && [ -n "$at" ] && [ "$at" -lt $N ] && [ "$latest" = "step-$at" ] && [ $rc2 -eq 0 ] &&
+       cmp -s $d.bin $d.straight.bin; then
+        echo "PASS SIGTERM, $name: stopped after step $at with a checkpoint, exit 0; --resume to $N ends on the straight run's model"
+    else
+        echo "FAIL SIGTERM, $name: exit $rc, stopped at '$at', latest '$latest', resume exit $rc2 (see $d.log)"
+    fi
+}
+sigterm "one rank" "--batch 4"
+sigterm "--ranks 2, zero 1 (the supervisor passes it on)" "--ranks 2 --zero 1 --batch 2"
+
+d=$OUT/sig_twice   # steps of about a second: the second signal comes within the first's step
+./train --data test/fixtures/ref_tokens.bin --layers 2 --heads 8 --dim 512 --max-seq 64 --vocab 61 --seq 64 \
+    --batch 64 --device cpu --steps 1000 --checkpoint-dir $d > $d.log 2>&1 &
+pid=$!
+sleep 1.5
+kill -TERM $pid; sleep 0.1; kill -TERM $pid
+wait $pid
+rc=$?
+if [ $rc -eq 143 ] && ! grep -q "stopped by signal" $d.log; then
+    echo "PASS a second SIGTERM stops at once (killed by the signal, status $rc, no checkpoint)"
+else echo "FAIL a second SIGTERM: exit status $rc, expected 143"; fi
+
+# ---- kill -9 at random moments -----------------------------------------------
+N=2000
+K="--ranks 2 --zero 1 --batch 2 --steps $N"
+timeout 300 ./train $M $K --save $OUT/kill_straight.bin > $OUT/kill_straight.log 2>&1
+d=$OUT/kill
+rnd() { od -An -N2 -tu2 /dev/urandom | tr -d ' '; }
+bad_resume=0; killed=0; during_save=0
+for trial in $(seq 1 20); do
+    resume=""; [ -f $d/latest ] && resume="--resume"
+    ./train $M $K --checkpoint-dir $d --checkpoint-every 1 --keep 2 $resume > $d.trial$trial.log 2>&1 &
+    pid=$!
+    sleep "0.$(( $(rnd) % 6 + 1 ))$(( $(rnd) % 10 ))"
+    kids=$(pgrep -P $pid | tr '\n' ' ')
+    case $(( $(rnd) % 3 )) in
+        0) victim=$pid ;;                                  # the supervisor
+        1) victim=$(echo $kids | cut -d' ' -f1) ;;         # rank 0
+        2) victim=$(echo $kids | cut -d' ' -f2) ;;         # rank 1
+    esac
+    ls -a $d 2>/dev/null | grep -q '^\.step-.*\.tmp$' && during_save=$((during_save + 1))
+    [ -n "$victim" ] && kill -9 $victim 2>/dev/null && killed=$((killed + 1))
+    wait $pid
+    rc=$?
+    [ $rc -eq 2 ] && { bad_resume=$((bad_resume + 1)); echo "trial $trial: exit 2: $(grep -v '^\[' $d.trial$trial.log | tail -n 2)"; }
+    sleep 0.1   # the ranks of a killed supervisor die with it
+done
+timeout 300 ./train $M $K --checkpoint-dir $d --checkpoint-every 1 --keep 2 --resume --save $OUT/kill_final.bin \
+    > $OUT/kill_final.log 2>&1
+rc=$?
+from=$(sed -n 's/.*resumed from .* at step \([0-9]*\).*/\1/p' $OUT/kill_final.log)
+if [ $rc -eq 0 ] && [ $bad_resume -eq 0 ] && cmp -s $OUT/kill_final.bin $OUT/kill_straight.bin; then
+    echo "PASS kill -9: 20 trials ($killed kills, $during_save with a save in flight), no resume refused; the last resumed from step $from and its model equals the straight run's"
+else
+    echo "FAIL kill -9: final exit $rc, $bad_resume refused resumes, models $(cmp -s $OUT/kill_final.bin $OUT/kill_straight.bin && echo equal || echo differ)"
+fi

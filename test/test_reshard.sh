@@ -1,0 +1,73 @@
+#!/bin/sh
+# test/test_reshard.sh: resume on another layout (checkpoint.c, "Loading").
+#
+# For each pair (first layout, second layout), both with the same global
+# batch: N steps straight on the second layout; N steps on the first that
+# checkpoint every S, with `latest` pointed back at step S; --resume on the
+# second layout to N. The losses of steps S+1..N must be within 1e-5
+# relative of the straight run's, and the final parameters within 5e-5
+# (the layouts sum in different orders: float32 noise only). Under bf16 two
+# layouts round differently (test_3d.c bounds their losses by 1e-3 relative
+# and does not bound their parameters): pairs that change the arithmetic
+# get that bound; a pair that only moves the optimizer state keeps the
+# float32 bounds.
+cd "$(dirname "$0")/.." || exit 2
+OUT=test/out/reshard
+rm -rf "$OUT"; mkdir -p "$OUT"
+N=6; S=3
+SMALL="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
+BIG="--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
+
+losses() { grep '^step ' "$1" | sed 's/.*| loss \([^ ]*\) .*/\1/'; }
+params() { od -An -v -j1024 -tf4 -w4 "$1"; }
+
+pair() {   # name, model, first layout's flags, second layout's flags[, loss bound, parameter bound]
+    name=$1; model=$2; first=$3; second=$4; lb=${5:-1e-5}; pb=${6:-5e-5}
+    d="$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')"
+    mkdir -p "$d"
+    timeout 300 ./train $model $second --steps $N --save "$d/straight.bin" > "$d/straight.log" 2>&1 || {
+        echo "FAIL $name: the straight run failed (see $d/straight.log)"; return; }
+    timeout 300 ./train $model $first --steps $N --checkpoint-dir "$d/ck" --checkpoint-every $S --keep 10 \
+        > "$d/first.log" 2>&1 || { echo "FAIL $name: the first layout's run failed (see $d/first.log)"; return; }
+    echo "step-$S" > "$d/ck/latest"
+    timeout 300 ./train $model $second --steps $N --checkpoint-dir "$d/ck" --resume --save "$d/resumed.bin" \
+        > "$d/resumed.log" 2>&1 || { echo "FAIL $name: the resumed run failed (see $d/resumed.log)"; return; }
+    losses "$d/straight.log" | tail -n $((N - S)) > "$d/straight.loss"
+    losses "$d/resumed.log" > "$d/resumed.loss"
+    lrel=$(paste "$d/straight.loss" "$d/resumed.loss" | awk '
+        { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > m) m = r }
+        END { if (n != '$((N - S))') print "missing"; else printf "%.3g", m }')
+    pmax=$(paste "$(params "$d/straight.bin" > "$d/a.txt"; echo "$d/a.txt")" \
+                 "$(params "$d/resumed.bin" > "$d/b.txt"; echo "$d/b.txt")" | awk '
+        { n++; d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+        END { if (n == 0) print "missing"; else printf "%.3g", m }')
+    rm -f "$d/a.txt" "$d/b.txt"
+    if [ "$lrel" = missing ] || [ "$pmax" = missing ]; then
+        echo "FAIL $name: step lines or model file missing (see $d)"
+    elif awk "BEGIN { exit !($lrel <= $lb && $pmax <= $pb) }"; then
+        echo "PASS $name: losses within $lrel relative (<= $lb), parameters within $pmax (<= $pb)"
+    else
+        echo "FAIL $name: losses within $lrel relative (want <= $lb), parameters within $pmax (want <= $pb)"
+    fi
+}
+
+pair "1 rank -> dp 2 x tp 2 x pp 2, zero 1 (8 ranks)" "$BIG" \
+    "--batch 8" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"
+pair "dp 2 x tp 2 x pp 2, zero 1 (8 ranks) -> 1 rank" "$BIG" \
+    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" "--batch 8"
+pair "dp 2 x pp 2, zero 1 -> dp 4 x tp 2, zero 2 (every one of dp, tp, pp, zero)" "$SMALL" \
+    "--ranks 4 --dp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" "--ranks 8 --dp 4 --tp 2 --zero 2 --batch 2"
+pair "zero 3 -> zero 0" "$SMALL" "--ranks 2 --zero 3 --batch 4" "--ranks 2 --zero 0 --batch 4"
+pair "tp 2 -> pp 2" "$SMALL" "--ranks 2 --tp 2 --batch 8" "--ranks 2 --pp 2 --batch 2 --micro-batches 4"
+pair "4 ranks -> 3 ranks (dp 4 -> dp 3, zero 1)" "$SMALL" "--ranks 4 --zero 1 --batch 3" "--ranks 3 --zero 1 --batch 4"
+pair "zero 1 with offload -> dp 2 x tp 2, zero 3" "$SMALL" \
+    "--ranks 2 --zero 1 --offload --batch 4" "--ranks 4 --dp 2 --tp 2 --zero 3 --batch 4"
+pair "1 rank -> zero 3 with offload" "$SMALL" "--batch 8" "--ranks 2 --zero 3 --offload --batch 4"
+pair "parameter server -> zero 2" "$SMALL" "--ranks 2 --dp-mode ps --batch 4" "--ranks 2 --zero 2 --batch 4"
+pair "pp 2, stage layers 3,1 -> pp 4 (tied wte on both ends)" "$SMALL" \
+    "--ranks 2 --pp 2 --stage-layers 3,1 --batch 2 --micro-batches 4" "--ranks 4 --pp 4 --batch 2 --micro-batches 4"
+pair "bf16: dp 2, zero 1 -> dp 2, zero 3, offload (same arithmetic)" "$SMALL" \
+    "--ranks 2 --zero 1 --batch 4 --dtype bf16" "--ranks 2 --zero 3 --offload --batch 4 --dtype bf16"
+pair "bf16: 1 rank -> tp 2, sp" "$SMALL" "--batch 8 --dtype bf16" "--ranks 2 --tp 2 --sp --batch 8 --dtype bf16" 1e-3 1
+pair "bf16: dp 2, zero 1 -> pp 2" "$SMALL" "--ranks 2 --zero 1 --batch 4 --dtype bf16" \
+    "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --dtype bf16" 1e-3 1
