@@ -64,6 +64,10 @@ static int read_expected(Expected *e, const char *path) {
              fread(e->norms, 4, s, f) == (size_t)s && fread(e->lrs, 4, s, f) == (size_t)s &&
              fread(e->final, 4, n, f) == (size_t)n;
     fclose(f);
+    if (!ok) {
+        free(e->grads0); free(e->final);
+        e->grads0 = e->final = NULL;
+    }
     return ok ? 0 : -1;
 }
 
@@ -117,6 +121,9 @@ static void check_gradients(Checks *c, const Expected *e, DevKind kind, DType dt
           m.num_params, e->num_params);
     if (ckpt_load(FIX "ref_model.bin", &m, err, sizeof err) != 0) {
         check(c, 0, tag, "load: %s", err);
+        gpt_free(&m);
+        data_free(&ds);
+        dev_close(&dev);
         return;
     }
     int B = e->B, T = e->T, G = B * e->M;
@@ -199,8 +206,10 @@ static void check_training(Checks *c, const Expected *e, const Bounds *bd, const
     size_t got = f && fseek(f, 1024, SEEK_SET) == 0 ? fread(saved, 4, e->num_params, f) : 0;
     if (f) fclose(f);
     snprintf(name, sizeof name, "%s saved model", tag);
-    if (!check(c, got == (size_t)e->num_params, name, "read %zu of %d saved parameters", got, e->num_params))
+    if (!check(c, got == (size_t)e->num_params, name, "read %zu of %d saved parameters", got, e->num_params)) {
+        free(saved);
         return;
+    }
     Dev cpu;
     dev_open(&cpu, DEV_CPU, 0, err, sizeof err);
     GPT m;  /* for the tensor sizes */
@@ -308,5 +317,7 @@ int main(void) {
         check_skip(&c, "cuda model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         check_skip(&c, "cuda bf16 model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
     }
+    free(e.grads0);
+    free(e.final);
     return check_done(&c);
 }

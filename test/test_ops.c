@@ -95,6 +95,13 @@ static void run_case(Checks *c, Case *k) {
           worst, BOUND);
 }
 
+/* Frees what main allocated for a case: its inputs, output, upstream
+ * weights and saved state (free(NULL) for those a case does not use). */
+static void case_free(Case *k) {
+    for (int j = 0; j < k->nin; j++) free(k->in[j]);
+    free(k->r); free(k->out); free(k->aux1); free(k->aux2); free(k->aux3);
+}
+
 /* --- encoder: inputs wte [V,C], wpe [T,C] */
 static double enc_loss(Case *k) {
     cpu64_encoder_forward(NULL, k->out, k->tokens, k->in[0], k->in[1], k->B, k->T, k->C);
@@ -224,6 +231,7 @@ int main(void) {
     k.loss = enc_loss; k.backward = enc_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);  /* layernorm: N=6, C=13 */
     k.name = "layernorm backward"; k.N = 6; k.C = 13;
     k.nin = 3; k.n[0] = 78; k.n[1] = 13; k.n[2] = 13;
@@ -232,6 +240,7 @@ int main(void) {
     k.loss = ln_loss; k.backward = ln_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);  /* matmul: N=9, C=11, OC=7 (ragged against the 4x4 blocks) */
     k.name = "matmul backward"; k.N = 9; k.C = 11; k.OC = 7;
     k.nin = 3; k.n[0] = 99; k.n[1] = 77; k.n[2] = 7;
@@ -240,6 +249,7 @@ int main(void) {
     k.loss = mm_loss; k.backward = mm_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);  /* attention: B=2, T=5, C=6, NH=2 */
     k.name = "attention backward"; k.B = 2; k.T = 5; k.C = 6; k.NH = 2;
     k.nin = 1; k.n[0] = 2 * 5 * 18;
@@ -249,6 +259,7 @@ int main(void) {
     k.loss = att_loss; k.backward = att_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);  /* gelu: 53 values over [-6, 6] */
     k.name = "gelu backward"; k.N = 53;
     k.nin = 1; k.n[0] = 53; k.in[0] = rand_buf(53, 2.5);
@@ -256,6 +267,7 @@ int main(void) {
     k.loss = gelu_loss; k.backward = gelu_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);
     k.name = "residual backward"; k.N = 17;
     k.nin = 2; k.n[0] = 17; k.n[1] = 17; k.in[0] = rand_buf(17, 1); k.in[1] = rand_buf(17, 1);
@@ -263,6 +275,7 @@ int main(void) {
     k.loss = add_loss; k.backward = add_back;
     run_case(&c, &k);
 
+    case_free(&k);
     memset(&k, 0, sizeof k);  /* crossentropy: N=4 rows, V=9 real of Vp=12 */
     k.name = "crossentropy backward"; k.N = 4; k.V = 9; k.Vp = 12;
     int tg[4] = {0, 8, 3, 3};
@@ -277,6 +290,7 @@ int main(void) {
     double padded = 0;
     for (int n = 0; n < 4; n++) for (int v = 9; v < 12; v++) padded = fmax(padded, fabs(k.aux1[n * 12 + v]));
     check(&c, padded == 0, "crossentropy padded columns", "max |gradient| in padded columns %.1e", padded);
+    case_free(&k);
 
     test_adamw(&c);
     test_f32_matches_f64(&c);
