@@ -9,7 +9,14 @@
  * makes its group's stream wait for what the compute stream has queued
  * (an event), then queues the NCCL call, then records an event of its own:
  * comm_op_wait makes the compute stream wait for that event only, and
- * comm_wait for every group's last one.
+ * comm_wait for every group's last one. Operations of several
+ * communicators may run at once on one GPU only if every rank launches
+ * them in one order: NCCL 2.26 and later keep that order themselves when
+ * NCCL_LAUNCH_ORDER_IMPLICIT=1, which nccl_init sets (the program issues
+ * every operation from one thread, in the same order on every rank); with
+ * an older NCCL each operation's stream first waits for the operation
+ * issued before it, so NCCL's kernels run one at a time, in program order,
+ * still beside the compute stream.
  *
  * Lengths that do not divide by the group size are padded to equal shards
  * in the group's scratch buffer; host buffers are staged through it too,
@@ -75,6 +82,10 @@ typedef struct NcclState {
     cudaEvent_t compute_done;
     NcclQueue *q[NCCL_MAX_QUEUES];   /* [nq]; q[0] the world's */
     int nq, nsplits;
+    int ordered;                 /* NCCL before 2.26: every operation waits for the one issued before
+                                    it, on whichever stream (one global order of NCCL kernels) */
+    cudaEvent_t last_op;         /* then: the event after the last operation issued */
+    int any_op;
     NcclQueue *batch_q;          /* the last queue a p2p batch used, and its group */
     CommGroup *batch_g;
     pthread_mutex_t lock;        /* the queues' counters: the watchdog reads them */
@@ -118,10 +129,12 @@ static char *scratch_of(Comm *c, NcclQueue *q, size_t bytes) {
     return q->scratch;
 }
 
-/* q's stream waits for what d's compute stream has queued so far. */
+/* q's stream waits for what d's compute stream has queued so far (and,
+ * before NCCL 2.26, for the operation issued last on any stream). */
 static void after_compute(Comm *c, NcclQueue *q, Dev *d) {
-    if (!on_gpu(d)) return;
     NcclState *s = c->impl->nccl;
+    if (s->ordered && s->any_op) CUDA_CHECK(c, cudaStreamWaitEvent(q->stream, s->last_op, 0));
+    if (!on_gpu(d)) return;
     CUDA_CHECK(c, cudaEventRecord(s->compute_done, (cudaStream_t)d->stream));
     CUDA_CHECK(c, cudaStreamWaitEvent(q->stream, s->compute_done, 0));
 }
@@ -139,6 +152,10 @@ static CommOp queued(Comm *c, CommGroup *g, NcclQueue *q, const char *what) {
     }
     uint64_t k = q->issued % RING;
     CUDA_CHECK(c, cudaEventRecord(q->ev[k], q->stream));
+    if (s->ordered) {
+        CUDA_CHECK(c, cudaEventRecord(s->last_op, q->stream));
+        s->any_op = 1;
+    }
     q->started[k] = now_s();
     q->what[k] = what;
     q->issued++;
@@ -454,6 +471,11 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
     pthread_mutex_init(&ns->lock, NULL);
     CUDA_CHECK(c, cudaSetDevice(gpu->gpu));
     CUDA_CHECK(c, cudaEventCreateWithFlags(&ns->compute_done, cudaEventDisableTiming));
+    int version = 0;
+    ncclGetVersion(&version);
+    ns->ordered = version < NCCL_VERSION(2, 26, 0);
+    if (!ns->ordered) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);   /* before NCCL reads its environment; a user's value wins */
+    else CUDA_CHECK(c, cudaEventCreateWithFlags(&ns->last_op, cudaEventDisableTiming));
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) NCCL_CHECK(c, ncclGetUniqueId(&id));
@@ -496,6 +518,7 @@ void nccl_free(Comm *c) {
     }
     c->world.nccl = NULL;
     if (ns->compute_done) cudaEventDestroy(ns->compute_done);
+    if (ns->last_op) cudaEventDestroy(ns->last_op);
     pthread_mutex_destroy(&ns->lock);
     free(ns);
     c->impl->nccl = NULL;

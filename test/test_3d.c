@@ -166,26 +166,29 @@ static void pipelines(Checks *c) {
 #ifdef TRAIN_NCCL_EMU
 /* The layouts a GPU box runs, over the emulated NCCL in both timings. */
 static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
-    static const struct { const char *name, *flags; } lay[] = {
-        {"ddp 2, 3 buckets", "--ranks 2 --batch 4 --bucket-mb 0.05"},
-        {"ddp 2, parameter server", "--ranks 2 --batch 4 --dp-mode ps"},
-        {"dp 2, zero 1", "--ranks 2 --batch 2 --micro-batches 2 --zero 1"},
-        {"dp 2, zero 2", "--ranks 2 --batch 2 --micro-batches 2 --zero 2"},
-        {"dp 4, zero 3 (prefetch)", "--ranks 4 --batch 1 --micro-batches 2 --zero 3"},
-        {"dp 2, zero 1, offload", "--ranks 2 --batch 4 --zero 1 --offload"},
-        {"tp 2", "--ranks 2 --tp 2 --batch 8"},
-        {"tp 2, sp", "--ranks 2 --tp 2 --sp --batch 8"},
-        {"pp 2, naive", "--ranks 2 --pp 2 --schedule naive --batch 2 --micro-batches 4"},
-        {"pp 2, gpipe", "--ranks 2 --pp 2 --schedule gpipe --batch 2 --micro-batches 4"},
-        {"pp 2, 1f1b, recompute", "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --recompute"},
-        {"make train's 4 GPUs: dp 2 x tp 2, zero 1", "--ranks 4 --dp 2 --tp 2 --zero 1 --batch 4"},
-        {"make train's 8 GPUs: dp 2 x tp 2 x pp 2, zero 1", "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"},
+    static const struct { const char *name, *flags, *env; } lay[] = {
+        {"ddp 2, 3 buckets", "--ranks 2 --batch 4 --bucket-mb 0.05", ""},
+        {"ddp 2, parameter server", "--ranks 2 --batch 4 --dp-mode ps", ""},
+        {"dp 2, zero 1", "--ranks 2 --batch 2 --micro-batches 2 --zero 1", ""},
+        {"dp 2, zero 2", "--ranks 2 --batch 2 --micro-batches 2 --zero 2", ""},
+        {"dp 4, zero 3 (prefetch)", "--ranks 4 --batch 1 --micro-batches 2 --zero 3", ""},
+        {"dp 2, zero 1, offload", "--ranks 2 --batch 4 --zero 1 --offload", ""},
+        {"tp 2", "--ranks 2 --tp 2 --batch 8", ""},
+        {"tp 2, sp", "--ranks 2 --tp 2 --sp --batch 8", ""},
+        {"pp 2, naive", "--ranks 2 --pp 2 --schedule naive --batch 2 --micro-batches 4", ""},
+        {"pp 2, gpipe", "--ranks 2 --pp 2 --schedule gpipe --batch 2 --micro-batches 4", ""},
+        {"pp 2, 1f1b, recompute", "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --recompute", ""},
+        {"make train's 4 GPUs: dp 2 x tp 2, zero 1", "--ranks 4 --dp 2 --tp 2 --zero 1 --batch 4", ""},
+        {"make train's 8 GPUs: dp 2 x tp 2 x pp 2, zero 1", "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2", ""},
+        /* an NCCL before 2.26: comm_nccl.c puts every operation in one order itself */
+        {"8 GPUs on NCCL 2.25 (one order of NCCL kernels)", "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2",
+         "EMU_NCCL_VERSION=22500"},
     };
     static const char *timings[] = {"first-late", "rest-late"};
     char env[128], name[256], flags[512];
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
-            snprintf(env, sizeof env, "EMU_GPUS=8 EMU_STREAMS=%s", timings[k]);
+            snprintf(env, sizeof env, "EMU_GPUS=8 EMU_STREAMS=%s %s", timings[k], lay[i].env);
             snprintf(flags, sizeof flags, "--device cuda --dtype fp32 %s", lay[i].flags);
             snprintf(name, sizeof name, "nccl: %s (emulated NCCL, %s)", lay[i].name, timings[k]);
             run_env = env;
