@@ -34,7 +34,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 
-OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o trace.o selftest.o version.o
+OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -145,7 +145,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-ckpt clean
+.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-ckpt compare-layouts clean
 
 all: build
 
@@ -182,13 +182,17 @@ endif
 
 train: build $(DATA) $(VAL)
 	./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
-	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 $(TRAIN_FLAGS)
+	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 --plot plot.svg $(TRAIN_FLAGS)
+	@echo "the loss curve: plot.svg (open it in a browser; it is rewritten as the run goes)"
 	@echo "checkpoints in checkpoints/ (the newest: checkpoints/$$(cat checkpoints/latest 2>/dev/null)); continue the run with:"
 	@echo "  make train TRAIN_FLAGS='$(TRAIN_FLAGS) --resume --steps <more steps>'"
 
+# The repository carries it (corpus/, gzip'd: no network needed); a copy in
+# ../shared or the download are the fallbacks should that file be missing.
 data/tinyshakespeare.txt:
 	@mkdir -p data
-	@if [ -f ../shared/data/tinyshakespeare.txt ]; then cp ../shared/data/tinyshakespeare.txt $@; \
+	@if [ -f corpus/tinyshakespeare.txt.gz ]; then gzip -dc corpus/tinyshakespeare.txt.gz > $@.tmp && mv $@.tmp $@; \
+	elif [ -f ../shared/data/tinyshakespeare.txt ]; then cp ../shared/data/tinyshakespeare.txt $@; \
 	elif curl -fsSL --max-time 120 -o $@.tmp $(SHAKESPEARE_URL); then mv $@.tmp $@; \
 	else rm -f $@.tmp; echo "make train: no network to fetch tinyshakespeare; pass DATA=path/to/text.txt"; exit 2; fi
 
@@ -246,6 +250,11 @@ bench-pipeline: build
 
 bench-ckpt: build
 	@sh bench/bench_ckpt.sh
+
+# one small model under 1 rank, DDP, ZeRO-3, TP, PP and 4D on the CPU: their
+# loss curves on one plot, test/out/layouts.svg (STEPS=300)
+compare-layouts: build
+	@sh bench/compare_layouts.sh
 
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu

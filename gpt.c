@@ -121,6 +121,13 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
     return 0;
 }
 
+size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s) {
+    size_t n = 0;
+    for (int i = 0; i < GPT_NTENSORS; i++)
+        n += tensor_size_tp(cfg, i, s->nlayers, s->has_embed, s->has_head, s->tp);
+    return n;
+}
+
 GPTShard gpt_whole(const GPTConfig *cfg) {
     return (GPTShard){.layer0 = 0, .nlayers = cfg->layers, .has_embed = 1, .has_head = 1,
                       .tp = 1, .tp_rank = 0};
@@ -398,6 +405,23 @@ static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / 
     size_t Vl = m->cfg.padded_vocab / tp, nl = m->nlayers, B = a->B, T = a->T;       \
     size_t bt = B * T, rows = a->rows, nk = a->kept, E = a->esz;                     \
     (void)Cl; (void)E; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
+
+/* Bytes gpt_acts_build allocates for a set on m's shape (m needs only cfg,
+ * tp, tpc.sp, nlayers, has_head, recompute, esz): the same ACTS_FIELDS sum,
+ * without a device. att_stride: the ops' attention_floats; cuda: the
+ * embedding plan buffer a GPU adds. The planner (plan.c) sizes layouts by it. */
+size_t gpt_acts_formula(const GPT *m, int B_, int T_, size_t att_stride, int cuda) {
+    GPTActs s = {.B = B_, .T = T_, .rows = stream_rows(m, B_, T_), .esz = m->esz, .att_stride = att_stride,
+                 .kept = m->recompute && m->nlayers > 0 ? 1 : m->nlayers};
+    GPTActs *a = &s;
+    ACTS_SIZES
+    size_t bytes = 2 * bt * sizeof(int) + (cuda ? (2 * bt + 1) * sizeof(int) : 0);
+#define SUM(f, n, e) bytes += (size_t)(n) * (e);
+    ACTS_FIELDS(SUM)
+    if (m->has_head) { HEAD_FIELDS(SUM) }
+#undef SUM
+    return bytes;
+}
 
 GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     GPTActs *a = calloc(1, sizeof *a);

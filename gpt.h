@@ -173,6 +173,11 @@ typedef struct GPTActs {
  * the sizes. Returns 0, or -1 with one line in err naming the rule broken. */
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 
+/* Parameters shard s holds (gpt_build's num_params), without building it. */
+size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s);
+/* Bytes of one set of activations (gpt_acts_build's), from the shape alone. */
+size_t gpt_acts_formula(const GPT *m, int B, int T, size_t att_stride, int cuda);
+
 /* The shard of one rank holding everything. */
 GPTShard gpt_whole(const GPTConfig *cfg);
 

@@ -37,10 +37,12 @@
 #include "dp.h"
 #include "tp.h"
 #include "pp.h"
+#include "plan.h"
 #include "trace.h"
 #include "selftest.h"
 #include "version.h"
 #include "safe.h"
+#include "plot.h"
 
 #define EXIT_USAGE 2
 
@@ -75,6 +77,7 @@ typedef struct Args {
     int recompute;
     int show_schedule;
     const char *trace;
+    const char *plot;         /* --plot: the loss curve as SVG, rewritten as the run goes */
     int pin_cores;            /* pin each rank of this host to its own cores */
     const char *tokenizer;    /* llm.c tokenizer file to print samples of token data as text */
     const char *checkpoint_dir;  /* --checkpoint-dir: sharded checkpoints (checkpoint.c) */
@@ -114,6 +117,8 @@ static void usage(FILE *f) {
         "  --val FILE             validation tokens (same formats)\n"
         "  --init FILE            start from an llm.c model file (float32)\n"
         "  --save FILE            write an llm.c model file at the end\n"
+        "  --plot FILE.svg        train and val loss and the learning rate against steps, as SVG,\n"
+        "                         rewritten every few steps (open it mid-run)\n"
         "  --version              the build: commit, CUDA runtime and driver, GPU architectures, NCCL\n"
         "model, when there is no --init:\n"
         "  --layers L (4)  --heads H (4)  --dim C (128)  --max-seq S (256)\n"
@@ -212,7 +217,7 @@ enum {
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT,
 };
 
 /* What args_parse asks of its caller besides an error. */
@@ -245,7 +250,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         {"version", 0, 0, F_VERSION}, {"no-self-test", 0, 0, F_NOSELFTEST},
         {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
         {"checkpoint-dir", 1, 0, F_CKPTDIR}, {"checkpoint-every", 1, 0, F_CKPTEVERY},
-        {"keep", 1, 0, F_KEEP}, {"resume", 0, 0, F_RESUME},
+        {"keep", 1, 0, F_KEEP}, {"resume", 0, 0, F_RESUME}, {"plot", 1, 0, F_PLOT},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -391,6 +396,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         case F_RECOMPUTE: a->recompute = 1; break;
         case F_SHOWSCHED: a->show_schedule = 1; break;
         case F_TRACE: a->trace = optarg; break;
+        case F_PLOT: a->plot = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
         case F_TOKENIZER: a->tokenizer = optarg; break;
         case F_CKPTDIR: a->checkpoint_dir = optarg; break;
@@ -479,7 +485,8 @@ static void run_check(Run *r) {
     DataSet *tr = &r->train;
     /* every output can be written: found now, before any input is read or
      * training done, not after it (safe.h) */
-    const char *outs[][2] = {{"--save", a->save}, {"--trace", a->trace}, {"--dump-grads", a->dump_grads}};
+    const char *outs[][2] = {{"--save", a->save}, {"--trace", a->trace}, {"--dump-grads", a->dump_grads},
+                              {"--plot", a->plot}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
         if (outs[i][1] && safe_check_output(outs[i][0], outs[i][1], err, sizeof err) != 0) die_usage("%s", err);
     size_t rows;   /* [B,T] rows of every activation: bounded before any input is read */
@@ -933,6 +940,94 @@ static int save_checkpoint(Run *r, long step, char *path, size_t pathlen) {
     return 0;
 }
 
+/* What rank 0 keeps of the run for the step line's elapsed time and ETA,
+ * the closing summary and --plot. */
+typedef struct RunLog {
+    Run *r;
+    double t0;                /* ms, when the first step of this run started */
+    int s0, last_step;        /* steps done before this run (--resume), the last one printed */
+    double last_loss, val_loss;  /* NAN until known */
+    Plot plot;                /* when --plot */
+    double plot_written;      /* ms of the last write */
+} RunLog;
+
+/* A duration as 42.1s, 3m05s or 2h07m. */
+static void fmt_duration(double secs, char *buf, size_t len) {
+    if (!(secs >= 0)) secs = 0;
+    if (secs < 60) snprintf(buf, len, "%.1fs", secs);
+    else if (secs < 3600) snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)(secs / 3600), (int)secs % 3600 / 60);
+}
+
+static void runlog_init(RunLog *l, Run *r, int s0) {
+    memset(l, 0, sizeof *l);
+    l->r = r;
+    l->t0 = now_ms();
+    l->s0 = l->last_step = s0;
+    l->last_loss = l->val_loss = NAN;
+    if (r->comm.rank == 0 && r->a.plot) {
+        char title[256];
+        snprintf(title, sizeof title, "%d layers, dim %d | dp %d x tp %d x pp %d, zero %d | %s",
+                 r->cfg.layers, r->cfg.dim, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.dpc.zero,
+                 r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
+        plot_init(&l->plot, r->a.plot, title,  r->a.steps,
+                  (long long)r->a.batch * r->a.seq * r->a.micro_batches * r->mesh.dp);
+    }
+}
+
+/* Rewrites the plot (atomically); a failure is said once a write and the run goes on. */
+static void runlog_plot(RunLog *l) {
+    char err[512];
+    if (!l->plot.path) return;
+    if (plot_write(&l->plot, err, sizeof err) != 0) fprintf(stderr, "train: %s\n", err);
+    l->plot_written = now_ms();
+}
+
+/* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
+static void runlog_step(RunLog *l, int step, double loss, float lr) {
+    double secs = (now_ms() - l->t0) / 1e3;
+    int done = step - l->s0, left = l->r->a.steps - step;
+    char e[32], eta[32];
+    fmt_duration(secs, e, sizeof e);
+    fmt_duration(done > 0 ? secs / done * left : 0, eta, sizeof eta);
+    printf(" | elapsed %s | eta %s", e, eta);
+    l->last_step = step;
+    l->last_loss = loss;
+    if (!l->plot.path) return;
+    plot_train(&l->plot, step, loss, lr);
+    /* every 10 steps, and at least every 2 s of slow steps */
+    if (step % 10 == 0 || now_ms() - l->plot_written > 2000) runlog_plot(l);
+}
+
+static void runlog_val(RunLog *l, int step, double loss) {
+    l->val_loss = loss;
+    if (!l->plot.path) return;
+    plot_val(&l->plot, step, loss);
+    runlog_plot(l);
+}
+
+/* Rank 0, at the end: what the run did, in three lines. */
+static void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token) {
+    Args *a = &l->r->a;
+    int steps = l->last_step - l->s0;
+    long long tokens = (long long)steps * a->batch * a->seq * a->micro_batches * l->r->mesh.dp;
+    double secs = (now_ms() - l->t0) / 1e3, tok_s = secs > 0 ? tokens / secs : 0;
+    char wall[32];
+    fmt_duration(secs, wall, sizeof wall);
+    if (l->plot.path) runlog_plot(l);
+    printf("summary: %d steps%s, %lld tokens in %s, mean %.0f tok/s", steps,
+           l->s0 ? " (after a resume)" : "", tokens, wall, tok_s);
+    if (peak > 0) printf(", mfu %.1f%%", 100.0 * tok_s * flops_per_token / (peak * l->r->comm.world_size));
+    printf("\nsummary: final train loss %.4f", l->last_loss);
+    if (!isnan(l->val_loss)) printf(", val loss %.4f", l->val_loss);
+    printf("\nsummary: checkpoint %s | plot %s | model %s\n", ckpt ? ckpt : "none",
+           l->plot.path ? l->plot.path : "none", a->save ? a->save : "none");
+}
+
+static void runlog_free(RunLog *l) {
+    if (l->plot.path) plot_free(&l->plot);
+}
+
 /* Whether a signal asked to stop, as rank 0 saw it: every rank stops after the same step. */
 static int stop_agreed(Run *r) {
     if (!r->a.checkpoint_dir) return 0;
@@ -945,6 +1040,8 @@ int main(int argc, char **argv) {
     Run r;
     char err[512];
     memset(&r, 0, sizeof r);
+    for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
+        if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     parse_args(&r.a, argc, argv);
     run_check(&r);
     r.launch.graceful_stop = r.a.checkpoint_dir != NULL;
@@ -973,6 +1070,8 @@ int main(int argc, char **argv) {
                r.ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r.load_ms);
     }
     fflush(stdout);
+    RunLog log;
+    runlog_init(&log, &r, s0);
     for (int s = s0; s < a->steps; s++) {
         double t0 = now_ms(), norm;
         float lr;
@@ -984,12 +1083,14 @@ int main(int argc, char **argv) {
             printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", s + 1,
                    a->steps, loss, norm, lr, ms, tok_s);
             if (peak > 0) printf(" | mfu %.1f%%", 100.0 * tok_s * flops_per_token / (peak * r.comm.world_size));
+            runlog_step(&log, s + 1, loss, lr);
             printf("\n");
         }
         fflush(stdout);
         if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) {
             double v = evaluate(&r);
             if (rank0) printf("val loss %#.7g\n", v);
+            if (rank0) runlog_val(&log, s + 1, v);
         }
         int stop = stop_agreed(&r);
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
@@ -1003,6 +1104,7 @@ int main(int argc, char **argv) {
         }
     }
     if (stopped) {
+        runlog_free(&log);
         fflush(stdout);
         run_free(&r);
         return 0;
@@ -1012,9 +1114,12 @@ int main(int argc, char **argv) {
     if (a->val) {
         double v = evaluate(&r);
         if (rank0) printf("val loss %#.7g\n", v);
+        if (rank0) runlog_val(&log, a->steps, v);
     }
     if (a->sample) sample(&r, a->sample);
     int rc = a->save ? save(&r) : 0;
+    if (rank0) runlog_summary(&log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, peak, flops_per_token);
+    runlog_free(&log);
     print_transient(&r);
     if (a->comm_stats) {
         printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r.comm.rank);

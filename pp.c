@@ -253,6 +253,13 @@ int pp_show(FILE *f, PPSchedule s, int P, int M) {
  * send-forward-recv-backward, after a backward send-backward-recv-forward;
  * a batch completes in any order, so no arrangement of stages deadlocks. */
 
+int pp_sets_in_flight(PPSchedule sched, int P, int M, int stage) {
+    PPAction *acts = malloc(2 * (size_t)M * sizeof(PPAction));
+    int n = acts && pp_actions(sched, P, M, stage, acts) == 2 * M ? pp_in_flight_peak(acts, 2 * M) : 0;
+    free(acts);
+    return n < 1 ? 1 : n;
+}
+
 int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M, int B, int T,
              Trace *trace, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -270,8 +277,7 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
                  pp_schedule_name(sched), s->P, M);
         return -1;
     }
-    s->nsets = pp_in_flight_peak(s->actions, 2 * M);
-    if (s->nsets < 1) s->nsets = 1;
+    s->nsets = pp_sets_in_flight(sched, s->P, M, s->stage);
     s->acts = calloc(s->nsets, sizeof(GPTActs *));
     for (int i = 0; i < s->nsets; i++) s->acts[i] = gpt_acts_build(m, B, T);
     return 0;

@@ -119,6 +119,9 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
 void pp_free(PPStage *s);
 /* Activation bytes held by the stage. */
 size_t pp_acts_bytes(const PPStage *s);
+/* Sets of activations stage keeps (pp_build's nsets: the schedule's peak of
+ * micro-batches in flight, at least 1); the planner's too. */
+int pp_sets_in_flight(PPSchedule sched, int P, int M, int stage);
 
 /* One step: every forward and backward of this stage in schedule order,
  * activations and their gradients exchanged with the neighbouring stages.

@@ -372,19 +372,22 @@ void zero_full_params_free(Zero *z, float *p) {
  * parameter, each divided by D once its stage shards it. Under bf16 the
  * parameters add the compute copy, 2 bytes a parameter of this stage,
  * which gpt.c keeps whole (a ZeRO-3 rank too: see README). */
+void zero_memory_formula(double N, int D, int stage, int bf16, int master, int rank, ZeroMemory *mem) {
+    mem->f_params = (stage == 3 ? 4 * N / D : 4 * N) + (bf16 ? 2 * N : 0);
+    mem->f_grads = stage >= 2 ? 4 * N / D : 4 * N;
+    if (master) mem->f_optim = rank == 0 ? 8 * N : 0;
+    else mem->f_optim = stage >= 1 ? 8 * N / D : 8 * N;
+}
+
 void zero_memory(const Zero *z, ZeroMemory *mem) {
     const GPT *m = z->m;
-    double N = (double)m->num_params, D = z->D, S = (double)z->owned;
+    double N = (double)m->num_params, S = (double)z->owned;
     memset(mem, 0, sizeof *mem);
     mem->params = (m->params ? 4 * N : 0) + (z->param_shard ? 4 * S : 0) + (m->lp ? m->esz * N : 0);
     mem->grads = (m->grads ? 4 * N : 0) + (z->grad_shard ? 4 * S : 0);
     if (z->offload) mem->optim_host = 8 * S;
     else mem->optim = 8 * S;
-    int st = z->stage;
-    mem->f_params = (st == 3 ? 4 * N / D : 4 * N) + (m->lp ? 2 * N : 0);
-    mem->f_grads = st >= 2 ? 4 * N / D : 4 * N;
-    if (z->owners == ZERO_MASTER) mem->f_optim = z->rank == 0 ? 8 * N : 0;
-    else mem->f_optim = st >= 1 ? 8 * N / D : 8 * N;
+    zero_memory_formula(N, z->D, z->stage, m->lp != NULL, z->owners == ZERO_MASTER, z->rank, mem);
     mem->transient_peak = (double)z->transient_peak;
     for (int i = 0; i < z->npool; i++) mem->transient_pool += (double)z->pool[i].bytes;
 }

@@ -132,5 +132,8 @@ void zero_prefetch_drop(Zero *z);
 float *zero_full_params(Zero *z);
 void zero_full_params_free(Zero *z, float *p);
 void zero_memory(const Zero *z, ZeroMemory *mem);
+/* The ZeRO paper's accounting alone (f_params, f_grads, f_optim of mem) for
+ * N parameters over D ranks: zero_memory's and the planner's (plan.c). */
+void zero_memory_formula(double N, int D, int stage, int bf16, int master, int rank, ZeroMemory *mem);
 
 #endif

@@ -88,9 +88,9 @@ if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN{exit !($last < $first - 1.0)}
 else
     echo "FAIL learning: loss '$first' -> '$last' (want a fall of more than 1.0 nats)"
 fi
-if grep -q '^step 40/40 | loss [0-9.]* | norm [0-9.]* | lr [0-9.e+-]* | [0-9.]* ms | [0-9]* tok/s$' $OUT/learn.log &&
+if grep -q '^step 40/40 | loss [0-9.]* | norm [0-9.]* | lr [0-9.e+-]* | [0-9.]* ms | [0-9]* tok/s | elapsed [0-9.hms]* | eta [0-9.hms]*$' $OUT/learn.log &&
    grep -q '^val loss [0-9.]*$' $OUT/learn.log && grep -q '^sample (40 tokens' $OUT/learn.log; then
-    echo "PASS step line: step S/N, loss, norm, lr, ms, tok/s; val loss; sample printed"
+    echo "PASS step line: step S/N, loss, norm, lr, ms, tok/s, elapsed, eta; val loss; sample printed"
 else
     echo "FAIL step line format: $(grep '^step 40' $OUT/learn.log)"
 fi

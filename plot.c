@@ -1,0 +1,245 @@
+/* plot.c: the loss curve as plain SVG, written by the program (plot.h).
+ *
+ * One picture, rewritten whole every few steps: axes with round ticks,
+ * the train loss as a thin blue line with a point a step, the validation
+ * loss as orange dots joined by a line, and the learning rate as a dashed
+ * grey line on its own axis at the right. Below the step ticks, the tokens
+ * seen by then (steps x tokens a step). Every point is an SVG element with
+ * its numbers in data-* attributes and a <title> (a tooltip in a browser),
+ * so a test reads back exactly what the run printed.
+ */
+#include "plot.h"
+#include "safe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The picture's frame, in SVG user units. */
+enum { W = 960, H = 540, LEFT = 80, RIGHT = 90, TOP = 50, BOTTOM = 80 };
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = safe_malloc(n, "plot string");
+    memcpy(d, s, n);
+    return d;
+}
+
+void plot_init(Plot *p, const char *path, const char *title, int steps, long long tokens_per_step) {
+    memset(p, 0, sizeof *p);
+    p->path = dup_str(path);
+    p->title = dup_str(title ? title : "");
+    p->steps = steps;
+    p->tokens_per_step = tokens_per_step;
+}
+
+static void series_add(PlotSeries *s, int step, double loss, double lr) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        s->step = realloc(s->step, s->cap * sizeof *s->step);
+        s->loss = realloc(s->loss, s->cap * sizeof *s->loss);
+        s->lr = realloc(s->lr, s->cap * sizeof *s->lr);
+        if (!s->step || !s->loss || !s->lr) {
+            fprintf(stderr, "error: out of memory growing the plot\n");
+            exit(1);
+        }
+    }
+    s->step[s->n] = step;
+    s->loss[s->n] = loss;
+    s->lr[s->n] = lr;
+    s->n++;
+}
+
+void plot_train(Plot *p, int step, double loss, double lr) { series_add(&p->train, step, loss, lr); }
+void plot_val(Plot *p, int step, double loss) { series_add(&p->val, step, loss, 0.0); }
+
+static void series_free(PlotSeries *s) {
+    free(s->step);
+    free(s->loss);
+    free(s->lr);
+    memset(s, 0, sizeof *s);
+}
+
+void plot_free(Plot *p) {
+    series_free(&p->train);
+    series_free(&p->val);
+    free(p->path);
+    free(p->title);
+    memset(p, 0, sizeof *p);
+}
+
+/* A round tick spacing (1, 2 or 5 x 10^k) giving about n ticks over span. */
+static double nice_step(double span, int n) {
+    if (!(span > 0)) return 1.0;
+    double raw = span / n, mag = pow(10.0, floor(log10(raw))), f = raw / mag;
+    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * mag;
+}
+
+/* A count in a few characters: 950, 12.3k, 4.19M, 1.2G. */
+static void short_count(double v, char *buf, size_t len) {
+    if (v >= 1e9) snprintf(buf, len, "%.3gG", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, len, "%.3gM", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, len, "%.3gk", v / 1e3);
+    else snprintf(buf, len, "%.0f", v);
+}
+
+/* Writes s with &, <, > and " escaped. */
+static void put_text(FILE *f, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default:
+            if ((unsigned char)*s >= 0x20 || *s == '\t') fputc(*s, f);
+        }
+    }
+}
+
+/* The data's frame: steps on x, loss on the left y, learning rate on the right y. */
+typedef struct Frame {
+    double x0, x1, y0, y1, lr1;
+} Frame;
+
+static double px(const Frame *fr, double step) {
+    return LEFT + (step - fr->x0) / (fr->x1 - fr->x0) * (W - LEFT - RIGHT);
+}
+static double py(const Frame *fr, double loss) {
+    return H - BOTTOM - (loss - fr->y0) / (fr->y1 - fr->y0) * (H - TOP - BOTTOM);
+}
+static double plr(const Frame *fr, double lr) {
+    return H - BOTTOM - lr / fr->lr1 * (H - TOP - BOTTOM);
+}
+
+static Frame frame_of(const Plot *p) {
+    Frame fr = {0, p->steps > 0 ? p->steps : 1, INFINITY, -INFINITY, 0};
+    const PlotSeries *all[2] = {&p->train, &p->val};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < all[k]->n; i++) {
+            double v = all[k]->loss[i];
+            if (!isfinite(v)) continue;
+            if (v < fr.y0) fr.y0 = v;
+            if (v > fr.y1) fr.y1 = v;
+            if (all[k]->step[i] > fr.x1) fr.x1 = all[k]->step[i];
+        }
+    for (int i = 0; i < p->train.n; i++)
+        if (isfinite(p->train.lr[i]) && p->train.lr[i] > fr.lr1) fr.lr1 = p->train.lr[i];
+    if (!(fr.y0 <= fr.y1)) fr.y0 = 0, fr.y1 = 1;
+    double d = nice_step(fr.y1 - fr.y0 > 0 ? fr.y1 - fr.y0 : 1.0, 6);
+    fr.y0 = floor(fr.y0 / d) * d;
+    fr.y1 = ceil(fr.y1 / d) * d;
+    if (fr.y1 <= fr.y0) fr.y1 = fr.y0 + d;
+    if (!(fr.lr1 > 0)) fr.lr1 = 1.0;
+    return fr;
+}
+
+static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
+    double xl = LEFT, xr = W - RIGHT, yb = H - BOTTOM, yt = TOP;
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", LEFT, TOP,
+            W - LEFT - RIGHT, H - TOP - BOTTOM);
+    /* x: steps, and under each tick the tokens seen by then */
+    double dx = nice_step(fr->x1 - fr->x0, 8);
+    for (double s = 0; s <= fr->x1 + 1e-9; s += dx) {
+        double x = px(fr, s);
+        char tok[32];
+        short_count(s * (double)p->tokens_per_step, tok, sizeof tok);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x, yt, x, yb);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", x, yb + 18, s);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\" font-size=\"11\">%s</text>\n",
+                x, yb + 34, tok);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">step</text>\n", (xl + xr) / 2, H - 28);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\" font-size=\"11\">tokens "
+            "(%lld a step)</text>\n", (xl + xr) / 2, H - 12, p->tokens_per_step);
+    /* left y: loss */
+    double dy = nice_step(fr->y1 - fr->y0, 6);
+    for (double v = fr->y0; v <= fr->y1 + dy * 1e-6; v += dy) {
+        double y = py(fr, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", xl, y, xr, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", xl - 6, y + 4, v);
+    }
+    fprintf(f, "<text transform=\"translate(22 %.1f) rotate(-90)\" text-anchor=\"middle\">loss (nats a token)"
+            "</text>\n", (yt + yb) / 2);
+    /* right y: learning rate */
+    double dl = nice_step(fr->lr1, 5);
+    for (double v = 0; v <= fr->lr1 + dl * 1e-6; v += dl)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#888\">%.3g</text>\n", xr + 6, plr(fr, v) + 4, v);
+    fprintf(f, "<text transform=\"translate(%d %.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#888\">"
+            "learning rate</text>\n", W - 18, (yt + yb) / 2);
+}
+
+/* A polyline through the finite points of one series (lr or loss). */
+static void draw_line(FILE *f, const Frame *fr, const PlotSeries *s, int lr, const char *style) {
+    if (s->n == 0) return;
+    fprintf(f, "<polyline fill=\"none\" %s points=\"", style);
+    for (int i = 0; i < s->n; i++) {
+        double v = lr ? s->lr[i] : s->loss[i];
+        if (isfinite(v)) fprintf(f, "%.1f,%.1f ", px(fr, s->step[i]), lr ? plr(fr, v) : py(fr, v));
+    }
+    fprintf(f, "\"/>\n");
+}
+
+static void draw_legend(FILE *f, const Plot *p) {
+    int x = W - RIGHT - 190, y = TOP + 18;   /* top right: where a falling loss is not */
+    fprintf(f, "<g font-size=\"12\">\n");
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
+            "<text x=\"%d\" y=\"%d\">train loss</text>\n", x, y - 4, x + 24, y - 4, x + 30, y);
+    if (p->val.n)
+        fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#ff7f0e\"/>"
+                "<text x=\"%d\" y=\"%d\">val loss</text>\n", x + 12, y + 14, x + 30, y + 18);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\" stroke-dasharray=\"5 3\"/>"
+            "<text x=\"%d\" y=\"%d\">learning rate (right axis)</text>\n</g>\n",
+            x, y + 32, x + 24, y + 32, x + 30, y + 36);
+}
+
+static void draw_svg(FILE *f, const Plot *p) {
+    Frame fr = frame_of(p);
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"13\">\n", W, H, W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"28\" "
+            "font-size=\"15\">", LEFT);
+    put_text(f, p->title);
+    if (p->train.n)
+        fprintf(f, " | step %d/%d, loss %.4g", p->train.step[p->train.n - 1], p->steps,
+                p->train.loss[p->train.n - 1]);
+    if (p->val.n) fprintf(f, ", val %.4g", p->val.loss[p->val.n - 1]);
+    fprintf(f, "</text>\n");
+    draw_axes(f, p, &fr);
+    draw_line(f, &fr, &p->train, 1, "stroke=\"#888\" stroke-dasharray=\"5 3\"");
+    draw_line(f, &fr, &p->train, 0, "stroke=\"#1f77b4\" stroke-width=\"1.2\"");
+    draw_line(f, &fr, &p->val, 0, "stroke=\"#ff7f0e\" stroke-width=\"1.5\"");
+    fprintf(f, "<g class=\"train\" fill=\"#1f77b4\">\n");
+    for (int i = 0; i < p->train.n; i++) {
+        double v = p->train.loss[i];
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"1.2\" data-step=\"%d\" data-loss=\"%.7g\" "
+                "data-lr=\"%.4g\"><title>step %d: loss %.7g, lr %.3e</title></circle>\n",
+                px(&fr, p->train.step[i]), isfinite(v) ? py(&fr, v) : (double)TOP, p->train.step[i], v,
+                p->train.lr[i], p->train.step[i], v, p->train.lr[i]);
+    }
+    fprintf(f, "</g>\n<g class=\"val\" fill=\"#ff7f0e\">\n");
+    for (int i = 0; i < p->val.n; i++) {
+        double v = p->val.loss[i];
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" data-step=\"%d\" data-loss=\"%.7g\">"
+                "<title>step %d: val loss %.7g</title></circle>\n",
+                px(&fr, p->val.step[i]), isfinite(v) ? py(&fr, v) : (double)TOP, p->val.step[i], v,
+                p->val.step[i], v);
+    }
+    fprintf(f, "</g>\n");
+    draw_legend(f, p);
+    fprintf(f, "</svg>\n");
+}
+
+int plot_write(const Plot *p, char *err, size_t errlen) {
+    SafeOut o;
+    if (safe_out_open(&o, p->path, err, errlen) != 0) return -1;
+    draw_svg(o.f, p);
+    if (ferror(o.f)) {
+        snprintf(err, errlen, "--plot %s: write error", p->path);
+        safe_out_abort(&o);
+        return -1;
+    }
+    return safe_out_commit(&o, err, errlen);
+}
