@@ -76,6 +76,7 @@ typedef struct Args {
     int nstage_layers;
     int recompute;
     int show_schedule;
+    const char *schedule_svg; /* --schedule-svg: the schedule's picture (schedule.svg) */
     const char *trace;
     const char *plot;         /* --plot: the loss curve as SVG, rewritten as the run goes */
     int pin_cores;            /* pin each rank of this host to its own cores */
@@ -158,7 +159,8 @@ static void usage(FILE *f) {
         "  --schedule naive|gpipe|1f1b  the order of micro-batches' forwards and backwards (1f1b)\n"
         "  --stage-layers 3,3,4,2 layers of each stage (as even as possible)\n"
         "  --recompute            keep each layer's input only; recompute the rest in backward\n"
-        "  --show-schedule        draw the schedule and its bubble before training\n"
+        "  --show-schedule        draw the schedule and its bubble before training, and as SVG\n"
+        "  --schedule-svg FILE    where --show-schedule writes the SVG (schedule.svg); implies it\n"
         "  --trace FILE           Chrome/Perfetto trace of every rank's spans\n"
         "  --pin-cores            pin each rank to its own cores (benchmarks)\n"
         "checkpoints:\n"
@@ -217,7 +219,7 @@ enum {
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG,
 };
 
 /* What args_parse asks of its caller besides an error. */
@@ -251,6 +253,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
         {"checkpoint-dir", 1, 0, F_CKPTDIR}, {"checkpoint-every", 1, 0, F_CKPTEVERY},
         {"keep", 1, 0, F_KEEP}, {"resume", 0, 0, F_RESUME}, {"plot", 1, 0, F_PLOT},
+        {"schedule-svg", 1, 0, F_SCHEDSVG},
         {0, 0, 0, 0},
     };
     memset(a, 0, sizeof *a);
@@ -395,6 +398,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         }
         case F_RECOMPUTE: a->recompute = 1; break;
         case F_SHOWSCHED: a->show_schedule = 1; break;
+        case F_SCHEDSVG: a->schedule_svg = optarg, a->show_schedule = 1; break;
         case F_TRACE: a->trace = optarg; break;
         case F_PLOT: a->plot = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
@@ -486,7 +490,8 @@ static void run_check(Run *r) {
     /* every output can be written: found now, before any input is read or
      * training done, not after it (safe.h) */
     const char *outs[][2] = {{"--save", a->save}, {"--trace", a->trace}, {"--dump-grads", a->dump_grads},
-                              {"--plot", a->plot}};
+                              {"--plot", a->plot},
+                              {"--schedule-svg", a->show_schedule ? (a->schedule_svg ? a->schedule_svg : "schedule.svg") : NULL}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
         if (outs[i][1] && safe_check_output(outs[i][0], outs[i][1], err, sizeof err) != 0) die_usage("%s", err);
     size_t rows;   /* [B,T] rows of every activation: bounded before any input is read */
@@ -702,6 +707,20 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     free(host);
     free(llmc);
     return rc;
+}
+
+/* --show-schedule: the text figure (pp_show), then the same timeline as SVG. */
+static void show_schedule(const Args *a, int P) {
+    const char *path = a->schedule_svg ? a->schedule_svg : "schedule.svg";
+    char err[512], formula[96];
+    PPTimeline tl;
+    pp_show(stdout, a->schedule, P, a->micro_batches);
+    if (pp_bubble_text(a->schedule, P, a->micro_batches, formula, sizeof formula) != 0 ||
+        pp_timeline(a->schedule, P, a->micro_batches, &tl) != 0) return;
+    if (plot_schedule_svg(path, &tl, pp_schedule_name(a->schedule), formula, err, sizeof err) != 0)
+        fprintf(stderr, "train: %s\n", err);
+    else printf("schedule drawn in %s\n", path);
+    pp_timeline_free(&tl);
 }
 
 /* --save: the parameters (ZeRO-3 gathers them first). */
@@ -1059,7 +1078,7 @@ int main(int argc, char **argv) {
                              6.0 * r.cfg.layers * r.cfg.dim * (double)a->seq;
     double peak = device_peak(&r) * 1e12;
     if (rank0) print_header(&r);
-    if (rank0 && a->show_schedule) pp_show(stdout, a->schedule, r.mesh.pp, a->micro_batches);
+    if (rank0 && a->show_schedule) show_schedule(a, r.mesh.pp);
     print_memory(&r);
     int s0 = a->resume ? (int)r.ck.meta.step : 0, stopped = 0;
     char ckpath[4608];

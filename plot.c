@@ -9,6 +9,7 @@
  * so a test reads back exactly what the run printed.
  */
 #include "plot.h"
+#include "pp.h"
 #include "safe.h"
 
 #include <math.h>
@@ -238,6 +239,153 @@ int plot_write(const Plot *p, char *err, size_t errlen) {
     draw_svg(o.f, p);
     if (ferror(o.f)) {
         snprintf(err, errlen, "--plot %s: write error", p->path);
+        safe_out_abort(&o);
+        return -1;
+    }
+    return safe_out_commit(&o, err, errlen);
+}
+
+/* ---------------------------------------------------------------------------
+ * The pipeline schedule (--show-schedule): the figure pp_show prints, as
+ * boxes. Slot t of stage s is a box at column t of row s; between rows,
+ * a thin line from the end of each sending box to the start of the box
+ * that receives it (F(s,m) -> F(s+1,m), B(s,m) -> B(s-1,m)). */
+
+/* Micro-batch m's colour: hue by m, light for F, dark for B ("#rrggbb"). */
+static void micro_colour(int m, int M, int backward, char *buf, size_t len) {
+    double h = fmod(360.0 * m / (M > 0 ? M : 1) + 210.0, 360.0) / 60.0;
+    double sat = 0.65, l = backward ? 0.38 : 0.80;
+    double c = (1 - fabs(2 * l - 1)) * sat, x = c * (1 - fabs(fmod(h, 2.0) - 1)), o = l - c / 2;
+    double r = 0, g = 0, b = 0;
+    switch ((int)h) {
+    case 0: r = c, g = x; break;
+    case 1: r = x, g = c; break;
+    case 2: g = c, b = x; break;
+    case 3: g = x, b = c; break;
+    case 4: r = x, b = c; break;
+    default: r = c, b = x; break;
+    }
+    snprintf(buf, len, "#%02x%02x%02x", (int)lround((r + o) * 255), (int)lround((g + o) * 255),
+             (int)lround((b + o) * 255));
+}
+
+/* The slot of stage s's action (kind, m); -1 if none. */
+static int slot_of(const PPTimeline *t, int s, PPKind kind, int m) {
+    for (int i = 0; i < t->T; i++)
+        if (t->slots[s * t->T + i].kind == kind && t->slots[s * t->T + i].micro == m) return i;
+    return -1;
+}
+
+static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, const char *formula) {
+    int P = t->P, M = t->M, T = t->T;
+    int cw = T > 0 ? 1120 / T : 40;                 /* a slot's width */
+    if (cw > 44) cw = 44;
+    if (cw < 12) cw = 12;
+    int rh = 30, gap = 22, left = 76, top = 84;    /* row height, gap between rows for the marks */
+    int width = left + T * cw + 30, legend = 70;
+    if (width < 760) width = 760;
+    int height = top + P * rh + (P - 1) * gap + legend;
+    int font = cw >= 30 ? 12 : cw >= 20 ? 9 : 7;
+    int idle = 0;
+    for (int i = 0; i < P * T; i++) idle += t->slots[i].kind == PP_IDLE;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"13\" data-schedule=\"", width, height, width, height);
+    put_text(f, schedule);
+    fprintf(f, "\" data-stages=\"%d\" data-micro-batches=\"%d\" data-slots=\"%d\" data-idle=\"%d\">\n", P, M, T,
+            idle);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">", left);
+    put_text(f, schedule);
+    fprintf(f, " schedule: P = %d stages, M = %d micro-batches, %d time slots (F and B one slot each)</text>\n",
+            P, M, T);
+    fprintf(f, "<text x=\"%d\" y=\"44\" font-size=\"14\">bubble: idle %d of %d slots = %.3f (%s formula ",
+            left, idle, P * T, P * T > 0 ? (double)idle / (P * T) : 0.0, schedule);
+    put_text(f, formula);
+    fprintf(f, ")</text>\n");
+    /* the ruler and the rows' frames */
+    for (int i = 0; i < T; i++)
+        if (cw >= 20 || i % 5 == 0)
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\" font-size=\"10\">%d</text>\n",
+                    left + (i + 0.5) * cw, top - 8, i);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#888\" font-size=\"10\">slot</text>\n",
+            left - 8, top - 8);
+    for (int s = 0; s < P; s++) {
+        int y = top + s * (rh + gap);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ddd\"/>\n",
+                left, y, T * cw, rh);
+        for (int i = 1; i < T; i++)
+            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#eee\"/>\n", left + i * cw, y,
+                    left + i * cw, y + rh);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">stage %d</text>\n", left - 8, y + rh / 2 + 5, s);
+    }
+    /* the sends, under the boxes: from the end of the sender's slot to the start of the receiver's */
+    fprintf(f, "<g class=\"sends\" stroke-width=\"1\">\n");
+    for (int s = 0; s < P; s++)
+        for (int i = 0; i < T; i++) {
+            PPAction a = t->slots[s * T + i];
+            int to = a.kind == PP_FORWARD ? s + 1 : a.kind == PP_BACKWARD ? s - 1 : -1;
+            if (to < 0 || to >= P) continue;
+            int j = slot_of(t, to, a.kind, a.micro);
+            if (j < 0) continue;
+            char col[8];
+            micro_colour(a.micro, M, 1, col, sizeof col);
+            int down = to > s;
+            double x1 = left + (i + 1) * cw - 2, x2 = left + j * cw + 2;
+            double y1 = top + s * (rh + gap) + (down ? rh : 0), y2 = top + to * (rh + gap) + (down ? 0 : rh);
+            char k = a.kind == PP_FORWARD ? 'F' : 'B';
+            fprintf(f, "<line class=\"send\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                    "data-kind=\"%c\" data-micro=\"%d\" data-from=\"%d\" data-to=\"%d\" data-slot=\"%d\" "
+                    "data-recv-slot=\"%d\"><title>%s %d: stage %d sends to stage %d after slot %d, used in slot "
+                    "%d</title></line>\n", x1, y1 + (down ? 2 : -2), x2, y2 + (down ? -2 : 2), col, k, a.micro, s,
+                    to, i, j, k == 'F' ? "activations of F" : "gradient of B", a.micro, s, to, i, j);
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"1.8\" fill=\"%s\"/>\n", x2, y2 + (down ? -2 : 2), col);
+        }
+    fprintf(f, "</g>\n");
+    /* the boxes */
+    fprintf(f, "<g class=\"slots\" font-size=\"%d\" text-anchor=\"middle\">\n", font);
+    for (int s = 0; s < P; s++)
+        for (int i = 0; i < T; i++) {
+            PPAction a = t->slots[s * T + i];
+            if (a.kind == PP_IDLE) continue;
+            int bw = a.kind == PP_BACKWARD;
+            char col[8], k = bw ? 'B' : 'F';
+            micro_colour(a.micro, M, bw, col, sizeof col);
+            int x = left + i * cw, y = top + s * (rh + gap);
+            fprintf(f, "<rect class=\"slot\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"%s\" "
+                    "stroke=\"#555\" stroke-width=\"0.6\" data-stage=\"%d\" data-slot=\"%d\" data-kind=\"%c\" "
+                    "data-micro=\"%d\"><title>stage %d, slot %d: %s of micro-batch %d</title></rect>\n",
+                    x + 1, y + 1, cw - 2, rh - 2, col, s, i, k, a.micro, s, i, bw ? "backward" : "forward", a.micro);
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\">%c%d</text>\n", x + cw / 2.0, y + rh / 2 + font / 2 - 1,
+                    bw ? "white" : "#222", k, a.micro);
+        }
+    fprintf(f, "</g>\n");
+    /* the legend: each micro-batch's two colours, and a send */
+    int ly = top + P * rh + (P - 1) * gap + 28, lx = left;
+    fprintf(f, "<g class=\"legend\" font-size=\"11\">\n<text x=\"%d\" y=\"%d\">micro-batch:</text>\n", lx, ly + 4);
+    lx += 80;
+    for (int m = 0; m < M && lx < width - 240; m++, lx += 34) {
+        char cf[8], cb[8];
+        micro_colour(m, M, 0, cf, sizeof cf);
+        micro_colour(m, M, 1, cb, sizeof cb);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><rect x=\"%d\" y=\"%d\" "
+                "width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                lx, ly - 6, cf, lx + 12, ly - 6, cb, lx + 12, ly + 20, m);
+    }
+    lx += 10;
+    fprintf(f, "<text x=\"%d\" y=\"%d\">F light, B dark; empty: idle (the bubble)</text>\n", lx, ly + 4);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#555\"/><text x=\"%d\" y=\"%d\">send "
+            "(activations down, gradients up)</text>\n</g>\n", lx, ly + 18, lx + 20, ly + 24, lx + 26, ly + 24);
+    fprintf(f, "</svg>\n");
+}
+
+int plot_schedule_svg(const char *path, const PPTimeline *t, const char *schedule, const char *formula,
+                      char *err, size_t errlen) {
+    SafeOut o;
+    if (safe_out_open(&o, path, err, errlen) != 0) return -1;
+    draw_schedule(o.f, t, schedule ? schedule : "", formula ? formula : "");
+    if (ferror(o.f)) {
+        snprintf(err, errlen, "--schedule-svg %s: write error", path);
         safe_out_abort(&o);
         return -1;
     }

@@ -37,4 +37,19 @@ void plot_val(Plot *p, int step, double loss);
 int plot_write(const Plot *p, char *err, size_t errlen);
 void plot_free(Plot *p);
 
+/* --show-schedule's picture of a pipeline schedule (pp.h's PPTimeline, the
+ * same slots pp_show prints): one row a stage, one box a slot labelled
+ * F<m> / B<m> and coloured by micro-batch m (forward light, backward dark),
+ * idle slots empty, and thin marks between rows where a stage sends to its
+ * neighbour (activations after F, gradients after B). The title gives the
+ * measured bubble beside `formula` (pp_bubble_text). Each box is a <rect
+ * class="slot"> with data-stage, data-slot, data-kind (F or B) and
+ * data-micro; each mark a <line class="send"> with data-kind, data-micro,
+ * data-from, data-to, data-slot and data-recv-slot. Written through
+ * SafeOut (path checked by the caller with safe_check_output). 0, or -1
+ * with err. */
+struct PPTimeline;
+int plot_schedule_svg(const char *path, const struct PPTimeline *t, const char *schedule, const char *formula,
+                      char *err, size_t errlen);
+
 #endif

@@ -196,6 +196,14 @@ static int digits(int x) {
     return d;
 }
 
+int pp_bubble_text(PPSchedule s, int P, int M, char *buf, size_t len) {
+    double v = pp_bubble_formula(s, P, M);
+    if (v < 0 || len == 0) return -1;
+    if (s == PP_NAIVE) snprintf(buf, len, "(P-1)/P = %d/%d = %.3f", P - 1, P, v);
+    else snprintf(buf, len, "(P-1)/(M+P-1) = %d/%d = %.3f", P - 1, M + P - 1, v);
+    return 0;
+}
+
 int pp_show(FILE *f, PPSchedule s, int P, int M) {
     PPTimeline tl;
     if (pp_timeline(s, P, M, &tl) != 0) return -1;
@@ -226,11 +234,10 @@ int pp_show(FILE *f, PPSchedule s, int P, int M) {
         fprintf(f, "\n");
     }
     int total = P * T;
-    fprintf(f, "bubble: idle %d of %d slots = %.3f (%s formula ", idle, total,
-            (double)idle / total, pp_schedule_name(s));
-    if (s == PP_NAIVE) fprintf(f, "(P-1)/P = %d/%d", P - 1, P);
-    else fprintf(f, "(P-1)/(M+P-1) = %d/%d", P - 1, M + P - 1);
-    fprintf(f, " = %.3f)\n", pp_bubble_formula(s, P, M));
+    char formula[96];
+    pp_bubble_text(s, P, M, formula, sizeof formula);
+    fprintf(f, "bubble: idle %d of %d slots = %.3f (%s formula %s)\n", idle, total,
+            (double)idle / total, pp_schedule_name(s), formula);
     fprintf(f, "in flight (peak micro-batches of activations held):");
     for (int st = 0; st < P; st++) {
         int n = pp_actions(s, P, M, st, acts);

@@ -78,6 +78,11 @@ double pp_bubble_formula(PPSchedule s, int P, int M);
 int pp_timeline(PPSchedule s, int P, int M, PPTimeline *t);
 void pp_timeline_free(PPTimeline *t);
 
+/* pp_bubble_formula as text, "(P-1)/(M+P-1) = 3/10 = 0.300" (naive:
+ * "(P-1)/P = 1/2 = 0.500"): what pp_show and the SVG of --show-schedule
+ * print. 0, or -1 (buf untouched) for bad arguments. */
+int pp_bubble_text(PPSchedule s, int P, int M, char *buf, size_t len);
+
 /* Prints the schedule as the articles draw it: a title line, a ruler of
  * slot numbers, one row per stage ("stage 0 |F0|F1|  |B0|...", fixed-width
  * cells, idle cells blank), the measured bubble ("idle 24 of 56 slots =

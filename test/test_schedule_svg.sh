@@ -1,0 +1,97 @@
+#!/bin/sh
+# test/test_schedule_svg.sh: --show-schedule's SVG (plot.c's
+# plot_schedule_svg, fed pp.c's timeline). For P = 2, 4 stages and M = 4, 8
+# micro-batches under naive, gpipe and 1f1b, a tiny CPU pipeline runs one
+# step with --show-schedule --schedule-svg FILE; the SVG must parse as XML,
+# its boxes (<rect class="slot">, data-stage/-slot/-kind/-micro) must be
+# exactly the filled cells of the text figure the same run printed, its
+# title must carry the printed bubble line, and it must mark one send per
+# exchange (every F but the last stage's, every B but stage 0's). Without
+# --schedule-svg the picture goes to schedule.svg; an output that cannot be
+# written is refused before any work (exit 2). One is rendered to PNG with
+# rsvg-convert where installed (test/out/schedule_svg/schedule.png).
+cd "$(dirname "$0")/.." || exit 2
+OUT=test/out/schedule_svg
+rm -rf $OUT
+mkdir -p $OUT
+pass=0
+fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+if ! command -v python3 > /dev/null; then echo "SKIP schedule svg: no python3 to parse the SVG"; exit 0; fi
+MODEL="--device cpu --data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --batch 1 --steps 1"
+
+for P in 2 4; do
+    for M in 4 8; do
+        for S in naive gpipe 1f1b; do
+            name="P $P, M $M, $S"
+            svg=$OUT/p${P}_m${M}_$S.svg
+            log=$OUT/p${P}_m${M}_$S.log
+            timeout 120 ./train $MODEL --ranks $P --pp $P --schedule $S --micro-batches $M \
+                --show-schedule --schedule-svg $svg > $log 2>&1
+            rc=$?
+            if [ $rc -ne 0 ]; then bad "$name: train exited $rc: $(tail -n 2 $log)"; continue; fi
+            if python3 - $svg $log $P $M $S > $OUT/check.txt 2>&1 <<'PY'
+import sys, xml.etree.ElementTree as E
+svg, log, P, M, sched = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ns = "{http://www.w3.org/2000/svg}"
+root = E.parse(svg).getroot()
+lines = open(log).read().splitlines()
+# the text figure: "stage s |F0|  |B0|..." rows under the title line
+want, bubble, title = set(), None, None
+for l in lines:
+    if l.startswith(sched + " schedule: P = %d stages, M = %d micro-batches" % (P, M)): title = l
+    if l.startswith("stage ") and "|" in l:
+        cells = l.split("|")
+        s = int(cells[0].split()[1])
+        for t, c in enumerate(cells[1:-1]):
+            c = c.strip()
+            if c: want.add((s, t, c[0], int(c[1:])))
+    if l.startswith("bubble: "): bubble = l
+assert title and bubble and want, "no text figure in the log"
+got = [(int(r.get("data-stage")), int(r.get("data-slot")), r.get("data-kind"), int(r.get("data-micro")))
+       for r in root.iter(ns + "rect") if r.get("class") == "slot"]
+assert len(got) == len(set(got)), "a box twice"
+assert set(got) == want, "boxes differ from the text: missing %s, extra %s" % (sorted(want - set(got))[:4], sorted(set(got) - want)[:4])
+assert len(want) == 2 * P * M, "%d cells, not 2PM" % len(want)
+texts = ["".join(t.itertext()) for t in root.iter(ns + "text")]
+assert title in texts, "title %r not in the SVG" % title
+assert bubble in texts, "bubble line %r not in the SVG" % bubble
+sends = [l for l in root.iter(ns + "line") if l.get("class") == "send"]
+assert len(sends) == 2 * (P - 1) * M, "%d sends, not %d" % (len(sends), 2 * (P - 1) * M)
+cell = {(s, k, m): t for s, t, k, m in want}
+for l in sends:
+    k, m, a, b = l.get("data-kind"), int(l.get("data-micro")), int(l.get("data-from")), int(l.get("data-to"))
+    assert b == a + (1 if k == "F" else -1), "send %s%d from %d to %d" % (k, m, a, b)
+    assert int(l.get("data-slot")) == cell[(a, k, m)] < int(l.get("data-recv-slot")) == cell[(b, k, m)], "send %s%d slots" % (k, m)
+print("%d boxes, %d sends, %s" % (len(got), len(sends), bubble))
+PY
+            then ok "$name: $(cat $OUT/check.txt)"
+            else bad "$name: $(tail -n 1 $OUT/check.txt)"; fi
+        done
+    done
+done
+
+# the default path, in the working directory
+mkdir -p $OUT/cwd
+(cd $OUT/cwd && timeout 120 ../../../../train $(echo "$MODEL" | sed 's|test/fixtures|../../../fixtures|') \
+    --ranks 2 --pp 2 --schedule gpipe --micro-batches 4 --show-schedule > run.log 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' $OUT/cwd/schedule.svg 2>/dev/null
+then ok "--show-schedule alone writes schedule.svg"
+else bad "--show-schedule alone: exit $rc, schedule.svg $(ls $OUT/cwd/schedule.svg 2>&1)"; fi
+
+# refused up front
+./train $MODEL --show-schedule --schedule-svg $OUT/no/such/dir/s.svg > $OUT/refused.log 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--schedule-svg" $OUT/refused.log && ! grep -q '^step ' $OUT/refused.log
+then ok "an unwritable --schedule-svg is refused before any work (exit 2)"
+else bad "unwritable --schedule-svg: exit $rc: $(tail -n 1 $OUT/refused.log)"; fi
+
+if command -v rsvg-convert > /dev/null; then
+    if rsvg-convert $OUT/p4_m8_1f1b.svg -o $OUT/schedule.png 2> $OUT/rsvg.err && [ -s $OUT/schedule.png ]
+    then ok "rsvg-convert renders the 1f1b P 4 M 8 picture ($OUT/schedule.png)"
+    else bad "rsvg-convert: $(head -n 1 $OUT/rsvg.err)"; fi
+else echo "SKIP render: no rsvg-convert"; fi
+echo "schedule svg: $pass passed, $fail failed"
+[ $fail -eq 0 ]
