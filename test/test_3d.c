@@ -167,7 +167,7 @@ static void pipelines(Checks *c) {
 /* The layouts a GPU box runs, over the emulated NCCL in both timings. */
 static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
     static const struct { const char *name, *flags, *env; } lay[] = {
-        {"ddp 2, 3 buckets", "--ranks 2 --batch 4 --bucket-mb 0.05", ""},
+        {"ddp 2, 10 buckets", "--ranks 2 --batch 4 --bucket-mb 0.05", ""},
         {"ddp 2, parameter server", "--ranks 2 --batch 4 --dp-mode ps", ""},
         {"dp 2, zero 1", "--ranks 2 --batch 2 --micro-batches 2 --zero 1", ""},
         {"dp 2, zero 2", "--ranks 2 --batch 2 --micro-batches 2 --zero 2", ""},
