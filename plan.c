@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "plan.h"
+#include "safe.h"
 #include "pp.h"
 #include "zero.h"
 
@@ -162,6 +163,18 @@ static void print_layout(const PlanResult *p) {
            (w->pp_send + w->pp_recv) / 1e6, w->embed_ar / 1e6, p->bubble, p->step, 100 * p->mfu);
 }
 
+/* A flag's number: all of s, finite, in [lo, hi]; else one line on stderr. */
+static int plan_num(const char *flag, const char *s, double lo, double hi, double *v) {
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "plan: %s expects a number in %g..%g, got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
 int plan_main(int argc, char **argv) {
     GPTConfig cfg = {.max_seq = 256, .vocab = 50257, .layers = 4, .heads = 4, .dim = 128};
     PlanCluster c = {.gpus = 8, .per_node = 8, .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450,
@@ -177,6 +190,8 @@ int plan_main(int argc, char **argv) {
         {"cluster", 1, 0, O_CLUSTER}, {"layers", 1, 0, O_L}, {"heads", 1, 0, O_H}, {"dim", 1, 0, O_C},
         {"vocab", 1, 0, O_V}, {"max-seq", 1, 0, O_MS}, {"device", 1, 0, O_DEV}, {"top", 1, 0, O_TOP}, {0, 0, 0, 0}};
     optind = 1;
+    opterr = 0;   /* train's own flags pass by: the planner reads only its own */
+    double x;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -184,7 +199,7 @@ int plan_main(int argc, char **argv) {
         case O_MODEL: {
             size_t i, n = sizeof models / sizeof *models;
             for (i = 0; i < n && strcmp(models[i].name, optarg); i++) {}
-            if (i == n) { printf("plan: no model preset '%s' (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-125m .. gpt3-175b)\n", optarg); return 2; }
+            if (i == n) { fprintf(stderr, "plan: no model preset '%s' (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-125m .. gpt3-175b)\n", optarg); return 2; }
             cfg.layers = models[i].layers; cfg.heads = models[i].heads; cfg.dim = models[i].dim;
             cfg.max_seq = models[i].seq; cfg.vocab = 50257;
             if (!seq) seq = models[i].seq;
@@ -195,38 +210,38 @@ int plan_main(int argc, char **argv) {
             size_t i, k = sizeof clusters / sizeof *clusters;
             if (sscanf(optarg, "%31[a-wyz0-9]x%d", name, &n) != 2) n = 0;
             for (i = 0; i < k && (n <= 0 || strcmp(clusters[i].name, name)); i++) {}
-            if (i == k) { printf("plan: no cluster preset '%s' (h100xN, a100xN: N GPUs, 8 a node)\n", optarg); return 2; }
+            if (i == k) { fprintf(stderr, "plan: no cluster preset '%s' (h100xN, a100xN: N GPUs, 8 a node)\n", optarg); return 2; }
             c.gpus = n; c.per_node = clusters[i].per_node; c.mem_gb = clusters[i].mem; c.tflops = clusters[i].tflops;
             c.intra_gbs = clusters[i].intra; c.inter_gbs = clusters[i].inter;
             break;
         }
-        case O_GB: G = atoi(optarg); break;
-        case O_SEQ: seq = atoi(optarg); break;
-        case O_GPUS: c.gpus = atoi(optarg); break;
-        case O_GPN: c.per_node = atoi(optarg); break;
-        case O_MEM: c.mem_gb = atof(optarg); break;
-        case O_TF: c.tflops = atof(optarg); break;
-        case O_INTRA: c.intra_gbs = atof(optarg); break;
-        case O_INTER: c.inter_gbs = atof(optarg); break;
-        case O_L: cfg.layers = atoi(optarg); break;
-        case O_H: cfg.heads = atoi(optarg); break;
-        case O_C: cfg.dim = atoi(optarg); break;
-        case O_V: cfg.vocab = atoi(optarg); break;
-        case O_MS: cfg.max_seq = atoi(optarg); break;
+        case O_GB: if (plan_num("--global-batch", optarg, 1, 1e9, &x)) return 2; G = (int)x; break;
+        case O_SEQ: if (plan_num("--seq", optarg, 1, 1 << 20, &x)) return 2; seq = (int)x; break;
+        case O_GPUS: if (plan_num("--gpus", optarg, 1, 1 << 20, &x)) return 2; c.gpus = (int)x; break;
+        case O_GPN: if (plan_num("--gpus-per-node", optarg, 1, 1024, &x)) return 2; c.per_node = (int)x; break;
+        case O_MEM: if (plan_num("--gpu-mem", optarg, 1e-3, 1e6, &c.mem_gb)) return 2; break;
+        case O_TF: if (plan_num("--gpu-tflops", optarg, 1e-3, 1e7, &c.tflops)) return 2; break;
+        case O_INTRA: if (plan_num("--intra-gbs", optarg, 1e-3, 1e6, &c.intra_gbs)) return 2; break;
+        case O_INTER: if (plan_num("--inter-gbs", optarg, 1e-3, 1e6, &c.inter_gbs)) return 2; break;
+        case O_L: if (plan_num("--layers", optarg, 1, SAFE_MAX_LAYERS, &x)) return 2; cfg.layers = (int)x; break;
+        case O_H: if (plan_num("--heads", optarg, 1, SAFE_MAX_HEADS, &x)) return 2; cfg.heads = (int)x; break;
+        case O_C: if (plan_num("--dim", optarg, 1, SAFE_MAX_DIM, &x)) return 2; cfg.dim = (int)x; break;
+        case O_V: if (plan_num("--vocab", optarg, 1, SAFE_MAX_VOCAB, &x)) return 2; cfg.vocab = (int)x; break;
+        case O_MS: if (plan_num("--max-seq", optarg, 1, SAFE_MAX_SEQ, &x)) return 2; cfg.max_seq = (int)x; break;
         case O_DEV: c.cpu = !strcmp(optarg, "cpu"); break;
-        case O_TOP: top = atoi(optarg); break;
+        case O_TOP: if (plan_num("--top", optarg, 0, 1e6, &x)) return 2; top = (int)x; break;
         default: break;   /* train's other flags: not the planner's */
         }
     }
     if (!seq) seq = cfg.max_seq;
     if (!G) G = c.gpus;
-    if (gpt_config_check(&cfg, err, sizeof err) != 0) { printf("plan: %s\n", err); return 2; }
+    if (gpt_config_check(&cfg, err, sizeof err) != 0) { fprintf(stderr, "plan: %s\n", err); return 2; }
     if (c.gpus < 1 || c.per_node < 1 || seq > cfg.max_seq || c.mem_gb <= 0 || c.tflops <= 0) {
-        printf("plan: bad cluster or sequence (gpus %d, per node %d, seq %d of max %d)\n", c.gpus, c.per_node, seq, cfg.max_seq);
+        fprintf(stderr, "plan: bad cluster or sequence (gpus %d, per node %d, seq %d of max %d)\n", c.gpus, c.per_node, seq, cfg.max_seq);
         return 2;
     }
     if (c.gpus > G * cfg.heads * cfg.layers || G < 1) {
-        printf("plan: %d GPUs cannot share a global batch of %d sequences (dp <= batch, tp <= heads, pp <= layers)\n", c.gpus, G);
+        fprintf(stderr, "plan: %d GPUs cannot share a global batch of %d sequences (dp <= batch, tp <= heads, pp <= layers)\n", c.gpus, G);
         return 2;
     }
     nodes = (c.gpus + c.per_node - 1) / c.per_node;
@@ -260,7 +275,7 @@ int plan_main(int argc, char **argv) {
         }
     }
     if (!n) {
-        printf("plan: no layout fits: the smallest needs %.2f GB a rank, the GPU has %.0f GB\n",
+        fprintf(stderr, "plan: no layout fits: the smallest needs %.2f GB a rank, the GPU has %.0f GB\n",
                rejected[0] ? best_rej[0].mem / 1e9 : 0, c.mem_gb);
         free(all);
         return 2;
