@@ -714,9 +714,9 @@ static void show_schedule(const Args *a, int P) {
     const char *path = a->schedule_svg ? a->schedule_svg : "schedule.svg";
     char err[512], formula[96];
     PPTimeline tl;
-    pp_show(stdout, a->schedule, P, a->micro_batches);
-    if (pp_bubble_text(a->schedule, P, a->micro_batches, formula, sizeof formula) != 0 ||
-        pp_timeline(a->schedule, P, a->micro_batches, &tl) != 0) return;
+    pp_show(stdout, a->schedule, P, a->micro_batches, 1);
+    if (pp_bubble_text(a->schedule, P, a->micro_batches, 1, formula, sizeof formula) != 0 ||
+        pp_timeline(a->schedule, P, a->micro_batches, 1, &tl) != 0) return;
     if (plot_schedule_svg(path, &tl, pp_schedule_name(a->schedule), formula, err, sizeof err) != 0)
         fprintf(stderr, "train: %s\n", err);
     else printf("schedule drawn in %s\n", path);

@@ -59,7 +59,7 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     m.recompute = l->recompute; m.esz = c->cpu ? 4 : 2;
     size_t C = cfg->dim, NH = cfg->heads, B = l->b, T = seq;
     size_t att = c->cpu ? B * (NH / l->tp) * T * T : B * (NH / l->tp) * T;  /* flash: a log-sum-exp a row */
-    r->sets = pp_sets_in_flight(l->pp > 1 ? l->sched : PP_1F1B, l->pp, l->M, stage);
+    r->sets = pp_sets_in_flight(l->pp > 1 ? l->sched : PP_1F1B, l->pp, l->M, 1, stage);
     r->acts = (double)r->sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
     /* ZeRO-3: the gathered unit and the prefetched next one, float32 (zero.c) */
     double unit = 0;
@@ -115,7 +115,7 @@ void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, c
     double flops = 6 * Ntot * tokens + 12.0 * cfg->layers * seq * cfg->dim * tokens;  /* PaLM's accounting */
     double rate = c->tflops * 1e12 * MFU_RATE * c->gpus;
     p->t_compute = flops * (l->recompute ? 4.0 / 3 : 1) / rate;
-    p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M) : 0;
+    p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M, 1) : 0;
     if (p->bubble < 0) { p->why = "no schedule"; return; }
     const PlanRank *w = &p->worst;
     int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;

@@ -118,7 +118,7 @@ static void read_figure(Shown *sh, const char *text, int M) {
 static char *show_text(PPSchedule s, int P, int M) {
     FILE *f = tmpfile();
     if (!f) return NULL;
-    if (pp_show(f, s, P, M) != 0) {
+    if (pp_show(f, s, P, M, 1) != 0) {
         fclose(f);
         return NULL;
     }
@@ -211,11 +211,11 @@ static void check_api(Checks *c) {
         ok &= pp_schedule_parse(names[i]) == i && !strcmp(pp_schedule_name((PPSchedule)i), names[i]);
     ok &= pp_schedule_parse("zigzag") == -1 && pp_schedule_parse(NULL) == -1;
     PPAction a[16];
-    ok &= pp_actions(PP_1F1B, 4, 8, 4, a) == -1 && pp_actions(PP_GPIPE, 0, 8, 0, a) == -1 &&
-          pp_actions(PP_NAIVE, 2, 0, 0, a) == -1 && pp_actions(PP_1F1B, 4, 8, 3, a) == 16;
+    ok &= pp_actions(PP_1F1B, 4, 8, 1, 4, a) == -1 && pp_actions(PP_GPIPE, 0, 8, 1, 0, a) == -1 &&
+          pp_actions(PP_NAIVE, 2, 0, 1, 0, a) == -1 && pp_actions(PP_1F1B, 4, 8, 1, 3, a) == 16;
     PPTimeline t;
-    ok &= pp_timeline(PP_GPIPE, 2, 0, &t) == -1 && t.slots == NULL;
-    ok &= pp_show(stdout, (PPSchedule)7, 2, 2) == -1;
+    ok &= pp_timeline(PP_GPIPE, 2, 0, 1, &t) == -1 && t.slots == NULL;
+    ok &= pp_show(stdout, (PPSchedule)7, 2, 2, 1) == -1;
     check(c, ok, "pp api", "parse/name round trip of 3 schedules, unknown -> -1, bad P/M/stage -> -1");
 }
 

@@ -1,0 +1,115 @@
+/* pp_sched.h: pipeline schedules: which forward, backward (and weight
+ * gradient) each stage runs, in what order, and the figure of them.
+ *
+ * The articles' inter-layer split (auto-parallel-partitioning.txt, 3.2
+ * 流水线并行, its GPipe and PipeDream figures; hybrid-parallelism.txt's
+ * DP+PP): the L layers sit on P stages, the batch is cut into M
+ * micro-batches, and F3 / B3 are the forward / backward of micro-batch 3 on
+ * one stage. A schedule is, for each stage, the order of its actions; the
+ * data dependencies (F on stage s needs F on s-1, B on s needs B on s+1)
+ * decide when each can run. This module is that order and nothing else: no
+ * communication, no model. pp.c walks pp_actions and does the sends and
+ * receives around each action.
+ *
+ *   schedule     order on stage s                       bubble (idle fraction)  in flight on stage 0
+ *   naive        F0 B0 F1 B1 ... (one micro-batch in    (P-1)/P                  1
+ *                the pipe at a time)
+ *   gpipe        F0 .. F(M-1), then B0 .. B(M-1)        (P-1)/(M+P-1)            M
+ *   1f1b         min(P-1-s, M) forwards, then one F     (P-1)/(M+P-1)            min(P, M)
+ *                one B while forwards remain, then the
+ *                rest of the B (PipeDream-Flush)
+ *   interleaved  Megatron 2021: V chunks a stage (chunk c of stage s holds the model's
+ *                (c*P + s)-th slice of layers); 1F1B over (micro-batch, chunk) pairs
+ *   zb-h1, zb-h2 Qi et al. 2023: the backward split into B (input gradient) and W
+ *                (weight gradient), the W's moved into the bubble
+ *
+ * (The rows of the new schedules are filled in by pp_sched.c's header.)
+ *
+ * Units: an action of chunk c is one slot; pp_timeline places them in unit
+ * slots, pp_show prints the figure with the idle fraction it measures.
+ */
+#ifndef PP_SCHED_H
+#define PP_SCHED_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum { PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZBH1, PP_ZBH2 } PPSchedule;
+
+/* PP_WEIGHT appears only in schedules that split the backward
+ * (pp_schedule_splits); PP_IDLE only in a timeline's slots. */
+typedef enum { PP_FORWARD, PP_BACKWARD, PP_WEIGHT, PP_IDLE } PPKind;
+
+typedef struct PPAction {
+    PPKind kind;
+    int micro;          /* micro-batch 0 .. M-1; -1 in an idle slot */
+    int chunk;          /* the stage's chunk 0 .. V-1 (0 unless interleaved); -1 in an idle slot */
+} PPAction;
+
+/* The actions of every stage placed in unit time slots. */
+typedef struct PPTimeline {
+    int P, M, V;        /* stages, micro-batches, chunks a stage */
+    int T;              /* time slots from the first action to the last */
+    PPAction *slots;    /* [P][T]: stage s at slot t is slots[s * T + t] */
+} PPTimeline;
+
+/* "naive" | "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-h2" -> its
+ * PPSchedule; -1 if s is none of them (or NULL). */
+int pp_schedule_parse(const char *s);
+
+/* The name pp_schedule_parse reads; "?" for a value outside the enum. */
+const char *pp_schedule_name(PPSchedule s);
+
+/* 1 when s runs each backward as B then a separate W (zb-h1, zb-h2). */
+int pp_schedule_splits(PPSchedule s);
+
+/* Whether s can run P stages, M micro-batches and V chunks a stage: 0, or
+ * -1 with one line in err naming the rule broken (V > 1 only with
+ * interleaved; what interleaved asks of M; P >= 1, M >= 1, V >= 1). */
+int pp_schedule_check(PPSchedule s, int P, int M, int V, char *err, size_t errlen);
+
+/* Actions of one stage: 2MV (each micro-batch's F and B once for each
+ * chunk), 3M when the schedule splits the backward; -1 when
+ * pp_schedule_check fails. */
+int pp_num_actions(PPSchedule s, int P, int M, int V);
+
+/* Writes the ordered actions of stage `stage` (0 .. P-1) into
+ * out[pp_num_actions] and returns their number. Returns -1 (out untouched)
+ * if pp_schedule_check fails or stage is out of range. */
+int pp_actions(PPSchedule s, int P, int M, int V, int stage, PPAction *out);
+
+/* The largest number of activation sets held over the prefixes of acts[n]:
+ * a set (one micro-batch through one chunk) is taken at its F and given
+ * back at its B, or at its W when the backward is split. 0 for n = 0. */
+int pp_in_flight_peak(const PPAction *acts, int n);
+
+/* The bubble the papers give for s with P, M, V: (P-1)/(M+P-1) for gpipe
+ * and 1f1b, (P-1)/P for naive, and the interleaved and zero-bubble ones
+ * (pp_sched.c). -1 for bad arguments. */
+double pp_bubble_formula(PPSchedule s, int P, int M, int V);
+
+/* pp_bubble_formula as text, "(P-1)/(M+P-1) = 3/10 = 0.300": what pp_show
+ * and the SVG of --show-schedule print. 0, or -1 (buf untouched) for bad
+ * arguments. */
+int pp_bubble_text(PPSchedule s, int P, int M, int V, char *buf, size_t len);
+
+/* Places every stage's actions, in its own pp_actions order, in unit time
+ * slots: an action runs in the first slot after all it depends on has
+ * finished; a stage runs at most one action a slot. Fills t (free it with
+ * pp_timeline_free) and returns 0; returns -1 with t zeroed for bad
+ * arguments, if allocation fails or if the schedule deadlocks. */
+int pp_timeline(PPSchedule s, int P, int M, int V, PPTimeline *t);
+void pp_timeline_free(PPTimeline *t);
+
+/* Prints the schedule as the articles draw it: a title line, a ruler of
+ * slot numbers, one row per stage (fixed-width cells, idle cells blank),
+ * the measured bubble ("idle 24 of 56 slots = 0.429") beside its formula,
+ * and each stage's peak activation sets in flight. Returns 0, or -1
+ * (printing nothing) for bad arguments. */
+int pp_show(FILE *f, PPSchedule s, int P, int M, int V);
+
+/* Sets of activations stage `stage` keeps (its pp_in_flight_peak, at least
+ * 1): what pp_build allocates and the planner counts. */
+int pp_sets_in_flight(PPSchedule s, int P, int M, int V, int stage);
+
+#endif
