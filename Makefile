@@ -4,7 +4,7 @@
 #   make test         build and run every test (what CI runs); ends "N passed, N failed"
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
-#   make bench-pipeline  the pipeline bubble measured from a trace, beside (P-1)/(M+P-1)
+#   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
 #

@@ -9,7 +9,7 @@
  * so a test reads back exactly what the run printed.
  */
 #include "plot.h"
-#include "pp.h"
+#include "pp_sched.h"
 #include "safe.h"
 
 #include <math.h>
@@ -247,14 +247,20 @@ int plot_write(const Plot *p, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------------------
  * The pipeline schedule (--show-schedule): the figure pp_show prints, as
- * boxes. Slot t of stage s is a box at column t of row s; between rows,
- * a thin line from the end of each sending box to the start of the box
- * that receives it (F(s,m) -> F(s+1,m), B(s,m) -> B(s-1,m)). */
+ * boxes. Slot t of stage s is a box at column t of row s, labelled as the
+ * text cell ("F3", "B3", "W3", "F3.1" with chunks); F light, B dark and W
+ * a hatched mid-tone of the micro-batch's colour; with V > 1 chunks a
+ * stripe along the bottom of each box, darker for a later chunk. Between
+ * rows, a thin line from the end of each sending box to the start of the
+ * box that receives it, by pp_sched.h's dependencies: F(s,c,m) ->
+ * F(s+1,c,m), B(s,c,m) -> B(s-1,c,m), and with chunks the wrap F(P-1,c,m)
+ * -> F(0,c+1,m) and B(0,c,m) -> B(P-1,c-1,m), dashed. W sends nothing. */
 
-/* Micro-batch m's colour: hue by m, light for F, dark for B ("#rrggbb"). */
-static void micro_colour(int m, int M, int backward, char *buf, size_t len) {
+/* Micro-batch m's colour: hue by m; light for F, dark for B, between for
+ * W ("#rrggbb"). */
+static void micro_colour(int m, int M, PPKind kind, char *buf, size_t len) {
     double h = fmod(360.0 * m / (M > 0 ? M : 1) + 210.0, 360.0) / 60.0;
-    double sat = 0.65, l = backward ? 0.38 : 0.80;
+    double sat = 0.65, l = kind == PP_BACKWARD ? 0.38 : kind == PP_WEIGHT ? 0.58 : 0.80;
     double c = (1 - fabs(2 * l - 1)) * sat, x = c * (1 - fabs(fmod(h, 2.0) - 1)), o = l - c / 2;
     double r = 0, g = 0, b = 0;
     switch ((int)h) {
@@ -269,36 +275,73 @@ static void micro_colour(int m, int M, int backward, char *buf, size_t len) {
              (int)lround((b + o) * 255));
 }
 
-/* The slot of stage s's action (kind, m); -1 if none. */
-static int slot_of(const PPTimeline *t, int s, PPKind kind, int m) {
-    for (int i = 0; i < t->T; i++)
-        if (t->slots[s * t->T + i].kind == kind && t->slots[s * t->T + i].micro == m) return i;
+/* The slot of stage s's action (kind, chunk, micro); -1 if none. */
+static int slot_of(const PPTimeline *t, int s, PPKind kind, int chunk, int m) {
+    for (int i = 0; i < t->T; i++) {
+        PPAction a = t->slots[s * t->T + i];
+        if (a.kind == kind && a.chunk == chunk && a.micro == m) return i;
+    }
     return -1;
 }
 
+/* Where the output of stage s's action a goes (stage and chunk of the
+ * action that waits for it); 0, or -1 if it is sent nowhere (W, the last
+ * chunk's F on the last stage, the first chunk's B on stage 0). */
+static int send_target(PPAction a, int s, int P, int V, int *to, int *chunk) {
+    *chunk = a.chunk;
+    if (a.kind == PP_FORWARD) {
+        if (s + 1 < P) *to = s + 1;
+        else if (a.chunk + 1 < V) *to = 0, *chunk = a.chunk + 1;
+        else return -1;
+    } else if (a.kind == PP_BACKWARD) {
+        if (s > 0) *to = s - 1;
+        else if (a.chunk > 0) *to = P - 1, *chunk = a.chunk - 1;
+        else return -1;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+static const char *kind_name(PPKind k) {
+    return k == PP_FORWARD ? "forward" : k == PP_BACKWARD ? "backward (input gradient)" : "weight gradient";
+}
+
 static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, const char *formula) {
-    int P = t->P, M = t->M, T = t->T;
+    int P = t->P, M = t->M, T = t->T, V = t->V > 0 ? t->V : 1;
+    int split = 0;
+    for (int i = 0; i < P * T; i++) split |= t->slots[i].kind == PP_WEIGHT;
     int cw = T > 0 ? 1120 / T : 40;                 /* a slot's width */
     if (cw > 44) cw = 44;
     if (cw < 12) cw = 12;
     int rh = 30, gap = 22, left = 76, top = 84;    /* row height, gap between rows for the marks */
+    int sched = pp_schedule_parse(schedule);
+    char title[256];
+    if (sched < 0 || pp_show_title((PPSchedule)sched, P, M, V, T, title, sizeof title) != 0)
+        snprintf(title, sizeof title, "%s schedule: P = %d stages, M = %d micro-batches, %d time slots", schedule,
+                 P, M, T);
     int width = left + T * cw + 30, legend = 70;
     if (width < 760) width = 760;
+    if (width < left + 8 * (int)strlen(title) + 20) width = left + 8 * (int)strlen(title) + 20;   /* 15px text */
     int height = top + P * rh + (P - 1) * gap + legend;
     int font = cw >= 30 ? 12 : cw >= 20 ? 9 : 7;
+    if (V > 1 && font > 7) font = cw >= 36 ? 11 : cw >= 26 ? 8 : 7;   /* "F3.1" is wider */
     int idle = 0;
     for (int i = 0; i < P * T; i++) idle += t->slots[i].kind == PP_IDLE;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
             "font-family=\"sans-serif\" font-size=\"13\" data-schedule=\"", width, height, width, height);
     put_text(f, schedule);
-    fprintf(f, "\" data-stages=\"%d\" data-micro-batches=\"%d\" data-slots=\"%d\" data-idle=\"%d\">\n", P, M, T,
-            idle);
+    fprintf(f, "\" data-stages=\"%d\" data-micro-batches=\"%d\" data-chunks=\"%d\" data-slots=\"%d\" "
+            "data-idle=\"%d\">\n", P, M, V, T, idle);
+    fprintf(f, "<defs>\n");   /* W's hatch: white diagonal lines over the box's own colour */
+    fprintf(f, "<pattern id=\"w-hatch\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" "
+            "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"5\" stroke=\"white\" "
+            "stroke-width=\"1.6\" stroke-opacity=\"0.55\"/></pattern>\n</defs>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">", left);
-    put_text(f, schedule);
-    fprintf(f, " schedule: P = %d stages, M = %d micro-batches, %d time slots (F and B one slot each)</text>\n",
-            P, M, T);
+    put_text(f, title);
+    fprintf(f, "</text>\n");
     fprintf(f, "<text x=\"%d\" y=\"44\" font-size=\"14\">bubble: idle %d of %d slots = %.3f (%s formula ",
             left, idle, P * T, P * T > 0 ? (double)idle / (P * T) : 0.0, schedule);
     put_text(f, formula);
@@ -324,21 +367,24 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
     for (int s = 0; s < P; s++)
         for (int i = 0; i < T; i++) {
             PPAction a = t->slots[s * T + i];
-            int to = a.kind == PP_FORWARD ? s + 1 : a.kind == PP_BACKWARD ? s - 1 : -1;
-            if (to < 0 || to >= P) continue;
-            int j = slot_of(t, to, a.kind, a.micro);
+            int to, tc;
+            if (a.kind == PP_IDLE || send_target(a, s, P, V, &to, &tc) != 0) continue;
+            int j = slot_of(t, to, a.kind, tc, a.micro);
             if (j < 0) continue;
             char col[8];
-            micro_colour(a.micro, M, 1, col, sizeof col);
-            int down = to > s;
+            micro_colour(a.micro, M, PP_BACKWARD, col, sizeof col);
+            int down = to > s, wrap = (a.kind == PP_FORWARD) != down;
             double x1 = left + (i + 1) * cw - 2, x2 = left + j * cw + 2;
             double y1 = top + s * (rh + gap) + (down ? rh : 0), y2 = top + to * (rh + gap) + (down ? 0 : rh);
             char k = a.kind == PP_FORWARD ? 'F' : 'B';
-            fprintf(f, "<line class=\"send\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                    "data-kind=\"%c\" data-micro=\"%d\" data-from=\"%d\" data-to=\"%d\" data-slot=\"%d\" "
-                    "data-recv-slot=\"%d\"><title>%s %d: stage %d sends to stage %d after slot %d, used in slot "
-                    "%d</title></line>\n", x1, y1 + (down ? 2 : -2), x2, y2 + (down ? -2 : 2), col, k, a.micro, s,
-                    to, i, j, k == 'F' ? "activations of F" : "gradient of B", a.micro, s, to, i, j);
+            fprintf(f, "<line class=\"send\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"%s "
+                    "data-kind=\"%c\" data-micro=\"%d\" data-chunk=\"%d\" data-from=\"%d\" data-to=\"%d\" "
+                    "data-recv-chunk=\"%d\" data-slot=\"%d\" data-recv-slot=\"%d\"><title>%s %d",
+                    x1, y1 + (down ? 2 : -2), x2, y2 + (down ? -2 : 2), col,
+                    wrap ? " stroke-dasharray=\"3,2\" stroke-opacity=\"0.6\"" : "", k, a.micro, a.chunk, s, to, tc,
+                    i, j, k == 'F' ? "activations of F" : "gradient of B", a.micro);
+            if (V > 1) fprintf(f, " (chunk %d -&gt; chunk %d)", a.chunk, tc);
+            fprintf(f, ": stage %d sends to stage %d after slot %d, used in slot %d</title></line>\n", s, to, i, j);
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"1.8\" fill=\"%s\"/>\n", x2, y2 + (down ? -2 : 2), col);
         }
     fprintf(f, "</g>\n");
@@ -348,34 +394,52 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
         for (int i = 0; i < T; i++) {
             PPAction a = t->slots[s * T + i];
             if (a.kind == PP_IDLE) continue;
-            int bw = a.kind == PP_BACKWARD;
-            char col[8], k = bw ? 'B' : 'F';
-            micro_colour(a.micro, M, bw, col, sizeof col);
+            char col[8], label[24];
+            micro_colour(a.micro, M, a.kind, col, sizeof col);
+            pp_cell_text(a, V, label, sizeof label);
             int x = left + i * cw, y = top + s * (rh + gap);
             fprintf(f, "<rect class=\"slot\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"%s\" "
                     "stroke=\"#555\" stroke-width=\"0.6\" data-stage=\"%d\" data-slot=\"%d\" data-kind=\"%c\" "
-                    "data-micro=\"%d\"><title>stage %d, slot %d: %s of micro-batch %d</title></rect>\n",
-                    x + 1, y + 1, cw - 2, rh - 2, col, s, i, k, a.micro, s, i, bw ? "backward" : "forward", a.micro);
-            fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\">%c%d</text>\n", x + cw / 2.0, y + rh / 2 + font / 2 - 1,
-                    bw ? "white" : "#222", k, a.micro);
+                    "data-micro=\"%d\" data-chunk=\"%d\"><title>stage %d, slot %d: %s of micro-batch %d",
+                    x + 1, y + 1, cw - 2, rh - 2, col, s, i, label[0], a.micro, a.chunk, s, i, kind_name(a.kind),
+                    a.micro);
+            if (V > 1) fprintf(f, ", chunk %d (the model's chunk %d)", a.chunk, a.chunk * P + s);
+            fprintf(f, "</title></rect>\n");
+            if (a.kind == PP_WEIGHT)
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"url(#w-hatch)\" "
+                        "pointer-events=\"none\"/>\n", x + 1, y + 1, cw - 2, rh - 2);
+            if (V > 1) {   /* the chunk stripe: grey, darker for a later chunk */
+                int grey = 215 - 150 * a.chunk / (V - 1);
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"4\" fill=\"#%02x%02x%02x\" "
+                        "pointer-events=\"none\"/>\n", x + 2, y + rh - 6, cw - 4, grey, grey, grey);
+            }
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\">%s</text>\n", x + cw / 2.0,
+                    y + rh / 2 + font / 2 - (V > 1 ? 2 : 1), a.kind == PP_FORWARD ? "#222" : "white", label);
         }
     fprintf(f, "</g>\n");
-    /* the legend: each micro-batch's two colours, and a send */
+    /* the legend: each micro-batch's colours, and a send */
     int ly = top + P * rh + (P - 1) * gap + 28, lx = left;
+    int kinds = split ? 3 : 2, sw = 12 * kinds + 10;
     fprintf(f, "<g class=\"legend\" font-size=\"11\">\n<text x=\"%d\" y=\"%d\">micro-batch:</text>\n", lx, ly + 4);
     lx += 80;
-    for (int m = 0; m < M && lx < width - 240; m++, lx += 34) {
-        char cf[8], cb[8];
-        micro_colour(m, M, 0, cf, sizeof cf);
-        micro_colour(m, M, 1, cb, sizeof cb);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><rect x=\"%d\" y=\"%d\" "
-                "width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
-                lx, ly - 6, cf, lx + 12, ly - 6, cb, lx + 12, ly + 20, m);
+    for (int m = 0; m < M && lx < width - 300; m++, lx += sw) {
+        for (int k = 0; k < kinds; k++) {
+            char cc[8];
+            PPKind kind = k == 0 ? PP_FORWARD : k == 1 ? PP_BACKWARD : PP_WEIGHT;
+            micro_colour(m, M, kind, cc, sizeof cc);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx + 12 * k, ly - 6, cc);
+            if (kind == PP_WEIGHT)
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"url(#w-hatch)\"/>", lx + 24,
+                        ly - 6);
+        }
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", lx + 6 * kinds, ly + 20, m);
     }
     lx += 10;
-    fprintf(f, "<text x=\"%d\" y=\"%d\">F light, B dark; empty: idle (the bubble)</text>\n", lx, ly + 4);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">F light, B dark%s; empty: idle (the bubble)%s</text>\n", lx, ly + 4,
+            split ? ", W hatched" : "", V > 1 ? "; stripe: chunk, darker later" : "");
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#555\"/><text x=\"%d\" y=\"%d\">send "
-            "(activations down, gradients up)</text>\n</g>\n", lx, ly + 18, lx + 20, ly + 24, lx + 26, ly + 24);
+            "(activations down, gradients up%s)</text>\n</g>\n", lx, ly + 18, lx + 20, ly + 24, lx + 26, ly + 24,
+            V > 1 ? "; dashed: the wrap between the last stage and stage 0" : "");
     fprintf(f, "</svg>\n");
 }
 

@@ -18,6 +18,52 @@
  *    it can, so stage s holds at most P-s micro-batches (stage 0: P, not
  *    M) and the bubble is GPipe's.
  *
+ * Two rounds more, from the papers the articles point to:
+ *
+ *  - Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM, 2.2.2): a stage
+ *    holds V chunks of layers (chunk c of stage s is the model's chunk
+ *    c*P + s), so a micro-batch goes round the P stages V times. 1F1B runs
+ *    over (micro-batch, chunk) pairs, P micro-batches at a time through a
+ *    chunk; the fill and the drain still take P-1 slots each, but now of
+ *    chunk-sized work, so the bubble is 2P(P-1) idle slots of 2(VM+P-1)P:
+ *    (P-1)/(VM+P-1), V times smaller. The price: 2(VP-1) sends a
+ *    micro-batch instead of 2(P-1) (V times the p2p traffic) and a deeper
+ *    warm-up, min(2(P-s-1) + (V-1)P + 1, MV) chunk sets in flight on stage
+ *    s, each 1/V of a stage's activations. M must be a multiple of P.
+ *  - Zero bubble (Qi et al. 2023, 3.1): the backward split into B (the
+ *    gradient of the input, which the stage before waits for) and W (the
+ *    gradient of the weights, which nobody waits for), one slot each.
+ *    ZB-H1 holds back W's so that the B's run up the pipe two slots apart
+ *    and the held-back W's fill the drain: every stage idles P-1 slots
+ *    (the paper's (p-1)(T_F+T_B-T_W) with unit times) instead of 1F1B's
+ *    3(P-1) (its backward, B and W together, two slots), the whole step
+ *    is 3M+P-1 slots and the bubble
+ *    (P-1)/(3M+P-1), with min(P, M) sets in flight on every stage (1F1B's
+ *    stage 0: its peak memory). ZB-H2 adds up to P-1 warm-up forwards
+ *    (2P-1 on stage 0, the paper's (2p-1) activations) so nothing waits for
+ *    the first B, and holds back 2s W's on stage s: each stage works from
+ *    its first slot to its last without a gap (the paper's parallelogram,
+ *    (p-1)(T_F+T_B-2T_W) = 0). The idle slots do not go away, they move to
+ *    the edges: stage s waits s slots to start and stops P-1-s before the
+ *    end, and a step that ends with every stage's optimizer waiting for
+ *    the others still takes 3M+P-1 slots, the same (P-1)/(3M+P-1) as
+ *    ZB-H1 (no order of 3M unit actions can end sooner: the last stage
+ *    cannot start before slot P-1). The paper's zero is what the edges
+ *    become when one step's drain overlaps the next step's fill, which
+ *    needs its optimizer post-validation instead of a synchronous step;
+ *    we keep the step synchronous, so here ZB-H2 spends min(2P-1, M) sets
+ *    for a gapless row, not for time. With M < P the pipe never fills,
+ *    both take 2M+2P-1 slots: (2P-M-1)/(2M+2P-1).
+ *
+ *   schedule     bubble (unit slots)     in flight on stage s (sets)           p2p a micro-batch
+ *   naive        (P-1)/P                 1                                     2(P-1)
+ *   gpipe        (P-1)/(M+P-1)           M                                     2(P-1)
+ *   1f1b         (P-1)/(M+P-1)           min(P-s, M)                           2(P-1)
+ *   interleaved  (P-1)/(VM+P-1)          min(2(P-s-1)+(V-1)P+1, MV) chunks     2(VP-1)
+ *   zb-h1        (P-1)/(3M+P-1)          min(P, M)                             2(P-1)
+ *   zb-h2        (P-1)/(3M+P-1), 0 in    min(2P-1, M)                          2(P-1)
+ *                a stage's busy span
+ *
  * GPipe's backward order. The GPipe paper's figure drains the last stage
  * B(M-1) .. B0; we run B0 .. B(M-1). The timeline is the same either way:
  * on the last stage every backward is ready once its forward is done, so
@@ -29,10 +75,10 @@
  * and micro-batch 0, held longest, is freed first. PyTorch's ScheduleGPipe
  * does the same.
  *
- * The timeline is a unit-slot simulation (F and B one slot each, no
- * transfer time), enough to print the figure and to check the schedules'
- * dependencies and bubbles; the real bubble, with real F and B times,
- * comes from trace.c.
+ * The timeline is a unit-slot simulation (F, B and W one slot each, one
+ * chunk's action one slot, no transfer time), enough to print the figure
+ * and to check the schedules' dependencies and bubbles; the real bubble,
+ * with real F, B and W times, comes from trace.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +114,17 @@ int pp_schedule_check(PPSchedule s, int P, int M, int V, char *err, size_t errle
         snprintf(err, errlen, "a pipeline needs P, M and V >= 1 (got P %d, M %d, V %d)", P, M, V);
         return -1;
     }
-    if (s != PP_NAIVE && s != PP_GPIPE && s != PP_1F1B) {
-        snprintf(err, errlen, "schedule %s is not built yet", pp_schedule_name(s));
+    if ((int)s < PP_NAIVE || (int)s > PP_ZBH2) {
+        snprintf(err, errlen, "unknown schedule %d", (int)s);
         return -1;
     }
-    if (V > 1) {
+    if (V > 1 && s != PP_INTERLEAVED) {
         snprintf(err, errlen, "--virtual %d needs --schedule interleaved", V);
+        return -1;
+    }
+    if (s == PP_INTERLEAVED && M % P != 0) {
+        snprintf(err, errlen, "--schedule interleaved needs the micro-batches (M %d) to be a multiple of "
+                 "the stages (P %d)", M, P);
         return -1;
     }
     return 0;
@@ -87,6 +138,8 @@ int pp_num_actions(PPSchedule s, int P, int M, int V) {
 
 static PPAction fwd(int m) { return (PPAction){PP_FORWARD, m, 0}; }
 static PPAction bwd(int m) { return (PPAction){PP_BACKWARD, m, 0}; }
+static PPAction wgt(int m) { return (PPAction){PP_WEIGHT, m, 0}; }
+static int imin(int a, int b) { return a < b ? a : b; }
 
 /* F0 B0 F1 B1 ...: the same on every stage; the dependencies do the rest. */
 static int naive_actions(int M, PPAction *out) {
@@ -109,7 +162,7 @@ static int gpipe_actions(int M, PPAction *out) {
 /* Megatron's forward_backward_pipelining_without_interleaving: warm-up,
  * steady one-forward-one-backward, cool-down. */
 static int onef1b_actions(int P, int M, int stage, PPAction *out) {
-    int warmup = P - 1 - stage < M ? P - 1 - stage : M;
+    int warmup = imin(P - 1 - stage, M);
     int steady = M - warmup;
     int n = 0, f = 0, b = 0;   /* next forward, next backward */
     for (int i = 0; i < warmup; i++) out[n++] = fwd(f++);
@@ -121,14 +174,83 @@ static int onef1b_actions(int P, int M, int stage, PPAction *out) {
     return n;
 }
 
+/* The k-th (micro-batch, chunk) pair a stage of the interleaved schedule
+ * runs forward (k = 0 .. MV-1): groups of P micro-batches go through chunk
+ * 0, then the same P through chunk 1, ..., then the next P micro-batches.
+ * The backwards take the same pairs in the same order, chunks reversed. */
+static PPAction interleaved_pair(PPKind kind, int P, int V, int k) {
+    int chunk = (k / P) % V;
+    return (PPAction){kind, (k / (P * V)) * P + k % P, kind == PP_FORWARD ? chunk : V - 1 - chunk};
+}
+
+/* Megatron's forward_backward_pipelining_with_interleaving: the warm-up of
+ * 1F1B over (micro-batch, chunk) pairs is (P - s - 1)*2 + (V - 1)*P
+ * forwards (the (V-1)*P fill the other chunks before the first backward
+ * comes back round), then one forward one backward, then the cool-down.
+ * V = 1 is 1f1b itself (Megatron's doubled warm-up would only hold more). */
+static int interleaved_actions(int P, int M, int V, int stage, PPAction *out) {
+    if (V == 1) return onef1b_actions(P, M, stage, out);
+    int total = M * V;
+    int warmup = imin((P - stage - 1) * 2 + (V - 1) * P, total);
+    int n = 0;
+    for (int k = 0; k < warmup; k++) out[n++] = interleaved_pair(PP_FORWARD, P, V, k);
+    for (int k = 0; k < total - warmup; k++) {
+        out[n++] = interleaved_pair(PP_FORWARD, P, V, k + warmup);
+        out[n++] = interleaved_pair(PP_BACKWARD, P, V, k);
+    }
+    for (int k = total - warmup; k < total; k++) out[n++] = interleaved_pair(PP_BACKWARD, P, V, k);
+    return n;
+}
+
+/* The zero-bubble orders: stage s runs `warmup` forwards, then for each
+ * backward B b: B b, then the oldest W unless `owed` W's are still held
+ * back (W's wait until b >= owed), then the next F if any; the W's still
+ * owed close the stage, where 1F1B would sit idle waiting for the last
+ * backwards. Sets in flight (F to W) peak at warmup + owed. */
+static int zb_actions(int M, int warmup, int owed, PPAction *out) {
+    int n = 0, f = 0, w = 0;   /* next forward, next weight gradient */
+    while (f < warmup) out[n++] = fwd(f++);
+    for (int b = 0; b < M; b++) {
+        out[n++] = bwd(b);
+        if (b >= owed) out[n++] = wgt(w++);
+        if (f < M) out[n++] = fwd(f++);
+    }
+    while (w < M) out[n++] = wgt(w++);
+    return n;
+}
+
+/* ZB-H1 (Qi et al. 2023, 3.1, memory efficient): 1F1B's min(P - s, M)
+ * warm-up forwards, stage s holding back s W's: its B's then come every
+ * two slots instead of three while the pipe drains and the owed W's fill
+ * the tail. In flight: min(P, M) on every stage, 1F1B's stage 0. */
+static int zbh1_actions(int P, int M, int stage, PPAction *out) {
+    return zb_actions(M, imin(P - stage, M), stage, out);
+}
+
+/* ZB-H2 (3.1, zero bubble): x = min(P-1, M-P) more warm-up forwards, so
+ * stage s runs P - s + min(x, P-1-s) of them (stage 0: up to 2P-1) and the
+ * wait for the first B disappears; stage s owes s + x - min(x, P-1-s) W's
+ * (2s when x = P-1), which turns the trapezoid into a parallelogram:
+ * stage s works without a gap from slot s to 3M + s - 1 once M >= 2P-1.
+ * In flight: min(2P-1, M) on every stage. With M < P there is nothing to
+ * add (x = 0) and it is ZB-H1. */
+static int zbh2_actions(int P, int M, int stage, PPAction *out) {
+    int x = M - P < 0 ? 0 : imin(P - 1, M - P);
+    int extra = imin(x, P - 1 - stage);
+    return zb_actions(M, imin(P - stage + extra, M), stage + x - extra, out);
+}
+
 int pp_actions(PPSchedule s, int P, int M, int V, int stage, PPAction *out) {
     if (pp_num_actions(s, P, M, V) < 0 || stage < 0 || stage >= P) return -1;
     switch (s) {
     case PP_NAIVE: return naive_actions(M, out);
     case PP_GPIPE: return gpipe_actions(M, out);
     case PP_1F1B: return onef1b_actions(P, M, stage, out);
-    default: return -1;
+    case PP_INTERLEAVED: return interleaved_actions(P, M, V, stage, out);
+    case PP_ZBH1: return zbh1_actions(P, M, stage, out);
+    case PP_ZBH2: return zbh2_actions(P, M, stage, out);
     }
+    return -1;
 }
 
 int pp_in_flight_peak(const PPAction *acts, int n) {
@@ -148,22 +270,40 @@ double pp_bubble_formula(PPSchedule s, int P, int M, int V) {
     case PP_NAIVE: return (double)(P - 1) / P;
     case PP_GPIPE:
     case PP_1F1B: return (double)(P - 1) / (M + P - 1);
-    default: return -1;
+    case PP_INTERLEAVED: return (double)(P - 1) / (V * M + P - 1);
+    case PP_ZBH1:
+    case PP_ZBH2: {
+        int extra = P > M ? P - M : 0;   /* fewer micro-batches than stages: the chain is the span */
+        return (double)(P - 1 + extra) / (3 * M + P - 1 + extra);
     }
+    }
+    return -1;
 }
 
-/* Has the action that a on stage s waits for (on a neighbour stage, or the
- * last stage's own forward) finished in a slot before t? done_f and done_b
- * are [P][M] slots, -1 while not run. */
-static int ready(PPAction a, int s, int P, int M, const int *done_f, const int *done_b, int t) {
-    int dep;
+/* Index of action (kind, stage, chunk, micro) in a timeline's done table
+ * [3][P][V][M]: the slot it ran in, -1 while not run. */
+static int done_at(PPKind kind, int s, int c, int m, int P, int M, int V) {
+    return ((kind * P + s) * V + c) * M + m;
+}
+
+/* Has what action a on stage s waits for finished in a slot before t?
+ * F(s,c,m) waits for F(s-1,c,m), or on stage 0 for F(P-1,c-1,m) (the
+ * previous chunk's output wraps round from the last stage); B(s,c,m) waits
+ * for B(s+1,c,m), or on the last stage for B(0,c+1,m), or for its own
+ * F(P-1,V-1,m) (the loss) in the model's last chunk; W(s,c,m) waits for
+ * B(s,c,m) on the same stage. done is the [3][P][V][M] table of done_at. */
+static int ready(PPAction a, int s, int P, int M, int V, const int *done, int t) {
+    int c = a.chunk, m = a.micro, dep;
     if (a.kind == PP_FORWARD) {
-        if (s == 0) return 1;
-        dep = done_f[(s - 1) * M + a.micro];
-    } else if (s == P - 1) {
-        dep = done_f[s * M + a.micro];
+        if (s > 0) dep = done[done_at(PP_FORWARD, s - 1, c, m, P, M, V)];
+        else if (c > 0) dep = done[done_at(PP_FORWARD, P - 1, c - 1, m, P, M, V)];
+        else return 1;
+    } else if (a.kind == PP_BACKWARD) {
+        if (s < P - 1) dep = done[done_at(PP_BACKWARD, s + 1, c, m, P, M, V)];
+        else if (c < V - 1) dep = done[done_at(PP_BACKWARD, 0, c + 1, m, P, M, V)];
+        else dep = done[done_at(PP_FORWARD, s, c, m, P, M, V)];
     } else {
-        dep = done_b[(s + 1) * M + a.micro];
+        dep = done[done_at(PP_BACKWARD, s, c, m, P, M, V)];
     }
     return dep >= 0 && dep < t;
 }
@@ -172,16 +312,15 @@ int pp_timeline(PPSchedule s, int P, int M, int V, PPTimeline *t) {
     memset(t, 0, sizeof *t);
     if (pp_bubble_formula(s, P, M, V) < 0) return -1;
     int n = pp_num_actions(s, P, M, V);
-    int tmax = n * P;   /* the naive schedule's length, the longest without a deadlock */
-    PPAction *acts = malloc(sizeof(PPAction) * (size_t)P * n);      /* [P][2M] */
+    int tmax = n * P;   /* every action of every stage one after another: no schedule is longer */
+    PPAction *acts = malloc(sizeof(PPAction) * (size_t)P * n);      /* [P][n] */
     PPAction *grid = malloc(sizeof(PPAction) * (size_t)P * tmax);   /* [P][tmax] */
-    int *done_f = malloc(sizeof(int) * (size_t)P * M);              /* [P][M] */
-    int *done_b = malloc(sizeof(int) * (size_t)P * M);              /* [P][M] */
+    int *done = malloc(sizeof(int) * 3 * (size_t)P * V * M);         /* [3][P][V][M] */
     int *next = calloc((size_t)P, sizeof(int));                     /* [P] */
     int rc = -1, T = 0, left = P * n;
-    if (!acts || !grid || !done_f || !done_b || !next) goto out;
+    if (!acts || !grid || !done || !next) goto out;
     for (int st = 0; st < P; st++) pp_actions(s, P, M, V, st, acts + st * n);
-    for (int i = 0; i < P * M; i++) done_f[i] = done_b[i] = -1;
+    for (int i = 0; i < 3 * P * V * M; i++) done[i] = -1;
     for (; left > 0 && T < tmax; T++) {
         int ran = 0;
         for (int st = 0; st < P; st++) {
@@ -189,9 +328,9 @@ int pp_timeline(PPSchedule s, int P, int M, int V, PPTimeline *t) {
             *cell = (PPAction){PP_IDLE, -1, -1};
             if (next[st] == n) continue;
             PPAction a = acts[st * n + next[st]];
-            if (!ready(a, st, P, M, done_f, done_b, T)) continue;
+            if (!ready(a, st, P, M, V, done, T)) continue;
             *cell = a;
-            (a.kind == PP_FORWARD ? done_f : done_b)[st * M + a.micro] = T;
+            done[done_at(a.kind, st, a.chunk, a.micro, P, M, V)] = T;
             next[st]++;
             ran++;
         }
@@ -211,8 +350,7 @@ int pp_timeline(PPSchedule s, int P, int M, int V, PPTimeline *t) {
 out:
     free(acts);
     free(grid);
-    free(done_f);
-    free(done_b);
+    free(done);
     free(next);
     return rc;
 }
@@ -231,8 +369,45 @@ static int digits(int x) {
 int pp_bubble_text(PPSchedule s, int P, int M, int V, char *buf, size_t len) {
     double v = pp_bubble_formula(s, P, M, V);
     if (v < 0 || len == 0) return -1;
-    if (s == PP_NAIVE) snprintf(buf, len, "(P-1)/P = %d/%d = %.3f", P - 1, P, v);
-    else snprintf(buf, len, "(P-1)/(M+P-1) = %d/%d = %.3f", P - 1, M + P - 1, v);
+    switch (s) {
+    case PP_NAIVE: snprintf(buf, len, "(P-1)/P = %d/%d = %.3f", P - 1, P, v); break;
+    case PP_INTERLEAVED:
+        snprintf(buf, len, "(P-1)/(V*M+P-1) = %d/%d = %.3f", P - 1, V * M + P - 1, v);
+        break;
+    case PP_ZBH1:
+    case PP_ZBH2:
+        if (M >= P) snprintf(buf, len, "(P-1)/(3M+P-1) = %d/%d = %.3f", P - 1, 3 * M + P - 1, v);
+        else snprintf(buf, len, "(2P-M-1)/(2M+2P-1) = %d/%d = %.3f", 2 * P - M - 1, 2 * M + 2 * P - 1, v);
+        break;
+    default: snprintf(buf, len, "(P-1)/(M+P-1) = %d/%d = %.3f", P - 1, M + P - 1, v); break;
+    }
+    return 0;
+}
+
+int pp_show_title(PPSchedule s, int P, int M, int V, int T, char *buf, size_t len) {
+    if (pp_num_actions(s, P, M, V) < 0 || len == 0) return -1;
+    if (pp_schedule_splits(s))
+        snprintf(buf, len, "%s schedule: P = %d stages, M = %d micro-batches, %d time slots "
+                 "(F, B and W one slot each)", pp_schedule_name(s), P, M, T);
+    else if (V > 1)
+        snprintf(buf, len, "%s schedule: P = %d stages, M = %d micro-batches, V = %d chunks a stage, %d time "
+                 "slots (F3.1: micro-batch 3, chunk 1; one slot each)", pp_schedule_name(s),
+                 P, M, V, T);
+    else
+        snprintf(buf, len, "%s schedule: P = %d stages, M = %d micro-batches, %d time slots "
+                 "(F and B one slot each)", pp_schedule_name(s), P, M, T);
+    return 0;
+}
+
+int pp_cell_text(PPAction a, int V, char *buf, size_t len) {
+    if (len == 0) return -1;
+    if (a.kind == PP_IDLE) {
+        buf[0] = '\0';
+        return 0;
+    }
+    char k = a.kind == PP_FORWARD ? 'F' : a.kind == PP_BACKWARD ? 'B' : 'W';
+    if (V > 1) snprintf(buf, len, "%c%d.%d", k, a.micro, a.chunk);
+    else snprintf(buf, len, "%c%d", k, a.micro);
     return 0;
 }
 
@@ -245,24 +420,29 @@ int pp_show(FILE *f, PPSchedule s, int P, int M, int V) {
         return -1;
     }
     int T = tl.T;
-    int w = 1 + digits(M - 1);                  /* a cell: "F7", "B12" */
-    if (digits(T - 1) > w) w = digits(T - 1);   /* wide enough for the ruler too */
-    int lw = 6 + digits(P - 1);                 /* "stage 3" */
-    fprintf(f, "%s schedule: P = %d stages, M = %d micro-batches, %d time slots "
-               "(F and B one slot each)\n", pp_schedule_name(s), P, M, T);
+    int w = 1 + digits(M - 1) + (V > 1 ? 1 + digits(V - 1) : 0);   /* a cell: "F7", "B12", "W3", "F3.1" */
+    if (digits(T - 1) > w) w = digits(T - 1);                    /* wide enough for the ruler too */
+    int lw = 6 + digits(P - 1);                                  /* "stage 3" */
+    char line[256];
+    pp_show_title(s, P, M, V, T, line, sizeof line);
+    fprintf(f, "%s\n", line);
     fprintf(f, "%-*s |", lw, "slot");
     for (int t = 0; t < T; t++) fprintf(f, "%-*d|", w, t);
     fprintf(f, "\n");
-    int idle = 0;
+    int idle = 0, inside = 0;   /* idle slots; those between a stage's first and last action */
     for (int st = 0; st < P; st++) {
         fprintf(f, "stage %-*d |", lw - 6, st);
+        int first = -1, last = -1, row_idle = 0;
         for (int t = 0; t < T; t++) {
             PPAction a = tl.slots[st * T + t];
-            char cell[16] = "";
-            if (a.kind == PP_IDLE) idle++;
-            else snprintf(cell, sizeof cell, "%c%d", a.kind == PP_FORWARD ? 'F' : 'B', a.micro);
+            char cell[24];
+            pp_cell_text(a, V, cell, sizeof cell);
+            if (a.kind == PP_IDLE) row_idle++;
+            else last = t, first = first < 0 ? t : first;
             fprintf(f, "%-*s|", w, cell);
         }
+        idle += row_idle;
+        inside += row_idle - first - (T - 1 - last);
         fprintf(f, "\n");
     }
     int total = P * T;
@@ -270,12 +450,22 @@ int pp_show(FILE *f, PPSchedule s, int P, int M, int V) {
     pp_bubble_text(s, P, M, V, formula, sizeof formula);
     fprintf(f, "bubble: idle %d of %d slots = %.3f (%s formula %s)\n", idle, total,
             (double)idle / total, pp_schedule_name(s), formula);
-    fprintf(f, "in flight (peak micro-batches of activations held):");
+    fprintf(f, "idle between a stage's first and last action: %d slots (the rest is the pipe filling and "
+               "draining%s)\n", inside, inside == 0 && idle > 0 ? ": zero bubble once a step's drain overlaps "
+               "the next one's fill" : "");
+    fprintf(f, "in flight (peak activation sets held, F to %s%s):", pp_schedule_splits(s) ? "W" : "B",
+            V > 1 ? "; a set is one micro-batch through one chunk" : "");
     for (int st = 0; st < P; st++) {
         int n = pp_actions(s, P, M, V, st, acts);
         fprintf(f, "%s stage %d: %d", st ? "," : "", st, pp_in_flight_peak(acts, n));
     }
     fprintf(f, "\n");
+    if (V > 1)
+        fprintf(f, "p2p per micro-batch: 2(VP-1) = %d sends (stage %d wraps to stage 0), %.2f times 1f1b's "
+                   "2(P-1) = %d, about V\n", 2 * (V * P - 1), P - 1, P > 1 ? (double)(V * P - 1) / (P - 1) : 0.0,
+                2 * (P - 1));
+    else
+        fprintf(f, "p2p per micro-batch: 2(P-1) = %d sends (activations down, gradients up)\n", 2 * (P - 1));
     free(acts);
     pp_timeline_free(&tl);
     return 0;

@@ -12,21 +12,31 @@
  * receives around each action.
  *
  *   schedule     order on stage s                       bubble (idle fraction)  in flight on stage 0
- *   naive        F0 B0 F1 B1 ... (one micro-batch in    (P-1)/P                  1
+ *   naive        F0 B0 F1 B1 ... (one micro-batch in    (P-1)/P                 1
  *                the pipe at a time)
- *   gpipe        F0 .. F(M-1), then B0 .. B(M-1)        (P-1)/(M+P-1)            M
- *   1f1b         min(P-1-s, M) forwards, then one F     (P-1)/(M+P-1)            min(P, M)
+ *   gpipe        F0 .. F(M-1), then B0 .. B(M-1)        (P-1)/(M+P-1)           M
+ *   1f1b         min(P-1-s, M) forwards, then one F     (P-1)/(M+P-1)           min(P, M)
  *                one B while forwards remain, then the
  *                rest of the B (PipeDream-Flush)
- *   interleaved  Megatron 2021: V chunks a stage (chunk c of stage s holds the model's
- *                (c*P + s)-th slice of layers); 1F1B over (micro-batch, chunk) pairs
- *   zb-h1, zb-h2 Qi et al. 2023: the backward split into B (input gradient) and W
- *                (weight gradient), the W's moved into the bubble
+ *   interleaved  Megatron 2021: V chunks a stage (chunk (P-1)/(VM+P-1)          min(2(P-1)+(V-1)P+1, MV)
+ *                c of stage s is the model's chunk                              chunk sets, each 1/V of
+ *                c*P + s); 1F1B over (micro-batch,                              a stage's activations
+ *                chunk) pairs; M a multiple of P
+ *   zb-h1        Qi et al. 2023: the backward split     (P-1)/(3M+P-1)          min(P, M) (every stage)
+ *                into B (input gradient) and W (weight
+ *                gradient); stage s holds back s W's
+ *   zb-h2        up to P-1 more warm-up forwards, 2s    (P-1)/(3M+P-1), none    min(2P-1, M) (every
+ *                W's held back: no gap inside a row     inside a stage's span   stage)
  *
- * (The rows of the new schedules are filled in by pp_sched.c's header.)
+ * (pp_sched.c's header derives each. For M < P the zero-bubble ones are
+ * (2P-M-1)/(2M+2P-1).) Dependencies with chunks: F(s,c,m) needs F(s-1,c,m),
+ * on stage 0 F(P-1,c-1,m); B(s,c,m) needs B(s+1,c,m), on the last stage
+ * B(0,c+1,m), or its own F for the last chunk (the loss); W(s,c,m) needs
+ * B(s,c,m).
  *
- * Units: an action of chunk c is one slot; pp_timeline places them in unit
- * slots, pp_show prints the figure with the idle fraction it measures.
+ * Units: every action, of whichever chunk, is one slot (F, B and W one
+ * slot each); pp_timeline places them in unit slots, pp_show prints the
+ * figure with the idle fraction it measures.
  */
 #ifndef PP_SCHED_H
 #define PP_SCHED_H
@@ -83,9 +93,10 @@ int pp_actions(PPSchedule s, int P, int M, int V, int stage, PPAction *out);
  * back at its B, or at its W when the backward is split. 0 for n = 0. */
 int pp_in_flight_peak(const PPAction *acts, int n);
 
-/* The bubble the papers give for s with P, M, V: (P-1)/(M+P-1) for gpipe
- * and 1f1b, (P-1)/P for naive, and the interleaved and zero-bubble ones
- * (pp_sched.c). -1 for bad arguments. */
+/* The bubble of s with P, M, V in unit slots, the idle fraction
+ * pp_timeline measures: (P-1)/P for naive, (P-1)/(M+P-1) for gpipe and
+ * 1f1b, (P-1)/(VM+P-1) for interleaved, (P-1)/(3M+P-1) for zb-h1 and zb-h2
+ * ((2P-M-1)/(2M+2P-1) when M < P). -1 for bad arguments. */
 double pp_bubble_formula(PPSchedule s, int P, int M, int V);
 
 /* pp_bubble_formula as text, "(P-1)/(M+P-1) = 3/10 = 0.300": what pp_show
@@ -108,8 +119,21 @@ void pp_timeline_free(PPTimeline *t);
  * (printing nothing) for bad arguments. */
 int pp_show(FILE *f, PPSchedule s, int P, int M, int V);
 
+/* The title line pp_show prints (and the SVG of --show-schedule repeats)
+ * for a timeline of T slots: "1f1b schedule: P = 4 stages, M = 8
+ * micro-batches, 22 time slots (F and B one slot each)", with the chunks
+ * (V > 1) or "F, B and W one slot each" (split backward). 0, or -1 (buf
+ * untouched) for bad arguments. */
+int pp_show_title(PPSchedule s, int P, int M, int V, int T, char *buf, size_t len);
+
+/* The text of one cell of the figure: "F3", "B3", "W3", with V > 1 the
+ * chunk too, "F3.1" (micro-batch 3, chunk 1); "" for an idle slot. 0, or -1
+ * when len is 0. */
+int pp_cell_text(PPAction a, int V, char *buf, size_t len);
+
 /* Sets of activations stage `stage` keeps (its pp_in_flight_peak, at least
- * 1): what pp_build allocates and the planner counts. */
+ * 1): what pp_build allocates and the planner counts. A set is one
+ * micro-batch through one chunk: with V > 1, 1/V of the stage's layers. */
 int pp_sets_in_flight(PPSchedule s, int P, int M, int V, int stage);
 
 #endif
