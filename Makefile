@@ -4,6 +4,7 @@
 #   make test         build and run every test (what CI runs); ends "N passed, N failed"
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
+#   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
 #   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
@@ -145,7 +146,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-ckpt compare-layouts clean
+.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-plan bench-ckpt compare-layouts clean
 
 all: build
 
@@ -163,8 +164,8 @@ DATA := data/tinyshakespeare_train.txt
 VAL  := data/tinyshakespeare_val.txt
 endif
 GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-# The layout for the GPUs found: 8 is the articles' 3D (+ZeRO-1: 4D), 4 is
-# DP x TP, others data parallel. The model: 6 layers, 6 heads, 384 wide.
+# The layout for the GPUs found: the planner's choice (--layout auto, plan.c)
+# for a global batch of 32 sequences. The model: 6 layers, 6 heads, 384 wide.
 GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 \
              --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 ifeq ($(GPUS),0)
@@ -172,12 +173,8 @@ TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 32 --seq 6
                   --lr 3e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99
 else ifeq ($(GPUS),1)
 TRAIN_DEFAULTS := $(GPU_MODEL) --batch 32
-else ifeq ($(GPUS),8)
-TRAIN_DEFAULTS := $(GPU_MODEL) --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 8 --micro-batches 2
-else ifeq ($(GPUS),4)
-TRAIN_DEFAULTS := $(GPU_MODEL) --ranks 4 --dp 2 --tp 2 --zero 1 --batch 16
 else
-TRAIN_DEFAULTS := $(GPU_MODEL) --ranks $(GPUS) --batch 16
+TRAIN_DEFAULTS := $(GPU_MODEL) --ranks $(GPUS) --layout auto --global-batch 32
 endif
 
 train: build $(DATA) $(VAL)
@@ -247,6 +244,9 @@ bench-comm: bench/bench_comm
 
 bench-pipeline: build
 	@sh bench/bench_pipeline.sh
+
+bench-plan: build bench/bench_comm
+	@sh bench/plan_calibrate.sh
 
 bench-ckpt: build
 	@sh bench/bench_ckpt.sh

@@ -155,7 +155,7 @@ static void runs_build(const GPT *m, int dp_writer, Runs *rs) {
         size_t n = m->sizes[i] / (size_t)nl;
         for (int l = 0; l < nl; l++) {
             size_t local = m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
-            size_t gbase = llmc_offset(&m->cfg, i, per_layer(i) ? m->layer0 + l : 0);
+            size_t gbase = llmc_offset(&m->cfg, i, per_layer(i) ? gpt_layer_global(m, l) : 0);
             for (size_t k = 0, len; k < n; k += len) {
                 size_t g = slice_index(m, i, k, &len);
                 if (len > n - k) len = n - k;
@@ -560,7 +560,7 @@ static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err
 
 static int parse_layout(const char *line, CheckpointLayout *l) {
     return sscanf(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %7s dtype %7s "
-                  "schedule %7s batch %d seq %d micro_batches %d", &l->ranks, &l->dp, &l->tp, &l->pp,
+                  "schedule %15s batch %d seq %d micro_batches %d", &l->ranks, &l->dp, &l->tp, &l->pp,
                   &l->zero, &l->offload, &l->sp, l->dp_mode, l->dtype, l->schedule, &l->batch, &l->seq,
                   &l->micro_batches) == 13 ? 0 : -1;
 }

@@ -17,7 +17,7 @@ typedef struct CheckpointLayout {
     int zero, offload, sp;
     char dp_mode[8];                    /* "ddp" or "ps" */
     char dtype[8];                      /* "fp32" or "bf16" */
-    char schedule[8];                   /* "naive", "gpipe" or "1f1b" */
+    char schedule[16];                  /* "naive", "gpipe", "1f1b", "interleaved", "zb-h1", ... */
     int batch, seq, micro_batches;
 } CheckpointLayout;
 

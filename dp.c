@@ -30,7 +30,10 @@
  * last), each closed once it reaches bucket_mb; ZeRO-2 and 3 reduce (and
  * drop) unit by unit, so each unit is its own bucket there. The tied wte is
  * always a bucket of its own, so its shards are the same on the first and
- * the last pipeline stage. */
+ * the last pipeline stage. A bucket never spans two writers
+ * (gpt_unit_writer: the backwards of two chunks of an interleaved stage, or
+ * a split backward's B and W): each writer's last action of the step
+ * (pp.c's last) finishes its buckets whole. */
 static int make_buckets(DP *dp) {
     GPT *m = dp->m;
     size_t limit = (size_t)(dp->cfg.bucket_mb * 1e6 / sizeof(float));
@@ -45,7 +48,8 @@ static int make_buckets(DP *dp) {
         size_t uo, un;
         gpt_unit_range(m, u, &uo, &un);
         int alone = u == m->unit_wte;
-        if (!b || b->n >= limit || alone || b->unit_lo == m->unit_wte) {
+        if (!b || b->n >= limit || alone || b->unit_lo == m->unit_wte ||
+            gpt_unit_writer(m, u) != gpt_unit_writer(m, b->unit_lo)) {
             b = &dp->buckets[dp->nbuckets++];
             b->unit_hi = u;
         }
@@ -164,7 +168,12 @@ void dp_step_begin(DP *dp) {
 }
 
 void dp_micro_batch(DP *dp, int last) {
-    /* the last micro-batch's deferred add comes before this one writes gradients */
+    /* Called before each backward (and each W of a split one); last: no
+     * later one writes the gradients this one writes, so each bucket it
+     * finishes is reduced. A bucket's units all have one writer (see
+     * make_buckets), so counting afresh here cannot lose one half-counted.
+     * The last micro-batch's deferred add comes before this one writes
+     * gradients. */
     zero_finish_reductions(&dp->z);
     dp->reducing = last || dp->cfg.zero >= 2;
     for (int i = 0; i < dp->nbuckets; i++)

@@ -2,7 +2,12 @@
  *
  * The model of llm.c's train_gpt2.c, reshaped for the articles' splits:
  *  - 流水线并行 (pipeline): forward and backward come in three pieces
- *    (embedding, a range of layers, head + loss) so a stage runs only its own;
+ *    (embedding, a chunk of layers, head + loss) so a stage runs only its
+ *    own. A stage holds one chunk, or V of them for Megatron's interleaved
+ *    schedule; the zero-bubble schedules (Qi et al. 2023) split a chunk's
+ *    backward into B, the input gradient, and W, the weight gradients,
+ *    which B leaves the gradients of every linear's and LayerNorm's output
+ *    for (the stash, in the activation set);
  *  - 张量并行 (tensor, Megatron): a rank holds NH/tp heads, 4C/tp MLP columns
  *    and Vp/tp vocabulary rows. The column-parallel linears (qkv, fc) need
  *    nothing in forward and all-reduce their input's gradient in backward;
@@ -48,6 +53,37 @@ static int unit_of_layer(const GPT *m, int l) { return (m->has_embed ? 2 : 0) + 
 static int unit_layer(const GPT *m, int u) {
     int l = u - (m->has_embed ? 2 : 0);
     return l >= 0 && l < m->nlayers ? l : -1;
+}
+
+/* The chunk of local layer l. */
+static int chunk_of(const GPT *m, int l) {
+    int c = 0;
+    while (c + 1 < m->nchunks && l >= m->chunk_first[c + 1]) c++;
+    return c;
+}
+
+int gpt_chunk_layers(const GPT *m, int c) { return m->chunk_first[c + 1] - m->chunk_first[c]; }
+
+int gpt_layer_global(const GPT *m, int l) {
+    int c = chunk_of(m, l);
+    return m->chunk_layer0[c] + (l - m->chunk_first[c]);
+}
+
+int gpt_unit_writer(const GPT *m, int u) {
+    int l = unit_layer(m, u);
+    if (l >= 0) return 2 * chunk_of(m, l) + (m->split_backward ? 1 : 0);
+    int embedding = u < (m->has_embed ? 2 : 0);
+    return embedding ? 0 : 2 * (m->nchunks - 1);
+}
+
+/* Layers of the largest chunk: what one set of activations holds. A GPT
+ * made up for the formula alone (plan.c) may leave nchunks 0: one chunk. */
+static int set_layers(const GPT *m) {
+    if (m->nchunks <= 1) return m->nlayers;
+    int n = 0;
+    for (int c = 0; c < m->nchunks; c++)
+        if (gpt_chunk_layers(m, c) > n) n = gpt_chunk_layers(m, c);
+    return n;
 }
 
 int gpt_tensor_replicated(const GPT *m, int i) {
@@ -139,6 +175,22 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     m->dev = dev;
     m->layer0 = s->layer0;
     m->nlayers = s->nlayers;
+    m->split_backward = s->split_backward;
+    m->nchunks = s->nchunks > 1 ? s->nchunks : 1;
+    m->chunk_layer0[0] = s->layer0;
+    m->chunk_first[1] = s->nlayers;
+    if (s->nchunks > 1) {
+        for (int c = 0; c < s->nchunks; c++) {
+            m->chunk_layer0[c] = s->chunk_layer0[c];
+            m->chunk_first[c + 1] = m->chunk_first[c] + s->chunk_nlayers[c];
+        }
+        m->layer0 = s->chunk_layer0[0];
+        if (s->nchunks > GPT_MAX_CHUNKS || m->chunk_first[s->nchunks] != s->nlayers) {
+            fprintf(stderr, "error: gpt_build: %d chunks of %d layers in all, the shard says %d\n",
+                    s->nchunks, m->chunk_first[s->nchunks], s->nlayers);
+            exit(1);
+        }
+    }
     m->has_embed = s->has_embed;
     m->has_head = s->has_head;
     m->tp = s->tp;
@@ -258,7 +310,7 @@ void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
         size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         for (int l = 0; l < nl; l++) {
             float *a = gpt_tensor(m, internal, i, l);
-            float *b = llmc + llmc_offset(&m->cfg, i, per_layer(i) ? m->layer0 + l : 0);
+            float *b = llmc + llmc_offset(&m->cfg, i, per_layer(i) ? gpt_layer_global(m, l) : 0);
             #pragma omp parallel for
             for (size_t k = 0; k < n; k++) {
                 size_t g = global_index(m, i, k);
@@ -367,7 +419,7 @@ void gpt_init_random(GPT *m, uint64_t seed) {
         for (int l = 0; l < (per_layer(i) ? m->nlayers : 1); l++) {
             float *p = gpt_tensor(m, host, i, l);
             /* index of element 0 of this layer in the whole model's tensor i */
-            uint64_t base = per_layer(i) ? (uint64_t)(m->layer0 + l) * gpt_layer_size(&m->cfg, i) : 0;
+            uint64_t base = per_layer(i) ? (uint64_t)gpt_layer_global(m, l) * gpt_layer_size(&m->cfg, i) : 0;
             #pragma omp parallel for
             for (size_t k = 0; k < n; k++) {
                 if (is_ln_w) p[k] = 1.0f;
@@ -388,7 +440,8 @@ void gpt_init_random(GPT *m, uint64_t seed) {
 static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / m->tp : B * T; }
 
 /* The sizes of every buffer of a set of activations, in one place for
- * build and free. */
+ * build and free: the layers' (nl: the largest chunk's layers), the head's
+ * (on the last stage), the B->W stash (split backward only). */
 #define ACTS_FIELDS(X)                                                        \
     X(x_in, rows * C, E)                                                      \
     X(ln1, nk * bt * C, E) X(ln1_mean, nk * rows, 4) X(ln1_rstd, nk * rows, 4) \
@@ -399,20 +452,30 @@ static int stream_rows(const GPT *m, int B, int T) { return m->tpc.sp ? B * T / 
 #define HEAD_FIELDS(X)                                                        \
     X(lnf, bt * C, E) X(lnf_mean, rows, 4) X(lnf_rstd, rows, 4) X(logits, bt * Vl, E) \
     X(losses, bt, 4) X(xstats, tp * bt * 3, 4) X(lse, bt, 4)
+#define STASH_FIELDS(X)                                                       \
+    X(g_fcproj, nl * bt * C, E) X(g_fch, nl * bt * Fl, E) X(g_ln2, nl * rows * C, E) \
+    X(g_attproj, nl * bt * C, E) X(g_qkv, nl * bt * 3 * Cl, E) X(g_ln1, nl * rows * C, E)
 
 #define ACTS_SIZES                                                                  \
     size_t C = m->cfg.dim, tp = m->tp, Cl = C / tp, Fl = 4 * C / tp, NHl = m->cfg.heads / tp; \
-    size_t Vl = m->cfg.padded_vocab / tp, nl = m->nlayers, B = a->B, T = a->T;       \
+    size_t Vl = m->cfg.padded_vocab / tp, nl = set_layers(m), B = a->B, T = a->T;    \
     size_t bt = B * T, rows = a->rows, nk = a->kept, E = a->esz;                     \
     (void)Cl; (void)E; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
 
+/* A set's shape before anything is allocated. */
+static GPTActs acts_shape(const GPT *m, int B, int T, size_t att_stride) {
+    int nl = set_layers(m);
+    return (GPTActs){.B = B, .T = T, .rows = stream_rows(m, B, T), .esz = m->esz, .att_stride = att_stride,
+                     .kept = m->recompute && nl > 0 ? 1 : nl};
+}
+
 /* Bytes gpt_acts_build allocates for a set on m's shape (m needs only cfg,
- * tp, tpc.sp, nlayers, has_head, recompute, esz): the same ACTS_FIELDS sum,
- * without a device. att_stride: the ops' attention_floats; cuda: the
- * embedding plan buffer a GPU adds. The planner (plan.c) sizes layouts by it. */
+ * tp, tpc.sp, nlayers, has_head, recompute, esz; nchunks and chunk_first
+ * when it has chunks, split_backward for the stash): the same sums, without
+ * a device. att_stride: the ops' attention_floats; cuda: the embedding plan
+ * buffer a GPU adds. The planner (plan.c) sizes layouts by it. */
 size_t gpt_acts_formula(const GPT *m, int B_, int T_, size_t att_stride, int cuda) {
-    GPTActs s = {.B = B_, .T = T_, .rows = stream_rows(m, B_, T_), .esz = m->esz, .att_stride = att_stride,
-                 .kept = m->recompute && m->nlayers > 0 ? 1 : m->nlayers};
+    GPTActs s = acts_shape(m, B_, T_, att_stride);
     GPTActs *a = &s;
     ACTS_SIZES
     size_t bytes = 2 * bt * sizeof(int) + (cuda ? (2 * bt + 1) * sizeof(int) : 0);
@@ -420,18 +483,25 @@ size_t gpt_acts_formula(const GPT *m, int B_, int T_, size_t att_stride, int cud
     ACTS_FIELDS(SUM)
     if (m->has_head) { HEAD_FIELDS(SUM) }
 #undef SUM
+    return bytes + gpt_stash_formula(m, B_, T_);
+}
+
+size_t gpt_stash_formula(const GPT *m, int B_, int T_) {
+    GPTActs s = acts_shape(m, B_, T_, 0);
+    GPTActs *a = &s;
+    ACTS_SIZES
+    size_t bytes = 0;
+#define SUM(f, n, e) bytes += (size_t)(n) * (e);
+    if (m->split_backward) { STASH_FIELDS(SUM) }
+#undef SUM
     return bytes;
 }
 
-GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
-    GPTActs *a = calloc(1, sizeof *a);
+GPTActs *gpt_acts_build_part(GPT *m, int B_, int T_, int with_head) {
     Dev *d = m->dev;
-    a->B = B_;
-    a->T = T_;
-    a->rows = stream_rows(m, B_, T_);
-    a->kept = m->recompute && m->nlayers > 0 ? 1 : m->nlayers;
-    a->esz = m->esz;
-    a->att_stride = d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL);
+    GPTActs *a = calloc(1, sizeof *a);
+    *a = acts_shape(m, B_, T_, d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL));
+    a->has_head = with_head && m->has_head;
     ACTS_SIZES
     size_t before = d->bytes_live;
     a->tokens = dev_alloc(d, bt * sizeof(int));
@@ -440,12 +510,17 @@ GPTActs *gpt_acts_build(GPT *m, int B_, int T_) {
     a->embed_runs = -1;
 #define ALLOC(f, n, e) a->f = dev_alloc(d, (size_t)(n) * (e));
     ACTS_FIELDS(ALLOC)
-    if (m->has_head) { HEAD_FIELDS(ALLOC) }
+    if (a->has_head) { HEAD_FIELDS(ALLOC) }
+    size_t before_stash = d->bytes_live;
+    if (m->split_backward) { STASH_FIELDS(ALLOC) }
 #undef ALLOC
+    a->stash_bytes = d->bytes_live - before_stash;
     a->bytes = d->bytes_live - before;
     scratch_ensure(m, B_, T_);
     return a;
 }
+
+GPTActs *gpt_acts_build(GPT *m, int B, int T) { return gpt_acts_build_part(m, B, T, 1); }
 
 void gpt_acts_free(GPT *m, GPTActs *a) {
     if (!a) return;
@@ -456,7 +531,8 @@ void gpt_acts_free(GPT *m, GPTActs *a) {
     if (a->embed_plan) dev_free(d, a->embed_plan, (2 * bt + 1) * sizeof(int));
 #define FREE(f, n, e) dev_free(d, a->f, (size_t)(n) * (e));
     ACTS_FIELDS(FREE)
-    if (m->has_head) { HEAD_FIELDS(FREE) }
+    if (a->has_head) { HEAD_FIELDS(FREE) }
+    if (m->split_backward) { STASH_FIELDS(FREE) }
 #undef FREE
     free(a);
 }
@@ -646,19 +722,24 @@ static void norm_and_gather(GPT *m, void *out, float *mean, float *rstd, void *r
  * all-reduce, or reduce-scatter with sequence parallelism) into this rank's
  * rows, then the LayerNorm's backward adds into dx [rows,C]. With sequence
  * parallelism each rank saw only its rows, so the LayerNorm's own gradients
- * are partial and summed over the group before they are added. */
-static void norm_backward(GPT *m, void *dx, void *dfull, const void *x, const void *w,
+ * are partial and summed over the group before they are added. dw, db NULL:
+ * the input gradient alone (a split backward's B), the summed gradient of
+ * the LayerNorm's output left in keep [rows,C] for W (without sequence
+ * parallelism keep is dfull itself, summed in place). */
+static void norm_backward(GPT *m, void *dx, void *dfull, void *keep, const void *x, const void *w,
                           float *dw, float *db, const float *mean, const float *rstd, int N) {
     int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
     Dev *d = m->dev;
     void *dln = dfull;
     if (m->tp > 1 && m->tpc.sp) {
-        m->tpc.reduce_scatter(m->tpc.ctx, m->dln, dfull, (size_t)rows * C, d->dtype);
-        dln = m->dln;
+        dln = keep ? keep : m->dln;
+        m->tpc.reduce_scatter(m->tpc.ctx, dln, dfull, (size_t)rows * C, d->dtype);
     } else {
         tp_all_reduce(m, dfull, (size_t)N * C);
     }
-    if (m->tp > 1 && m->tpc.sp) {
+    if (!dw) {
+        d->ops->layernorm_backward(d, dx, NULL, NULL, dln, x, w, mean, rstd, rows, C);
+    } else if (m->tp > 1 && m->tpc.sp) {
         dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
         d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
         m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
@@ -667,6 +748,30 @@ static void norm_backward(GPT *m, void *dx, void *dfull, const void *x, const vo
     } else {
         d->ops->layernorm_backward(d, dx, dw, db, dln, x, w, mean, rstd, rows, C);
     }
+}
+
+/* A split backward's W of a LayerNorm: its weights' gradients from dln
+ * [rows,C], the gradient of its output that B summed and kept; partial with
+ * sequence parallelism, so summed over the group as norm_backward does. */
+static void norm_weights(GPT *m, float *dw, float *db, const void *dln, const void *x,
+                         const float *mean, const float *rstd, int N) {
+    int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
+    Dev *d = m->dev;
+    if (m->tp > 1 && m->tpc.sp) {
+        dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
+        d->ops->layernorm_backward(d, NULL, m->sp_dw, m->sp_dw + C, dln, x, NULL, mean, rstd, rows, C);
+        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
+        d->ops->accumulate(d, dw, m->sp_dw, C);
+        d->ops->accumulate(d, db, m->sp_dw + C, C);
+    } else {
+        d->ops->layernorm_backward(d, NULL, dw, db, dln, x, NULL, mean, rstd, rows, C);
+    }
+}
+
+/* dst[n] = src (activation elements) for W; returns dst. */
+static void *stash_copy(GPT *m, void *dst, const void *src, size_t n) {
+    dev_copy(m->dev, dst, src, n * m->esz);
+    return dst;
 }
 
 /* The backward of g: this rank's rows of a gradient dx [rows,C] made whole
@@ -692,20 +797,28 @@ void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
     if (!m->has_head) params_release(m, m->unit_wte);  /* else the head releases it */
 }
 
-/* The slot of layer l's inner activations: its own, or the one shared slot
+/* Layer j of a set (0 .. the chunk's layers - 1) is local layer
+ * chunk_first[chunk] + j: its parameters by the one, its activations by the
+ * other. The slot of its inner activations: its own, or the one shared slot
  * that recompute refills in backward. */
-static int slot(const GPTActs *a, int l) { return a->kept == 1 ? 0 : l; }
+static int slot(const GPTActs *a, int j) { return a->kept == 1 ? 0 : j; }
 
-/* One transformer block on input x [rows,C] into layer l's res3. */
-static void layer_forward(GPT *m, GPTActs *a, int l, const void *x, int B, int T) {
+/* The input of layer j of the set: the previous layer's output, or the chunk's input. */
+static void *layer_input(const GPT *m, GPTActs *a, int j) {
+    return j ? RES(a, res3, j - 1, m->cfg.dim) : a->x_in;
+}
+
+/* One transformer block (local layer l, layer j of the set) on input x
+ * [rows,C] into its res3. */
+static void layer_forward(GPT *m, GPTActs *a, int l, int j, const void *x, int B, int T) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
-    int N = B * T, rows = stream_rows(m, B, T), k = slot(a, l);
+    int N = B * T, rows = stream_rows(m, B, T), k = slot(a, j);
     void *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
     float *att = a->att + (size_t)k * a->att_stride;
     void *ln2 = ACT(a, ln2, k, C), *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
-    void *res2 = RES(a, res2, k, C), *res3 = RES(a, res3, l, C);
+    void *res2 = RES(a, res2, k, C), *res3 = RES(a, res3, j, C);
     params_acquire(m, unit_of_layer(m, l));
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) */
     norm_and_gather(m, ln1, STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), NULL, x, NULL,
@@ -727,25 +840,24 @@ static void layer_forward(GPT *m, GPTActs *a, int l, const void *x, int B, int T
     params_release(m, unit_of_layer(m, l));
 }
 
-void *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T) {
-    void *x = a->x_in;
-    for (int l = 0; l < m->nlayers; l++) {
-        layer_forward(m, a, l, x, B, T);
-        x = RES(a, res3, l, m->cfg.dim);
-    }
-    return x;
+/* The output of the set's chunk: its last layer's res3, or the input when it has no layers. */
+static void *chunk_output(GPT *m, GPTActs *a) {
+    int nl = gpt_chunk_layers(m, a->chunk);
+    return nl ? RES(a, res3, nl - 1, m->cfg.dim) : a->x_in;
 }
 
-/* The stage output: the last layer's res3, or the input when it has no layers. */
-static void *stage_output(GPT *m, GPTActs *a) {
-    return m->nlayers ? RES(a, res3, m->nlayers - 1, m->cfg.dim) : a->x_in;
+void *gpt_chunk_forward(GPT *m, GPTActs *a, int c, int B, int T) {
+    a->chunk = c;
+    for (int j = 0; j < gpt_chunk_layers(m, c); j++)
+        layer_forward(m, a, m->chunk_first[c] + j, j, layer_input(m, a, j), B, T);
+    return chunk_output(m, a);
 }
 
 /* Final LayerNorm and the tied head over this rank's vocabulary slice; the
  * caller holds the parameters. */
 static void head_logits(GPT *m, GPTActs *a, int B, int T) {
     int C = m->cfg.dim, N = B * T;
-    norm_and_gather(m, a->lnf, a->lnf_mean, a->lnf_rstd, NULL, stage_output(m, a), NULL,
+    norm_and_gather(m, a->lnf, a->lnf_mean, a->lnf_rstd, NULL, chunk_output(m, a), NULL,
                     P(m, GPT_LNFW, 0), P(m, GPT_LNFB, 0), N);
     gpt_linear_forward(m, LINEAR_COLUMN, a->logits, a->lnf, P(m, GPT_WTE, 0), NULL, N, C,
                        m->cfg.padded_vocab / m->tp);
@@ -808,7 +920,7 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
     gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_WTE, 0), NULL, a->logits, a->lnf,
                         P(m, GPT_WTE, 0), N, C, m->cfg.padded_vocab / m->tp);
     dev_zero(d, m->dx, (size_t)stream_rows(m, B, T) * C * m->esz);
-    norm_backward(m, m->dx, m->full, stage_output(m, a), P(m, GPT_LNFW, 0), G(m, GPT_LNFW, 0),
+    norm_backward(m, m->dx, m->full, NULL, chunk_output(m, a), P(m, GPT_LNFW, 0), G(m, GPT_LNFW, 0),
                   G(m, GPT_LNFB, 0), a->lnf_mean, a->lnf_rstd, N);
     grads_ready(m, m->unit_lnf);
     if (!m->has_embed) grads_ready(m, m->unit_wte);
@@ -818,52 +930,106 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
 /* m->dx holds d(layer output) for this rank's rows; each layer turns it, in
  * place, into d(layer input): the residual stream's gradient passes straight
  * through and the two branches add theirs through the LayerNorm backwards,
- * which accumulate. */
-void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T) {
+ * which accumulate. Whole (split 0), a layer adds its parameters' gradients
+ * as it goes; split (B of a zero-bubble schedule) it adds none and leaves in
+ * the set's stash the gradient of each linear's and LayerNorm's output, for
+ * layer_weights (W) to turn into them later. */
+static void layer_backward(GPT *m, GPTActs *a, int l, int j, int B, int T, int split) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp;
-    int N = B * T;
-    size_t n = (size_t)N;
-    for (int l = m->nlayers - 1; l >= 0; l--) {
-        int u = unit_of_layer(m, l), k = slot(a, l);
-        void *x = l ? RES(a, res3, l - 1, C) : a->x_in;
-        void *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
-        float *att = a->att + (size_t)k * a->att_stride;
-        void *res2 = RES(a, res2, k, C), *ln2 = ACT(a, ln2, k, C);
-        void *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
-        params_acquire(m, u);
-        grads_acquire(m, u);
-        /* 重计算: the layer's inner activations again, from its kept input */
-        if (a->kept == 1 && m->nlayers > 1) layer_forward(m, a, l, x, B, T);
-        /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-        const void *dout = ungather_rows(m, m->dx, N);
-        size_t e = m->esz;
-        dev_zero(d, m->dfchg, n * Fl * e);
-        gpt_linear_backward(m, LINEAR_ROW, m->dfchg, G(m, GPT_FCPROJW, l), G(m, GPT_FCPROJB, l),
-                            dout, fchg, P(m, GPT_FCPROJW, l), N, Fl, C);
-        dev_zero(d, m->dfch, n * Fl * e);
-        o->gelu_backward(d, m->dfch, fch, m->dfchg, n * Fl);
-        dev_zero(d, m->full, n * C * e);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_FCW, l), G(m, GPT_FCB, l),
-                            m->dfch, ln2, P(m, GPT_FCW, l), N, C, Fl);
-        norm_backward(m, m->dx, m->full, res2, P(m, GPT_LN2W, l), G(m, GPT_LN2W, l),
-                      G(m, GPT_LN2B, l), STAT(a, ln2_mean, k), STAT(a, ln2_rstd, k), N);
-        /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
-        dout = ungather_rows(m, m->dx, N);
-        dev_zero(d, m->datty, n * Cl * e);
-        gpt_linear_backward(m, LINEAR_ROW, m->datty, G(m, GPT_ATTPROJW, l),
-                            G(m, GPT_ATTPROJB, l), dout, atty, P(m, GPT_ATTPROJW, l), N, Cl, C);
-        dev_zero(d, m->dqkv, n * 3 * Cl * e);
-        o->attention_backward(d, m->dqkv, m->datt, m->datty, qkv, atty, att, B, T, Cl, NHl);
-        dev_zero(d, m->full, n * C * e);
-        gpt_linear_backward(m, LINEAR_COLUMN, m->full, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
-                            m->dqkv, ln1, P(m, GPT_QKVW, l), N, C, 3 * Cl);
-        norm_backward(m, m->dx, m->full, x, P(m, GPT_LN1W, l), G(m, GPT_LN1W, l),
-                      G(m, GPT_LN1B, l), STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), N);
-        grads_ready(m, u);
-        params_release(m, u);
-    }
+    int N = B * T, u = unit_of_layer(m, l), k = slot(a, j), sp = m->tp > 1 && m->tpc.sp;
+    size_t n = (size_t)N, e = m->esz;
+    void *x = layer_input(m, a, j);
+    void *ln1 = ACT(a, ln1, k, C), *qkv = ACT(a, qkv, k, 3 * Cl), *atty = ACT(a, atty, k, Cl);
+    float *att = a->att + (size_t)k * a->att_stride;
+    void *res2 = RES(a, res2, k, C), *ln2 = ACT(a, ln2, k, C);
+    void *fch = ACT(a, fch, k, Fl), *fchg = ACT(a, fchg, k, Fl);
+    /* the gradients of the outputs: scratch when whole, the stash when split
+     * (without sequence parallelism a LayerNorm's summed one is the
+     * column-parallel linear's input gradient itself, [N,C] = [rows,C]) */
+    void *dfch = split ? ACT(a, g_fch, j, Fl) : m->dfch, *dqkv = split ? ACT(a, g_qkv, j, 3 * Cl) : m->dqkv;
+    void *dln2 = split ? RES(a, g_ln2, j, C) : NULL, *dln1 = split ? RES(a, g_ln1, j, C) : NULL;
+    void *dfull2 = split && !sp ? dln2 : m->full, *dfull1 = split && !sp ? dln1 : m->full;
+#define DW(i) (split ? NULL : G(m, i, l))
+    params_acquire(m, u);
+    if (!split) grads_acquire(m, u);
+    /* 重计算: the layer's inner activations again, from its kept input */
+    if (a->kept == 1 && gpt_chunk_layers(m, a->chunk) > 1) layer_forward(m, a, l, j, x, B, T);
+    /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    const void *dout = ungather_rows(m, m->dx, N);
+    if (split) dout = stash_copy(m, ACT(a, g_fcproj, j, C), dout, n * C);
+    dev_zero(d, m->dfchg, n * Fl * e);
+    gpt_linear_backward(m, LINEAR_ROW, m->dfchg, DW(GPT_FCPROJW), DW(GPT_FCPROJB), dout, fchg,
+                        P(m, GPT_FCPROJW, l), N, Fl, C);
+    dev_zero(d, dfch, n * Fl * e);
+    o->gelu_backward(d, dfch, fch, m->dfchg, n * Fl);
+    dev_zero(d, dfull2, n * C * e);
+    gpt_linear_backward(m, LINEAR_COLUMN, dfull2, DW(GPT_FCW), DW(GPT_FCB), dfch, ln2, P(m, GPT_FCW, l),
+                        N, C, Fl);
+    norm_backward(m, m->dx, dfull2, dln2, res2, P(m, GPT_LN2W, l), DW(GPT_LN2W), DW(GPT_LN2B),
+                  STAT(a, ln2_mean, k), STAT(a, ln2_rstd, k), N);
+    /* attention branch: res2 = x + attproj(attn(qkv(ln1(x)))) */
+    dout = ungather_rows(m, m->dx, N);
+    if (split) dout = stash_copy(m, ACT(a, g_attproj, j, C), dout, n * C);
+    dev_zero(d, m->datty, n * Cl * e);
+    gpt_linear_backward(m, LINEAR_ROW, m->datty, DW(GPT_ATTPROJW), DW(GPT_ATTPROJB), dout, atty,
+                        P(m, GPT_ATTPROJW, l), N, Cl, C);
+    dev_zero(d, dqkv, n * 3 * Cl * e);
+    o->attention_backward(d, dqkv, m->datt, m->datty, qkv, atty, att, B, T, Cl, NHl);
+    dev_zero(d, dfull1, n * C * e);
+    gpt_linear_backward(m, LINEAR_COLUMN, dfull1, DW(GPT_QKVW), DW(GPT_QKVB), dqkv, ln1,
+                        P(m, GPT_QKVW, l), N, C, 3 * Cl);
+    norm_backward(m, m->dx, dfull1, dln1, x, P(m, GPT_LN1W, l), DW(GPT_LN1W), DW(GPT_LN1B),
+                  STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), N);
+#undef DW
+    if (!split) grads_ready(m, u);
+    params_release(m, u);
+}
+
+/* W of a split backward, for local layer l (layer j of the set): every
+ * parameter gradient of the layer from the stash B left and the layer's
+ * inputs, which the set keeps (with recompute only layer 0's are still in
+ * the shared slot after B, the others are made again first). No input
+ * gradient, so no parameters are read, but by that recompute. */
+static void layer_weights(GPT *m, GPTActs *a, int l, int j, int B, int T) {
+    int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp;
+    int N = B * T, u = unit_of_layer(m, l), k = slot(a, j);
+    void *x = layer_input(m, a, j);
+    grads_acquire(m, u);
+    if (a->kept == 1 && j > 0) layer_forward(m, a, l, j, x, B, T);
+    /* MLP branch */
+    gpt_linear_backward(m, LINEAR_ROW, NULL, G(m, GPT_FCPROJW, l), G(m, GPT_FCPROJB, l),
+                        ACT(a, g_fcproj, j, C), ACT(a, fchg, k, Fl), NULL, N, Fl, C);
+    gpt_linear_backward(m, LINEAR_COLUMN, NULL, G(m, GPT_FCW, l), G(m, GPT_FCB, l), ACT(a, g_fch, j, Fl),
+                        ACT(a, ln2, k, C), NULL, N, C, Fl);
+    norm_weights(m, G(m, GPT_LN2W, l), G(m, GPT_LN2B, l), RES(a, g_ln2, j, C), RES(a, res2, k, C),
+                 STAT(a, ln2_mean, k), STAT(a, ln2_rstd, k), N);
+    /* attention branch */
+    gpt_linear_backward(m, LINEAR_ROW, NULL, G(m, GPT_ATTPROJW, l), G(m, GPT_ATTPROJB, l),
+                        ACT(a, g_attproj, j, C), ACT(a, atty, k, Cl), NULL, N, Cl, C);
+    gpt_linear_backward(m, LINEAR_COLUMN, NULL, G(m, GPT_QKVW, l), G(m, GPT_QKVB, l),
+                        ACT(a, g_qkv, j, 3 * Cl), ACT(a, ln1, k, C), NULL, N, C, 3 * Cl);
+    norm_weights(m, G(m, GPT_LN1W, l), G(m, GPT_LN1B, l), RES(a, g_ln1, j, C), x,
+                 STAT(a, ln1_mean, k), STAT(a, ln1_rstd, k), N);
+    grads_ready(m, u);
+}
+
+/* The chunk's layers backward, last to first. */
+static void chunk_backward(GPT *m, GPTActs *a, int c, int B, int T, int split) {
+    a->chunk = c;
+    for (int j = gpt_chunk_layers(m, c) - 1; j >= 0; j--)
+        layer_backward(m, a, m->chunk_first[c] + j, j, B, T, split);
+}
+
+void gpt_chunk_backward(GPT *m, GPTActs *a, int c, int B, int T) { chunk_backward(m, a, c, B, T, 0); }
+
+void gpt_chunk_backward_input(GPT *m, GPTActs *a, int c, int B, int T) { chunk_backward(m, a, c, B, T, 1); }
+
+/* W takes the layers first to last: with recompute, layer 0 is what B left in the slot. */
+void gpt_chunk_backward_weights(GPT *m, GPTActs *a, int c, int B, int T) {
+    a->chunk = c;
+    for (int j = 0; j < gpt_chunk_layers(m, c); j++) layer_weights(m, a, m->chunk_first[c] + j, j, B, T);
 }
 
 void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
@@ -880,16 +1046,16 @@ void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
 
 double gpt_forward_backward(GPT *m, GPTActs *a, int B, int T, float dloss) {
     gpt_embed_forward(m, a, B, T);
-    gpt_layers_forward(m, a, B, T);
+    gpt_chunk_forward(m, a, 0, B, T);
     double loss = gpt_head_forward(m, a, B, T, dloss);
     gpt_head_backward(m, a, B, T);
-    gpt_layers_backward(m, a, B, T);
+    gpt_chunk_backward(m, a, 0, B, T);
     gpt_embed_backward(m, a, B, T);
     return loss;
 }
 
 double gpt_forward_loss(GPT *m, GPTActs *a, int B, int T) {
     gpt_embed_forward(m, a, B, T);
-    gpt_layers_forward(m, a, B, T);
+    gpt_chunk_forward(m, a, 0, B, T);
     return gpt_head_forward(m, a, B, T, 0.0f);
 }

@@ -1,10 +1,20 @@
 /* gpt.h: the GPT-2 model: configuration, parameter layout, forward, backward.
  *
  * A GPT holds the parameters (and their gradients) of one pipeline stage:
- * layers [layer0, layer0 + nlayers), plus the embedding on the first stage
- * and the final LayerNorm and head on the last. On one rank that is the whole
- * model. Activations live apart, in GPTActs, because a pipeline keeps one set
- * per micro-batch in flight.
+ * its layers, plus the embedding on the first stage and the final LayerNorm
+ * and head on the last. On one rank that is the whole model. A stage's
+ * layers come in chunks: one range [layer0, layer0 + nlayers) for the plain
+ * schedules, V ranges for Megatron's interleaved one (stage s of P holds
+ * chunks s, s+P, ..., s+(V-1)P of the model's P*V; its chunk c is the
+ * model's chunk c*P + s). Activations live apart, in GPTActs, because a
+ * pipeline keeps one set per micro-batch and chunk in flight.
+ *
+ * The backward of a chunk runs whole (gpt_chunk_backward), or split in two
+ * for the zero-bubble schedules (Qi et al. 2023): B, the input gradient
+ * (gpt_chunk_backward_input), which the previous stage waits for, and W, the
+ * weight gradients (gpt_chunk_backward_weights), which nobody waits for and
+ * which the schedule moves into the bubble. B leaves W what it needs in the
+ * set (its stash: the gradients of each linear's and LayerNorm's output).
  */
 #ifndef GPT_H
 #define GPT_H
@@ -53,13 +63,22 @@ enum {
 
 typedef struct GPT GPT;
 
+/* Chunks a stage may hold (--virtual). */
+#define GPT_MAX_CHUNKS 32
+
 /* What a rank holds of the model: a pipeline stage's layers (and the
  * embedding and the head at the ends) and a tensor-parallel shard of each:
  * heads, MLP columns and vocabulary rows split over tp ranks, Megatron's way. */
 typedef struct GPTShard {
-    int layer0, nlayers;       /* the layers this stage holds */
+    int layer0, nlayers;       /* the layers this stage holds (nlayers: all its chunks') */
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
     int tp, tp_rank;           /* tensor-parallel group size and this rank's place */
+    /* interleaved pipelines: nchunks ranges of layers, chunk c the model's
+     * layers [chunk_layer0[c], + chunk_nlayers[c]), adding up to nlayers;
+     * 0 (or 1) = the one range [layer0, layer0 + nlayers) */
+    int nchunks;
+    int chunk_layer0[GPT_MAX_CHUNKS], chunk_nlayers[GPT_MAX_CHUNKS];
+    int split_backward;        /* zero-bubble schedules: the backward runs as B, then W */
 } GPTShard;
 
 /* The tensor-parallel group's collectives (tp.c binds them to comm), and
@@ -88,11 +107,21 @@ typedef struct GPTHooks {
 struct GPT {
     GPTConfig cfg;
     Dev *dev;
-    int layer0, nlayers;       /* the layers this stage holds */
+    int layer0, nlayers;       /* the first chunk's first (global) layer; local layers, all chunks */
+    /* the chunks: local layers [chunk_first[c], chunk_first[c+1]) are the
+     * model's layers from chunk_layer0[c] on; one chunk but for interleaved
+     * pipelines. Parameters stay one unit a local layer, in chunk order. */
+    int nchunks;
+    int chunk_layer0[GPT_MAX_CHUNKS];
+    int chunk_first[GPT_MAX_CHUNKS + 1];
+    int split_backward;        /* the backward runs as B, then W (zero-bubble schedules):
+                                  activation sets carry the stash, and a DP bucket
+                                  never mixes units B writes with units W writes */
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
     int tp, tp_rank;           /* tensor-parallel shard (1, 0 on one rank) */
     GPTTensorParallel tpc;     /* its collectives; unused when tp == 1 */
-    int recompute;             /* keep only layer inputs; recompute the rest in backward */
+    int recompute;             /* keep only layer inputs; recompute the rest in backward
+                                  (and again in W when the backward is split) */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
     size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads; for per-layer
                                        tensors, in the first local layer's unit */
@@ -131,15 +160,19 @@ struct GPT {
     float *sp_dw;    /* [2C] sequence parallelism: a LayerNorm's weight and bias gradients */
 };
 
-/* Activations of one micro-batch of B sequences of T tokens on one stage.
- * `void *` buffers hold the dev's dtype (bf16 under mixed precision),
- * `float *` ones are float32 always. */
+/* Activations of one micro-batch of B sequences of T tokens through one
+ * chunk of a stage (the stage's one chunk but for interleaved pipelines).
+ * A set is sized for the stage's largest chunk, so any chunk can use it; nl
+ * below is that chunk's layer count. `void *` buffers hold the dev's dtype
+ * (bf16 under mixed precision), `float *` ones are float32 always. */
 typedef struct GPTActs {
     int B, T;
+    int chunk;       /* the chunk whose forward filled it last */
     size_t esz;      /* bytes of an element of the void * buffers */
     size_t att_stride;  /* floats of one layer's attention state */
     int rows;        /* rows of the residual stream here: B*T, or B*T/tp with sequence parallelism */
     int kept;        /* layers whose inner activations are kept: nl, or 1 with recompute */
+    int has_head;    /* holds the head's buffers (lnf .. lse), else those are NULL */
     int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
     int *embed_plan; /* [2BT+1] on dev: dev_embed_plan of tokens, for a deterministic embedding backward on GPUs */
@@ -166,7 +199,17 @@ typedef struct GPTActs {
     float *losses;   /* [B,T] */
     float *xstats;   /* [tp,B,T,3] vocab-parallel cross-entropy: every rank's row statistics */
     float *lse;      /* [B,T] log-sum-exp over the whole vocabulary */
+    /* the split backward's stash (split_backward only, else NULL): what B
+     * leaves for W, a layer at a time: the gradient of each linear's and
+     * LayerNorm's output, all summed over the tp group where needed */
+    void *g_fcproj;  /* [nl,B,T,C] gradient of fcproj's output (all rows) */
+    void *g_fch;     /* [nl,B,T,4C/tp] gradient of fc's output (pre-GELU) */
+    void *g_ln2;     /* [nl,rows,C] gradient of ln2's output, this rank's rows */
+    void *g_attproj; /* [nl,B,T,C] gradient of attproj's output (all rows) */
+    void *g_qkv;     /* [nl,B,T,3C/tp] gradient of qkv's output */
+    void *g_ln1;     /* [nl,rows,C] gradient of ln1's output, this rank's rows */
     size_t bytes;    /* what this set holds on dev */
+    size_t stash_bytes;  /* of which the stash */
 } GPTActs;
 
 /* Fills padded_vocab (V rounded up to a multiple of 128 when 0) and checks
@@ -175,8 +218,13 @@ int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 
 /* Parameters shard s holds (gpt_build's num_params), without building it. */
 size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s);
-/* Bytes of one set of activations (gpt_acts_build's), from the shape alone. */
+/* Bytes of one set of activations (gpt_acts_build's), from the shape alone:
+ * m needs cfg, tp, tpc.sp, nlayers, has_head, recompute and esz; nchunks
+ * (0: one chunk of nlayers) and chunk_first size the set for the largest
+ * chunk, split_backward adds the B->W stash. */
 size_t gpt_acts_formula(const GPT *m, int B, int T, size_t att_stride, int cuda);
+/* The B->W stash's part of it (0 without split_backward). */
+size_t gpt_stash_formula(const GPT *m, int B, int T);
 
 /* The shard of one rank holding everything. */
 GPTShard gpt_whole(const GPTConfig *cfg);
@@ -191,6 +239,19 @@ void gpt_units_default(GPT *m);
 /* Unit u (0 .. nunits-1, in forward order) is [*offset, *offset + *count)
  * of params and grads. */
 void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count);
+
+/* The model's (global) layer of local layer l, through the chunks. */
+int gpt_layer_global(const GPT *m, int l);
+/* Layers of chunk c. */
+int gpt_chunk_layers(const GPT *m, int c);
+
+/* Which piece of the backward writes unit u's gradients: 2c for the
+ * backward (or, split, the B) of chunk c, 2c + 1 for the W of chunk c. The
+ * embedding's units belong to chunk 0, the head's to the last chunk, and
+ * with the backward split they are written by B (a layer's by W). A DP
+ * bucket is a run of units with one writer, so that the last backward of a
+ * step that writes them finishes all of it (dp.c). */
+int gpt_unit_writer(const GPT *m, int u);
 
 /* Pointer to tensor i of local layer l (l ignored for whole-model tensors)
  * inside base, which is m->params, m->grads or any buffer of the same layout. */
@@ -234,7 +295,11 @@ void gpt_init_random(GPT *m, uint64_t seed);
  * compute copy of each unit is remade at its next acquire. */
 void gpt_params_changed(GPT *m);
 
+/* A set sized for the largest chunk, with the head's buffers when m has
+ * the head (gpt_acts_build_part: when with_head, for the sets of a stage
+ * whose other chunks need none), and the stash when the backward is split. */
 GPTActs *gpt_acts_build(GPT *m, int B, int T);
+GPTActs *gpt_acts_build_part(GPT *m, int B, int T, int with_head);
 void gpt_acts_free(GPT *m, GPTActs *a);
 
 /* Copies B*T host tokens and targets (either may be NULL) into a. */
@@ -242,9 +307,9 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
 
 /* Forward pieces; B, T may be smaller than what a was built for. */
 void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T);
-/* Runs the stage's layers on a->x_in; returns the output [B,T,C] (in a). */
-void *gpt_layers_forward(GPT *m, GPTActs *a, int B, int T);
-/* Final LayerNorm, tied head, cross-entropy on the output of the layers.
+/* Runs chunk c's layers on a->x_in; returns the output [rows,C] (in a). */
+void *gpt_chunk_forward(GPT *m, GPTActs *a, int c, int B, int T);
+/* Final LayerNorm, tied head, cross-entropy on the output of the last chunk.
  * Returns the mean loss over the B*T positions. With dloss != 0 the logits
  * become their gradient, scaled by dloss, ready for gpt_head_backward. */
 double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss);
@@ -252,13 +317,22 @@ double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss);
 void gpt_head_logits(GPT *m, GPTActs *a, int B, int T);
 
 /* Backward pieces; each accumulates into m->grads. The residual gradient
- * travels in m->dx: head_backward writes it, layers_backward takes the
- * stage output's gradient there and leaves the stage input's. */
+ * travels in m->dx: head_backward writes it, a chunk's backward takes the
+ * chunk output's gradient there and leaves the chunk input's.
+ * gpt_chunk_backward does all of it; split, gpt_chunk_backward_input (B)
+ * does the input gradient and stashes in a what
+ * gpt_chunk_backward_weights (W) needs later for the layers' parameter
+ * gradients; W reads nothing but a (and, with recompute, the parameters,
+ * to run the layers' forward again), and a must not be reused in between.
+ * The head's and the embedding's gradients are B's (they need no stash). */
 void gpt_head_backward(GPT *m, GPTActs *a, int B, int T);
-void gpt_layers_backward(GPT *m, GPTActs *a, int B, int T);
+void gpt_chunk_backward(GPT *m, GPTActs *a, int c, int B, int T);
+void gpt_chunk_backward_input(GPT *m, GPTActs *a, int c, int B, int T);
+void gpt_chunk_backward_weights(GPT *m, GPTActs *a, int c, int B, int T);
 void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T);
 
-/* The whole model on one stage: forward, loss, backward. Returns the mean loss. */
+/* The whole model on one stage of one chunk: forward, loss, backward.
+ * Returns the mean loss. */
 double gpt_forward_backward(GPT *m, GPTActs *a, int B, int T, float dloss);
 /* Forward only: the mean loss. */
 double gpt_forward_loss(GPT *m, GPTActs *a, int B, int T);

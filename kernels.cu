@@ -724,16 +724,19 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
                                const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    /* One pass (layernorm_backward_fused_kernel) when its partials fit the
-     * Dev's scratch and its shared memory the device (C up to about 3600);
-     * else the two kernels below. */
+    /* One pass (layernorm_backward_fused_kernel) when both parts are wanted,
+     * its partials fit the Dev's scratch and its shared memory the device (C
+     * up to about 3600); else the two kernels below, each only when its part
+     * is wanted (dinp NULL: the weights' gradients alone, as a pipeline's
+     * deferred weight pass asks; dw and db NULL: the input gradient alone). */
+    const bool want_dinp = dinp != NULL, want_dw = dw != NULL;
     const size_t smem = (size_t)16 * C * sizeof(float), fit = DEV_SCRATCH_BYTES / ((size_t)2 * C * 4);
     size_t blocks = ceil_div((size_t)N, LNB_ROWS);
     if (blocks > 65535) blocks = 65535;
     if (blocks > fit) blocks = fit;
     const bool v = C % Vec<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                    aligned16(w);
-    if (blocks >= 1 &&
+    if (want_dinp && want_dw && blocks >= 1 &&
         (smem <= 48 * 1024 ||
          (cudaFuncSetAttribute(layernorm_backward_fused_kernel<T, true>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
@@ -755,10 +758,13 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
         return;
     }
     cudaGetLastError();  // a refused shared-memory limit is not an error here
-    unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
-    layernorm_backward_dinp_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(
-        (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
-    LAUNCH_CHECK(layernorm_backward_dinp_kernel);
+    if (want_dinp) {
+        unsigned grid = (unsigned)ceil_div((size_t)N, ROWS_PER_BLOCK);
+        layernorm_backward_dinp_kernel<T><<<grid, ROWS_PER_BLOCK * 32, 0, STREAM(d)>>>(
+            (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
+        LAUNCH_CHECK(layernorm_backward_dinp_kernel);
+    }
+    if (!want_dw) return;
     ColSum p = colsum_plan(d, N, C, 2);
     float *pw = p.partials, *pb = p.partials + (size_t)p.grid.y * C;
     layernorm_backward_params_kernel<T><<<p.grid, dim3(32, 8), 0, STREAM(d)>>>(
@@ -945,7 +951,7 @@ static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, con
     // dinp[n,c] += sum_o dout[n,o] w[o,c]: A = dout (k = o contiguous), B[o,c] = w[o*C + c].
     if (dinp) matmul_tiled<true, false>(d, (float *)dinp, g, (const float *)w, NULL, N, C, OC, OC, C, C, 1);
     // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
-    matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
+    if (dw) matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
     if (dbias && N > 0 && OC > 0) {
         ColSum p = colsum_plan(d, N, OC, 1);
         column_sum_kernel<<<p.grid, dim3(32, 8), 0, STREAM(d)>>>(p.partials, g, N, OC);
@@ -969,8 +975,9 @@ static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, co
     if (N <= 0 || C <= 0 || OC <= 0) return;  // nothing to add
     if (dinp) tc_gemm(TC_AUTO, dinp, 0, 1, dout, 1, w, 0, NULL, N, C, OC, NULL, 0, d->stream);
     /* dw may run split-K, its parts in the Dev's scratch (stream-ordered, as every user of it) */
-    tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,
-            DEV_SCRATCH_BYTES / sizeof(float), d->stream);
+    if (dw)
+        tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,
+                DEV_SCRATCH_BYTES / sizeof(float), d->stream);
     if (dbias) tc_bias_grad(dbias, dout, N, OC, d->stream);
 }
 

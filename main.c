@@ -72,6 +72,7 @@ typedef struct Args {
     int sp;                   /* Megatron sequence parallelism inside the tp group */
     const char *dump_grads;   /* write step 0's reduced gradients here (for tests) */
     PPSchedule schedule;
+    int virtual_chunks;       /* --virtual V: chunks a stage (interleaved); 0 = 1 */
     int stage_layers[COMM_MAX_RANKS];  /* --stage-layers, 0s when even */
     int nstage_layers;
     int recompute;
@@ -86,6 +87,9 @@ typedef struct Args {
     int keep;                 /* --keep K complete checkpoints */
     int resume;               /* --resume from checkpoint_dir/latest */
     int comm_stats;
+    int plan_layout;          /* --plan-layout: the planner's memory and bytes for this layout, no run */
+    int layout_auto;          /* --layout auto: dp, tp, pp, zero, micro-batches from the planner */
+    int global_batch;         /* --global-batch: sequences a step for --layout auto (0: batch x M x ranks) */
 } Args;
 
 /* The state of one run on one rank. */
@@ -156,8 +160,14 @@ static void usage(FILE *f) {
         "  --comm-stats           print each rank's bytes moved, by operation and group\n"
         "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n"
         "pipeline:\n"
-        "  --schedule naive|gpipe|1f1b  the order of micro-batches' forwards and backwards (1f1b)\n"
-        "  --stage-layers 3,3,4,2 layers of each stage (as even as possible)\n"
+        "  --schedule naive|gpipe|1f1b|interleaved|zb-h1\n"
+        "                         the order of micro-batches' forwards and backwards (1f1b);\n"
+        "                         interleaved: Megatron's, V chunks a stage; zb-h1: zero bubble,\n"
+        "                         each backward split into B (input gradient) and a later W\n"
+        "  --virtual V            interleaved: V chunks of layers a stage, stage s holding the\n"
+        "                         model's chunks s, s+P, ... (1; the layers divide into P x V)\n"
+        "  --stage-layers 3,3,4,2 layers of each stage (as even as possible); with --virtual V,\n"
+        "                         P x V ranges: the model's chunks in order\n"
         "  --recompute            keep each layer's input only; recompute the rest in backward\n"
         "  --show-schedule        draw the schedule and its bubble before training, and as SVG\n"
         "  --schedule-svg FILE    where --show-schedule writes the SVG (schedule.svg); implies it\n"
@@ -217,7 +227,8 @@ enum {
     F_SEQ, F_MICRO, F_STEPS, F_LR, F_LRMIN, F_WARMUP, F_DECAY, F_BETA1, F_BETA2, F_EPS, F_WD,
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
-    F_SP, F_DUMPGRADS, F_SCHEDULE, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
+    F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
+    F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
     F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG,
 };
@@ -244,11 +255,12 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         {"ranks", 1, 0, F_RANKS}, {"dp", 1, 0, F_DP}, {"tp", 1, 0, F_TP}, {"pp", 1, 0, F_PP},
         {"dp-mode", 1, 0, F_DPMODE}, {"zero", 1, 0, F_ZERO}, {"offload", 0, 0, F_OFFLOAD},
         {"bucket-mb", 1, 0, F_BUCKET}, {"comm-stats", 0, 0, F_COMMSTATS}, {"sp", 0, 0, F_SP},
-        {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE},
+        {"dump-grads", 1, 0, F_DUMPGRADS}, {"schedule", 1, 0, F_SCHEDULE}, {"virtual", 1, 0, F_VIRTUAL},
         {"stage-layers", 1, 0, F_STAGELAYERS}, {"recompute", 0, 0, F_RECOMPUTE},
         {"show-schedule", 0, 0, F_SHOWSCHED}, {"trace", 1, 0, F_TRACE}, {"pin-cores", 0, 0, F_PIN},
         {"tokenizer", 1, 0, F_TOKENIZER}, {"dtype", 1, 0, F_DTYPE},
         {"peak-tflops", 1, 0, F_PEAK}, {"deterministic", 0, 0, F_DETERMINISTIC},
+        {"plan-layout", 0, 0, F_PLANLAYOUT}, {"layout", 1, 0, F_LAYOUT}, {"global-batch", 1, 0, F_GLOBALBATCH},
         {"version", 0, 0, F_VERSION}, {"no-self-test", 0, 0, F_NOSELFTEST},
         {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
         {"checkpoint-dir", 1, 0, F_CKPTDIR}, {"checkpoint-every", 1, 0, F_CKPTEVERY},
@@ -293,6 +305,8 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
             a->seq = iv; break;
         case F_MICRO: if (parse_int("--micro-batches", optarg, 1, 1 << 20, &iv, err, errlen)) return -1;
             a->micro_batches = iv; break;
+        case F_GLOBALBATCH: if (parse_int("--global-batch", optarg, 1, 1 << 20, &iv, err, errlen)) return -1;
+            a->global_batch = iv; break;
         case F_STEPS: if (parse_int("--steps", optarg, 0, 1L << 30, &iv, err, errlen)) return -1;
             a->steps = iv; break;
         case F_LR: if (parse_float("--lr", optarg, 0, 10, &fv, err, errlen)) return -1;
@@ -374,14 +388,26 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         case F_BUCKET: if (parse_float("--bucket-mb", optarg, 1e-6, 1e6, &fv, err, errlen)) return -1;
             a->dpc.bucket_mb = fv; break;
         case F_COMMSTATS: a->comm_stats = 1; break;
+        case F_PLANLAYOUT: a->plan_layout = 1; break;
+        case F_LAYOUT:
+            if (strcmp(optarg, "auto") != 0) {
+                snprintf(err, errlen, "--layout takes 'auto' (the planner's choice), got '%s'", optarg);
+                return -1;
+            }
+            a->layout_auto = 1;
+            break;
         case F_SP: a->sp = 1; break;
         case F_DUMPGRADS: a->dump_grads = optarg; break;
         case F_SCHEDULE: {
             int k = pp_schedule_parse(optarg);
-            if (k < 0) return arg_fail(err, errlen, "--schedule must be naive, gpipe or 1f1b, got '%s'", optarg);
+            if (k < 0)
+                return arg_fail(err, errlen, "--schedule must be naive, gpipe, 1f1b, interleaved or zb-h1, got '%s'",
+                                optarg);
             a->schedule = (PPSchedule)k;
             break;
         }
+        case F_VIRTUAL: if (parse_int("--virtual", optarg, 1, GPT_MAX_CHUNKS, &iv, err, errlen)) return -1;
+            a->virtual_chunks = iv; break;
         case F_STAGELAYERS: {
             char *p = optarg, *end;
             a->nstage_layers = 0;
@@ -480,6 +506,41 @@ static void resume_check_model(Run *r, GPTConfig *cfg) {
                 r->ck.meta.shuffle ? " --shuffle" : "");
 }
 
+static PlanCluster host_cluster(const Run *r, int world, int cuda);
+
+/* --layout auto: the planner's fastest layout for this model, these ranks
+ * and a global batch of --global-batch sequences (or --batch x
+ * --micro-batches x ranks), written into a's flags and printed. */
+static void choose_layout(Run *r, const GPTConfig *cfg) {
+    Args *a = &r->a;
+    int world = r->launch.world_size > 0 ? r->launch.world_size : 1;
+    int gpus = r->launch.kind == COMM_LAUNCH_FORK ? probe_gpus() : dev_gpu_count();
+    int cuda = a->device ? !strcmp(a->device, "cuda") : gpus > 0;
+    int G = a->global_batch ? a->global_batch : a->batch * a->micro_batches * world;
+    if (a->dp || a->tp || a->pp || a->nstage_layers)
+        die_usage("--layout auto chooses --dp, --tp, --pp and the stages itself: give none of them");
+    PlanCluster c = host_cluster(r, world, cuda);
+    PlanSearch ps;
+    if (plan_search(cfg, G, a->seq, &c, &ps) != 0) die_usage("--layout auto: out of memory");
+    if (!ps.nfit) {
+        plan_search_free(&ps);
+        die_usage("--layout auto: no layout of %d ranks fits a global batch of %d sequences of %d tokens", world,
+                  G, a->seq);
+    }
+    const PlanResult *b = &ps.fit[0];
+    a->dp = b->l.dp; a->tp = b->l.tp; a->pp = b->l.pp;
+    a->dpc.zero = b->l.zero; a->dpc.offload = b->l.offload;
+    a->micro_batches = b->l.M; a->batch = b->l.b;
+    a->schedule = (PPSchedule)b->l.sched; a->recompute = b->l.recompute; a->sp = b->l.sp;
+    printf("layout auto: --dp %d --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s "
+           "(planner: %.3g GB a rank, step %.3g s, on %s)\n", a->dp, a->tp, a->pp, a->dpc.zero, a->micro_batches,
+           a->batch, a->dpc.offload ? " --offload" : "", a->recompute ? " --recompute" : "", a->sp ? " --sp" : "",
+           pp_schedule_name(a->schedule), b->mem / 1e9, b->step,
+           c.cpu ? "CPU ranks" : "80 GB H100-class GPUs, 8 a node");
+    fflush(stdout);
+    plan_search_free(&ps);
+}
+
 /* Everything that can be checked before a rank exists: the model's shape,
  * the data, the layout, the device. Exits 2 on the first problem. */
 static void run_check(Run *r) {
@@ -522,6 +583,7 @@ static void run_check(Run *r) {
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         die_usage("%s", err);
     if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) die_usage("%s", err);
+    if (a->layout_auto) choose_layout(r, &cfg);
     int dp = a->dp, tp = a->tp, pp = a->pp;
     if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
         die_usage("%s", err);
@@ -532,15 +594,25 @@ static void run_check(Run *r) {
         die_usage("--batch %d x --seq %d x --micro-batches %d x dp %d tokens a step is more than %d", a->batch,
                   a->seq, a->micro_batches, dp, SAFE_MAX_STEP_TOKENS);
     if (tp_check(&cfg, tp, a->sp, a->batch, a->seq, err, sizeof err) != 0) die_usage("%s", err);
+    /* the schedule: P stages, M micro-batches, V chunks a stage (pp_sched.c's rules) */
+    int V = a->virtual_chunks ? a->virtual_chunks : 1;
+    if (pp_schedule_check(a->schedule, pp, a->micro_batches, V, err, sizeof err) != 0) die_usage("%s", err);
+    if (V > 1 && pp < 2) die_usage("--virtual %d interleaves chunks over stages: it needs --pp 2 or more", V);
     if (a->nstage_layers) {
         long sum = 0;   /* at most COMM_MAX_RANKS x SAFE_MAX_LAYERS */
         for (int i = 0; i < a->nstage_layers; i++) sum += a->stage_layers[i];
-        if (a->nstage_layers != pp)
+        if (V == 1 && a->nstage_layers != pp)
             die_usage("--stage-layers gives %d stages, --pp is %d", a->nstage_layers, pp);
+        if (V > 1 && a->nstage_layers != pp * V)
+            die_usage("--stage-layers gives %d ranges, --pp %d x --virtual %d needs %d (the model's chunks in order)",
+                      a->nstage_layers, pp, V, pp * V);
         if (sum != cfg.layers)
             die_usage("--stage-layers adds up to %ld layers, the model has %d", sum, cfg.layers);
     } else if (pp > cfg.layers) {
         die_usage("--pp %d exceeds the model's %d layers", pp, cfg.layers);
+    } else if (cfg.layers % (pp * V) != 0 && V > 1) {
+        die_usage("--pp %d x --virtual %d = %d chunks: the model's %d layers do not divide into them "
+                  "(or give the %d chunks' layers with --stage-layers)", pp, V, pp * V, cfg.layers, pp * V);
     }
     if (pp > 1 && a->dpc.zero >= 2)
         fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
@@ -569,6 +641,58 @@ static void run_check(Run *r) {
     r->dtype = a->dtype ? (strcmp(a->dtype, "bf16") ? DT_F32 : DT_BF16)
                         : (r->kind == DEV_CUDA ? DT_BF16 : DT_F32);
     r->cfg = cfg;
+}
+
+/* Stage st's layers into s (layer0, nlayers and the chunks): the model's
+ * K = P x V chunks are --stage-layers' K ranges, or as even as possible
+ * (V = 1: the first stages take one more when P does not divide L; V > 1:
+ * run_check asked P x V to divide L); stage st holds chunks st, st + P, ...
+ * (Megatron's interleaving: its chunk c is the model's chunk c*P + st). */
+static void stage_layers(const Args *a, int L, int P, int st, GPTShard *s) {
+    int V = a->virtual_chunks ? a->virtual_chunks : 1, K = P * V, layer = 0;
+    s->layer0 = 0;
+    s->nlayers = 0;
+    s->nchunks = V;
+    for (int k = 0; k < K; k++) {
+        int n = a->nstage_layers ? a->stage_layers[k] : V == 1 ? L / P + (k < L % P) : L / K;
+        if (k % P == st) {
+            s->chunk_layer0[k / P] = layer;
+            s->chunk_nlayers[k / P] = n;
+            s->nlayers += n;
+        }
+        layer += n;
+    }
+    s->layer0 = s->chunk_layer0[0];
+}
+
+/* The planner's model of a cluster like this host: CPU ranks (float32,
+ * measured rates of a 2-core machine: bench/plan_calibrate.sh), or GPUs
+ * taken for 80 GB H100s on NVLink, 8 a node, 50 GB/s between nodes. */
+static PlanCluster host_cluster(const Run *r, int world, int cuda) {
+    PlanCluster c = {.gpus = world, .per_node = r->launch.local_size > 0 ? r->launch.local_size : world,
+                     .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450, .inter_gbs = 50, .latency_us = 10};
+    if (!cuda) {
+        double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        c.cpu = 1;
+        c.mem_gb = ram / 1e9 / (world > 0 ? world : 1);
+        c.tflops = 0.02;   /* a core's float32 matmuls, 0.5 of it achieved: PLAN_CPU_TFLOPS */
+        c.intra_gbs = c.inter_gbs = 4;
+        c.latency_us = 20;
+    }
+    return c;
+}
+
+/* --plan-layout: what the planner predicts for this very layout, rank by
+ * rank, in the units of the memory line and --comm-stats. */
+static int plan_this_layout(Run *r) {
+    Args *a = &r->a;
+    PlanLayout l = {a->dp, a->tp, a->pp, a->dpc.zero, a->dpc.offload, a->micro_batches, a->batch, a->schedule,
+                    a->recompute, a->sp, a->nstage_layers ? a->stage_layers : NULL};
+    PlanCluster c = host_cluster(r, a->dp * a->tp * a->pp, r->kind == DEV_CUDA);
+    if (r->kind == DEV_CUDA && r->dtype == DT_F32) c.cpu = 1;   /* float32 activations */
+    if (a->dpc.mode == DP_PS) die_usage("--plan-layout: the planner does not model --dp-mode ps");
+    if (plan_layout_print(stdout, &r->cfg, a->seq, &c, &l) != 0) die_usage("--plan-layout: the model does not divide that way");
+    return 0;
 }
 
 /* One rank: its device, the communicator and mesh, the model, data
@@ -626,15 +750,9 @@ static void run_build(Run *r) {
     GPTShard shard = gpt_whole(&cfg);
     shard.tp = r->mesh.tp;
     shard.tp_rank = r->mesh.tp_rank;
-    /* this stage's layers: --stage-layers, or as even as possible (the first
-     * stages take one more when they do not divide) */
     int P = r->mesh.pp, st = r->mesh.pp_rank;
-    shard.layer0 = 0;
-    for (int i = 0; i <= st; i++) {
-        int n = a->nstage_layers ? a->stage_layers[i] : cfg.layers / P + (i < cfg.layers % P);
-        if (i < st) shard.layer0 += n;
-        else shard.nlayers = n;
-    }
+    stage_layers(a, cfg.layers, P, st, &shard);
+    shard.split_backward = pp_schedule_splits(a->schedule);
     shard.has_embed = st == 0;
     shard.has_head = st == P - 1;
     gpt_build(&r->model, &cfg, &r->dev, &shard);
@@ -714,9 +832,10 @@ static void show_schedule(const Args *a, int P) {
     const char *path = a->schedule_svg ? a->schedule_svg : "schedule.svg";
     char err[512], formula[96];
     PPTimeline tl;
-    pp_show(stdout, a->schedule, P, a->micro_batches, 1);
-    if (pp_bubble_text(a->schedule, P, a->micro_batches, 1, formula, sizeof formula) != 0 ||
-        pp_timeline(a->schedule, P, a->micro_batches, 1, &tl) != 0) return;
+    int V = a->virtual_chunks ? a->virtual_chunks : 1;
+    pp_show(stdout, a->schedule, P, a->micro_batches, V);
+    if (pp_bubble_text(a->schedule, P, a->micro_batches, V, formula, sizeof formula) != 0 ||
+        pp_timeline(a->schedule, P, a->micro_batches, V, &tl) != 0) return;
     if (plot_schedule_svg(path, &tl, pp_schedule_name(a->schedule), formula, err, sizeof err) != 0)
         fprintf(stderr, "train: %s\n", err);
     else printf("schedule drawn in %s\n", path);
@@ -882,11 +1001,13 @@ static double device_peak(Run *r) {
 static void print_memory(Run *r) {
     DPMemory mem;
     dp_memory(&r->dp, &mem);
+    char stash[64] = "";
+    if (pp_stash_bytes(&r->pp)) snprintf(stash, sizeof stash, ", of which the B->W stash %.6g MB", pp_stash_bytes(&r->pp) / 1e6);
     printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
-           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB\n",
+           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s)\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
            (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
-           mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6);
+           mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6, r->pp.nsets, stash);
 }
 
 /* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
@@ -942,8 +1063,11 @@ static int save_checkpoint(Run *r, long step, char *path, size_t pathlen) {
     meta.steps = a->steps;
     l->ranks = r->comm.world_size;
     l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
-    for (int i = 0; i < l->pp; i++)
-        l->stage_layers[i] = a->nstage_layers ? a->stage_layers[i] : r->cfg.layers / l->pp + (i < r->cfg.layers % l->pp);
+    for (int i = 0; i < l->pp; i++) {
+        GPTShard sh;
+        stage_layers(a, r->cfg.layers, l->pp, i, &sh);
+        l->stage_layers[i] = sh.nlayers;
+    }
     l->zero = a->dpc.zero; l->offload = a->dpc.offload; l->sp = a->sp;
     snprintf(l->dp_mode, sizeof l->dp_mode, "%s", a->dpc.mode == DP_PS ? "ps" : "ddp");
     snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
@@ -1063,6 +1187,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     parse_args(&r.a, argc, argv);
     run_check(&r);
+    if (r.a.plan_layout) return plan_this_layout(&r);
     r.launch.graceful_stop = r.a.checkpoint_dir != NULL;
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);

@@ -95,9 +95,10 @@ void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real
 void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *dout,
                             const real *inp, const real *w, const real *mean, const real *rstd,
                             int N, int C) {
-    /* dinp: rows are independent. */
+    /* dinp: rows are independent. NULL: the weights' gradients alone. */
+    int drows = dinp ? N : 0;
     #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < drows; n++) {
         const real *g = dout + (size_t)n * C;
         const real *x = inp + (size_t)n * C;
         real *dx = dinp + (size_t)n * C;
@@ -114,7 +115,9 @@ void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *
             dx[c] += (g[c] * w[c] - gmean - norm * gnmean) * r;
         }
     }
-    /* dw, db: sums over rows, so threads split the channels. */
+    /* dw, db: sums over rows, so threads split the channels. NULL: the
+     * input gradient alone. */
+    if (!dw) return;
     #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += 16) {
         int c1 = c0 + 16 < C ? c0 + 16 : C;
@@ -262,15 +265,17 @@ void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *
     /* dw[o,c] += sum_n dout[n,o] inp[n,c]. dout is read by columns here, OC
      * floats apart (the head's 50304): transposed once, each block's four
      * rows of it are contiguous and stay in cache across the column blocks. */
-    real *doutT = malloc((size_t)N * OC * sizeof(real) + 1);  /* [OC,N] */
-    #pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += 64) {
-        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-        for (int n = 0; n < N; n++)
-            for (int o = o0; o < o1; o++) doutT[(size_t)o * N + n] = dout[(size_t)n * OC + o];
+    if (dw) {
+        real *doutT = malloc((size_t)N * OC * sizeof(real) + 1);  /* [OC,N] */
+        #pragma omp parallel for schedule(static)
+        for (int o0 = 0; o0 < OC; o0 += 64) {
+            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+            for (int n = 0; n < N; n++)
+                for (int o = o0; o < o1; o++) doutT[(size_t)o * N + n] = dout[(size_t)n * OC + o];
+        }
+        mm_outer(dw, doutT, N, 1, inp, OC, N, C);
+        free(doutT);
     }
-    mm_outer(dw, doutT, N, 1, inp, OC, N, C);
-    free(doutT);
     if (dbias) {
         #pragma omp parallel for schedule(static)
         for (int o = 0; o < OC; o++) {

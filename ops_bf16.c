@@ -79,7 +79,7 @@ static void b_layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const
     size_t n = (size_t)N * C;
     float *fdx = wide(dinp, n), *fg = wide(dout, n), *fx = wide(inp, n), *fw = wide(w, C);
     cpu_layernorm_backward(d, fdx, dw, db, fg, fx, fw, mean, rstd, N, C);
-    narrow_free(dinp, fdx, n);
+    if (dinp) narrow_free(dinp, fdx, n);
     free(fg); free(fx); free(fw);
 }
 
@@ -112,7 +112,7 @@ static void b_matmul_backward(Dev *d, void *dinp, float *dw, float *dbias, const
                               const void *inp, const void *w, int N, int C, int OC) {
     size_t ni = (size_t)N * C;
     float *fdx = wide(dinp, ni), *fg = wide(dout, (size_t)N * OC), *fx = wide(inp, ni);
-    float *fw = wide(w, (size_t)OC * C);
+    float *fw = dinp ? wide(w, (size_t)OC * C) : NULL;  /* only the input gradient reads w */
     cpu_matmul_backward(d, fdx, dw, dbias, fg, fx, fw, N, C, OC);
     if (dinp) narrow_free(dinp, fdx, ni);
     free(fg); free(fx); free(fw);

@@ -27,17 +27,31 @@
 #define MFU_RATE 0.5    /* achieved fraction of peak in the matmuls */
 #define DP_HIDDEN 0.8   /* fraction of the dp reduction hidden behind backward (buckets) */
 
-/* Layers of stage st of P: as even as possible, the first stages one more (main.c). */
-static void stage_shard(const GPTConfig *cfg, int P, int st, int tp, GPTShard *s) {
+static const char *const row_kind[PLAN_NROWS] = {"all_reduce", "all_gather", "reduce_scatter", "all_reduce",
+    "reduce_scatter", "all_gather", "send", "recv", "all_reduce", "broadcast", "all_reduce"};
+static const char *const row_group[PLAN_NROWS] = {"tp", "tp", "tp", "dp", "dp", "dp", "pp", "pp", "pp", "pp",
+    "embed"};
+const char *plan_row_kind(int i) { return i >= 0 && i < PLAN_NROWS ? row_kind[i] : "?"; }
+const char *plan_row_group(int i) { return i >= 0 && i < PLAN_NROWS ? row_group[i] : "?"; }
+
+/* Bus bytes of one operation over n ranks, as comm.c counts them (nccl-tests'
+ * convention, whole bytes): an all-reduce of b bytes moves 2(n-1)/n b, an
+ * all-gather or reduce-scatter of b bytes in all (n-1)/n b. */
+static double bus_ar(int n, double b) { return n > 1 ? floor(2.0 * (n - 1) * b / n) : 0; }
+static double bus_ag(int n, double b) { return n > 1 ? floor((double)(n - 1) * b / n) : 0; }
+
+/* Layers of stage st: --stage-layers, or as even as possible with the
+ * first stages one more (main.c's split). */
+static void stage_shard(const GPTConfig *cfg, const PlanLayout *l, int st, GPTShard *s) {
     *s = gpt_whole(cfg);
-    s->tp = tp;
+    s->tp = l->tp;
     s->layer0 = 0;
     for (int i = 0; i <= st; i++) {
-        int n = cfg->layers / P + (i < cfg->layers % P);
+        int n = l->stage_layers ? l->stage_layers[i] : cfg->layers / l->pp + (i < cfg->layers % l->pp);
         if (i < st) s->layer0 += n; else s->nlayers = n;
     }
     s->has_embed = st == 0;
-    s->has_head = st == P - 1;
+    s->has_head = st == l->pp - 1;
 }
 
 int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r) {
@@ -45,56 +59,95 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     if (cfg->heads % l->tp || cfg->padded_vocab % l->tp || (l->sp && (l->b * seq) % l->tp) || l->pp > cfg->layers)
         return -1;
     GPTShard s;
-    stage_shard(cfg, l->pp, stage, l->tp, &s);
-    double N = (double)gpt_shard_params(cfg, &s), D = l->dp, f = (D - 1) / D;
+    stage_shard(cfg, l, stage, &s);
+    int D = l->dp, tp = l->tp, P = l->pp, M = l->M;
+    double N = (double)gpt_shard_params(cfg, &s);
+    /* memory: the ZeRO paper's accounting (zero_memory_formula, which
+     * train's memory line prints beside what it allocated) */
     ZeroMemory zm;
     memset(&zm, 0, sizeof zm);
-    zero_memory_formula(N, l->dp, l->zero, !c->cpu, 0, 0, &zm);
+    zero_memory_formula(N, D, l->zero, !c->cpu, 0, 0, &zm);
     r->params = zm.f_params;
     r->grads = zm.f_grads;
-    r->optim = l->offload ? 0 : zm.f_optim;
-    GPT m;
+    r->optim = zm.f_optim;
+    GPT m;   /* only the fields gpt_acts_formula reads */
     memset(&m, 0, sizeof m);
-    m.cfg = *cfg; m.tp = l->tp; m.tpc.sp = l->sp; m.nlayers = s.nlayers; m.has_head = s.has_head;
+    m.cfg = *cfg; m.tp = tp; m.tpc.sp = l->sp; m.nlayers = s.nlayers; m.has_head = s.has_head;
     m.recompute = l->recompute; m.esz = c->cpu ? 4 : 2;
     size_t C = cfg->dim, NH = cfg->heads, B = l->b, T = seq;
-    size_t att = c->cpu ? B * (NH / l->tp) * T * T : B * (NH / l->tp) * T;  /* flash: a log-sum-exp a row */
-    r->sets = pp_sets_in_flight(l->pp > 1 ? l->sched : PP_1F1B, l->pp, l->M, 1, stage);
+    size_t att = c->cpu ? B * (NH / tp) * T * T : B * (NH / tp) * T;  /* flash: a log-sum-exp a row */
+    r->sets = pp_sets_in_flight(P > 1 ? l->sched : PP_1F1B, P, M, 1, stage);
     r->acts = (double)r->sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
-    /* ZeRO-3: the gathered unit and the prefetched next one, float32 (zero.c) */
-    double unit = 0;
-    for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++) unit += gpt_tensor_size(cfg, i, 1, 0, 0) / (i == GPT_LN1W ? 1 : 1);
-    unit /= l->tp;
-    if (s.has_embed) unit = fmax(unit, (double)cfg->padded_vocab / l->tp * C);
-    r->transient = l->zero == 3 ? 2 * 4 * unit : l->zero == 2 ? 4 * unit : 0;
-    r->total = r->params + r->grads + r->optim + r->acts + r->transient;
-    /* bytes a step (bus bytes per rank) */
-    double esz = m.esz, act = (double)B * T * C * esz, ft = (l->tp - 1.0) / l->tp;
+    /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
+     * the gradients of the unit in backward and of the one before it (whose
+     * reduction completes one unit later), the embedding's two at once, and
+     * on one stage the wte's, from the head's backward to the embedding's;
+     * ZeRO-3 adds the parameters of the unit in use and the prefetched
+     * next. test_plan_equal.sh holds the run's peak between 1/2 and all of it. */
+    double layer = 0, wte = (double)cfg->padded_vocab / tp * C, wpe = (double)cfg->max_seq * C;
+    for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++)
+        layer += gpt_layer_size(cfg, i) / (gpt_tensor_replicated(&m, i) ? 1 : tp);
+    double unit = fmax(layer, s.has_embed || s.has_head ? wte : 0);
+    double g = 2 * unit + (s.has_embed ? wpe : 0) + (P == 1 ? wte : 0);
+    r->transient = 4 * (l->zero == 3 ? g + 2 * unit : l->zero == 2 ? g : 0);
+    r->total = r->params + r->grads + (l->offload ? 0 : r->optim) + r->acts + r->transient;
+
+    /* bytes a step, row by row of --comm-stats */
+    double *x = r->bytes, esz = m.esz, act = (double)B * T * C * esz;
     double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;  /* Megatron's all-reduces a micro-batch */
-    if (l->tp > 1) {
-        double norm = floor(2 * ft * 4), stats = s.has_head ? ft * 3 * B * T * l->tp * 4 * l->M : 0;
+    if (tp > 1) {
+        x[PLAN_TP_AR] = bus_ar(tp, 4);   /* the gradient norm's partial sum (dp.c) */
+        if (s.has_head)                  /* vocab-parallel cross-entropy: each rank's row statistics */
+            x[PLAN_TP_AG] = M * bus_ag(tp, 3.0 * B * T * tp * 4);
         if (!l->sp) {
-            r->tp_ar = sites * 2 * ft * act * l->M + norm;
-            r->tp_ag = stats;
-        } else {
-            r->tp_ar = (2.0 * s.nlayers + s.has_head) * floor(2 * ft * 2 * C * 4) + norm;
-            r->tp_ag = sites * ft * act * l->M + stats;
-            r->tp_rs = sites * ft * act * l->M;
+            x[PLAN_TP_AR] += M * sites * bus_ar(tp, act);
+        } else {                         /* all-gather before, reduce-scatter after each site */
+            x[PLAN_TP_AG] += M * sites * bus_ag(tp, act);
+            x[PLAN_TP_RS] = M * sites * bus_ag(tp, act);
+            x[PLAN_TP_AR] += M * (2.0 * s.nlayers + s.has_head) * bus_ar(tp, 2.0 * C * 4);  /* LN weights */
         }
     }
-    if (l->dp > 1) {
-        double N4 = 4 * N, scalar = floor(2 * f * 4);
-        r->dp_ar = scalar * (l->zero >= 1 ? 2 : 1) + (l->zero == 0 ? 2 * f * N4 : 0);
-        r->dp_rs = l->zero ? f * N4 : 0;
-        r->dp_ag = (l->zero == 3 ? 2 : l->zero ? 1 : 0) * f * N4;
-        if (l->zero == 3 && s.has_embed) r->dp_ag -= f * 4.0 * cfg->max_seq * C;  /* wpe: no backward use */
+    double N4 = 4 * N;
+    x[PLAN_DP_AR] = bus_ar(D, 4) * (l->zero >= 1 ? 2 : 1);   /* the loss; the norm of owned shards */
+    if (l->zero == 0) x[PLAN_DP_AR] += bus_ar(D, N4);
+    if (l->zero >= 1) {
+        x[PLAN_DP_RS] = (l->zero >= 2 ? M : 1) * bus_ag(D, N4);   /* ZeRO-2/3 reduce every micro-batch */
+        x[PLAN_DP_AG] = bus_ag(D, N4);                           /* the updated parameters */
     }
-    if (l->pp > 1) {
-        double rows = l->sp ? act / l->tp : act;
-        r->pp_send = r->pp_recv = l->M * rows;
-        if (s.has_embed || s.has_head) r->embed_ar = 4.0 * cfg->padded_vocab / l->tp * C / (l->zero ? l->dp : 1);
+    if (l->zero == 3) {   /* each unit gathered for forward and again for backward, but for the
+                             embedding's (its backward reads no parameters; one stage's wte the head reads) */
+        double fwd_only = s.has_embed ? 4.0 * cfg->max_seq * C + (s.has_head ? 0 : 4.0 * cfg->padded_vocab / tp * C) : 0;
+        x[PLAN_DP_AG] = M * (2 * bus_ag(D, N4) - bus_ag(D, fwd_only));
+    }
+    if (P > 1) {
+        double rows = l->sp ? act / tp : act;
+        int ends = (stage > 0) + (stage < P - 1);   /* activations one way, their gradients the other */
+        x[PLAN_PP_SEND] = x[PLAN_PP_RECV] = M * rows * ends;
+        x[PLAN_PP_AR] = bus_ar(P, 4);   /* the norm */
+        x[PLAN_PP_BC] = 4;              /* the loss, from the last stage */
+        if (s.has_embed || s.has_head)  /* the tied wte's gradients, the owned part of it */
+            x[PLAN_EMBED_AR] = bus_ar(2, 4.0 * cfg->padded_vocab / tp * C / (l->zero ? D : 1));
     }
     return 0;
+}
+
+int plan_layout_print(FILE *f, const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l) {
+    for (int rank = 0; rank < l->dp * l->tp * l->pp; rank++) {
+        PlanRank r;
+        if (plan_rank(cfg, seq, c, l, rank / (l->tp * l->dp), &r) != 0) return -1;
+        fprintf(f, "plan rank %d: params %.6g MB, grads %.6g MB, optimizer %.6g MB, activations %.6g MB, "
+                   "transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6, r.acts / 1e6,
+                r.transient / 1e6);
+        for (int i = 0; i < PLAN_NROWS; i++)
+            if (r.bytes[i] > 0) fprintf(f, "plan rank %d: %-15s %-6s %.0f\n", rank, row_kind[i], row_group[i], r.bytes[i]);
+    }
+    return 0;
+}
+
+static double rows_sum(const PlanRank *r, int lo, int hi) {
+    double s = 0;
+    for (int i = lo; i <= hi; i++) s += r->bytes[i];
+    return s;
 }
 
 /* Seconds for `bytes` over a group of n ranks spanning (or not) nodes, in `calls` operations. */
@@ -119,15 +172,59 @@ void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, c
     if (p->bubble < 0) { p->why = "no schedule"; return; }
     const PlanRank *w = &p->worst;
     int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
-    p->t_tp = link_time(c, w->tp_ar + w->tp_ag + w->tp_rs, l->M * 4.0 * cfg->layers / l->pp, tp_in);
-    double tdp = link_time(c, w->dp_ar + w->dp_rs + w->dp_ag + w->embed_ar, 4, dp_in);
+    p->t_tp = link_time(c, rows_sum(w, PLAN_TP_AR, PLAN_TP_RS), l->M * 4.0 * cfg->layers / l->pp, tp_in);
+    double tdp = link_time(c, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) + w->bytes[PLAN_EMBED_AR], 4, dp_in);
     p->t_dp = tdp - fmin(tdp, DP_HIDDEN * p->t_compute * 2 / 3);  /* hidden behind backward */
-    p->t_pp = link_time(c, w->pp_send + w->pp_recv, 2.0 * l->M, pp_in);
+    p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * l->M, pp_in);
     double busy = p->t_compute + p->t_tp + p->t_pp;
     p->step = busy / (1 - p->bubble) + p->t_dp;
-    if (l->offload) p->step += w->optim > 0 ? 0 : 16.0 * Ntot / (l->tp * l->pp * l->dp) / 25e9;  /* PCIe */
+    if (l->offload) p->step += 16.0 * Ntot / (l->tp * l->pp * l->dp) / 25e9;  /* PCIe */
     p->mfu = flops / (p->step * c->gpus * c->tflops * 1e12);
     if (p->mem > c->mem_gb * 1e9) p->why = "does not fit in memory";
+}
+
+static int cmp_step(const void *a, const void *b) {
+    double x = ((const PlanResult *)a)->step, y = ((const PlanResult *)b)->step;
+    return (x > y) - (x < y);
+}
+
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, PlanSearch *ps) {
+    memset(ps, 0, sizeof *ps);
+    size_t cap = 1 << 20;
+    ps->fit = malloc(cap * sizeof *ps->fit);
+    if (!ps->fit) return -1;
+    for (int dp = 1; dp <= c->gpus; dp++) {
+        if (c->gpus % dp || G % dp) continue;
+        for (int tp = 1; tp <= c->gpus / dp; tp++) {
+            if ((c->gpus / dp) % tp) continue;
+            int pp = c->gpus / dp / tp, per = G / dp;
+            for (int M = 1; M <= per && ps->nfit + 256 < cap; M++) {
+                if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
+                for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
+                for (int sc = PP_GPIPE; sc <= PP_1F1B; sc++) for (int rc = 0; rc <= 1; rc++)
+                for (int sp = 0; sp <= (tp > 1); sp++) {
+                    if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
+                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL};
+                    PlanResult p;
+                    plan_evaluate(cfg, G, seq, c, &l, &p);
+                    int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
+                    if (kind < 0 && tp > c->per_node) kind = 2, p.why = "tp crosses nodes";
+                    if (kind >= 0) {
+                        if (!ps->rejected[kind]++ || p.mem < ps->best_rej[kind].mem) ps->best_rej[kind] = p;
+                        continue;
+                    }
+                    ps->fit[ps->nfit++] = p;
+                }
+            }
+        }
+    }
+    qsort(ps->fit, ps->nfit, sizeof *ps->fit, cmp_step);
+    return 0;
+}
+
+void plan_search_free(PlanSearch *ps) {
+    free(ps->fit);
+    memset(ps, 0, sizeof *ps);
 }
 
 /* ---------------------------------------------------------------------------
@@ -144,11 +241,6 @@ typedef struct { const char *name; int per_node; double mem, tflops, intra, inte
 static const ClusterPreset clusters[] = {
     {"h100", 8, 80, 989.4, 450, 50}, {"a100", 8, 80, 312, 300, 25}};
 
-static int cmp_step(const void *a, const void *b) {
-    double x = ((const PlanResult *)a)->step, y = ((const PlanResult *)b)->step;
-    return (x > y) - (x < y);
-}
-
 static const char *sched_name(int s) { return pp_schedule_name((PPSchedule)s); }
 
 static void print_layout(const PlanResult *p) {
@@ -159,8 +251,8 @@ static void print_layout(const PlanResult *p) {
            l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->M, l->b, sched_name(l->sched),
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
            w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
-           (w->tp_ar + w->tp_ag + w->tp_rs) / 1e6, (w->dp_ar + w->dp_rs + w->dp_ag) / 1e6,
-           (w->pp_send + w->pp_recv) / 1e6, w->embed_ar / 1e6, p->bubble, p->step, 100 * p->mfu);
+           rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
+           rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, p->bubble, p->step, 100 * p->mfu);
 }
 
 /* A flag's number: all of s, finite, in [lo, hi]; else one line on stderr. */
@@ -220,7 +312,7 @@ int plan_main(int argc, char **argv) {
         case O_GPUS: if (plan_num("--gpus", optarg, 1, 1 << 20, &x)) return 2; c.gpus = (int)x; break;
         case O_GPN: if (plan_num("--gpus-per-node", optarg, 1, 1024, &x)) return 2; c.per_node = (int)x; break;
         case O_MEM: if (plan_num("--gpu-mem", optarg, 1e-3, 1e6, &c.mem_gb)) return 2; break;
-        case O_TF: if (plan_num("--gpu-tflops", optarg, 1e-3, 1e7, &c.tflops)) return 2; break;
+        case O_TF: if (plan_num("--gpu-tflops", optarg, 1e-6, 1e7, &c.tflops)) return 2; break;
         case O_INTRA: if (plan_num("--intra-gbs", optarg, 1e-3, 1e6, &c.intra_gbs)) return 2; break;
         case O_INTER: if (plan_num("--inter-gbs", optarg, 1e-3, 1e6, &c.inter_gbs)) return 2; break;
         case O_L: if (plan_num("--layers", optarg, 1, SAFE_MAX_LAYERS, &x)) return 2; cfg.layers = (int)x; break;
@@ -245,39 +337,16 @@ int plan_main(int argc, char **argv) {
         return 2;
     }
     nodes = (c.gpus + c.per_node - 1) / c.per_node;
-    size_t cap = 1 << 20, n = 0;
-    PlanResult *all = malloc(cap * sizeof *all);
-    int rejected[4] = {0};
-    PlanResult best_rej[4];
-    for (int dp = 1; dp <= c.gpus; dp++) {
-        if (c.gpus % dp || G % dp) continue;
-        for (int tp = 1; tp <= c.gpus / dp; tp++) {
-            if ((c.gpus / dp) % tp) continue;
-            int pp = c.gpus / dp / tp, per = G / dp;
-            for (int M = 1; M <= per && n + 256 < cap; M++) {
-                if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
-                for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
-                for (int sc = PP_GPIPE; sc <= PP_1F1B; sc++) for (int rc = 0; rc <= 1; rc++)
-                for (int sp = 0; sp <= (tp > 1); sp++) {
-                    if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
-                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp};
-                    PlanResult p;
-                    plan_evaluate(&cfg, G, seq, &c, &l, &p);
-                    int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
-                    if (kind < 0 && tp > c.per_node) kind = 2, p.why = "tp crosses nodes";
-                    if (kind >= 0) {
-                        if (!rejected[kind]++ || p.mem < best_rej[kind].mem) best_rej[kind] = p;
-                        continue;
-                    }
-                    all[n++] = p;
-                }
-            }
-        }
-    }
+    PlanSearch ps;
+    if (plan_search(&cfg, G, seq, &c, &ps) != 0) { fprintf(stderr, "plan: out of memory\n"); return 1; }
+    size_t n = ps.nfit;
+    PlanResult *all = ps.fit;
+    int *rejected = ps.rejected;
+    PlanResult *best_rej = ps.best_rej;
     if (!n) {
         fprintf(stderr, "plan: no layout fits: the smallest needs %.2f GB a rank, the GPU has %.0f GB\n",
                rejected[0] ? best_rej[0].mem / 1e9 : 0, c.mem_gb);
-        free(all);
+        plan_search_free(&ps);
         return 2;
     }
     printf("plan: %d layers, %d heads, dim %d, vocab %d (padded %d), %zu parameters | global batch %d x seq %d\n",
@@ -296,13 +365,12 @@ int plan_main(int argc, char **argv) {
             printf("rejected %d layouts: %s; e.g.", rejected[k], kinds[k]);
             print_layout(&best_rej[k]);
         }
-    qsort(all, n, sizeof *all, cmp_step);
     printf("%zu layouts fit; the fastest %d:\n", n, top < (int)n ? top : (int)n);
     for (size_t i = 0; i < n && (int)i < top; i++) print_layout(&all[i]);
     const PlanResult *b = &all[0];
     printf("plan: --dp %d --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
            b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.M, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
            b->l.sp ? " --sp" : "", sched_name(b->l.sched), b->mem / 1e9, b->step, 100 * b->mfu);
-    free(all);
+    plan_search_free(&ps);
     return 0;
 }

@@ -3,6 +3,7 @@
  * train's memory line and --comm-stats are tested against. */
 #ifndef PLAN_H
 #define PLAN_H
+#include <stdio.h>
 #include "gpt.h"
 
 typedef struct PlanCluster {
@@ -13,13 +14,23 @@ typedef struct PlanCluster {
 
 typedef struct PlanLayout {
     int dp, tp, pp, zero, offload, M, b, sched, recompute, sp;
+    const int *stage_layers;   /* [pp] layers of each stage, or NULL: as even as train makes them */
 } PlanLayout;
+
+/* The rows of --comm-stats (operation, group) a step of training moves. */
+enum { PLAN_TP_AR, PLAN_TP_AG, PLAN_TP_RS, PLAN_DP_AR, PLAN_DP_RS, PLAN_DP_AG, PLAN_PP_SEND, PLAN_PP_RECV,
+       PLAN_PP_AR, PLAN_PP_BC, PLAN_EMBED_AR, PLAN_NROWS };
+/* Row i's operation ("all_reduce") and group ("tp"), as --comm-stats names them. */
+const char *plan_row_kind(int i);
+const char *plan_row_group(int i);
 
 /* Per rank of one stage: bytes of memory and bytes a step in each group. */
 typedef struct PlanRank {
-    double params, grads, optim, acts, transient, total;
-    double tp_ar, tp_ag, tp_rs, dp_ar, dp_rs, dp_ag, pp_send, pp_recv, embed_ar;
-    int sets;
+    double params, grads, optim, acts;  /* train's memory line (optim wherever it lives) */
+    double transient;                   /* ZeRO-2/3 unit buffers at their peak */
+    double total;                       /* on the device: the above, less offloaded optimizer state */
+    double bytes[PLAN_NROWS];           /* bus bytes a step in each --comm-stats row */
+    int sets;                           /* activation sets in flight */
 } PlanRank;
 
 typedef struct PlanResult {
@@ -34,6 +45,24 @@ typedef struct PlanResult {
 int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r);
 /* Memory, bubble, time and MFU of layout l for global batch G. */
 void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, const PlanLayout *l, PlanResult *p);
+/* Every layout of c's GPUs for global batch G, evaluated: those that fit
+ * in fit[nfit], fastest first; of the rest, how many were rejected for
+ * each reason (0 memory, 1 the model does not divide, 2 tp across nodes)
+ * and the one with the least memory of each. 0, or -1 out of memory. */
+typedef struct PlanSearch {
+    PlanResult *fit;
+    size_t nfit;
+    int rejected[3];
+    PlanResult best_rej[3];
+} PlanSearch;
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, PlanSearch *ps);
+void plan_search_free(PlanSearch *ps);
+
+/* train --plan-layout: for each rank of layout l (rank = tp_rank + tp x
+ * (dp_rank + dp x stage), comm.c's mesh), the planner's memory line and
+ * --comm-stats rows, in train's own units, so a test can hold the two side
+ * by side. 0, or -1 when the model does not divide that way. */
+int plan_layout_print(FILE *f, const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l);
 /* ./train --plan ...: prints the plan; returns the exit status (2: impossible). */
 int plan_main(int argc, char **argv);
 #endif

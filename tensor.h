@@ -101,7 +101,10 @@ struct Ops {
      * mean[N], rstd[N] saved for backward. */
     void (*layernorm_forward)(Dev *d, void *out, float *mean, float *rstd, const void *inp,
                               const void *w, const void *b, int N, int C);
-    /* Accumulates dinp[N,C], dw[C], db[C]. */
+    /* Accumulates dinp[N,C], dw[C], db[C]. Either part may be left out: dinp
+     * NULL computes the weights' gradients alone (w is then not read), dw and
+     * db both NULL the input gradient alone; a pipeline's split backward
+     * (pp.c's zero-bubble schedules) takes the one now and the other later. */
     void (*layernorm_backward)(Dev *d, void *dinp, float *dw, float *db, const void *dout,
                                const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C);
@@ -114,7 +117,9 @@ struct Ops {
     void (*matmul_forward)(Dev *d, void *out, const void *inp, const void *w,
                            const void *bias, int N, int C, int OC);
     /* Accumulates dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
-     * dinp or dbias may be NULL to skip them. */
+     * Any of dinp, dw, dbias may be NULL to skip it (w is read only for
+     * dinp, inp only for dw): the input gradient now and the weights' later
+     * is the split backward of the zero-bubble schedules. */
     void (*matmul_backward)(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                             const void *inp, const void *w, int N, int C, int OC);
     /* Causal self-attention. qkv [B,T,3C] holds q, k, v at channel offsets

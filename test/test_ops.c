@@ -217,6 +217,62 @@ static void test_f32_matches_f64(Checks *c) {
     free(x); free(w); free(b); free(y); free(xf); free(wf); free(bf); free(yf);
 }
 
+/* Table t's buffer of n elements of its dtype holding x (float32 or bf16). */
+static void *act_buf(const Ops *t, const double *x, size_t n) {
+    void *p = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) {
+        if (t->dtype == DT_BF16) ((uint16_t *)p)[i] = bf16_from_f32((float)x[i]);
+        else ((float *)p)[i] = (float)x[i];
+    }
+    return p;
+}
+
+static float *f32_buf(const double *x, size_t n) {
+    float *p = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) p[i] = (float)x[i];
+    return p;
+}
+
+/* The split backward (pp.c's zero-bubble schedules): matmul_backward and
+ * layernorm_backward called once for the input gradient (the weights' NULL)
+ * and once for the weights' gradients (dinp NULL, and nothing the call does
+ * not need: w for the matmul's, w for the LayerNorm's) give the same bits as
+ * one call for both, in the float32 and the bf16 tables. */
+static void test_split_backward(Checks *c) {
+    const Ops *tables[] = {&cpu_ops, &cpu_bf16_ops};
+    int N = 13, C = 19, OC = 23;
+    double *x = rand_buf(N * C, 1), *w = rand_buf(OC * C, 1), *g = rand_buf(N * OC, 1);
+    double *lw = rand_buf(C, 1), *lb = rand_buf(C, 1), *lg = rand_buf(N * C, 1), *acc = rand_buf(OC * C, 1);
+    for (int ti = 0; ti < 2; ti++) {
+        const Ops *t = tables[ti];
+        size_t e = dt_size(t->dtype);
+        void *X = act_buf(t, x, N * C), *W = act_buf(t, w, OC * C), *G = act_buf(t, g, N * OC);
+        void *dx1 = act_buf(t, acc, N * C), *dx2 = act_buf(t, acc, N * C);
+        float *dw1 = f32_buf(acc, OC * C), *dw2 = f32_buf(acc, OC * C), *db1 = f32_buf(acc, OC), *db2 = f32_buf(acc, OC);
+        t->matmul_backward(NULL, dx1, dw1, db1, G, X, W, N, C, OC);
+        t->matmul_backward(NULL, dx2, NULL, NULL, G, NULL, W, N, C, OC);
+        t->matmul_backward(NULL, NULL, dw2, db2, G, X, NULL, N, C, OC);
+        int mm_same = !memcmp(dx1, dx2, N * C * e) && !memcmp(dw1, dw2, OC * C * 4) && !memcmp(db1, db2, OC * 4);
+        /* LayerNorm: the forward's statistics, then the two ways */
+        void *LW = act_buf(t, lw, C), *LB = act_buf(t, lb, C), *LG = act_buf(t, lg, N * C), *out = act_buf(t, x, N * C);
+        float *mean = malloc(N * 4), *rstd = malloc(N * 4);
+        t->layernorm_forward(NULL, out, mean, rstd, X, LW, LB, N, C);
+        float *lw1 = f32_buf(acc, C), *lw2 = f32_buf(acc, C), *lb1 = f32_buf(acc, C), *lb2 = f32_buf(acc, C);
+        memcpy(dx1, dx2, N * C * e);
+        t->layernorm_backward(NULL, dx1, lw1, lb1, LG, X, LW, mean, rstd, N, C);
+        t->layernorm_backward(NULL, dx2, NULL, NULL, LG, X, LW, mean, rstd, N, C);
+        t->layernorm_backward(NULL, NULL, lw2, lb2, LG, X, NULL, mean, rstd, N, C);
+        int ln_same = !memcmp(dx1, dx2, N * C * e) && !memcmp(lw1, lw2, C * 4) && !memcmp(lb1, lb2, C * 4);
+        check(c, mm_same && ln_same, t->name, "split backward (input gradient, then the weights' with dinp "
+              "NULL) equals one call: matmul %s, layernorm %s", mm_same ? "same bits" : "DIFFERS",
+              ln_same ? "same bits" : "DIFFERS");
+        free(X); free(W); free(G); free(dx1); free(dx2); free(dw1); free(dw2); free(db1); free(db2);
+        free(LW); free(LB); free(LG); free(out); free(mean); free(rstd);
+        free(lw1); free(lw2); free(lb1); free(lb2);
+    }
+    free(x); free(w); free(g); free(lw); free(lb); free(lg); free(acc);
+}
+
 int main(void) {
     Checks c = {0};
     Case k;
@@ -294,5 +350,6 @@ int main(void) {
 
     test_adamw(&c);
     test_f32_matches_f64(&c);
+    test_split_backward(&c);
     return check_done(&c);
 }

@@ -1,0 +1,100 @@
+#!/bin/sh
+# test/test_plan_equal.sh: the planner counts what train allocates and moves.
+#
+# For every factorization of 8 ranks into dp x tp x pp with ZeRO 0-3, and
+# for pipelines (P = 2, 4; gpipe and 1f1b) with and without --recompute and
+# with --sp, ./train runs one step with --comm-stats and prints every rank's
+# memory line; ./train --plan-layout, given the same flags, prints what
+# plan.c predicts for each rank. They must agree:
+#  - params, grads, optimizer and activations of every rank: the memory
+#    line's measured bytes (what gpt.c, zero.c and pp.c allocated) equal the
+#    planner's to the 6 digits printed;
+#  - every --comm-stats row (operation, group) of every rank: bus bytes equal
+#    the planner's exactly, rows absent on one side counted as 0.
+# ZeRO-2/3's transient unit buffers (a peak measured after the run, which
+# depends on when each bucket's reduction completes) are compared apart: the
+# planner's bound may not be below what the run needed (it must not promise
+# memory the run then takes), nor more than 2.5 times it.
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p test/out
+OUT=test/out/plan_equal
+M="--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8 --batch 2 --steps 1 --device cpu"
+
+# Normalises train's output to "rank key value" lines: memory in MB as
+# printed, comm rows in bytes.
+from_train() {
+    awk '
+    { line = $0; rank = 0 }
+    /^\[rank [0-9]+\] / { rank = substr($2, 1, length($2) - 1) + 0; sub(/^\[rank [0-9]+\] /, "", line) }
+    line ~ /^memory rank [0-9]+: params / {
+        n = split(line, w, /[ ,]+/)
+        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations")
+            print rank, w[i], w[i + 1]
+    }
+    line ~ /^memory rank [0-9]+: transient/ { n = split(line, w, " "); print rank, "transient", w[n - 1] }
+    line ~ /^  (all_reduce|all_gather|reduce_scatter|broadcast|send|recv) / {
+        split(line, w, " "); if (w[4] + 0 > 0) print rank, w[1] "/" w[2], w[4]
+    }' | sort
+}
+
+from_plan() {
+    awk '
+    /^plan rank [0-9]+: params / {
+        rank = $3 + 0; n = split($0, w, /[ ,]+/)
+        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations" || w[i] == "transient")
+            if (w[i] != "transient" || w[i + 1] + 0 > 0) print rank, w[i], w[i + 1]
+        next
+    }
+    /^plan rank [0-9]+: / { print $3 + 0, $4 "/" $5, $6 }' | sort
+}
+
+pass=0
+check() {   # NAME FLAGS...
+    name=$1; shift
+    if ! ./train $M "$@" --comm-stats > $OUT.run 2>&1; then
+        echo "FAIL $name: train exited non-zero: $(grep -v '^\[rank' $OUT.run | tail -n 1)"; return
+    fi
+    if ! ./train $M "$@" --plan-layout > $OUT.plan 2> $OUT.err; then
+        echo "FAIL $name: --plan-layout: $(cat $OUT.err)"; return
+    fi
+    from_train < $OUT.run > $OUT.t
+    from_plan < $OUT.plan > $OUT.p
+    # join on "rank key": exact for bytes and for the MB figures printed;
+    # the transient peak: the plan's at least 99% of the run's
+    bad=$(awk '
+        FNR == NR { t[$1 " " $2] = $3; next }
+        { p[$1 " " $2] = $3 }
+        END {
+            for (k in t) keys[k] = 1
+            for (k in p) keys[k] = 1
+            for (k in keys) {
+                tv = (k in t) ? t[k] : 0; pv = (k in p) ? p[k] : 0
+                if (k ~ / transient$/) { if (pv < tv || pv > 2.5 * tv) print k ": run " tv " plan " pv; continue }
+                if (tv != pv) print k ": run " tv " plan " pv
+            }
+        }' $OUT.t $OUT.p | sort | head -n 4)
+    rows=$(wc -l < $OUT.t)
+    if [ -n "$bad" ] || [ "$rows" -lt 8 ]; then
+        echo "FAIL $name: $rows figures from the run; differ: $(echo "$bad" | tr '\n' ';')"
+    else
+        echo "PASS $name: $rows figures (memory of every rank, every --comm-stats row) equal the planner's"
+    fi
+}
+
+for l in "8 1 1" "4 2 1" "4 1 2" "2 4 1" "2 2 2" "2 1 4" "1 8 1" "1 4 2" "1 2 4" "1 1 8"; do
+    set -- $l
+    for z in 0 1 2 3; do
+        check "dp $1 tp $2 pp $3 zero $z" --ranks 8 --dp $1 --tp $2 --pp $3 --zero $z --micro-batches 4
+    done
+done
+for p in 2 4; do
+    for s in gpipe 1f1b; do
+        for rc in "" --recompute; do
+            check "dp 2 pp $p $s M 4 $rc" --ranks $((2 * p)) --dp 2 --pp $p --schedule $s --micro-batches 4 $rc
+        done
+    done
+done
+check "tp 2 --sp, pp 2, zero 1" --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --micro-batches 2
+check "tp 4 --sp, zero 3" --ranks 8 --dp 2 --tp 4 --zero 3 --sp --micro-batches 2
+check "offload, zero 2" --ranks 4 --dp 4 --zero 2 --offload --micro-batches 2
+check "--stage-layers 5,3, zero 1" --ranks 4 --dp 2 --pp 2 --stage-layers 5,3 --zero 1 --micro-batches 4
