@@ -1,4 +1,5 @@
-/* trace.c: per-rank span recording and the merge into one Chrome trace.
+/* trace.c: per-rank span recording, the merge into one Chrome trace, and
+ * the merged trace drawn as an SVG timeline.
  *
  * The format and the protocol (a part file per rank, merged by rank 0) are
  * described in trace.h. Design choices:
@@ -10,6 +11,14 @@
  *    double holds today's 1.7e15 microseconds only to a quarter of one.
  *  - The open spans are a fixed stack of 16 in the Trace: no allocation
  *    between trace_open and trace_close.
+ *  - The SVG timeline (trace.h) is drawn from the lines the merge copies,
+ *    parsed back (our own writer's lines: keys found by name, times kept
+ *    as exact nanoseconds, so data-ts and data-dur print as in the JSON).
+ *    It is the measured counterpart of plot.c's --show-schedule figure
+ *    (3.2 流水线并行): the same micro-batch hues, but a box is as wide as the
+ *    span took, and the bubble is the blank between boxes. Depth, not
+ *    "outermost only": a span is drawn inset over the one around it, so a
+ *    "step" span wrapping F and B boxes hides neither.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -160,11 +169,21 @@ typedef struct TraceBoxes {
     int oom;                        /* a box could not be kept: no drawing */
 } TraceBoxes;
 
-typedef struct TraceUse {           /* one rank's share of the drawn window */
+typedef struct TraceUse {           /* one rank's drawn spans */
+    int64_t first_ns, last_ns;      /* its window: its first span's start to its last span's end */
     int64_t compute_ns;             /* covered by compute spans (lane 0, nested counted once) */
     int64_t comm_ns;                /* covered by comm spans */
     int spans;
 } TraceUse;
+
+/* Rank u's fraction of its window not covered by compute (1 without spans),
+ * and covered by communication. */
+static double use_idle(const TraceUse *u) {
+    return u->last_ns > u->first_ns ? 1.0 - (double)u->compute_ns / (double)(u->last_ns - u->first_ns) : 1.0;
+}
+static double use_comm(const TraceUse *u) {
+    return u->last_ns > u->first_ns ? (double)u->comm_ns / (double)(u->last_ns - u->first_ns) : 0.0;
+}
 
 /* The value after `"key":` in an event line, or NULL. Keys cannot match
  * inside a string value: every quote there is escaped. */
@@ -341,9 +360,12 @@ static void boxes_nest(TraceBox *b, int n, TraceUse *use, int rows) {
         int64_t add = box_end(&b[i]) > from ? box_end(&b[i]) - from : 0;
         if (box_end(&b[i]) > covered_to) covered_to = box_end(&b[i]);
         if (b[i].rank < 0 || b[i].rank >= rows) continue;
-        if (b[i].lane == 0) use[b[i].rank].compute_ns += add;
-        else use[b[i].rank].comm_ns += add;
-        use[b[i].rank].spans++;
+        TraceUse *u = &use[b[i].rank];
+        if (u->spans == 0 || b[i].ts_ns < u->first_ns) u->first_ns = b[i].ts_ns;
+        if (u->spans == 0 || box_end(&b[i]) > u->last_ns) u->last_ns = box_end(&b[i]);
+        if (b[i].lane == 0) u->compute_ns += add;
+        else u->comm_ns += add;
+        u->spans++;
     }
 }
 
@@ -377,18 +399,18 @@ static void draw_title(FILE *f, const char *json, const TraceFrame *fr, const Tr
     fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"15\">measured timeline of ", SVG_LEFT);
     put_xml(f, json);
     fprintf(f, ": %d ranks, %.3f ms, %d spans</text>\n", fr->rows, frame_ms(fr, fr->t1), spans);
-    fprintf(f, "<text x=\"%d\" y=\"46\" class=\"idle\">idle (time not covered by a compute span, "
-            "over the whole window):", SVG_LEFT);
+    fprintf(f, "<text x=\"%d\" y=\"46\" class=\"idle\">idle (time from a rank's first span to its "
+            "last not covered by a compute span):", SVG_LEFT);
     double sum = 0, lo = 2, hi = -1;
     int rlo = 0, rhi = 0;
     for (int r = 0; r < fr->rows; r++) {
-        double idle = 1.0 - (double)use[r].compute_ns / (double)(fr->t1 - fr->t0);
+        double idle = use_idle(&use[r]);
         sum += idle;
         if (idle < lo) lo = idle, rlo = r;
         if (idle > hi) hi = idle, rhi = r;
-        if (fr->rows <= 12) fprintf(f, "%s rank %d %.1f%%", r ? "," : "", r, 100 * idle);
+        if (fr->rows <= 8) fprintf(f, "%s rank %d %.1f%%", r ? "," : "", r, 100 * idle);
     }
-    if (fr->rows > 12)
+    if (fr->rows > 8)
         fprintf(f, " mean %.1f%%, least %.1f%% (rank %d), most %.1f%% (rank %d)", 100 * sum / fr->rows,
                 100 * lo, rlo, 100 * hi, rhi);
     fprintf(f, "</text>\n");
@@ -415,14 +437,19 @@ static void draw_axis(FILE *f, const TraceFrame *fr) {
 }
 
 static void draw_rows(FILE *f, const TraceFrame *fr, const TraceUse *use) {
-    double window = (double)(fr->t1 - fr->t0);
     for (int r = 0; r < fr->rows; r++) {
         int y = SVG_TOP + r * ROW_H, yc = y + LANE_H + LANE_GAP;
-        double idle = 1.0 - use[r].compute_ns / window, comm = use[r].comm_ns / window;
-        fprintf(f, "<g class=\"rank\" data-rank=\"%d\" data-idle=\"%.6f\" data-comm=\"%.6f\" data-spans=\"%d\">\n",
-                r, idle, comm, use[r].spans);
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f8f8f8\" stroke=\"#e2e2e2\"/>\n",
+        double idle = use_idle(&use[r]), comm = use_comm(&use[r]);
+        fprintf(f, "<g class=\"rank\" data-rank=\"%d\" data-idle=\"%.6f\" data-comm=\"%.6f\" data-spans=\"%d\" "
+                "data-window=\"", r, idle, comm, use[r].spans);
+        put_us(f, use[r].last_ns - use[r].first_ns);
+        fprintf(f, "\">\n");
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"white\" stroke=\"#e2e2e2\"/>\n",
                 SVG_LEFT, y, SVG_W - SVG_LEFT - SVG_RIGHT, LANE_H);
+        double x0 = frame_x(fr, use[r].first_ns), x1 = frame_x(fr, use[r].last_ns);
+        if (use[r].spans)   /* the rank's window, where what is empty is idle */
+            fprintf(f, "<rect class=\"window\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                    "fill=\"#f1f1f1\"/>\n", x0, y, x1 - x0, LANE_H);
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fcfcfc\" stroke=\"#eee\"/>\n",
                 SVG_LEFT, yc, SVG_W - SVG_LEFT - SVG_RIGHT, COMM_H);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n", SVG_LEFT - 8, y + 17, r);
@@ -483,8 +510,8 @@ static void draw_legend(FILE *f, const TraceFrame *fr) {
         }
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", x + (fr->has_w ? 18 : 12), y + 26, m);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\">F light, %sB dark%s</text>\n", x + 8, y + 10,
-            fr->has_w ? "W middle, " : "", fr->chunks ? "; hatched: a later model chunk (F3c1: micro-batch 3, chunk 1)" : "");
+    fprintf(f, "<text x=\"%d\" y=\"%d\">F light, %sB dark%s</text>\n", x + 8, y + 10, fr->has_w ? "W middle, " : "",
+            fr->chunks ? "; hatched: a later model chunk (F3c1: micro-batch 3, chunk 1)" : "");
     y += 40, x = SVG_LEFT;
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#c4c4c4\"/><text x=\"%d\" y=\"%d\">"
             "other compute (optimizer, ...)</text>\n", x, y, x + 30, y + 10);
@@ -495,8 +522,9 @@ static void draw_legend(FILE *f, const TraceFrame *fr) {
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"6\" fill=\"#e08a2c\"/><text x=\"%d\" y=\"%d\">recv"
             " (the thin lane: communication)</text>\n", x, y + 3, x + 30, y + 10);
     x += 250;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#f8f8f8\" stroke=\"#ccc\"/>"
-            "<text x=\"%d\" y=\"%d\">empty: idle; a nested span is inset</text>\n</g>\n", x, y, x + 30, y + 10);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#f1f1f1\" stroke=\"#ccc\"/>"
+            "<text x=\"%d\" y=\"%d\">empty: idle (shaded: the rank's window); nested: inset</text>\n</g>\n",
+            x, y, x + 30, y + 10);
 }
 
 /* Writes the timeline of the boxes (sorted here; at most
@@ -504,7 +532,7 @@ static void draw_legend(FILE *f, const TraceFrame *fr) {
 static int draw_timeline(const char *svg, const char *json, TraceBoxes *bx, int world, char *err, size_t errlen) {
     TraceFrame fr = {0, 0, world < TRACE_SVG_MAX_ROWS ? world : TRACE_SVG_MAX_ROWS, 1, 0, 0};
     int spans = bx->n, drawn = bx->n < TRACE_SVG_MAX_BOXES ? bx->n : TRACE_SVG_MAX_BOXES;
-    qsort(bx->b, bx->n, sizeof *bx->b, by_start);
+    if (bx->n) qsort(bx->b, bx->n, sizeof *bx->b, by_start);
     fr.t0 = drawn ? bx->b[0].ts_ns : 0;
     fr.t1 = fr.t0;
     for (int i = 0; i < drawn; i++) {
@@ -518,9 +546,9 @@ static int draw_timeline(const char *svg, const char *json, TraceBoxes *bx, int 
     if (fr.t1 - fr.t0 < 1000) fr.t1 = fr.t0 + 1000;   /* an empty or instant trace: a microsecond wide */
     TraceUse *use = calloc(fr.rows ? fr.rows : 1, sizeof *use);
     if (!use) { snprintf(err, errlen, "%s: out of memory", svg); return -1; }
-    qsort(bx->b, drawn, sizeof *bx->b, by_lane);
+    if (drawn) qsort(bx->b, drawn, sizeof *bx->b, by_lane);
     boxes_nest(bx->b, drawn, use, fr.rows);
-    qsort(bx->b, drawn, sizeof *bx->b, by_start);    /* draw enclosing spans first, nested ones over them */
+    if (drawn) qsort(bx->b, drawn, sizeof *bx->b, by_start);   /* draw enclosing spans first, nested ones over them */
 
     SafeOut o;
     if (safe_out_open(&o, svg, err, errlen) != 0) { free(use); return -1; }

@@ -21,6 +21,25 @@
  * the ranks meet at a barrier, and rank 0 calls trace_merge, which joins
  * the parts into <path> (through <path>.tmp and a rename) and deletes them.
  *
+ * The measured timeline: trace_merge also draws the merged spans as SVG
+ * beside the trace, at <path> with a final ".json" replaced by ".svg"
+ * (trace.json -> trace.svg), else at <path>.svg, and prints "trace drawn
+ * in <svg>". It is the article's pipeline figure with measured widths: x is
+ * milliseconds since the first span, a row a rank ("rank r") with a compute
+ * lane over a thinner comm lane (send purple, recv orange). F<m>, B<m> and
+ * W<m> (and F<m>c<k>, micro-batch m of model chunk k) are coloured by
+ * micro-batch, F light, W middle, B dark, a chunk past 0 hatched; other
+ * compute spans (optimizer, ...) grey. Nested spans are all drawn, each
+ * inset by its depth over the span around it. Idle time is left empty: the
+ * title gives each rank's idle fraction, the part of its window (its first
+ * span's start to its last span's end, shaded) covered by no compute span.
+ * Each span is a <rect class="span"> with data-rank, data-lane
+ * (compute|comm), data-depth, data-name, data-cat, and data-ts, data-dur
+ * exactly as in the JSON (plus data-kind, data-micro, data-chunk for a
+ * micro-batch's span), and a <title> tooltip; each row a <g class="rank">
+ * with data-idle and data-comm. Only the earliest 4000 spans are drawn (the
+ * title says so when more were recorded; the JSON keeps them all).
+ *
  * A NULL Trace makes every call a no-op, so callers need no ifs:
  *   Trace *tr = trace_open(cfg.trace, rank, world);   (NULL when no --trace)
  *   trace_begin(tr, "F3", "compute"); ... trace_end(tr);
@@ -51,11 +70,14 @@ void trace_close(Trace *t);
 
 /* Rank 0, after every rank's trace_close (a barrier between): joins the
  * parts of ranks 0 .. world-1 into one JSON file at `path`, written to
- * <path>.tmp and renamed, and deletes the parts. A torn last line of a part
- * (a rank that died mid-write) is dropped. Returns the number of events
- * written (metadata included). Returns -1 with a line on stderr if path
- * cannot be written (the parts are kept), or if a part is missing (the
- * others are still merged into path). */
+ * <path>.tmp and renamed, and deletes the parts; then draws the timeline
+ * (above) beside it the same way and prints "trace drawn in <svg>" on
+ * stdout. A torn last line of a part (a rank that died mid-write) is
+ * dropped. Returns the number of events written (metadata included).
+ * Returns -1 with a line on stderr if path cannot be written (the parts are
+ * kept), or if a part is missing (the others are still merged and drawn).
+ * A timeline that cannot be written costs a line on stderr, not the
+ * trace. */
 int trace_merge(const char *path, int world);
 
 #endif
