@@ -62,8 +62,10 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
              char *err, size_t errlen);
 void dp_free(DP *dp);
 
-/* A step: dp_step_begin, then per micro-batch dp_micro_batch and the model's
- * forward and backward, then dp_step_end, which waits for the reductions,
+/* A step: dp_step_begin, then per micro-batch the model's forward and
+ * backward, dp_micro_batch before each backward (before each B and each W
+ * of a pipeline's split backward; last: no later one writes the gradients
+ * this one writes), then dp_step_end, which waits for the reductions,
  * takes the global gradient norm (each element counted once), clips,
  * updates the owned part and brings every rank's parameters up to date.
  * Returns the norm before clipping. */

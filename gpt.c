@@ -643,6 +643,8 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, void *dinp, float *dw
  * gathered or transient buffers from the hooks, which fire at unit edges:
  *   forward:  params_acquire(u) ... params_release(u)
  *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
+ *   split:    B: params_acquire(u) ... params_release(u) (no gradient of u is written)
+ *             W: grads_acquire(u) ... grads_ready(u) (parameters only to recompute)
  * On a stage holding both ends the one wte serves the embedding and the
  * head: it stays acquired from the embedding's forward to the end of the
  * head's, and its gradients from the head's backward to the end of the

@@ -160,10 +160,11 @@ static void usage(FILE *f) {
         "  --comm-stats           print each rank's bytes moved, by operation and group\n"
         "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n"
         "pipeline:\n"
-        "  --schedule naive|gpipe|1f1b|interleaved|zb-h1\n"
+        "  --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2\n"
         "                         the order of micro-batches' forwards and backwards (1f1b);\n"
-        "                         interleaved: Megatron's, V chunks a stage; zb-h1: zero bubble,\n"
-        "                         each backward split into B (input gradient) and a later W\n"
+        "                         interleaved: Megatron's, V chunks a stage; zb-h1, zb-h2: zero\n"
+        "                         bubble, each backward split into B (input gradient) and a later\n"
+        "                         W (weight gradients; zb-h2 holds more to fill the bubble)\n"
         "  --virtual V            interleaved: V chunks of layers a stage, stage s holding the\n"
         "                         model's chunks s, s+P, ... (1; the layers divide into P x V)\n"
         "  --stage-layers 3,3,4,2 layers of each stage (as even as possible); with --virtual V,\n"
@@ -401,8 +402,8 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         case F_SCHEDULE: {
             int k = pp_schedule_parse(optarg);
             if (k < 0)
-                return arg_fail(err, errlen, "--schedule must be naive, gpipe, 1f1b, interleaved or zb-h1, got '%s'",
-                                optarg);
+                return arg_fail(err, errlen, "--schedule must be naive, gpipe, 1f1b, interleaved, zb-h1 or zb-h2, "
+                                "got '%s'", optarg);
             a->schedule = (PPSchedule)k;
             break;
         }

@@ -5,9 +5,9 @@
  * with the model (gpt.c) and the pp group's point-to-point operations. The
  * same code runs every schedule: naive, GPipe, 1F1B, Megatron's interleaved
  * 1F1B (V chunks a stage, the last stage's chunk c feeding stage 0's chunk
- * c+1) and the zero-bubble ZB-H1 (each backward split into B, the input
- * gradient the previous stage waits for, and W, the weight gradients, run
- * later from what B stashed).
+ * c+1) and the zero-bubble ZB-H1 and ZB-H2 (each backward split into B, the
+ * input gradient the previous stage waits for, and W, the weight gradients,
+ * run later from what B stashed).
  *
  * What an action does:
  *   F(m,c)  takes an activation set; receives chunk c's input from the stage
@@ -75,15 +75,29 @@ static int *timeline_slots(const PPTimeline *tl) {
 /* Whether an action of this stage uses the head's set (the last chunk of the last stage). */
 static int head_set(const PPStage *s, PPAction a) { return s->m->has_head && a.chunk == s->V - 1; }
 
-/* Sets the actions of one kind of set (head or not) take: the peak in flight. */
-static int sets_needed(const PPStage *s, int head) {
-    PPAction *acts = malloc(sizeof(PPAction) * (size_t)s->nsteps + 1);
-    int n = 0;
-    for (int i = 0; i < s->nsteps; i++)
-        if (head_set(s, s->steps[i].act) == head) acts[n++] = s->steps[i].act;
-    int peak = pp_in_flight_peak(acts, n);
+int pp_stage_sets(PPSchedule sched, int P, int M, int V, int stage, int *head_sets, int *other_sets) {
+    int n = pp_num_actions(sched, P, M, V), k[2] = {0, 0};
+    PPAction *acts = n > 0 ? malloc(sizeof(PPAction) * (size_t)n) : NULL;
+    PPAction *part = n > 0 ? malloc(sizeof(PPAction) * (size_t)n) : NULL;
+    if (!acts || !part || pp_actions(sched, P, M, V, stage, acts) != n || stage < 0 || stage >= P) {
+        free(acts);
+        free(part);
+        return -1;
+    }
+    for (int head = 0; head <= 1; head++) {
+        int np = 0;
+        for (int i = 0; i < n; i++)
+            if ((stage == P - 1 && acts[i].chunk == V - 1) == head) part[np++] = acts[i];
+        k[head] = pp_in_flight_peak(part, np);
+    }
+    /* at least one set: acts[0], which pp_forward uses, is the head's on the last stage */
+    if (stage == P - 1 && k[1] < 1) k[1] = 1;
+    if (stage < P - 1 && k[0] < 1) k[0] = 1;
+    *head_sets = k[1];
+    *other_sets = k[0];
     free(acts);
-    return peak;
+    free(part);
+    return 0;
 }
 
 /* Input gradients of B waiting for their round at once, at most. */
@@ -99,7 +113,6 @@ static int grad_bufs_needed(const PPStage *s) {
     }
     return peak;
 }
-
 
 /* The steps of this stage from the timeline. Returns 0, or -1 with err. */
 static int make_plan(PPStage *s, const PPTimeline *tl, char *err, size_t errlen) {
@@ -128,7 +141,6 @@ static int make_plan(PPStage *s, const PPTimeline *tl, char *err, size_t errlen)
             p->send_peer = prev;
             if (prev >= 0) p->send_slot = SLOT(PP_BACKWARD, prev, pc, a.micro);
         }
-        if (p->send_peer >= 0) s->send_order[s->nsends++] = i;
     }
     /* the last B and the last W of each chunk */
     for (int i = 0; i < s->nsteps; i++) {
@@ -137,13 +149,10 @@ static int make_plan(PPStage *s, const PPTimeline *tl, char *err, size_t errlen)
         for (int j = i + 1; j < s->nsteps && s->steps[i].last; j++)
             if (s->steps[j].act.kind == a.kind && s->steps[j].act.chunk == a.chunk) s->steps[i].last = 0;
     }
-    /* the sends by round (insertion sort: a few dozen) */
-    for (int i = 1; i < s->nsends; i++)
-        for (int j = i; j > 0 && s->steps[s->send_order[j - 1]].send_slot > s->steps[s->send_order[j]].send_slot; j--) {
-            int x = s->send_order[j];
-            s->send_order[j] = s->send_order[j - 1];
-            s->send_order[j - 1] = x;
-        }
+    /* the sends by round */
+    for (int t = 0; t < s->nslots; t++)
+        for (int i = 0; i < s->nsteps; i++)
+            if (s->steps[i].send_peer >= 0 && s->steps[i].send_slot == t) s->send_order[s->nsends++] = i;
     /* an F's output is sent from its set: the set must still be held then */
     int rc = 0, split = pp_schedule_splits(s->sched);
     for (int i = 0; i < s->nsteps && !rc; i++) {
@@ -196,9 +205,8 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
     for (int i = 0; i < s->nsteps; i++) s->grad_of[i] = -1;
     for (int i = 0; i < s->V * M; i++) s->set_of[i] = -1;
     /* the head's sets first: acts[0] serves pp_forward on every stage */
-    int head = m->has_head ? sets_needed(s, 1) : 0, rest = sets_needed(s, 0);
-    if (m->has_head && head < 1) head = 1;
-    if (!m->has_head && rest < 1) rest = 1;
+    int head, rest;
+    pp_stage_sets(sched, s->P, M, s->V, s->stage, &head, &rest);
     s->nhead_sets = head;
     s->nsets = head + rest;
     s->acts = calloc(s->nsets, sizeof(GPTActs *));
@@ -213,9 +221,10 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
 }
 
 void pp_free(PPStage *s) {
-    for (int i = 0; i < s->nsets; i++) gpt_acts_free(s->m, s->acts[i]);
+    /* the gradient buffers' size is read from acts[0]: freed before the sets */
     for (int i = 0; i < s->ngrad_bufs; i++)
         dev_free(s->dev, s->grad_bufs[i], (size_t)s->acts[0]->rows * s->m->cfg.dim * s->m->esz);
+    for (int i = 0; i < s->nsets; i++) gpt_acts_free(s->m, s->acts[i]);
     free(s->acts);
     free(s->set_busy);
     free(s->set_of);
@@ -231,7 +240,6 @@ void pp_free(PPStage *s) {
 size_t pp_acts_bytes(const PPStage *s) {
     size_t b = 0;
     for (int i = 0; i < s->nsets; i++) b += s->acts[i]->bytes;
-    if (s->ngrad_bufs) b += (size_t)s->ngrad_bufs * s->acts[0]->rows * s->m->cfg.dim * s->m->esz;
     return b;
 }
 

@@ -71,6 +71,16 @@ typedef struct PPStage {
     Trace *trace;
 } PPStage;
 
+/* The activation sets stage `stage` of P allocates (pp_build, and the
+ * planner): *head_sets with the head's buffers (the last stage's last
+ * chunk's: the logits are the largest buffer there is, and only that chunk
+ * needs them), *other_sets without; each the peak in flight of the actions
+ * that use it (pp_in_flight_peak), at least one set in all. Their sum is
+ * pp_sets_in_flight but on an interleaved last stage, where the two kinds
+ * peak apart (one set more, or so). Returns 0, or -1 for a schedule
+ * pp_schedule_check refuses. */
+int pp_stage_sets(PPSchedule sched, int P, int M, int V, int stage, int *head_sets, int *other_sets);
+
 /* Builds stage g->index of a pipeline over group g running `sched` with M
  * micro-batches of B x T and m->nchunks chunks a stage: its plan and the
  * activation sets it needs. Returns 0, or -1 with err (the schedule cannot
@@ -78,8 +88,10 @@ typedef struct PPStage {
 int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M, int B, int T,
              Trace *trace, char *err, size_t errlen);
 void pp_free(PPStage *s);
-/* Activation bytes held by the stage: its sets (the B->W stash included)
- * and the input gradients waiting to be sent. */
+/* Activation bytes held by the stage: its sets, the B->W stash included.
+ * Not counted, as the backward's scratch (m->dx and the rest, gpt.h) is
+ * not: the ngrad_bufs input gradients waiting for their round, [rows,C]
+ * each (one on every stage but the first under 1f1b, a few interleaved). */
 size_t pp_acts_bytes(const PPStage *s);
 /* The B->W stash's part of it (0 unless the schedule splits the backward). */
 size_t pp_stash_bytes(const PPStage *s);

@@ -2,6 +2,13 @@
  *
  *  - pipeline: P = 2 and 4 stages, each schedule (naive, gpipe, 1f1b), with
  *    and without --recompute, 4 micro-batches;
+ *  - the second round of schedules, for 10 steps (NEW_STEPS) against one
+ *    rank's 10, on a 12-layer model: interleaved 1F1B with P = 2, 4 and
+ *    V = 2, 3 (P = 4, V = 2 through --stage-layers' 8 uneven chunks, as 12
+ *    layers do not divide into 8), ZB-H1 with P = 2, 4 (its backward split
+ *    into B and a deferred W), each with and without --recompute, and
+ *    ZB-H2 with P = 4; and inside dp 2 x tp 2 x pp 2, ZeRO-1 (V = 2), with
+ *    and without --recompute;
  *  - every factorization of 8 ranks into dp x tp x pp, with ZeRO 0 and 1
  *    (the articles' 4D: DP+PP+TP+ZeRO-1), and a few more (ZeRO 2 and 3 with
  *    a pipeline, --offload, --sp, uneven --stage-layers);
@@ -28,6 +35,10 @@
  * runs only when waited on, communication as soon as it can; rest-late: the
  * reverse), so a missing event wait changes the numbers or trips the
  * emulation's race detector; every run is checked against the CPU's one rank.
+ * Among them an interleaved layout (chunks wrapping from the last stage to
+ * the first) and a ZB-H1 one, so the CUDA kernels' split backward (a
+ * matmul's and a LayerNorm's input gradient without their weights', and
+ * the weights' later alone) runs there too.
  *
  * -DTRAIN_EMU (test_3d_emu): no GPU needed. Every run goes through
  * test/train_emu, the training program over the CUDA kernels under the CPU
@@ -43,6 +54,7 @@
 #include "tensor.h"
 
 #define STEPS 6
+#define NEW_STEPS 10   /* the second round of schedules: the 10 steps */
 
 #if defined(TRAIN_NCCL_EMU)
 #define TRAIN_BIN "./test/train_nccl_emu"
@@ -71,12 +83,16 @@ typedef TrainRun Result;
 /* The environment of the runs: the emulation's timing (test_3d_nccl_emu). */
 static const char *run_env = "";
 
-static void run(Result *r, const Model *md, const char *flags, const char *save) {
+static void run_steps(Result *r, const Model *md, const char *flags, const char *save, int steps) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "%s timeout 120 " TRAIN_BIN " %s --steps %d --device cpu --clip 0.5 --lr 0.005 --save %s %s 2>&1",
-             run_env, md->flags, STEPS, save, flags);
+             run_env, md->flags, steps, save, flags);
     train_run(r, cmd);
+}
+
+static void run(Result *r, const Model *md, const char *flags, const char *save) {
+    run_steps(r, md, flags, save, STEPS);
 }
 
 static float *load(const char *path, int n) { return train_load_params(path, (size_t)n); }
@@ -114,23 +130,29 @@ static void compare_bf16(Checks *c, const Model *md, const char *name, const cha
     train_run_free(&r);
 }
 
-static void compare(Checks *c, const Model *md, const char *name, const char *flags,
-                    const Result *ref, const float *pref) {
+/* flags for `steps` steps against one rank's run of as many (ref, pref). */
+static void compare_steps(Checks *c, const Model *md, const char *name, const char *flags,
+                          const Result *ref, const float *pref, int steps) {
     char save[256];
     static int k;
     snprintf(save, sizeof save, OUT "/run%d.bin", k++);
     remove(save);
     Result r;
-    run(&r, md, flags, save);
+    run_steps(&r, md, flags, save, steps);
     double lw = 0;
     for (int s = 0; s < r.nsteps; s++) lw = fmax(lw, fabs(r.loss[s] - ref->loss[s]) / ref->loss[s]);
     float *p = load(save, md->nparams);
     double pw = p ? param_diff(md, p, pref) : INFINITY;
-    check(c, r.rc == 0 && r.nsteps == STEPS && lw <= 1e-5 && pw <= 5e-5, name,
+    check(c, r.rc == 0 && r.nsteps == steps && lw <= 1e-5 && pw <= 5e-5, name,
           "%d steps: losses within %.2e relative of one rank (bound 1e-5), parameters within %.2e (bound 5e-5)%s",
           r.nsteps, lw, pw, r.rc ? " [run failed or timed out]" : "");
     free(p);
     train_run_free(&r);
+}
+
+static void compare(Checks *c, const Model *md, const char *name, const char *flags,
+                    const Result *ref, const float *pref) {
+    compare_steps(c, md, name, flags, ref, pref, STEPS);
 }
 
 /* Pipelines: 4 layers, 4 micro-batches of 1 sequence, P = 2 and 4 under
@@ -163,6 +185,73 @@ static void pipelines(Checks *c) {
     train_run_free(&ref);
 }
 
+/* The parameter count of a model of L layers of width 32, vocabulary 128 (padded), 16 positions. */
+static int params_of(int L) {
+    return 128 * 32 + 16 * 32 + L * (2 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 +
+                                      4 * 32 * 32 + 4 * 32 + 4 * 32 * 32 + 32) + 2 * 32;
+}
+
+/* The second round of schedules (pp_sched.c, pp.c): interleaved 1F1B and
+ * the zero-bubble ZB-H1 and ZB-H2, on 12 layers, 4 micro-batches of one
+ * sequence, NEW_STEPS steps against one rank. */
+static void new_schedules(Checks *c) {
+    char flags[512], name[256];
+    Result ref;
+    Model deep = {"--data test/fixtures/ref_tokens.bin --layers 12 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8",
+                  12, 32, 128, 16, params_of(12)};
+    run_steps(&ref, &deep, "--batch 4", OUT "/deep_ref.bin", NEW_STEPS);
+    float *pref = load(OUT "/deep_ref.bin", deep.nparams);
+    if (check(c, ref.rc == 0 && ref.nsteps == NEW_STEPS && pref, "one rank, 12 layers", "exit %d, %d steps",
+              ref.rc, ref.nsteps)) {
+        for (int P = 2; P <= 4; P += 2)
+            for (int V = 2; V <= 3; V++)
+                for (int rec = 0; rec <= 1; rec++) {
+                    /* 12 layers in 8 chunks: uneven, through --stage-layers */
+                    const char *ranges = P * V == 8 ? " --stage-layers 2,1,2,1,2,1,2,1" : "";
+                    snprintf(flags, sizeof flags, "--ranks %d --pp %d --schedule interleaved --virtual %d "
+                             "--batch 1 --micro-batches 4%s%s", P, P, V, ranges, rec ? " --recompute" : "");
+                    char chunk[48];
+                    if (P * V == 8) snprintf(chunk, sizeof chunk, "1 or 2 layers a chunk, uneven");
+                    else snprintf(chunk, sizeof chunk, "%d layer%s a chunk", 12 / (P * V), P * V == 12 ? "" : "s");
+                    snprintf(name, sizeof name, "pp %d, interleaved, V %d (%s), 4 micro-batches%s",
+                             P, V, chunk, rec ? ", recompute" : "");
+                    compare_steps(c, &deep, name, flags, &ref, pref, NEW_STEPS);
+                }
+        for (int P = 2; P <= 4; P += 2)
+            for (int rec = 0; rec <= 1; rec++) {
+                snprintf(flags, sizeof flags, "--ranks %d --pp %d --schedule zb-h1 --batch 1 --micro-batches 4%s",
+                         P, P, rec ? " --recompute" : "");
+                snprintf(name, sizeof name, "pp %d, zb-h1 (B and W apart), 4 micro-batches%s", P,
+                         rec ? ", recompute" : "");
+                compare_steps(c, &deep, name, flags, &ref, pref, NEW_STEPS);
+            }
+        compare_steps(c, &deep, "pp 4, zb-h2, 4 micro-batches",
+                      "--ranks 4 --pp 4 --schedule zb-h2 --batch 1 --micro-batches 4", &ref, pref, NEW_STEPS);
+    }
+    free(pref);
+    train_run_free(&ref);
+
+    /* inside the articles' 4D layout: 8 layers, 8 heads, batch 2 x 2 micro-batches a dp rank */
+    Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",
+                 8, 32, 128, 16, params_of(8)};
+    run_steps(&ref, &big, "--batch 8", OUT "/big10_ref.bin", NEW_STEPS);
+    pref = load(OUT "/big10_ref.bin", big.nparams);
+    if (check(c, ref.rc == 0 && ref.nsteps == NEW_STEPS && pref, "one rank, 8 layers, 10 steps", "exit %d, %d steps",
+              ref.rc, ref.nsteps)) {
+        static const char *sched[] = {"--schedule interleaved --virtual 2", "--schedule zb-h1"};
+        static const char *what[] = {"interleaved, V 2", "zb-h1"};
+        for (int k = 0; k < 2; k++)
+            for (int rec = 0; rec <= 1; rec++) {
+                snprintf(flags, sizeof flags, "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 %s --batch 2 --micro-batches 2%s",
+                         sched[k], rec ? " --recompute" : "");
+                snprintf(name, sizeof name, "dp 2 x tp 2 x pp 2, zero 1, %s%s", what[k], rec ? ", recompute" : "");
+                compare_steps(c, &big, name, flags, &ref, pref, NEW_STEPS);
+            }
+    }
+    free(pref);
+    train_run_free(&ref);
+}
+
 #ifdef TRAIN_NCCL_EMU
 /* The layouts a GPU box runs, over the emulated NCCL in both timings. */
 static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
@@ -178,6 +267,11 @@ static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const fl
         {"pp 2, naive", "--ranks 2 --pp 2 --schedule naive --batch 2 --micro-batches 4", ""},
         {"pp 2, gpipe", "--ranks 2 --pp 2 --schedule gpipe --batch 2 --micro-batches 4", ""},
         {"pp 2, 1f1b, recompute", "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --recompute", ""},
+        /* the second round: chunks that wrap from the last stage to the first, and B apart from W */
+        {"pp 2, interleaved, V 2, recompute", "--ranks 2 --pp 2 --schedule interleaved --virtual 2 --batch 2 --micro-batches 4 --recompute", ""},
+        {"pp 2, zb-h1", "--ranks 2 --pp 2 --schedule zb-h1 --batch 2 --micro-batches 4", ""},
+        {"8 GPUs: dp 2 x tp 2 (sp) x pp 2, zero 1, zb-h1, recompute",
+         "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --schedule zb-h1 --recompute --batch 2 --micro-batches 2", ""},
         {"make train's 4 GPUs: dp 2 x tp 2, zero 1", "--ranks 4 --dp 2 --tp 2 --zero 1 --batch 4", ""},
         {"make train's 8 GPUs: dp 2 x tp 2 x pp 2, zero 1", "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2", ""},
         /* an NCCL before 2.26: comm_nccl.c puts every operation in one order itself */
@@ -207,6 +301,7 @@ int main(void) {
     Result ref;
     float *pref;
     if (!EMU) pipelines(&c);
+    if (!EMU) new_schedules(&c);
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",

@@ -56,7 +56,12 @@ bad "mesh does not multiply" "--dp 2 --tp 2 --pp 2 multiply to 8, not the 4 rank
 bad "tp does not divide heads" "--tp 3 does not divide 2 heads" --data $DATA $SMALL --save $SAVE --ranks 3 --tp 3
 bad "pp beyond layers" "--pp 2 exceeds the model's 1 layers" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2
 bad "stage-layers do not add up" "--stage-layers adds up to 3 layers, the model has 1" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2 --stage-layers 2,1
-bad "bad schedule" "--schedule must be naive, gpipe or 1f1b, got 'zigzag'" --data $DATA $SMALL --save $SAVE --schedule zigzag
+bad "bad schedule" "--schedule must be naive, gpipe, 1f1b, interleaved, zb-h1 or zb-h2, got 'zigzag'" --data $DATA $SMALL --save $SAVE --schedule zigzag
+bad "virtual without interleaved" "--virtual 2 needs --schedule interleaved" --data $DATA $SMALL --save $SAVE --ranks 2 --pp 2 --virtual 2
+bad "virtual out of range" "--virtual must be between 1 and 32, got 0" --data $DATA $SMALL --save $SAVE --virtual 0
+bad "interleaved micro-batches" "--schedule interleaved needs the micro-batches (M 3) to be a multiple of the stages (P 2)" --data $DATA $SMALL --save $SAVE --layers 4 --ranks 2 --pp 2 --schedule interleaved --virtual 2 --micro-batches 3
+bad "chunks do not divide layers" "--pp 2 x --virtual 2 = 4 chunks: the model's 6 layers do not divide into them" --data $DATA $SMALL --save $SAVE --layers 6 --ranks 2 --pp 2 --schedule interleaved --virtual 2 --micro-batches 2
+bad "stage-layers ranges with virtual" "--stage-layers gives 2 ranges, --pp 2 x --virtual 2 needs 4" --data $DATA $SMALL --save $SAVE --layers 4 --ranks 2 --pp 2 --schedule interleaved --virtual 2 --micro-batches 2 --stage-layers 2,2
 bad "ps with zero" "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero" --data $DATA $SMALL --save $SAVE --dp-mode ps --zero 1
 bad "foreign tokenizer file" "not an llm.c tokenizer file" --data $DATA $SMALL --save $SAVE --tokenizer $FIX/ref_model.bin
 bad "too many ranks" "--ranks must be between 1 and 64, got 65" --data $DATA $SMALL --save $SAVE --ranks 65

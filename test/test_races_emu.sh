@@ -103,12 +103,12 @@ bug p2p "a pipeline send/recv pair out of its group" pp.c \
     '    comm_p2p_begin(s->g->comm);
     /* activations and their gradients travel in the dev'"'"'s dtype */
     CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
-    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
-    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
+    for (int k = 0; k < nsend; k++) comm_send(s->g, s->dev, sends[k].buf, n, t, sends[k].peer);
+    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, n, t, recv_peer);
     comm_op_wait(comm_p2p_end(s->g->comm), s->dev);' \
     '    CommDtype t = s->dev->dtype == DT_BF16 ? COMM_BF16 : COMM_F32;
-    if (s->send_buf) comm_send(s->g, s->dev, s->send_buf, s->send_n, t, s->send_peer);
-    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, recv_n, t, recv_peer);
+    for (int k = 0; k < nsend; k++) comm_send(s->g, s->dev, sends[k].buf, n, t, sends[k].peer);
+    if (recv_buf) comm_recv(s->g, s->dev, recv_buf, n, t, recv_peer);
     comm_wait(s->g->comm, s->dev);' \
     eager nccl --ranks 2 --pp 2 --batch 1 --micro-batches 4
 
