@@ -688,7 +688,7 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
 static int plan_this_layout(Run *r) {
     Args *a = &r->a;
     PlanLayout l = {a->dp, a->tp, a->pp, a->dpc.zero, a->dpc.offload, a->micro_batches, a->batch, a->schedule,
-                    a->recompute, a->sp, a->nstage_layers ? a->stage_layers : NULL};
+                    a->recompute, a->sp, a->nstage_layers ? a->stage_layers : NULL, a->virtual_chunks};
     PlanCluster c = host_cluster(r, a->dp * a->tp * a->pp, r->kind == DEV_CUDA);
     if (r->kind == DEV_CUDA && r->dtype == DT_F32) c.cpu = 1;   /* float32 activations */
     if (a->dpc.mode == DP_PS) die_usage("--plan-layout: the planner does not model --dp-mode ps");

@@ -41,22 +41,34 @@ static double bus_ar(int n, double b) { return n > 1 ? floor(2.0 * (n - 1) * b /
 static double bus_ag(int n, double b) { return n > 1 ? floor((double)(n - 1) * b / n) : 0; }
 
 /* Layers of stage st: --stage-layers, or as even as possible with the
- * first stages one more (main.c's split). */
+ * first stages one more; with V chunks a stage, chunk k of the model's P x V
+ * on stage k % P (main.c's split). */
 static void stage_shard(const GPTConfig *cfg, const PlanLayout *l, int st, GPTShard *s) {
+    int P = l->pp, V = l->V > 1 ? l->V : 1, K = P * V, layer = 0, L = cfg->layers;
     *s = gpt_whole(cfg);
     s->tp = l->tp;
-    s->layer0 = 0;
-    for (int i = 0; i <= st; i++) {
-        int n = l->stage_layers ? l->stage_layers[i] : cfg->layers / l->pp + (i < cfg->layers % l->pp);
-        if (i < st) s->layer0 += n; else s->nlayers = n;
+    s->nlayers = 0;
+    s->nchunks = V;
+    for (int k = 0; k < K; k++) {
+        int n = l->stage_layers ? l->stage_layers[k] : V == 1 ? L / P + (k < L % P) : L / K;
+        if (k % P == st) {
+            s->chunk_layer0[k / P] = layer;
+            s->chunk_nlayers[k / P] = n;
+            s->nlayers += n;
+        }
+        layer += n;
     }
+    s->layer0 = s->chunk_layer0[0];
     s->has_embed = st == 0;
-    s->has_head = st == l->pp - 1;
+    s->has_head = st == P - 1;
+    s->split_backward = P > 1 && pp_schedule_splits((PPSchedule)l->sched);
 }
 
 int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r) {
     memset(r, 0, sizeof *r);
-    if (cfg->heads % l->tp || cfg->padded_vocab % l->tp || (l->sp && (l->b * seq) % l->tp) || l->pp > cfg->layers)
+    int V = l->V > 1 ? l->V : 1;
+    if (cfg->heads % l->tp || cfg->padded_vocab % l->tp || (l->sp && (l->b * seq) % l->tp) ||
+        l->pp * V > cfg->layers || (V > 1 && !l->stage_layers && cfg->layers % (l->pp * V)))
         return -1;
     GPTShard s;
     stage_shard(cfg, l, stage, &s);
@@ -74,10 +86,19 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     memset(&m, 0, sizeof m);
     m.cfg = *cfg; m.tp = tp; m.tpc.sp = l->sp; m.nlayers = s.nlayers; m.has_head = s.has_head;
     m.recompute = l->recompute; m.esz = c->cpu ? 4 : 2;
+    m.nchunks = V; m.split_backward = s.split_backward;
+    m.chunk_first[0] = 0;
+    for (int k = 0; k < V; k++) m.chunk_first[k + 1] = m.chunk_first[k] + s.chunk_nlayers[k];
     size_t C = cfg->dim, NH = cfg->heads, B = l->b, T = seq;
     size_t att = c->cpu ? B * (NH / tp) * T * T : B * (NH / tp) * T;  /* flash: a log-sum-exp a row */
-    r->sets = pp_sets_in_flight(P > 1 ? l->sched : PP_1F1B, P, M, 1, stage);
-    r->acts = (double)r->sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
+    /* pp.c's sets: those of the head's chunk carry the head's buffers (pp_stage_sets) */
+    int head_sets = 0, other_sets = 0;
+    if (pp_stage_sets(P > 1 ? l->sched : PP_1F1B, P, M, V, stage, &head_sets, &other_sets) != 0) return -1;
+    r->sets = head_sets + other_sets;
+    r->acts = (double)head_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
+    m.has_head = 0;
+    r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
+    m.has_head = s.has_head;
     /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
      * the gradients of the unit in backward and of the one before it (whose
      * reduction completes one unit later), the embedding's two at once, and
@@ -94,7 +115,11 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
 
     /* bytes a step, row by row of --comm-stats */
     double *x = r->bytes, esz = m.esz, act = (double)B * T * C * esz;
-    double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;  /* Megatron's all-reduces a micro-batch */
+    /* Megatron's all-reduces a micro-batch: 2 a layer forward, 2 backward; the
+       layers' 2 forward ones again when B recomputes them, and once more when
+       a split backward's W does, but for the layer of each chunk B left kept */
+    double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;
+    if (l->recompute) sites += 2.0 * s.nlayers + (s.split_backward ? 2.0 * (s.nlayers - V) : 0);
     if (tp > 1) {
         x[PLAN_TP_AR] = bus_ar(tp, 4);   /* the gradient norm's partial sum (dp.c) */
         if (s.has_head)                  /* vocab-parallel cross-entropy: each rank's row statistics */
@@ -121,7 +146,9 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     }
     if (P > 1) {
         double rows = l->sp ? act / tp : act;
-        int ends = (stage > 0) + (stage < P - 1);   /* activations one way, their gradients the other */
+        /* activations one way, their gradients the other, for each of V chunks:
+           all but the model's first chunk receive, all but its last send */
+        int ends = 2 * V - (stage == 0) - (stage == P - 1);
         x[PLAN_PP_SEND] = x[PLAN_PP_RECV] = M * rows * ends;
         x[PLAN_PP_AR] = bus_ar(P, 4);   /* the norm */
         x[PLAN_PP_BC] = 4;              /* the loss, from the last stage */
@@ -168,7 +195,7 @@ void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, c
     double flops = 6 * Ntot * tokens + 12.0 * cfg->layers * seq * cfg->dim * tokens;  /* PaLM's accounting */
     double rate = c->tflops * 1e12 * MFU_RATE * c->gpus;
     p->t_compute = flops * (l->recompute ? 4.0 / 3 : 1) / rate;
-    p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M, 1) : 0;
+    p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M, l->V > 1 ? l->V : 1) : 0;
     if (p->bubble < 0) { p->why = "no schedule"; return; }
     const PlanRank *w = &p->worst;
     int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
@@ -204,7 +231,7 @@ int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, Plan
                 for (int sc = PP_GPIPE; sc <= PP_1F1B; sc++) for (int rc = 0; rc <= 1; rc++)
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
-                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL};
+                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL, 1};
                     PlanResult p;
                     plan_evaluate(cfg, G, seq, c, &l, &p);
                     int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;

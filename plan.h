@@ -14,7 +14,9 @@ typedef struct PlanCluster {
 
 typedef struct PlanLayout {
     int dp, tp, pp, zero, offload, M, b, sched, recompute, sp;
-    const int *stage_layers;   /* [pp] layers of each stage, or NULL: as even as train makes them */
+    const int *stage_layers;   /* [pp x V] layers of each chunk in model order, or NULL: as even as
+                                  train makes them */
+    int V;                     /* chunks a stage (interleaved); 0 = 1 */
 } PlanLayout;
 
 /* The rows of --comm-stats (operation, group) a step of training moves. */

@@ -1,9 +1,9 @@
 #!/bin/sh
 # test/test_plan_equal.sh: the planner counts what train allocates and moves.
 #
-# For every factorization of 8 ranks into dp x tp x pp with ZeRO 0-3, and
-# for pipelines (P = 2, 4; gpipe and 1f1b) with and without --recompute and
-# with --sp, ./train runs one step with --comm-stats and prints every rank's
+# For every factorization of 8 ranks into dp x tp x pp with ZeRO 0-3, for
+# pipelines (P = 2, 4; gpipe, 1f1b, interleaved, zb-h1, zb-h2) with and
+# without --recompute, and with --sp, ./train runs one step with --comm-stats and prints every rank's
 # memory line; ./train --plan-layout, given the same flags, prints what
 # plan.c predicts for each rank. They must agree:
 #  - params, grads, optimizer and activations of every rank: the memory
@@ -93,6 +93,14 @@ for p in 2 4; do
             check "dp 2 pp $p $s M 4 $rc" --ranks $((2 * p)) --dp 2 --pp $p --schedule $s --micro-batches 4 $rc
         done
     done
+done
+for rc in "" --recompute; do   # the schedules of pipelines round 2: chunks, the B->W stash
+    check "pp 2 interleaved V 2 $rc" --ranks 2 --pp 2 --schedule interleaved --virtual 2 --micro-batches 4 $rc
+    check "dp 2 pp 4 interleaved V 2 $rc" --ranks 8 --dp 2 --pp 4 --schedule interleaved --virtual 2 --micro-batches 4 $rc
+    check "pp 2 zb-h1 $rc" --ranks 2 --pp 2 --schedule zb-h1 --micro-batches 4 $rc
+    check "dp 2 pp 4 zb-h2 $rc" --ranks 8 --dp 2 --pp 4 --schedule zb-h2 --micro-batches 8 $rc
+    check "dp 2 tp 2 pp 2 zero 1 zb-h1 --sp $rc" --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --schedule zb-h1 --micro-batches 4 $rc
+    check "dp 2 tp 2 pp 2 zero 1 interleaved V 2 $rc" --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --schedule interleaved --virtual 2 --micro-batches 4 $rc
 done
 check "tp 2 --sp, pp 2, zero 1" --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --micro-batches 2
 check "tp 4 --sp, zero 3" --ranks 8 --dp 2 --tp 4 --zero 3 --sp --micro-batches 2
