@@ -644,26 +644,11 @@ static void run_check(Run *r) {
     r->cfg = cfg;
 }
 
-/* Stage st's layers into s (layer0, nlayers and the chunks): the model's
- * K = P x V chunks are --stage-layers' K ranges, or as even as possible
- * (V = 1: the first stages take one more when P does not divide L; V > 1:
- * run_check asked P x V to divide L); stage st holds chunks st, st + P, ...
- * (Megatron's interleaving: its chunk c is the model's chunk c*P + st). */
+/* Stage st's layers into s: --stage-layers' ranges or the even split,
+ * --virtual chunks a stage (run_check asked P x V to divide L). */
 static void stage_layers(const Args *a, int L, int P, int st, GPTShard *s) {
-    int V = a->virtual_chunks ? a->virtual_chunks : 1, K = P * V, layer = 0;
-    s->layer0 = 0;
-    s->nlayers = 0;
-    s->nchunks = V;
-    for (int k = 0; k < K; k++) {
-        int n = a->nstage_layers ? a->stage_layers[k] : V == 1 ? L / P + (k < L % P) : L / K;
-        if (k % P == st) {
-            s->chunk_layer0[k / P] = layer;
-            s->chunk_nlayers[k / P] = n;
-            s->nlayers += n;
-        }
-        layer += n;
-    }
-    s->layer0 = s->chunk_layer0[0];
+    gpt_stage_layers(L, P, a->virtual_chunks ? a->virtual_chunks : 1, a->nstage_layers ? a->stage_layers : NULL,
+                     st, s);
 }
 
 /* The planner's model of a cluster like this host: CPU ranks (float32,

@@ -40,25 +40,13 @@ const char *plan_row_group(int i) { return i >= 0 && i < PLAN_NROWS ? row_group[
 static double bus_ar(int n, double b) { return n > 1 ? floor(2.0 * (n - 1) * b / n) : 0; }
 static double bus_ag(int n, double b) { return n > 1 ? floor((double)(n - 1) * b / n) : 0; }
 
-/* Layers of stage st: --stage-layers, or as even as possible with the
- * first stages one more; with V chunks a stage, chunk k of the model's P x V
- * on stage k % P (main.c's split). */
+/* Stage st's shard: train's split of the layers (gpt_stage_layers), the
+ * embedding on the first stage, the head on the last. */
 static void stage_shard(const GPTConfig *cfg, const PlanLayout *l, int st, GPTShard *s) {
-    int P = l->pp, V = l->V > 1 ? l->V : 1, K = P * V, layer = 0, L = cfg->layers;
+    int P = l->pp, V = l->V > 1 ? l->V : 1;
     *s = gpt_whole(cfg);
     s->tp = l->tp;
-    s->nlayers = 0;
-    s->nchunks = V;
-    for (int k = 0; k < K; k++) {
-        int n = l->stage_layers ? l->stage_layers[k] : V == 1 ? L / P + (k < L % P) : L / K;
-        if (k % P == st) {
-            s->chunk_layer0[k / P] = layer;
-            s->chunk_nlayers[k / P] = n;
-            s->nlayers += n;
-        }
-        layer += n;
-    }
-    s->layer0 = s->chunk_layer0[0];
+    gpt_stage_layers(cfg->layers, P, V, l->stage_layers, st, s);
     s->has_embed = st == 0;
     s->has_head = st == P - 1;
     s->split_backward = P > 1 && pp_schedule_splits((PPSchedule)l->sched);

@@ -256,9 +256,8 @@ int plot_write(const Plot *p, char *err, size_t errlen) {
  * F(s+1,c,m), B(s,c,m) -> B(s-1,c,m), and with chunks the wrap F(P-1,c,m)
  * -> F(0,c+1,m) and B(0,c,m) -> B(P-1,c-1,m), dashed. W sends nothing. */
 
-/* Micro-batch m's colour: hue by m; light for F, dark for B, between for
- * W ("#rrggbb"). */
-static void micro_colour(int m, int M, PPKind kind, char *buf, size_t len) {
+/* Micro-batch m's colour (plot.h). */
+void plot_micro_colour(int m, int M, int kind, char *buf, size_t len) {
     double h = fmod(360.0 * m / (M > 0 ? M : 1) + 210.0, 360.0) / 60.0;
     double sat = 0.65, l = kind == PP_BACKWARD ? 0.38 : kind == PP_WEIGHT ? 0.58 : 0.80;
     double c = (1 - fabs(2 * l - 1)) * sat, x = c * (1 - fabs(fmod(h, 2.0) - 1)), o = l - c / 2;
@@ -372,7 +371,7 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
             int j = slot_of(t, to, a.kind, tc, a.micro);
             if (j < 0) continue;
             char col[8];
-            micro_colour(a.micro, M, PP_BACKWARD, col, sizeof col);
+            plot_micro_colour(a.micro, M, PP_BACKWARD, col, sizeof col);
             int down = to > s, wrap = (a.kind == PP_FORWARD) != down;
             double x1 = left + (i + 1) * cw - 2, x2 = left + j * cw + 2;
             double y1 = top + s * (rh + gap) + (down ? rh : 0), y2 = top + to * (rh + gap) + (down ? 0 : rh);
@@ -395,7 +394,7 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
             PPAction a = t->slots[s * T + i];
             if (a.kind == PP_IDLE) continue;
             char col[8], label[24];
-            micro_colour(a.micro, M, a.kind, col, sizeof col);
+            plot_micro_colour(a.micro, M, a.kind, col, sizeof col);
             pp_cell_text(a, V, label, sizeof label);
             int x = left + i * cw, y = top + s * (rh + gap);
             fprintf(f, "<rect class=\"slot\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"3\" fill=\"%s\" "
@@ -426,7 +425,7 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
         for (int k = 0; k < kinds; k++) {
             char cc[8];
             PPKind kind = k == 0 ? PP_FORWARD : k == 1 ? PP_BACKWARD : PP_WEIGHT;
-            micro_colour(m, M, kind, cc, sizeof cc);
+            plot_micro_colour(m, M, kind, cc, sizeof cc);
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx + 12 * k, ly - 6, cc);
             if (kind == PP_WEIGHT)
                 fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"url(#w-hatch)\"/>", lx + 24,

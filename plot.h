@@ -48,6 +48,11 @@ void plot_free(Plot *p);
  * data-from, data-to, data-slot and data-recv-slot. Written through
  * SafeOut (path checked by the caller with safe_check_output). 0, or -1
  * with err. */
+/* Micro-batch m of M's colour ("#rrggbb"): hue by m, light for a forward,
+ * dark for a backward, between for a weight gradient (kind: pp_sched.h's
+ * PPKind). The schedule figure's and the trace's (trace.c). */
+void plot_micro_colour(int m, int M, int kind, char *buf, size_t len);
+
 struct PPTimeline;
 int plot_schedule_svg(const char *path, const struct PPTimeline *t, const char *schedule, const char *formula,
                       char *err, size_t errlen);

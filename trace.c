@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 #include "trace.h"
+#include "plot.h"
+#include "pp_sched.h"
 #include "safe.h"
 
 #define TRACE_DEPTH 16
@@ -287,23 +289,10 @@ static char span_kind(const char *name, int *micro, int *chunk) {
     return k;
 }
 
-/* Micro-batch m of M's colour ("#rrggbb"): hue by m (as plot.c's schedule
- * figure), light for F, dark for B, between for W. */
+/* Micro-batch m's colour for a span of kind 'F', 'B' or 'W': plot.c's, so
+ * the measured figure and the schedule's colour micro-batches alike. */
 static void micro_colour(int m, int M, char kind, char *buf, size_t len) {
-    double h = fmod(360.0 * m / (M > 0 ? M : 1) + 210.0, 360.0) / 60.0;
-    double sat = 0.65, l = kind == 'B' ? 0.38 : kind == 'W' ? 0.58 : 0.80;
-    double c = (1 - fabs(2 * l - 1)) * sat, x = c * (1 - fabs(fmod(h, 2.0) - 1)), o = l - c / 2;
-    double r = 0, g = 0, b = 0;
-    switch ((int)h) {
-    case 0: r = c, g = x; break;
-    case 1: r = x, g = c; break;
-    case 2: g = c, b = x; break;
-    case 3: g = x, b = c; break;
-    case 4: r = x, b = c; break;
-    default: r = c, b = x; break;
-    }
-    snprintf(buf, len, "#%02x%02x%02x", (int)lround((r + o) * 255), (int)lround((g + o) * 255),
-             (int)lround((b + o) * 255));
+    plot_micro_colour(m, M, kind == 'B' ? PP_BACKWARD : kind == 'W' ? PP_WEIGHT : PP_FORWARD, buf, len);
 }
 
 /* s as XML text or attribute value: & < > " escaped, control bytes
