@@ -90,6 +90,7 @@ typedef struct Args {
     int plan_layout;          /* --plan-layout: the planner's memory and bytes for this layout, no run */
     int layout_auto;          /* --layout auto: dp, tp, pp, zero, micro-batches from the planner */
     int global_batch;         /* --global-batch: sequences a step for --layout auto (0: batch x M x ranks) */
+    int all_schedules;        /* --all-schedules: --layout auto considers interleaved and zero-bubble too */
 } Args;
 
 /* The state of one run on one rank. */
@@ -159,6 +160,12 @@ static void usage(FILE *f) {
         "  --bucket-mb F          gradient bucket size for the overlapped reduction (25)\n"
         "  --comm-stats           print each rank's bytes moved, by operation and group\n"
         "  --dump-grads FILE      write step 1's reduced gradients as an llm.c model file (tests)\n"
+        "  --layout auto          the planner chooses --dp --tp --pp --zero --micro-batches --batch\n"
+        "                         --schedule --recompute --sp for --global-batch N sequences (else\n"
+        "                         batch x micro-batches x ranks) and prints its choice\n"
+        "  --all-schedules        --layout auto may choose interleaved and zb-h1/zb-h2 too\n"
+        "  --plan-layout          print the planner's memory and --comm-stats rows for this layout\n"
+        "  --plan ...             plan for a model and cluster without training (README: Planner)\n"
         "pipeline:\n"
         "  --schedule naive|gpipe|1f1b|interleaved|zb-h1|zb-h2\n"
         "                         the order of micro-batches' forwards and backwards (1f1b);\n"
@@ -229,7 +236,7 @@ enum {
     F_CLIP, F_SEED, F_SHUFFLE, F_DEVICE, F_GPU, F_THREADS, F_VALEVERY, F_VALBATCHES, F_SAMPLE,
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
-    F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH,
+    F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
     F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG,
 };
@@ -262,6 +269,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
         {"tokenizer", 1, 0, F_TOKENIZER}, {"dtype", 1, 0, F_DTYPE},
         {"peak-tflops", 1, 0, F_PEAK}, {"deterministic", 0, 0, F_DETERMINISTIC},
         {"plan-layout", 0, 0, F_PLANLAYOUT}, {"layout", 1, 0, F_LAYOUT}, {"global-batch", 1, 0, F_GLOBALBATCH},
+        {"all-schedules", 0, 0, F_ALLSCHED},
         {"version", 0, 0, F_VERSION}, {"no-self-test", 0, 0, F_NOSELFTEST},
         {"backend", 1, 0, F_BACKEND}, {"comm-timeout", 1, 0, F_COMMTIMEOUT},
         {"checkpoint-dir", 1, 0, F_CKPTDIR}, {"checkpoint-every", 1, 0, F_CKPTEVERY},
@@ -390,6 +398,7 @@ static int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) 
             a->dpc.bucket_mb = fv; break;
         case F_COMMSTATS: a->comm_stats = 1; break;
         case F_PLANLAYOUT: a->plan_layout = 1; break;
+        case F_ALLSCHED: a->all_schedules = 1; break;
         case F_LAYOUT:
             if (strcmp(optarg, "auto") != 0) {
                 snprintf(err, errlen, "--layout takes 'auto' (the planner's choice), got '%s'", optarg);
@@ -522,7 +531,7 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
         die_usage("--layout auto chooses --dp, --tp, --pp and the stages itself: give none of them");
     PlanCluster c = host_cluster(r, world, cuda);
     PlanSearch ps;
-    if (plan_search(cfg, G, a->seq, &c, &ps) != 0) die_usage("--layout auto: out of memory");
+    if (plan_search(cfg, G, a->seq, &c, a->all_schedules, &ps) != 0) die_usage("--layout auto: out of memory");
     if (!ps.nfit) {
         plan_search_free(&ps);
         die_usage("--layout auto: no layout of %d ranks fits a global batch of %d sequences of %d tokens", world,
@@ -533,10 +542,13 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
     a->dpc.zero = b->l.zero; a->dpc.offload = b->l.offload;
     a->micro_batches = b->l.M; a->batch = b->l.b;
     a->schedule = (PPSchedule)b->l.sched; a->recompute = b->l.recompute; a->sp = b->l.sp;
-    printf("layout auto: --dp %d --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s "
+    a->virtual_chunks = b->l.V > 1 ? b->l.V : 0;
+    char virt[32] = "";
+    if (b->l.V > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.V);
+    printf("layout auto: --dp %d --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s%s "
            "(planner: %.3g GB a rank, step %.3g s, on %s)\n", a->dp, a->tp, a->pp, a->dpc.zero, a->micro_batches,
            a->batch, a->dpc.offload ? " --offload" : "", a->recompute ? " --recompute" : "", a->sp ? " --sp" : "",
-           pp_schedule_name(a->schedule), b->mem / 1e9, b->step,
+           pp_schedule_name(a->schedule), virt, b->mem / 1e9, b->step,
            c.cpu ? "CPU ranks" : "80 GB H100-class GPUs, 8 a node");
     fflush(stdout);
     plan_search_free(&ps);
@@ -584,6 +596,7 @@ static void run_check(Run *r) {
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         die_usage("%s", err);
     if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) die_usage("%s", err);
+    if (a->all_schedules && !a->layout_auto) die_usage("--all-schedules widens --layout auto's search: give --layout auto");
     if (a->layout_auto) choose_layout(r, &cfg);
     int dp = a->dp, tp = a->tp, pp = a->pp;
     if (comm_mesh_shape(r->launch.world_size, &dp, &tp, &pp, err, sizeof err) != 0)
@@ -658,12 +671,22 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
     PlanCluster c = {.gpus = world, .per_node = r->launch.local_size > 0 ? r->launch.local_size : world,
                      .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450, .inter_gbs = 50, .latency_us = 10};
     if (!cuda) {
+        /* CPU ranks: a core's float32 rate and the shared-memory backend's
+         * bandwidth and latency as make bench-plan measured them on a 2-core
+         * machine (0.028 TFLOP/s achieved, the planner's 50% of 0.057;
+         * 7.5-9 GB/s; 9-16 us); the ranks of this host share its cores, a
+         * rank --threads of them (run_build's rule) */
         double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = c.per_node;
+        int threads = r->a.threads ? r->a.threads : cores / local;
+        if (threads < 1) threads = 1;
+        if (cores < 1) cores = 1;
         c.cpu = 1;
         c.mem_gb = ram / 1e9 / (world > 0 ? world : 1);
-        c.tflops = 0.02;   /* a core's float32 matmuls, 0.5 of it achieved: PLAN_CPU_TFLOPS */
-        c.intra_gbs = c.inter_gbs = 4;
-        c.latency_us = 20;
+        c.tflops = 0.057 * threads;
+        c.cores = local * threads > cores ? (cores / threads > 0 ? cores / threads : 1) : 0;
+        c.intra_gbs = c.inter_gbs = 8;
+        c.latency_us = 12;
     }
     return c;
 }

@@ -52,6 +52,19 @@ static void stage_shard(const GPTConfig *cfg, const PlanLayout *l, int st, GPTSh
     s->split_backward = P > 1 && pp_schedule_splits((PPSchedule)l->sched);
 }
 
+/* The layer forwards --recompute runs again for a micro-batch on this
+ * stage: B recomputes every layer of a chunk of two or more (a chunk of
+ * one keeps its layer's activations: gpt.c's kept slot is that layer's
+ * own), and a split backward's W all but each chunk's first once more. */
+static int recomputed_layers(const GPTShard *s) {
+    int n = 0, V = s->nchunks > 1 ? s->nchunks : 1;
+    for (int k = 0; k < V; k++) {
+        int nl = V > 1 ? s->chunk_nlayers[k] : s->nlayers;
+        if (nl > 1) n += nl + (s->split_backward ? nl - 1 : 0);
+    }
+    return n;
+}
+
 int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r) {
     memset(r, 0, sizeof *r);
     int V = l->V > 1 ? l->V : 1;
@@ -104,10 +117,10 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     /* bytes a step, row by row of --comm-stats */
     double *x = r->bytes, esz = m.esz, act = (double)B * T * C * esz;
     /* Megatron's all-reduces a micro-batch: 2 a layer forward, 2 backward; the
-       layers' 2 forward ones again when B recomputes them, and once more when
-       a split backward's W does, but for the layer of each chunk B left kept */
+       layers' 2 forward ones again for each forward recompute repeats */
     double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;
-    if (l->recompute) sites += 2.0 * s.nlayers + (s.split_backward ? 2.0 * (s.nlayers - V) : 0);
+    r->recomputed = l->recompute ? recomputed_layers(&s) : 0;
+    sites += 2.0 * r->recomputed;
     if (tp > 1) {
         x[PLAN_TP_AR] = bus_ar(tp, 4);   /* the gradient norm's partial sum (dp.c) */
         if (s.has_head)                  /* vocab-parallel cross-entropy: each rank's row statistics */
@@ -171,28 +184,59 @@ static double link_time(const PlanCluster *c, double bytes, double calls, int in
     return calls * c->latency_us * 1e-6 + bytes / bw;
 }
 
+/* Wall time of the t seconds of compute each rank does in a step, laid on
+ * the schedule's timeline (pp_timeline: unit slots, every action one).
+ * With a device a rank that is t / (1 - bubble). With CPU ranks sharing
+ * c->cores cores, a slot in which a stages are busy keeps a x dp x tp
+ * ranks busy, and when those are more than the cores each runs at
+ * cores / busy of a core's rate (the scheduler's fair share): the slot
+ * lasts max(1, busy / cores) units. A rank idle in the bubble then lends
+ * its core to another, and only slots with fewer busy ranks than cores
+ * waste any: a pipeline's ramp, naive's one stage at a time. */
+static double compute_wall(const PlanCluster *c, const PlanLayout *l, double bubble, double t) {
+    int ranks = l->dp * l->tp * l->pp, V = l->V > 1 ? l->V : 1;
+    if (c->cores <= 0 || c->cores >= ranks) return t / (1 - bubble);
+    double share = (double)ranks / c->cores;
+    if (l->pp == 1) return t * share;
+    int n = pp_num_actions((PPSchedule)l->sched, l->pp, l->M, V);
+    PPTimeline tl;
+    if (n <= 0 || (double)n * l->pp * l->pp > 1e6 || pp_timeline((PPSchedule)l->sched, l->pp, l->M, V, &tl) != 0)
+        return t * fmax(1 / (1 - bubble), share);   /* too long to lay out: the larger bound */
+    double units = 0;
+    for (int s = 0; s < tl.T; s++) {
+        int busy = 0;
+        for (int st = 0; st < l->pp; st++) busy += tl.slots[st * tl.T + s].kind != PP_IDLE;
+        units += fmax(1.0, (double)busy * l->dp * l->tp / c->cores);
+    }
+    pp_timeline_free(&tl);
+    return t * units / n;
+}
+
 void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, const PlanLayout *l, PlanResult *p) {
     memset(p, 0, sizeof *p);
     p->l = *l;
+    int again = 0;   /* layer forwards recompute repeats, all stages */
     for (int st = 0; st < l->pp; st++) {
         PlanRank r;
         if (plan_rank(cfg, seq, c, l, st, &r) != 0) { p->why = "the model does not divide"; return; }
         if (r.total > p->mem) { p->mem = r.total; p->worst = r; }
+        again += r.recomputed;
     }
-    double Ntot = (double)gpt_total_params(cfg), tokens = (double)G * seq;
-    double flops = 6 * Ntot * tokens + 12.0 * cfg->layers * seq * cfg->dim * tokens;  /* PaLM's accounting */
+    double Ntot = (double)gpt_total_params(cfg), tokens = (double)G * seq, C = cfg->dim;
+    double flops = 6 * Ntot * tokens + 12.0 * cfg->layers * seq * C * tokens;  /* PaLM's accounting */
+    double layer_fwd = 2 * 12 * C * C + 4.0 * seq * C;                        /* a token, a layer: its third */
     double rate = c->tflops * 1e12 * MFU_RATE * c->gpus;
-    p->t_compute = flops * (l->recompute ? 4.0 / 3 : 1) / rate;
+    p->t_compute = (flops + again * layer_fwd * tokens) / rate;
     p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M, l->V > 1 ? l->V : 1) : 0;
     if (p->bubble < 0) { p->why = "no schedule"; return; }
+    double t_wall = compute_wall(c, l, p->bubble, p->t_compute);
     const PlanRank *w = &p->worst;
     int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
     p->t_tp = link_time(c, rows_sum(w, PLAN_TP_AR, PLAN_TP_RS), l->M * 4.0 * cfg->layers / l->pp, tp_in);
     double tdp = link_time(c, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) + w->bytes[PLAN_EMBED_AR], 4, dp_in);
     p->t_dp = tdp - fmin(tdp, DP_HIDDEN * p->t_compute * 2 / 3);  /* hidden behind backward */
-    p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * l->M, pp_in);
-    double busy = p->t_compute + p->t_tp + p->t_pp;
-    p->step = busy / (1 - p->bubble) + p->t_dp;
+    p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * l->M * (l->V > 1 ? l->V : 1), pp_in);
+    p->step = t_wall + (p->t_tp + p->t_pp) / (1 - p->bubble) + p->t_dp;
     if (l->offload) p->step += 16.0 * Ntot / (l->tp * l->pp * l->dp) / 25e9;  /* PCIe */
     p->mfu = flops / (p->step * c->gpus * c->tflops * 1e12);
     if (p->mem > c->mem_gb * 1e9) p->why = "does not fit in memory";
@@ -203,7 +247,7 @@ static int cmp_step(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, PlanSearch *ps) {
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, PlanSearch *ps) {
     memset(ps, 0, sizeof *ps);
     size_t cap = 1 << 20;
     ps->fit = malloc(cap * sizeof *ps->fit);
@@ -213,13 +257,15 @@ int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, Plan
         for (int tp = 1; tp <= c->gpus / dp; tp++) {
             if ((c->gpus / dp) % tp) continue;
             int pp = c->gpus / dp / tp, per = G / dp;
-            for (int M = 1; M <= per && ps->nfit + 256 < cap; M++) {
+            for (int M = 1; M <= per && ps->nfit + 4096 < cap; M++) {
                 if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
                 for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
-                for (int sc = PP_GPIPE; sc <= PP_1F1B; sc++) for (int rc = 0; rc <= 1; rc++)
-                for (int sp = 0; sp <= (tp > 1); sp++) {
+                for (int sc = PP_NAIVE; sc <= (all_schedules ? PP_ZBH2 : PP_1F1B); sc++) for (int V = 1; V <= 16; V++)
+                for (int rc = 0; rc <= 1; rc++) for (int sp = 0; sp <= (tp > 1); sp++) {
                     if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
-                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL, 1};
+                    /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
+                    if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
+                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL, V};
                     PlanResult p;
                     plan_evaluate(cfg, G, seq, c, &l, &p);
                     int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
@@ -261,9 +307,11 @@ static const char *sched_name(int s) { return pp_schedule_name((PPSchedule)s); }
 static void print_layout(const PlanResult *p) {
     const PlanLayout *l = &p->l;
     const PlanRank *w = &p->worst;
+    char sched[32];
+    snprintf(sched, sizeof sched, l->V > 1 ? "%s V %d" : "%s", sched_name(l->sched), l->V);
     printf("  dp %3d tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
            " | tp %.3g dp %.3g pp %.3g embed %.3g MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
-           l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->M, l->b, sched_name(l->sched),
+           l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->M, l->b, sched,
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
            w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
@@ -286,16 +334,18 @@ int plan_main(int argc, char **argv) {
     GPTConfig cfg = {.max_seq = 256, .vocab = 50257, .layers = 4, .heads = 4, .dim = 128};
     PlanCluster c = {.gpus = 8, .per_node = 8, .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450,
                      .inter_gbs = 50, .latency_us = 10};
-    int G = 0, seq = 0, nodes = 1, top = 10;
+    int G = 0, seq = 0, nodes = 1, top = 10, all_sched = 0;
     char err[256];
     enum { O_MODEL = 256, O_GB, O_SEQ, O_GPUS, O_GPN, O_MEM, O_TF, O_INTRA, O_INTER, O_CLUSTER, O_L, O_H, O_C,
-           O_V, O_MS, O_DEV, O_PLAN, O_TOP };
+           O_V, O_MS, O_DEV, O_PLAN, O_TOP, O_CORES, O_LAT, O_ALL };
     static const struct option opts[] = {
         {"plan", 0, 0, O_PLAN}, {"model", 1, 0, O_MODEL}, {"global-batch", 1, 0, O_GB}, {"seq", 1, 0, O_SEQ},
         {"gpus", 1, 0, O_GPUS}, {"gpus-per-node", 1, 0, O_GPN}, {"gpu-mem", 1, 0, O_MEM},
         {"gpu-tflops", 1, 0, O_TF}, {"intra-gbs", 1, 0, O_INTRA}, {"inter-gbs", 1, 0, O_INTER},
         {"cluster", 1, 0, O_CLUSTER}, {"layers", 1, 0, O_L}, {"heads", 1, 0, O_H}, {"dim", 1, 0, O_C},
-        {"vocab", 1, 0, O_V}, {"max-seq", 1, 0, O_MS}, {"device", 1, 0, O_DEV}, {"top", 1, 0, O_TOP}, {0, 0, 0, 0}};
+        {"vocab", 1, 0, O_V}, {"max-seq", 1, 0, O_MS}, {"device", 1, 0, O_DEV}, {"top", 1, 0, O_TOP},
+        {"cpu-cores", 1, 0, O_CORES}, {"latency-us", 1, 0, O_LAT},
+        {"all-schedules", 0, 0, O_ALL}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;   /* train's own flags pass by: the planner reads only its own */
     double x;
@@ -337,11 +387,15 @@ int plan_main(int argc, char **argv) {
         case O_MS: if (plan_num("--max-seq", optarg, 1, SAFE_MAX_SEQ, &x)) return 2; cfg.max_seq = (int)x; break;
         case O_DEV: c.cpu = !strcmp(optarg, "cpu"); break;
         case O_TOP: if (plan_num("--top", optarg, 0, 1e6, &x)) return 2; top = (int)x; break;
+        case O_CORES: if (plan_num("--cpu-cores", optarg, 1, 1 << 20, &x)) return 2; c.cores = (int)x; break;
+        case O_ALL: all_sched = 1; break;
+        case O_LAT: if (plan_num("--latency-us", optarg, 0, 1e6, &c.latency_us)) return 2; break;
         default: break;   /* train's other flags: not the planner's */
         }
     }
     if (!seq) seq = cfg.max_seq;
     if (!G) G = c.gpus;
+    if (c.cores && !c.cpu) { fprintf(stderr, "plan: --cpu-cores is for CPU ranks: give --device cpu too\n"); return 2; }
     if (gpt_config_check(&cfg, err, sizeof err) != 0) { fprintf(stderr, "plan: %s\n", err); return 2; }
     if (c.gpus < 1 || c.per_node < 1 || seq > cfg.max_seq || c.mem_gb <= 0 || c.tflops <= 0) {
         fprintf(stderr, "plan: bad cluster or sequence (gpus %d, per node %d, seq %d of max %d)\n", c.gpus, c.per_node, seq, cfg.max_seq);
@@ -353,7 +407,7 @@ int plan_main(int argc, char **argv) {
     }
     nodes = (c.gpus + c.per_node - 1) / c.per_node;
     PlanSearch ps;
-    if (plan_search(&cfg, G, seq, &c, &ps) != 0) { fprintf(stderr, "plan: out of memory\n"); return 1; }
+    if (plan_search(&cfg, G, seq, &c, all_sched, &ps) != 0) { fprintf(stderr, "plan: out of memory\n"); return 1; }
     size_t n = ps.nfit;
     PlanResult *all = ps.fit;
     int *rejected = ps.rejected;
@@ -366,14 +420,21 @@ int plan_main(int argc, char **argv) {
     }
     printf("plan: %d layers, %d heads, dim %d, vocab %d (padded %d), %zu parameters | global batch %d x seq %d\n",
            cfg.layers, cfg.heads, cfg.dim, cfg.vocab, cfg.padded_vocab, gpt_total_params(&cfg), G, seq);
-    printf("plan: cluster %d GPUs (%d nodes of %d), %.0f GB, %.1f TFLOP/s, %.0f GB/s in a node, %.0f GB/s between\n",
-           c.gpus, nodes, c.per_node, c.mem_gb, c.tflops, c.intra_gbs, c.inter_gbs);
+    if (c.cores)
+        printf("plan: %d CPU ranks sharing %d cores, a thread each, %.3g GB a rank, %.3g TFLOP/s a core, %.3g GB/s shared memory\n",
+               c.gpus, c.cores, c.mem_gb, c.tflops, c.intra_gbs);
+    else
+        printf("plan: cluster %d GPUs (%d nodes of %d), %.0f GB, %.1f TFLOP/s, %.0f GB/s in a node, %.0f GB/s between\n",
+               c.gpus, nodes, c.per_node, c.mem_gb, c.tflops, c.intra_gbs, c.inter_gbs);
     printf("assumptions: memory = train's memory line (gpt_shard_params, zero_memory_formula, gpt_acts_formula x sets in flight)"
            " + ZeRO-2/3 unit buffers; %s activations; 1 GB = 1e9 bytes; compute 6N + 12LTC flops a token at %.0f%% of peak,"
-           " x4/3 with recompute; comm latency %.0f us + bytes / bus bandwidth, tp in a node, dp in a node when tp x dp fits;"
-           " %.0f%% of the dp reduction hidden behind backward; step = (compute + tp + pp) / (1 - bubble) + dp;"
+           " + each layer forward recompute repeats; comm latency %.0f us + bytes / bus bandwidth, tp in a node, dp in a node when tp x dp fits;"
+           " %.0f%% of the dp reduction hidden behind backward; step = %s + (tp + pp) / (1 - bubble) + dp;"
            " offload: 16 bytes a parameter over 25 GB/s PCIe\n",
-           c.cpu ? "fp32, softmax probabilities kept" : "bf16, flash attention", 100 * MFU_RATE, c.latency_us, 100 * DP_HIDDEN);
+           c.cpu ? "fp32, softmax probabilities kept" : "bf16, flash attention", 100 * MFU_RATE, c.latency_us, 100 * DP_HIDDEN,
+           c.cores && c.cores < c.gpus ? "compute laid on the schedule's slots, a slot with more busy ranks than cores"
+                                         " lasting busy / cores times longer (the ranks share the cores)"
+                                       : "compute / (1 - bubble)");
     static const char *kinds[] = {"does not fit in memory", "the model does not divide (tp | heads, pp <= layers)", "tp crosses nodes"};
     for (int k = 0; k < 3; k++)
         if (rejected[k]) {
@@ -383,9 +444,11 @@ int plan_main(int argc, char **argv) {
     printf("%zu layouts fit; the fastest %d:\n", n, top < (int)n ? top : (int)n);
     for (size_t i = 0; i < n && (int)i < top; i++) print_layout(&all[i]);
     const PlanResult *b = &all[0];
-    printf("plan: --dp %d --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
+    char virt[32] = "";
+    if (b->l.V > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.V);
+    printf("plan: --dp %d --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s%s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
            b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.M, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
-           b->l.sp ? " --sp" : "", sched_name(b->l.sched), b->mem / 1e9, b->step, 100 * b->mfu);
+           b->l.sp ? " --sp" : "", sched_name(b->l.sched), virt, b->mem / 1e9, b->step, 100 * b->mfu);
     plan_search_free(&ps);
     return 0;
 }

@@ -10,6 +10,8 @@ typedef struct PlanCluster {
     int gpus, per_node;
     double mem_gb, tflops, intra_gbs, inter_gbs, latency_us;
     int cpu;   /* CPU ranks: fp32, attention keeps B*NH*T*T probabilities, no GPU plan buffer */
+    int cores; /* CPU ranks sharing this many cores, one thread a rank (tflops is a core's); 0 = a
+                  device (or core) a rank */
 } PlanCluster;
 
 typedef struct PlanLayout {
@@ -33,6 +35,7 @@ typedef struct PlanRank {
     double total;                       /* on the device: the above, less offloaded optimizer state */
     double bytes[PLAN_NROWS];           /* bus bytes a step in each --comm-stats row */
     int sets;                           /* activation sets in flight */
+    int recomputed;                     /* layer forwards recompute repeats a micro-batch */
 } PlanRank;
 
 typedef struct PlanResult {
@@ -47,7 +50,9 @@ typedef struct PlanResult {
 int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r);
 /* Memory, bubble, time and MFU of layout l for global batch G. */
 void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, const PlanLayout *l, PlanResult *p);
-/* Every layout of c's GPUs for global batch G, evaluated: those that fit
+/* Every layout of c's GPUs for global batch G (schedules naive, gpipe and
+ * 1f1b; with all_schedules also interleaved, V chunks dividing the
+ * layers, and zb-h1, zb-h2), evaluated: those that fit
  * in fit[nfit], fastest first; of the rest, how many were rejected for
  * each reason (0 memory, 1 the model does not divide, 2 tp across nodes)
  * and the one with the least memory of each. 0, or -1 out of memory. */
@@ -57,7 +62,7 @@ typedef struct PlanSearch {
     int rejected[3];
     PlanResult best_rej[3];
 } PlanSearch;
-int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, PlanSearch *ps);
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, PlanSearch *ps);
 void plan_search_free(PlanSearch *ps);
 
 /* train --plan-layout: for each rank of layout l (rank = tp_rank + tp x

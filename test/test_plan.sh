@@ -22,3 +22,54 @@ bad "more GPUs than the batch allows" "cannot share a global batch" --layers 2 -
 bad "a model that fits no layout" "no layout fits" --model gpt3-175b --cluster h100x8 --global-batch 8
 bad "a malformed number" "--gpus expects a number" --gpus x8
 bad "a dimension out of range" "--layers expects a number in 1..1024" --layers 100000
+bad "--cpu-cores without --device cpu" "--cpu-cores is for CPU ranks" --gpus 4 --cpu-cores 2
+bad "--cpu-cores 0" "--cpu-cores expects a number in 1" --device cpu --gpus 4 --cpu-cores 0
+
+# CPU ranks sharing cores (the planner's model for make bench-plan): with
+# a core a rank, naive pp 4's compute takes 4 times dp 4's (one stage busy
+# at a time); with 4 ranks on 2 cores only twice (dp 4 runs at half speed,
+# naive's one busy rank at full speed, leaving a core idle); gpipe's ramp
+# costs something between.
+S="--plan --device cpu --layers 4 --heads 4 --dim 128 --seq 64 --vocab 256 --max-seq 64 --gpus 4 --gpus-per-node 4
+   --gpu-tflops 0.05 --intra-gbs 1000 --inter-gbs 1000 --latency-us 0 --global-batch 16 --top 100000"
+step_of() {   # PLAN-OUTPUT DP PP M SCHED: the predicted step of that layout (zero 0, no recompute, no sp)
+    echo "$1" | awk -v dp=$2 -v pp=$3 -v M=$4 -v s=$5 '$1 == "dp" && $2 == dp && $4 == 1 && $6 == pp && $8 == 0 &&
+        $10 == M && $13 == s && $14 == "|" { for (i = 1; i <= NF; i++) if ($i == "step") print $(i + 1) }'
+}
+for cores in 4 2; do
+    out=$(./train $S --cpu-cores $cores)
+    d=$(step_of "$out" 4 1 1 1f1b); n=$(step_of "$out" 1 4 4 naive); g=$(step_of "$out" 1 4 4 gpipe)
+    want=$cores
+    if [ -n "$d" ] && [ -n "$n" ] && [ -n "$g" ] &&
+       awk -v d=$d -v n=$n -v g=$g -v w=$want 'BEGIN { r = n / d; exit !(r > 0.97 * w && r < 1.03 * w && g > d && g < n) }'; then
+        ok "4 ranks on $cores cores" "naive pp 4 / dp 4 = $n / $d s (want $want), gpipe M 4 $g s between"
+    else no "4 ranks on $cores cores" "dp 4 '$d', naive pp 4 '$n', gpipe pp 4 '$g' (want naive = $want x dp)"; fi
+done
+
+# --layout auto: train asks the planner for this run's layout, prints it and
+# trains with it. A global batch of 2 on 4 ranks forces model parallelism;
+# the same flags given by hand give the very same losses. An impossible
+# request and a layout flag beside auto: one line, exit 2.
+T="--device cpu --data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8
+   --steps 3 --lr 1e-3 --ranks 4"
+for all in "" --all-schedules; do
+    auto=$(./train $T --layout auto --global-batch 2 $all 2>&1); rc=$?
+    flags=$(echo "$auto" | sed -n 's/^layout auto: \(--dp [^(]*\) (planner.*/\1/p')
+    case "$flags" in "--dp 1 "*|"--dp 2 "*) small=1;; *) small=0;; esac
+    hand=$(./train $T $flags 2>&1)
+    la=$(echo "$auto" | grep '^step ' | cut -d'|' -f1-3); lh=$(echo "$hand" | grep '^step ' | cut -d'|' -f1-3)
+    if [ $rc -eq 0 ] && [ -n "$flags" ] && [ $small -eq 1 ] && [ "$(echo "$la" | wc -l)" -eq 3 ] && [ "$la" = "$lh" ]; then
+        ok "--layout auto $all" "chose $flags; 3 losses equal the run given those flags"
+    else no "--layout auto $all" "rc $rc, flags '$flags', losses '$la' vs '$lh'"; fi
+done
+bad_auto() {   # NAME WORDS FLAGS...
+    name=$1; want=$2; shift 2
+    err=$(./train $T --layout auto "$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -eq 2 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && echo "$err" | grep -q -- "$want"; then ok "$name" "exit 2: $err"
+    else no "$name" "exit $rc, want '$want': $err"; fi
+}
+bad_auto "--layout auto, no layout possible" "no layout of 4 ranks fits" --global-batch 1 --heads 1 --layers 2
+bad_auto "--layout auto beside --dp" "chooses --dp, --tp, --pp" --dp 2
+err=$(./train $T --all-schedules 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$err" | grep -q "give --layout auto" && ok "--all-schedules alone" "exit 2: $err" ||
+    no "--all-schedules alone" "exit $rc: $err"

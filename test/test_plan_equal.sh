@@ -106,3 +106,10 @@ check "tp 2 --sp, pp 2, zero 1" --ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --sp --m
 check "tp 4 --sp, zero 3" --ranks 8 --dp 2 --tp 4 --zero 3 --sp --micro-batches 2
 check "offload, zero 2" --ranks 4 --dp 4 --zero 2 --offload --micro-batches 2
 check "--stage-layers 5,3, zero 1" --ranks 4 --dp 2 --pp 2 --stage-layers 5,3 --zero 1 --micro-batches 4
+# chunks of one layer: --recompute has nothing to recompute there (the
+# layer's own activations are the kept ones), so no tp collective repeats
+check "one-layer stages, tp 2 --recompute" --ranks 8 --layers 4 --tp 2 --pp 4 --micro-batches 4 --recompute
+check "one-layer chunks, tp 2 interleaved --recompute" --ranks 4 --layers 4 --tp 2 --pp 2 --schedule interleaved \
+      --virtual 2 --micro-batches 2 --recompute
+check "--stage-layers 1,3, tp 2 zb-h1 --recompute" --ranks 4 --tp 2 --pp 2 --layers 4 --stage-layers 1,3 \
+      --schedule zb-h1 --micro-batches 2 --recompute
