@@ -6,6 +6,14 @@
  * SafeOut (a temporary, then one rename), so a viewer opened mid-run never
  * sees half a file. Each point carries its values as data attributes
  * (data-step, data-loss, data-lr) for tests and scripts.
+ *
+ * Also here: --show-schedule's picture of a pipeline schedule
+ * (plot_schedule_svg, below), whose boxes are F, B and, under a split
+ * backward, W, each with data-kind, data-micro and data-chunk (its chunk
+ * under an interleaved schedule, else 0); and the micro-batch colours
+ * (plot_micro_colour) it shares with the timeline trace.c draws beside
+ * --trace, whose F, B and W spans carry the same three attributes
+ * (data-chunk -1 for a span named without a chunk).
  */
 #ifndef PLOT_H
 #define PLOT_H
@@ -37,23 +45,30 @@ void plot_val(Plot *p, int step, double loss);
 int plot_write(const Plot *p, char *err, size_t errlen);
 void plot_free(Plot *p);
 
-/* --show-schedule's picture of a pipeline schedule (pp.h's PPTimeline, the
- * same slots pp_show prints): one row a stage, one box a slot labelled
- * F<m> / B<m> and coloured by micro-batch m (forward light, backward dark),
- * idle slots empty, and thin marks between rows where a stage sends to its
- * neighbour (activations after F, gradients after B). The title gives the
- * measured bubble beside `formula` (pp_bubble_text). Each box is a <rect
- * class="slot"> with data-stage, data-slot, data-kind (F or B) and
- * data-micro; each mark a <line class="send"> with data-kind, data-micro,
- * data-from, data-to, data-slot and data-recv-slot. Written through
- * SafeOut (path checked by the caller with safe_check_output). 0, or -1
- * with err. */
 /* Micro-batch m of M's colour ("#rrggbb"): hue by m, light for a forward,
  * dark for a backward, between for a weight gradient (kind: pp_sched.h's
  * PPKind). The schedule figure's and the trace's (trace.c). */
 void plot_micro_colour(int m, int M, int kind, char *buf, size_t len);
 
 struct PPTimeline;
+/* --show-schedule's picture of a pipeline schedule (pp_sched.h's
+ * PPTimeline, the same slots pp_show prints): one row a stage, one box a
+ * slot labelled as the printed cell (pp_cell_text: F<m>, B<m>, W<m> for a
+ * split backward's weight gradient, F<m>.<k> with V > 1 chunks) and
+ * coloured by micro-batch m (forward light, backward dark, W a hatched
+ * mid-tone; with chunks a stripe along the bottom, darker for a later
+ * chunk), idle slots empty, and thin marks between rows where a stage
+ * sends to a neighbour (activations after F, gradients after B, nothing
+ * after W; with chunks the wrap between the last stage and stage 0
+ * dashed). The title gives the measured bubble beside `formula`
+ * (pp_bubble_text). The <svg> carries data-schedule, data-stages,
+ * data-micro-batches, data-chunks, data-slots and data-idle; each box is a
+ * <rect class="slot"> with data-stage, data-slot, data-kind (F, B or W),
+ * data-micro and data-chunk (0 without chunks); each mark a <line
+ * class="send"> with data-kind (F or B), data-micro, data-chunk, data-from,
+ * data-to, data-recv-chunk, data-slot and data-recv-slot. Written through
+ * SafeOut (path checked by the caller with safe_check_output). 0, or -1
+ * with err. */
 int plot_schedule_svg(const char *path, const struct PPTimeline *t, const char *schedule, const char *formula,
                       char *err, size_t errlen);
 

@@ -56,10 +56,7 @@ touch $T/site/nvidia/__init__.py $T/site/nvidia/nccl/__init__.py
 ln -s "$INC" $T/site/nvidia/nccl/include/nccl.h
 ln -s "$LIB" $T/site/nvidia/nccl/lib/libnccl.so.2
 
-pass=0
-fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+. test/lib.sh
 # build NAME ARGS...: make build in the scratch copy; $said is its NCCL line, $secs its time
 build() {
     name=$1; shift
@@ -118,6 +115,6 @@ if build plain; then
     if [ "$arch" -eq 3 ]; then ok "CUDA_ARCH changed: make -n would rebuild the 3 .cu objects"
     else bad "CUDA_ARCH changed: make -n would run nvcc $arch times, want 3"; fi
 fi
-echo "build: $pass passed, $fail failed (scratch copy: $S)"
+t_summary build "scratch copy: $S"
 [ $fail -eq 0 ] && rm -rf "$S"
 exit 0

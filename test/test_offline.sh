@@ -18,10 +18,7 @@
 cd "$(dirname "$0")/.." || exit 2
 MAIN=$(pwd)
 unset MAKEFLAGS MFLAGS DATA VAL TRAIN_FLAGS
-pass=0
-fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+. test/lib.sh
 if ! git rev-parse --verify -q HEAD > /dev/null 2>&1; then echo "SKIP offline: not a git checkout"; exit 0; fi
 if ! git cat-file -e HEAD:corpus/tinyshakespeare.txt.gz 2>/dev/null; then
     echo "FAIL offline: corpus/tinyshakespeare.txt.gz is not committed (the clone sees HEAD only)"
@@ -65,6 +62,6 @@ else bad "no step 20/20 line"; fi
 chars=$(awk '/^val loss/{s=1; next} /^checkpoints in|^summary/{s=0} s' "$W/make.log" | grep -av '^memory\|^sample' | wc -c)
 if grep -aq '^sample' "$W/make.log" && [ "$chars" -ge 100 ]; then ok "sampled text ($chars characters after the val loss)"
 else bad "no sample ($chars characters after the val loss)"; fi
-echo "offline: $pass passed, $fail failed (log: $W/make.log)"
+t_summary offline "log: $W/make.log"
 [ $fail -eq 0 ] && rm -rf "$W"
 exit 0

@@ -10,14 +10,9 @@
 # any work (exit 2). Where rsvg-convert is installed, the SVG is rendered to
 # PNG (test/out/plot.png, to look at).
 cd "$(dirname "$0")/.." || exit 2
-OUT=test/out/plot
-rm -rf $OUT
-mkdir -p $OUT
-pass=0
-fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-if ! command -v python3 > /dev/null; then echo "SKIP plot: no python3 to parse the SVG"; exit 0; fi
+. test/lib.sh
+t_init plot
+t_need_python3 plot "to parse the SVG"
 head -c 200000 README.md Makefile *.c > $OUT/text.txt 2>/dev/null
 head -c 20000 DESIGN.md README.md > $OUT/val.txt 2>/dev/null
 
@@ -97,5 +92,5 @@ if command -v rsvg-convert > /dev/null; then
 else
     echo "SKIP render: no rsvg-convert (Debian's librsvg2-bin)"
 fi
-echo "plot: $pass passed, $fail failed"
+t_summary plot
 exit 0

@@ -12,26 +12,15 @@
 # get that bound; a pair that only moves the optimizer state keeps the
 # float32 bounds.
 cd "$(dirname "$0")/.." || exit 2
-OUT=test/out/reshard
-rm -rf "$OUT"; mkdir -p "$OUT"
-N=6; S=3
-SMALL="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
-BIG="--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
+. test/lib.sh
+t_ckpt_init reshard
 
 losses() { grep '^step ' "$1" | sed 's/.*| loss \([^ ]*\) .*/\1/'; }
 params() { od -An -v -j1024 -tf4 -w4 "$1"; }
 
 pair() {   # name, model, first layout's flags, second layout's flags[, loss bound, parameter bound]
-    name=$1; model=$2; first=$3; second=$4; lb=${5:-1e-5}; pb=${6:-5e-5}
-    d="$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')"
-    mkdir -p "$d"
-    timeout 300 ./train $model $second --steps $N --save "$d/straight.bin" > "$d/straight.log" 2>&1 || {
-        echo "FAIL $name: the straight run failed (see $d/straight.log)"; return; }
-    timeout 300 ./train $model $first --steps $N --checkpoint-dir "$d/ck" --checkpoint-every $S --keep 10 \
-        > "$d/first.log" 2>&1 || { echo "FAIL $name: the first layout's run failed (see $d/first.log)"; return; }
-    echo "step-$S" > "$d/ck/latest"
-    timeout 300 ./train $model $second --steps $N --checkpoint-dir "$d/ck" --resume --save "$d/resumed.bin" \
-        > "$d/resumed.log" 2>&1 || { echo "FAIL $name: the resumed run failed (see $d/resumed.log)"; return; }
+    name=$1; lb=${5:-1e-5}; pb=${6:-5e-5}
+    t_stop_resume "$1" "$2" "$3" "$4" "the first layout's run" || return 0
     losses "$d/straight.log" | tail -n $((N - S)) > "$d/straight.loss"
     losses "$d/resumed.log" > "$d/resumed.loss"
     lrel=$(paste "$d/straight.loss" "$d/resumed.loss" | awk '

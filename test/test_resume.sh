@@ -7,26 +7,15 @@
 # Every step line's loss, norm and lr after S, and the final --save model
 # file, must equal the straight run's bit for bit (the CPU, float32).
 cd "$(dirname "$0")/.." || exit 2
-OUT=test/out/resume
-rm -rf "$OUT"; mkdir -p "$OUT"
-N=6; S=3
-SMALL="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
-BIG="--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
+. test/lib.sh
+t_ckpt_init resume
 
 # the step lines without their timings
 steps() { grep '^step ' "$1" | cut -d'|' -f1-4; }
 
 exact() {   # name, model, flags
-    name=$1; model=$2; flags=$3
-    d="$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')"
-    mkdir -p "$d"
-    timeout 300 ./train $model $flags --steps $N --save "$d/straight.bin" > "$d/straight.log" 2>&1 || {
-        echo "FAIL $name: the straight run failed (see $d/straight.log)"; return; }
-    timeout 300 ./train $model $flags --steps $N --checkpoint-dir "$d/ck" --checkpoint-every $S --keep 10 \
-        > "$d/first.log" 2>&1 || { echo "FAIL $name: the checkpointing run failed (see $d/first.log)"; return; }
-    echo "step-$S" > "$d/ck/latest"
-    timeout 300 ./train $model $flags --steps $N --checkpoint-dir "$d/ck" --resume --save "$d/resumed.bin" \
-        > "$d/resumed.log" 2>&1 || { echo "FAIL $name: the resumed run failed (see $d/resumed.log)"; return; }
+    name=$1
+    t_stop_resume "$1" "$2" "$3" "$3" "the checkpointing run" || return 0
     steps "$d/straight.log" | tail -n $((N - S)) > "$d/straight.steps"
     steps "$d/resumed.log" > "$d/resumed.steps"
     steps "$d/first.log" > "$d/first.steps"

@@ -16,14 +16,9 @@
 # before any work (exit 2). One is rendered to PNG with rsvg-convert where
 # installed (test/out/schedule_svg/schedule.png).
 cd "$(dirname "$0")/.." || exit 2
-OUT=test/out/schedule_svg
-rm -rf $OUT
-mkdir -p $OUT
-pass=0
-fail=0
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-if ! command -v python3 > /dev/null; then echo "SKIP schedule svg: no python3 to parse the SVG"; exit 0; fi
+. test/lib.sh
+t_init schedule_svg
+t_need_python3 "schedule svg" "to parse the SVG"
 MODEL="--device cpu --data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --batch 1 --steps 1"
 
 for P in 2 4; do
@@ -123,5 +118,4 @@ if command -v rsvg-convert > /dev/null; then
     then ok "rsvg-convert renders the 1f1b P 4 M 8 picture ($OUT/schedule.png)"
     else bad "rsvg-convert: $(head -n 1 $OUT/rsvg.err)"; fi
 else echo "SKIP render: no rsvg-convert"; fi
-echo "schedule svg: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+t_end "schedule svg"
