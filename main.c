@@ -673,8 +673,8 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
     if (!cuda) {
         /* CPU ranks: a core's float32 rate and the shared-memory backend's
          * bandwidth and latency as make bench-plan measured them on a 2-core
-         * machine (0.028 TFLOP/s achieved, the planner's 50% of 0.057;
-         * 7.5-9 GB/s; 9-16 us); the ranks of this host share its cores, a
+         * machine (0.030 TFLOP/s achieved, the planner's 50% of 0.06;
+         * 8 GB/s; 14-16 us); the ranks of this host share its cores, a
          * rank --threads of them (run_build's rule) */
         double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
         int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = c.per_node;
@@ -683,10 +683,10 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
         if (cores < 1) cores = 1;
         c.cpu = 1;
         c.mem_gb = ram / 1e9 / (world > 0 ? world : 1);
-        c.tflops = 0.057 * threads;
+        c.tflops = 0.06 * threads;
         c.cores = local * threads > cores ? (cores / threads > 0 ? cores / threads : 1) : 0;
         c.intra_gbs = c.inter_gbs = 8;
-        c.latency_us = 12;
+        c.latency_us = 15;
     }
     return c;
 }
