@@ -13,7 +13,9 @@
  *    check --comm-stats against (bus bytes, nccl-tests convention);
  *  - the bubble (pp_bubble_formula) and a step time: compute at the GPU's
  *    rate, each group's bytes at latency + bytes / bandwidth of the link
- *    it crosses. The assumptions are printed with the plan. */
+ *    it crosses (CPU ranks that share a host's cores: compute laid on the
+ *    schedule's timeline, compute_wall). The assumptions are printed with
+ *    the plan. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>

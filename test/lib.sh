@@ -7,6 +7,8 @@
 #   t_need_python3 LABEL WHY without python3: "SKIP LABEL: no python3 WHY", exit 0
 #   t_summary LABEL [NOTE]   "LABEL: P passed, F failed" (then " (NOTE)")
 #   t_end LABEL              t_summary, then exit 1 if anything failed, else 0
+#   t_render SVG PNG WHAT    where rsvg-convert is installed, SVG rendered to PNG
+#                            (to look at): a PASS, or a FAIL if it cannot; else a SKIP
 # and for the checkpoint tests (test_resume.sh, test_reshard.sh):
 #   t_ckpt_init NAME         t_init, then N, S, SMALL and BIG (below)
 #   t_stop_resume ...        a straight run, a run stopped after step S, and
@@ -22,6 +24,11 @@ t_need_python3() {
 }
 t_summary() { echo "$1: $pass passed, $fail failed${2:+ ($2)}"; }
 t_end() { t_summary "$1"; [ "$fail" -eq 0 ] || exit 1; exit 0; }
+t_render() {
+    if ! command -v rsvg-convert > /dev/null; then echo "SKIP render: no rsvg-convert (Debian's librsvg2-bin)"; return; fi
+    if rsvg-convert "$1" -o "$2" 2> "$OUT/rsvg.err" && [ -s "$2" ]; then ok "rsvg-convert renders $3 ($2)"
+    else bad "rsvg-convert: $(head -n 1 "$OUT/rsvg.err")"; fi
+}
 
 # t_ckpt_init NAME: t_init NAME; runs of N = 6 steps stopped after S = 3;
 # the model flags SMALL (4 layers, 4 heads) and BIG (8 layers, 8 heads),

@@ -85,12 +85,6 @@ if [ $rc -eq 2 ] && ! grep -q '^step' $OUT/refused.log && grep -q -- '--plot' $O
     ok "an unwritable --plot path is refused before any work: $(head -n 1 $OUT/refused.log)"
 else bad "unwritable --plot: exit $rc: $(head -n 2 $OUT/refused.log | tr '\n' ' ')"; fi
 
-if command -v rsvg-convert > /dev/null; then
-    if rsvg-convert -o test/out/plot.png $OUT/plot.svg 2> $OUT/rsvg.err && [ -s test/out/plot.png ]; then
-        ok "rendered by rsvg-convert: test/out/plot.png ($(wc -c < test/out/plot.png) bytes)"
-    else bad "rsvg-convert: $(head -n 1 $OUT/rsvg.err)"; fi
-else
-    echo "SKIP render: no rsvg-convert (Debian's librsvg2-bin)"
-fi
+t_render $OUT/plot.svg test/out/plot.png "the loss plot"
 t_summary plot
 exit 0

@@ -113,9 +113,5 @@ if [ $rc -eq 2 ] && grep -q -- "--schedule-svg" $OUT/refused.log && ! grep -q '^
 then ok "an unwritable --schedule-svg is refused before any work (exit 2)"
 else bad "unwritable --schedule-svg: exit $rc: $(tail -n 1 $OUT/refused.log)"; fi
 
-if command -v rsvg-convert > /dev/null; then
-    if rsvg-convert $OUT/p4_m8_1f1b.svg -o $OUT/schedule.png 2> $OUT/rsvg.err && [ -s $OUT/schedule.png ]
-    then ok "rsvg-convert renders the 1f1b P 4 M 8 picture ($OUT/schedule.png)"
-    else bad "rsvg-convert: $(head -n 1 $OUT/rsvg.err)"; fi
-else echo "SKIP render: no rsvg-convert"; fi
+t_render $OUT/p4_m8_1f1b.svg $OUT/schedule.png "the 1f1b P 4 M 8 picture"
 t_end "schedule svg"

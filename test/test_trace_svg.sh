@@ -167,9 +167,5 @@ if [ $rc -eq 2 ] && [ "$(wc -l < $OUT/refused.log)" -eq 1 ] && grep -q -- "--tra
 then ok "an unwritable --trace is refused before any work (exit 2): $(cat $OUT/refused.log)"
 else bad "unwritable --trace: exit $rc: $(head -n 2 $OUT/refused.log | tr '\n' ' ')"; fi
 
-if command -v rsvg-convert > /dev/null; then
-    if rsvg-convert $OUT/pipeline.svg -o $OUT/pipeline.png 2> $OUT/rsvg.err && [ -s $OUT/pipeline.png ]
-    then ok "rsvg-convert renders the 1f1b P 4 M 4 timeline ($OUT/pipeline.png)"
-    else bad "rsvg-convert: $(head -n 1 $OUT/rsvg.err)"; fi
-else echo "SKIP render: no rsvg-convert (Debian's librsvg2-bin)"; fi
+t_render $OUT/pipeline.svg $OUT/pipeline.png "the 1f1b P 4 M 4 timeline"
 t_end "trace svg"
