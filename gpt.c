@@ -735,6 +735,28 @@ static void norm_and_gather(GPT *m, void *out, float *mean, float *rstd, void *r
     tp_gather_rows(m, out, N);
 }
 
+/* A LayerNorm's backward on its rows [rows,C] from dln: the input gradient
+ * into dx (NULL: none; w is read only for it) and the weights' gradients
+ * added into dw, db (NULL: none). Under sequence parallelism each rank holds
+ * part of the rows, so its weight gradients are partial and summed over the
+ * tp group first. */
+static void norm_grads(GPT *m, void *dx, float *dw, float *db, const void *dln, const void *x, const void *w,
+                       const float *mean, const float *rstd, int rows) {
+    int C = m->cfg.dim;
+    Dev *d = m->dev;
+    if (!dw) {
+        d->ops->layernorm_backward(d, dx, NULL, NULL, dln, x, w, mean, rstd, rows, C);
+    } else if (m->tp > 1 && m->tpc.sp) {
+        dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
+        d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
+        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
+        d->ops->accumulate(d, dw, m->sp_dw, C);
+        d->ops->accumulate(d, db, m->sp_dw + C, C);
+    } else {
+        d->ops->layernorm_backward(d, dx, dw, db, dln, x, w, mean, rstd, rows, C);
+    }
+}
+
 /* The backward of norm_and_gather: dfull [N,C] holds partial input
  * gradients of the column-parallel linear; they are summed (f backward:
  * all-reduce, or reduce-scatter with sequence parallelism) into this rank's
@@ -755,17 +777,7 @@ static void norm_backward(GPT *m, void *dx, void *dfull, void *keep, const void 
     } else {
         tp_all_reduce(m, dfull, (size_t)N * C);
     }
-    if (!dw) {
-        d->ops->layernorm_backward(d, dx, NULL, NULL, dln, x, w, mean, rstd, rows, C);
-    } else if (m->tp > 1 && m->tpc.sp) {
-        dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
-        d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
-        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
-        d->ops->accumulate(d, dw, m->sp_dw, C);
-        d->ops->accumulate(d, db, m->sp_dw + C, C);
-    } else {
-        d->ops->layernorm_backward(d, dx, dw, db, dln, x, w, mean, rstd, rows, C);
-    }
+    norm_grads(m, dx, dw, db, dln, x, w, mean, rstd, rows);
 }
 
 /* A split backward's W of a LayerNorm: its weights' gradients from dln
@@ -773,17 +785,7 @@ static void norm_backward(GPT *m, void *dx, void *dfull, void *keep, const void 
  * sequence parallelism, so summed over the group as norm_backward does. */
 static void norm_weights(GPT *m, float *dw, float *db, const void *dln, const void *x,
                          const float *mean, const float *rstd, int N) {
-    int C = m->cfg.dim, rows = m->tpc.sp ? N / m->tp : N;
-    Dev *d = m->dev;
-    if (m->tp > 1 && m->tpc.sp) {
-        dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
-        d->ops->layernorm_backward(d, NULL, m->sp_dw, m->sp_dw + C, dln, x, NULL, mean, rstd, rows, C);
-        m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
-        d->ops->accumulate(d, dw, m->sp_dw, C);
-        d->ops->accumulate(d, db, m->sp_dw + C, C);
-    } else {
-        d->ops->layernorm_backward(d, NULL, dw, db, dln, x, NULL, mean, rstd, rows, C);
-    }
+    norm_grads(m, NULL, dw, db, dln, x, NULL, mean, rstd, m->tpc.sp ? N / m->tp : N);
 }
 
 /* dst[n] = src (activation elements) for W; returns dst. */
