@@ -21,7 +21,6 @@ $(FUZZ_DIR)/%.o: %.c *.h
 
 $(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) -lm -lpthread -lrt
-$(FUZZ_DIR)/fuzz_args: main.c
 
 .PHONY: fuzz fuzz-build sanitize
 fuzz-build: $(FUZZ_BINS)

@@ -1,10 +1,10 @@
-/* fuzz/fuzz_args.c: the command line (main.c's args_parse, which returns
+/* fuzz/fuzz_args.c: the command line (args.c's args_parse, which returns
  * its error instead of exiting). The input is the arguments separated by
- * NUL or newline bytes. main.c is included so that its static parser is
- * reachable; its main is renamed away. Seed: fuzz/seed.c's command lines. */
-#define main train_main
-#include "../main.c"
-#undef main
+ * NUL or newline bytes. Seed: fuzz/seeds.sh's command lines. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "args.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     enum { MAX_ARGS = 64 };

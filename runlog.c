@@ -1,0 +1,143 @@
+/* runlog.c: what rank 0 prints and draws of a run (runlog.h).
+ *
+ * The step line's tail (elapsed, ETA), the validation loss, the summary
+ * and --plot's SVG, rewritten atomically every few steps so it can be
+ * opened mid-run. Memory lines compare what each rank holds with the ZeRO
+ * paper's formula (hybrid-parallelism.txt, ZeRO's memory accounting).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "runlog.h"
+
+/* A duration as 42.1s, 3m05s or 2h07m. */
+static void fmt_duration(double secs, char *buf, size_t len) {
+    if (!(secs >= 0)) secs = 0;
+    if (secs < 60) snprintf(buf, len, "%.1fs", secs);
+    else if (secs < 3600) snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)(secs / 3600), (int)secs % 3600 / 60);
+}
+
+void runlog_init(RunLog *l, Run *r, int s0) {
+    memset(l, 0, sizeof *l);
+    l->r = r;
+    l->t0 = setup_now_ms();
+    l->s0 = l->last_step = s0;
+    l->last_loss = l->val_loss = NAN;
+    if (r->comm.rank == 0 && r->a.plot) {
+        char title[256];
+        snprintf(title, sizeof title, "%d layers, dim %d | dp %d x tp %d x pp %d, zero %d | %s",
+                 r->cfg.layers, r->cfg.dim, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.dpc.zero,
+                 r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
+        plot_init(&l->plot, r->a.plot, title,  r->a.steps,
+                  (long long)r->a.batch * r->a.seq * r->a.micro_batches * r->mesh.dp);
+    }
+}
+
+/* Rewrites the plot (atomically); a failure is said once a write and the run goes on. */
+static void runlog_plot(RunLog *l) {
+    char err[512];
+    if (!l->plot.path) return;
+    if (plot_write(&l->plot, err, sizeof err) != 0) fprintf(stderr, "train: %s\n", err);
+    l->plot_written = setup_now_ms();
+}
+
+/* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
+void runlog_step(RunLog *l, int step, double loss, float lr) {
+    double secs = (setup_now_ms() - l->t0) / 1e3;
+    int done = step - l->s0, left = l->r->a.steps - step;
+    char e[32], eta[32];
+    fmt_duration(secs, e, sizeof e);
+    fmt_duration(done > 0 ? secs / done * left : 0, eta, sizeof eta);
+    printf(" | elapsed %s | eta %s", e, eta);
+    l->last_step = step;
+    l->last_loss = loss;
+    if (!l->plot.path) return;
+    plot_train(&l->plot, step, loss, lr);
+    /* every 10 steps, and at least every 2 s of slow steps */
+    if (step % 10 == 0 || setup_now_ms() - l->plot_written > 2000) runlog_plot(l);
+}
+
+void runlog_val(RunLog *l, int step, double loss) {
+    l->val_loss = loss;
+    if (!l->plot.path) return;
+    plot_val(&l->plot, step, loss);
+    runlog_plot(l);
+}
+
+/* Rank 0, at the end: what the run did, in three lines. */
+void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token) {
+    Args *a = &l->r->a;
+    int steps = l->last_step - l->s0;
+    long long tokens = (long long)steps * a->batch * a->seq * a->micro_batches * l->r->mesh.dp;
+    double secs = (setup_now_ms() - l->t0) / 1e3, tok_s = secs > 0 ? tokens / secs : 0;
+    char wall[32];
+    fmt_duration(secs, wall, sizeof wall);
+    if (l->plot.path) runlog_plot(l);
+    printf("summary: %d steps%s, %lld tokens in %s, mean %.0f tok/s", steps,
+           l->s0 ? " (after a resume)" : "", tokens, wall, tok_s);
+    if (peak > 0) printf(", mfu %.1f%%", 100.0 * tok_s * flops_per_token / (peak * l->r->comm.world_size));
+    printf("\nsummary: final train loss %.4f", l->last_loss);
+    if (!isnan(l->val_loss)) printf(", val loss %.4f", l->val_loss);
+    printf("\nsummary: checkpoint %s | plot %s | model %s\n", ckpt ? ckpt : "none",
+           l->plot.path ? l->plot.path : "none", a->save ? a->save : "none");
+}
+
+void runlog_free(RunLog *l) {
+    if (l->plot.path) plot_free(&l->plot);
+}
+
+/* Every rank's memory, measured and from the ZeRO formula (DESIGN.md). */
+void runlog_memory(Run *r) {
+    DPMemory mem;
+    dp_memory(&r->dp, &mem);
+    char stash[64] = "";
+    if (pp_stash_bytes(&r->pp)) snprintf(stash, sizeof stash, ", of which the B->W stash %.6g MB", pp_stash_bytes(&r->pp) / 1e6);
+    printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
+           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s)\n",
+           r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
+           (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
+           mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6, r->pp.nsets, stash);
+}
+
+/* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
+void runlog_transient(Run *r) {
+    DPMemory mem;
+    dp_memory(&r->dp, &mem);
+    if (mem.transient_peak > 0)
+        printf("memory rank %d: transient gathers and reductions peaked at %.6g MB\n",
+               r->comm.rank, mem.transient_peak / 1e6);
+}
+
+void runlog_header(Run *r) {
+    Args *a = &r->a;
+    GPT *m = &r->model;
+    int tokens = a->batch * a->seq * a->micro_batches * r->mesh.dp;
+    static const char *modes[] = {"ddp", "ps"};
+    printf("model: %d layers, %d heads, dim %d, vocab %d (padded %d), max-seq %d | %zu parameters\n",
+           m->cfg.layers, m->cfg.heads, m->cfg.dim, m->cfg.vocab, m->cfg.padded_vocab,
+           m->cfg.max_seq, m->num_params);
+    printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
+           a->data, r->train.n_tokens, a->batch, a->seq, a->micro_batches, r->mesh.dp, tokens);
+    printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d (%s) | %s, zero %d%s | %s",
+           r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp,
+           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->schedule),
+           modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
+           r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
+    printf(", %s", dt_name(r->dev.dtype));
+#ifdef _OPENMP
+    if (r->dev.kind == DEV_CPU) printf(", %d threads a rank", omp_get_max_threads());
+#endif
+    printf("\n");
+    char how[160], name[256];
+    comm_describe(&r->comm, how, sizeof how);
+    dev_name(&r->dev, name, sizeof name);
+    if (r->dev.kind == DEV_CUDA)
+        printf("comm: %s | rank 0: GPU %d of %d visible, %s\n", how, r->dev.gpu, r->gpus, name);
+    else
+        printf("comm: %s\n", how);
+}
+

@@ -1,0 +1,39 @@
+/* runlog.h: what rank 0 prints and draws of a run: the header, the
+ * memory lines, the step line's elapsed time and ETA, validation, the
+ * closing summary, and --plot's loss curve (plot.c draws it).
+ */
+#ifndef RUNLOG_H
+#define RUNLOG_H
+
+#include "run.h"
+#include "plot.h"
+
+/* What rank 0 keeps of the run for the step line's elapsed time and ETA,
+ * the closing summary and --plot. */
+typedef struct RunLog {
+    Run *r;
+    double t0;                /* ms, when the first step of this run started */
+    int s0, last_step;        /* steps done before this run (--resume), the last one printed */
+    double last_loss, val_loss;  /* NAN until known */
+    Plot plot;                /* when --plot */
+    double plot_written;      /* ms of the last write */
+} RunLog;
+
+/* Starts the log of a run that begins at step s0 (0, or the resumed step); opens --plot on rank 0. */
+void runlog_init(RunLog *l, Run *r, int s0);
+/* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
+void runlog_step(RunLog *l, int step, double loss, float lr);
+/* Rank 0: a validation loss at step, into the plot. */
+void runlog_val(RunLog *l, int step, double loss);
+/* Rank 0, at the end: what the run did, in three lines (ckpt: the last checkpoint or NULL). */
+void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token);
+void runlog_free(RunLog *l);
+
+/* Rank 0: the model, the batch, the layout and the backend, before step 1. */
+void runlog_header(Run *r);
+/* Every rank: its memory, measured and from the ZeRO formula (DESIGN.md). */
+void runlog_memory(Run *r);
+/* Every rank, after the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
+void runlog_transient(Run *r);
+
+#endif
