@@ -146,7 +146,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-plan bench-ckpt compare-layouts clean
+.PHONY: all build tests train test docs bench bench-cpu bench-comm bench-pipeline bench-plan bench-ckpt compare-layouts clean
 
 all: build
 
@@ -263,3 +263,9 @@ clean:
 
 # make fuzz, make sanitize
 include fuzz/fuzz.mk
+
+# The pictures and the generated part of the docs (docs/README.md says which
+# are exact and which are illustrations): the --help block of docs/cli.md,
+# the 1F1B schedule, a short run's loss curve and trace.
+docs: build data/tinyshakespeare_train.txt data/tinyshakespeare_val.txt
+	@sh tools/make_docs.sh

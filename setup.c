@@ -280,10 +280,21 @@ static void check_device(Run *r) {
                         : (r->kind == DEV_CUDA ? DT_BF16 : DT_F32);
 }
 
+/* --show-schedule: P from --pp (or --ranks / (dp x tp)), and the schedule's rules. */
+static void check_schedule_only(Args *a) {
+    char err[512];
+    int dp = a->dp, tp = a->tp, pp = a->pp, V = a->virtual_chunks ? a->virtual_chunks : 1;
+    int world = a->ranks ? a->ranks : (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
+    if (comm_mesh_shape(world, &dp, &tp, &pp, err, sizeof err) != 0) setup_die_usage("%s", err);
+    if (pp_schedule_check(a->schedule, pp, a->micro_batches, V, err, sizeof err) != 0) setup_die_usage("%s", err);
+    if (V > 1 && pp < 2) setup_die_usage("--virtual %d interleaves chunks over stages: it needs --pp 2 or more", V);
+    a->dp = dp; a->tp = tp; a->pp = pp;
+}
+
 void setup_check(Run *r) {
     check_outputs(&r->a);
-    if (r->a.show_schedule) {   /* only the schedule: no model, no data */
-        check_mesh(r);
+    if (r->a.show_schedule) {   /* only the schedule: no model, no data, no ranks */
+        check_schedule_only(&r->a);
         return;
     }
     check_model_and_data(r);
