@@ -35,7 +35,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 
-OBJS := args.o setup.o runlog.o tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+OBJS := args.o setup.o runlog.o stop.o tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)

@@ -32,7 +32,7 @@ enum {
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED, F_PLAN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC,
 };
 
 /* One row of the command line: --name VALUE, what it does. */
@@ -134,9 +134,15 @@ static const ArgsFlag flags[] = {
     {"pin-cores", NULL, F_PIN, "pin each rank to its own cores (benchmarks)"},
     {NULL, NULL, 0, "checkpoints:"},
     {"checkpoint-dir", "DIR", F_CKPTDIR, "sharded checkpoints in DIR/step-N (each rank writes what it owns)"},
-    {"checkpoint-every", "N", F_CKPTEVERY, "every N steps (0: only at the end and on SIGTERM/SIGINT)"},
+    {"checkpoint-every", "N", F_CKPTEVERY, "every N steps (0: only at the end, and on a stop)"},
+    {"checkpoint-async", NULL, F_CKPTASYNC, "write checkpoints in the background while training goes on"},
     {"keep", "K", F_KEEP, "complete checkpoints kept (2)"},
-    {"resume", NULL, F_RESUME, "continue from DIR/latest, under this run's layout"},
+    {"resume", NULL, F_RESUME, "continue from DIR/latest if there is a checkpoint, else start\n"
+                               "(from --init if given): the same command every time"},
+    {"time-limit", "MIN", F_TIMELIMIT, "stop before MIN minutes of wall time, leaving room for the save\n"
+                                       "(fractions allowed; at least one step)"},
+    {NULL, NULL, 0, "stopping: SIGINT, SIGTERM, SIGUSR1 and --time-limit finish the step, write a\n"
+                    "checkpoint and exit 75; the same command continues. 0: done, 1: failure, 2: bad input"},
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
@@ -363,6 +369,9 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
         case F_KEEP: if (parse_int("--keep", optarg, 1, 1000, &iv, err, errlen)) return -1;
             a->keep = iv; break;
         case F_RESUME: a->resume = 1; break;
+        case F_CKPTASYNC: a->checkpoint_async = 1; break;
+        case F_TIMELIMIT: if (parse_float("--time-limit", optarg, 1e-6, 1e9, &fv, err, errlen)) return -1;
+            a->time_limit_min = fv; break;
         case F_PLAN: return arg_fail(err, errlen, "--plan comes first: ./train --plan [planner flags]");
         case ':': return arg_fail(err, errlen, "%s needs a value", flag);
         default: return arg_fail(err, errlen, "unknown flag %s (see --help)", flag);
@@ -370,17 +379,13 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
     }
     if (optind < argc) return arg_fail(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
     if (!a->data && !args_explain_only(a)) return arg_fail(err, errlen, "--data FILE is required");
-    if (a->init && (a->model.layers || a->model.heads || a->model.dim || a->model.max_seq ||
-                    a->model.vocab))
-        return arg_fail(err, errlen, "--init FILE fixes the model: drop --layers/--heads/--dim/--max-seq/--vocab");
     if (a->dpc.mode == DP_PS && a->dpc.zero)
         return arg_fail(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
     if (a->dump_grads && (a->dpc.mode != DP_ALLREDUCE || a->dpc.zero))
         return arg_fail(err, errlen, "--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
-    if ((a->resume || a->checkpoint_every) && !a->checkpoint_dir)
-        return arg_fail(err, errlen, "%s needs --checkpoint-dir DIR", a->resume ? "--resume" : "--checkpoint-every");
-    if (a->resume && a->init)
-        return arg_fail(err, errlen, "--resume takes the model from the checkpoint: drop --init");
+    if ((a->resume || a->checkpoint_every || a->checkpoint_async) && !a->checkpoint_dir)
+        return arg_fail(err, errlen, "%s needs --checkpoint-dir DIR",
+                        a->resume ? "--resume" : a->checkpoint_every ? "--checkpoint-every" : "--checkpoint-async");
     a->opt.steps = a->steps;
     return ARGS_RUN;
 }

@@ -57,7 +57,9 @@ typedef struct Args {
     const char *checkpoint_dir;  /* --checkpoint-dir: sharded checkpoints (checkpoint.c) */
     int checkpoint_every;     /* --checkpoint-every N steps (0: only at the end) */
     int keep;                 /* --keep K complete checkpoints */
-    int resume;               /* --resume from checkpoint_dir/latest */
+    int resume;               /* --resume: continue from checkpoint_dir/latest if there is one */
+    double time_limit_min;    /* --time-limit: minutes of wall time (0: none) */
+    int checkpoint_async;     /* --checkpoint-async: write checkpoints in the background */
     int comm_stats;
     int plan_layout;          /* --plan-layout: the planner's memory and bytes for this layout, no run */
     int layout_auto;          /* --layout auto: dp, tp, pp, zero, micro-batches from the planner */

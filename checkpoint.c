@@ -851,27 +851,13 @@ int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, 
     return 0;
 }
 
-/* ---- stopping on a signal --------------------------------------------------- */
-
-static volatile sig_atomic_t stop_signal;   /* the one global: a signal handler's flag */
-static int stop_escalate;
-
-static void on_stop_signal(int sig) {
-    if (stop_signal && stop_escalate) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-    stop_signal = sig;
+int checkpoint_any_step(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    long step;
+    int found = 0;
+    while (!found && (e = readdir(d))) found = step_of(e->d_name, &step) == 0;
+    closedir(d);
+    return found;
 }
-
-void checkpoint_signals_install(int escalate) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    stop_escalate = escalate;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-int checkpoint_stop_requested(void) { return stop_signal; }

@@ -79,11 +79,7 @@ int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero 
 /* The name DIR/latest points at, or -1 when there is none. */
 int checkpoint_latest(const char *dir, char *name, size_t namelen);
 
-/* SIGINT and SIGTERM ask for a stop after the current step. escalate: a
- * second signal kills the process at once (one process; under --ranks the
- * supervisor does that). */
-void checkpoint_signals_install(int escalate);
-/* The signal that asked for a stop, or 0. */
-int checkpoint_stop_requested(void);
+/* Whether dir holds any step-<N> directory (complete or not named by latest). */
+int checkpoint_any_step(const char *dir);
 
 #endif

@@ -31,6 +31,7 @@
 #include "plan.h"
 #include "selftest.h"
 #include "safe.h"
+#include "stop.h"
 
 /* ---- building one rank ------------------------------------------------------ */
 
@@ -101,9 +102,9 @@ static void run_build_model(Run *r) {
     gpt_build(&r->model, &r->cfg, &r->dev, &shard);
     r->model.recompute = a->recompute;
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
-    if (a->init && !a->resume) {
+    if (a->init && !r->resumed) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) setup_die_usage("%s", err);
-    } else if (!a->resume) {
+    } else if (!r->resumed) {
         gpt_init_random(&r->model, a->seed);
     }
 }
@@ -119,7 +120,7 @@ static void run_build(Run *r) {
     if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh, &a->opt, err, sizeof err) != 0)
         setup_die_usage("%s", err);
     double t_load = setup_now_ms();
-    if (a->resume && checkpoint_load(&r->ck, &r->dp.z, &r->comm.world, err, sizeof err) != 0) {
+    if (r->resumed && checkpoint_load(&r->ck, &r->dp.z, &r->comm.world, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         exit(EXIT_USAGE);
     }
@@ -362,26 +363,23 @@ static int save_checkpoint(Run *r, long step, char *path, size_t pathlen) {
     return 0;
 }
 
-/* Whether a signal asked to stop, as rank 0 saw it: every rank stops after the same step. */
-static int stop_agreed(Run *r) {
-    if (!r->a.checkpoint_dir) return 0;
-    int32_t sig = checkpoint_stop_requested();
-    if (r->comm.world_size > 1) comm_broadcast(&r->comm.world, NULL, &sig, 1, COMM_I32, 0);
-    return sig;
+/* Whether to stop after this step, as rank 0 sees it (a signal, or
+ * --time-limit's clock), broadcast so every rank stops after the same step.
+ * Returns the signal, -1 for the time limit, or 0. */
+static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
+    int32_t why = stop_signal();
+    if (!why && stop_time_due(clock, setup_now_ms(), steps_done)) why = -1;
+    if (r->comm.world_size > 1) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
+    return why;
 }
 
 /* ---- the run ------------------------------------------------------------------- */
 
-/* MFU's numerator: 6N + 6LCT flops a token (PaLM's count: the matmuls,
- * forward and backward, plus attention's scores and values). */
-static double flops_per_token(const Run *r) {
-    return 6.0 * gpt_total_params(&r->cfg) + 6.0 * r->cfg.layers * r->cfg.dim * (double)r->a.seq;
-}
-
 /* Steps s0 .. --steps, each printed by rank 0; validation every --val-every,
- * a checkpoint every --checkpoint-every. Returns the signal that stopped
- * the run early (its checkpoint written into ckpath), or 0. */
-static int run_train(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
+ * a checkpoint every --checkpoint-every. Returns 0 after the last step, or
+ * EXIT_STOPPED when a signal or --time-limit stopped the run early (its
+ * checkpoint written and said). */
+static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
     int tokens_per_step = a->batch * a->seq * a->micro_batches * r->mesh.dp;
@@ -392,10 +390,11 @@ static int run_train(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
         double loss = train_step(r, s, &norm, &lr);
         dev_sync(&r->dev);
         double ms = setup_now_ms() - t0, tok_s = tokens_per_step / (ms / 1e3);
+        if (ms > clock->step_ms) clock->step_ms = ms;
         if (rank0) {
             printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", s + 1,
                    a->steps, loss, norm, lr, ms, tok_s);
-            if (peak > 0) printf(" | mfu %.1f%%", 100.0 * tok_s * flops_per_token(r) / (peak * r->comm.world_size));
+            if (peak > 0) printf(" | mfu %.1f%%", 100.0 * tok_s * runlog_flops_per_token(r) / (peak * r->comm.world_size));
             runlog_step(log, s + 1, loss, lr);
             printf("\n");
         }
@@ -405,13 +404,21 @@ static int run_train(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
             if (rank0) printf("val loss %#.7g\n", v);
             if (rank0) runlog_val(log, s + 1, v);
         }
-        int stop = stop_agreed(r);
+        int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
-        if (a->checkpoint_dir && (due || stop) && save_checkpoint(r, s + 1, ckpath, cklen) != 0) exit(1);
+        if (a->checkpoint_dir && (due || stop)) {
+            double t_save = setup_now_ms();
+            if (save_checkpoint(r, s + 1, ckpath, cklen) != 0) exit(1);
+            clock->save_ms = setup_now_ms() - t_save;
+        }
         if (stop) {
-            if (rank0) printf("stopped by signal %d after step %d: checkpoint %s; continue with --resume\n",
-                              stop, s + 1, ckpath);
-            return stop;
+            if (rank0 && stop > 0) printf("stopped by signal %d (%s) after step %d\n", stop, strsignal(stop), s + 1);
+            if (rank0 && stop < 0) printf("stopped by --time-limit %g min after step %d\n", a->time_limit_min, s + 1);
+            if (rank0 && a->checkpoint_dir)
+                printf("stopped at step %d: checkpoint %s; the same command continues\n", s + 1, ckpath);
+            if (rank0 && !a->checkpoint_dir)
+                printf("stopped at step %d: nothing saved (no --checkpoint-dir); the same command starts over\n", s + 1);
+            return EXIT_STOPPED;
         }
     }
     return 0;
@@ -432,7 +439,7 @@ static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     int rc = a->save ? save_model(r) : 0;
     if (rank0)
         runlog_summary(log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, setup_device_peak(r) * 1e12,
-                       flops_per_token(r));
+                       runlog_flops_per_token(r));
     runlog_transient(r);
     if (a->comm_stats) {
         printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r->comm.rank);
@@ -451,31 +458,33 @@ int main(int argc, char **argv) {
     Run r;
     char err[512], ckpath[4608];
     memset(&r, 0, sizeof r);
+    StopClock clock = {.t0_ms = setup_now_ms()};
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
+    clock.limit_ms = r.a.time_limit_min * 60e3;
     setup_check(&r);
     if (r.a.show_schedule) return setup_show_schedule(&r.a);
     if (r.a.plan_layout) return setup_plan_layout(&r);
-    r.launch.graceful_stop = r.a.checkpoint_dir != NULL;
+    /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
+    if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
+        setup_die_usage("%s", err);
+    r.launch.graceful_stop = 1;
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;
     }
     run_build(&r);
-    int s0 = r.a.resume ? (int)r.ck.meta.step : 0;
+    int s0 = r.resumed ? (int)r.ck.meta.step : 0;
+    runlog_resume(&r, s0);
     if (r.comm.rank == 0) runlog_header(&r);
     runlog_memory(&r);
-    if (r.a.checkpoint_dir) checkpoint_signals_install(r.launch.kind != COMM_LAUNCH_FORK);
-    if (r.comm.rank == 0 && r.a.resume) {
-        const CheckpointLayout *l = &r.ck.meta.layout;
-        printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
-               r.ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r.load_ms);
-    }
+    stop_signals_install(r.launch.kind != COMM_LAUNCH_FORK);
     fflush(stdout);
     RunLog log;
     runlog_init(&log, &r, s0);
-    int rc = run_train(&r, &log, s0, ckpath, sizeof ckpath) ? 0 : run_finish(&r, &log, s0, ckpath, sizeof ckpath);
+    int rc = run_train(&r, &log, &clock, s0, ckpath, sizeof ckpath);
+    if (rc == 0) rc = run_finish(&r, &log, s0, ckpath, sizeof ckpath);
     runlog_free(&log);
     fflush(stdout);
     run_free(&r);

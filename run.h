@@ -38,7 +38,8 @@ typedef struct Run {
     DataSet train, val;
     Tokenizer tok;            /* vocab 0 when there is none */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
-    Checkpoint ck;            /* --resume: the checkpoint continued from */
+    Checkpoint ck;            /* the checkpoint continued from, when resumed */
+    int resumed;              /* --resume found a checkpoint (else the run starts fresh) */
     double load_ms;           /* --resume: how long loading it took */
 } Run;
 

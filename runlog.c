@@ -141,3 +141,23 @@ void runlog_header(Run *r) {
         printf("comm: %s\n", how);
 }
 
+
+/* MFU's numerator: 6N + 6LCT flops a token (PaLM's count: the matmuls,
+ * forward and backward, plus attention's scores and values). */
+double runlog_flops_per_token(const Run *r) {
+    return 6.0 * gpt_total_params(&r->cfg) + 6.0 * r->cfg.layers * r->cfg.dim * (double)r->a.seq;
+}
+
+/* Rank 0's first lines about the checkpoint directory: what this run continues, or that it starts. */
+void runlog_resume(Run *r, int s0) {
+    if (r->comm.rank != 0 || !r->a.resume) return;
+    if (r->resumed) {
+        const CheckpointLayout *l = &r->ck.meta.layout;
+        printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
+               r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r->load_ms);
+    } else {
+        printf("resume: no checkpoint in %s yet: starting at step 0%s%s\n", r->a.checkpoint_dir,
+               r->a.init ? " from " : "", r->a.init ? r->a.init : "");
+    }
+}
+

@@ -33,6 +33,10 @@ void runlog_free(RunLog *l);
 void runlog_header(Run *r);
 /* Every rank: its memory, measured and from the ZeRO formula (DESIGN.md). */
 void runlog_memory(Run *r);
+/* Rank 0, first: with --resume, the checkpoint continued (at step s0), or that the run starts fresh. */
+void runlog_resume(Run *r, int s0);
+/* MFU's numerator: 6N + 6LCT flops a token (PaLM's count). */
+double runlog_flops_per_token(const Run *r);
 /* Every rank, after the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
 void runlog_transient(Run *r);
 

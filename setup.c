@@ -69,21 +69,58 @@ static int probe_gpus(void) {
     return WEXITSTATUS(status);
 }
 
-/* --resume: the model is the checkpoint's; a model flag that names another
- * one is an error. */
-static void resume_check_model(Run *r, GPTConfig *cfg) {
-    const GPTConfig *c = &r->ck.meta.cfg, *f = &r->a.model;
-    if ((f->layers && f->layers != c->layers) || (f->heads && f->heads != c->heads) ||
-        (f->dim && f->dim != c->dim) || (f->max_seq && f->max_seq != c->max_seq) ||
-        (f->vocab && f->vocab != c->vocab))
-        setup_die_usage("%s/manifest.txt: the checkpoint holds another model (%d layers, %d heads, dim %d, "
-                  "max-seq %d, vocab %d) than the flags ask for", r->ck.dir, c->layers, c->heads, c->dim,
-                  c->max_seq, c->vocab);
-    *cfg = *c;
-    if (r->ck.meta.seed != r->a.seed || r->ck.meta.shuffle != r->a.shuffle)
-        fprintf(stderr, "train: warning: %s was written with --seed %llu%s: the data order differs from "
-                "that run's\n", r->ck.dir, (unsigned long long)r->ck.meta.seed,
-                r->ck.meta.shuffle ? " --shuffle" : "");
+/* A model the flags name explicitly must be the one the file holds
+ * (--init, or the checkpoint): one line naming both values, exit 2. */
+static void check_same_model(const GPTConfig *f, const GPTConfig *c, const char *what) {
+    const char *names[] = {"--layers", "--heads", "--dim", "--max-seq", "--vocab"};
+    int flag[] = {f->layers, f->heads, f->dim, f->max_seq, f->vocab};
+    int file[] = {c->layers, c->heads, c->dim, c->max_seq, c->vocab};
+    for (int i = 0; i < 5; i++)
+        if (flag[i] && flag[i] != file[i])
+            setup_die_usage("%s %d, but %s holds %s %d", names[i], flag[i], what, names[i] + 2, file[i]);
+}
+
+/* --resume: whether DIR holds a checkpoint to continue. Returns 1 (opened
+ * into r->ck), 0 when DIR holds none at all (no latest, no step
+ * directories: a fresh start), and exits 2 when latest is missing or
+ * damaged beside step directories. */
+static int open_checkpoint(Run *r) {
+    char err[512];
+    const char *dir = r->a.checkpoint_dir;
+    if (checkpoint_open(dir, &r->ck, err, sizeof err) == 0) return 1;
+    char name[256];
+    if (checkpoint_latest(dir, name, sizeof name) != 0 && !checkpoint_any_step(dir)) return 0;
+    setup_die_usage("%s", err);
+}
+
+/* The checkpoint must continue this run's data order and model: a flag that
+ * disagrees is one line naming both values (exit 2). */
+static void check_resume(Run *r, GPTConfig *cfg) {
+    const CheckpointMeta *m = &r->ck.meta;
+    char what[4200];
+    snprintf(what, sizeof what, "the checkpoint %s", r->ck.dir);
+    check_same_model(&r->a.model, &m->cfg, what);
+    *cfg = m->cfg;
+    if (r->a.seq != m->layout.seq)
+        setup_die_usage("--seq %d, but %s was written with --seq %d (the data order would move)", r->a.seq, what,
+                        m->layout.seq);
+    if (r->a.seed != m->seed)
+        setup_die_usage("--seed %llu, but %s was written with --seed %llu (the data order would move)",
+                        (unsigned long long)r->a.seed, what, (unsigned long long)m->seed);
+    if (r->a.shuffle != m->shuffle)
+        setup_die_usage("%s, but %s was written %s (the data order would move)",
+                        r->a.shuffle ? "--shuffle" : "no --shuffle", what, m->shuffle ? "with --shuffle" : "without it");
+}
+
+/* After the mesh is known: the global batch B x M x dp must be the
+ * checkpoint's, or every later step would take other sequences. */
+static void check_resume_batch(Run *r) {
+    const CheckpointLayout *l = &r->ck.meta.layout;
+    long now = (long)r->a.batch * r->a.micro_batches * r->a.dp, then = (long)l->batch * l->micro_batches * l->dp;
+    if (now != then)
+        setup_die_usage("a global batch of %ld sequences (--batch %d x --micro-batches %d x dp %d), but the checkpoint "
+                        "%s was written with %ld (%d x %d x %d): the data order would move", now, r->a.batch,
+                        r->a.micro_batches, r->a.dp, r->ck.dir, then, l->batch, l->micro_batches, l->dp);
 }
 
 /* The planner's model of a cluster like this host: CPU ranks (float32,
@@ -179,11 +216,12 @@ static void check_model_and_data(Run *r) {
     GPTConfig cfg = a->model;
     DataSet *tr = &r->train;
     if (a->data && data_load(tr, a->data, err, sizeof err) != 0) setup_die_usage("%s", err);
-    if (a->resume) {
-        if (checkpoint_open(a->checkpoint_dir, &r->ck, err, sizeof err) != 0) setup_die_usage("%s", err);
-        resume_check_model(r, &cfg);
+    r->resumed = a->resume && open_checkpoint(r);
+    if (r->resumed) {
+        check_resume(r, &cfg);   /* --init is not read: the checkpoint holds the model */
     } else if (a->init) {
         if (ckpt_read_config(a->init, &cfg, err, sizeof err) != 0) setup_die_usage("%s", err);
+        check_same_model(&a->model, &cfg, a->init);
     } else {
         if (!cfg.layers) cfg.layers = 4;
         if (!cfg.heads) cfg.heads = 4;
@@ -301,6 +339,7 @@ void setup_check(Run *r) {
     check_mesh(r);
     check_split(r);
     check_device(r);
+    if (r->resumed) check_resume_batch(r);
 }
 
 /* --plan-layout: what the planner predicts for this very layout, rank by

@@ -1,0 +1,44 @@
+/* stop.h: how a run stops before its last step and says so (stop.c).
+ *
+ * A run on a cluster is stopped and started many times: Slurm's time limit
+ * (SIGUSR1 ahead of it with `sbatch --signal=USR1@120`, then SIGTERM),
+ * preemption, a person's Ctrl-C. Each of them, and --time-limit, finishes the
+ * current step, writes a checkpoint and exits EXIT_STOPPED; the same command
+ * line then continues the run (--resume means "continue if you can").
+ */
+#ifndef STOP_H
+#define STOP_H
+
+#include <stddef.h>
+
+/* The exit status of a run stopped early that the same command continues
+ * (sysexits.h's EX_TEMPFAIL). 0: the last step is done; 1: a failure; 2: bad input. */
+#define EXIT_STOPPED 75
+
+/* SIGINT, SIGTERM and SIGUSR1 ask for a stop after the current step. A
+ * second SIGINT stops at once when escalate is set (one process; under
+ * --ranks the supervisor does that); SIGTERM and SIGUSR1 never escalate, so
+ * Slurm's SIGTERM after SIGUSR1 lets the save finish. */
+void stop_signals_install(int escalate);
+
+/* The signal that asked for a stop, or 0. */
+int stop_signal(void);
+
+/* --time-limit: the wall time a run may take, and what it has learned of its steps and saves. */
+typedef struct StopClock {
+    double t0_ms;          /* when the run started */
+    double limit_ms;       /* 0: no limit */
+    double step_ms;        /* the longest step so far */
+    double save_ms;        /* the last checkpoint's duration (0: none yet) */
+} StopClock;
+
+/* Whether, after a step ending at now_ms, another step and a save would
+ * pass the limit: then the run stops here and saves. Never before one step. */
+int stop_time_due(const StopClock *c, double now_ms, int steps_done);
+
+/* Takes DIR/.lock (creating DIR) for this process and its children, so two
+ * runs never share a checkpoint directory. Returns an fd to keep open, or -1
+ * with one line in err naming the other run's host and pid. */
+int stop_lock(const char *dir, char *err, size_t errlen);
+
+#endif
