@@ -64,6 +64,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -302,44 +303,63 @@ static void sync_dir(const char *path) {
 }
 
 /* This rank's shard and its ranges (a side file rank 0 folds into the manifest). */
-static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta, Zero *z,
-                       char *err, size_t errlen) {
-    Runs rs;
-    int dp_writer = z->owners != ZERO_ALL || z->rank == 0;
-    runs_build(z->m, dp_writer, &rs);
-    char path[4608], rpath[4608];
-    snprintf(path, sizeof path, "%s/shard-%05d.bin", tmpdir, rank);
+/* This rank's DIR/.step-<N>.tmp/shard-<rank>.ranges ("range global n elem"
+ * lines, for the manifest) from its runs; *K gets the elements it writes. */
+static int write_ranges(const char *tmpdir, int rank, Zero *z, const Runs *rs, size_t *K, char *err,
+                        size_t errlen) {
+    char rpath[4608];
     snprintf(rpath, sizeof rpath, "%s/shard-%05d.ranges", tmpdir, rank);
     Writer w = {.z = z, .ok = 1};
     SafeOut ro;
-    if (safe_out_open(&ro, rpath, err, errlen) != 0) { free(rs.r); return -1; }
+    if (safe_out_open(&ro, rpath, err, errlen) != 0) return -1;
     w.ranges = ro.f;
-    owned_pieces(z, &rs, count_piece, &w);
+    owned_pieces(z, rs, count_piece, &w);
     fprintf(ro.f, "end\n");
-    if (safe_out_commit(&ro, err, errlen) != 0) { free(rs.r); return -1; }
-    w.ranges = NULL;
-    size_t nb = nblocks_of(w.K);
+    *K = w.K;
+    return safe_out_commit(&ro, err, errlen);
+}
+
+/* The shard file: header, the 3K floats (from z piece by piece through a
+ * staging buffer, or from snap [3K] when given), the block hashes. */
+static int write_shard_file(const char *tmpdir, int rank, const CheckpointMeta *meta, Zero *z, const Runs *rs,
+                            size_t K, const float *snap, char *err, size_t errlen) {
+    char path[4608];
+    snprintf(path, sizeof path, "%s/shard-%05d.bin", tmpdir, rank);
+    size_t nb = nblocks_of(K);
     unsigned char h[HEADER_BYTES];
-    header_pack(h, rank, w.K, meta->step, gpt_total_params(&meta->cfg), nb);
+    header_pack(h, rank, K, meta->step, gpt_total_params(&meta->cfg), nb);
     SafeOut so;
-    if (safe_out_open(&so, path, err, errlen) != 0) { free(rs.r); return -1; }
-    w.f = so.f;
-    w.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
+    if (safe_out_open(&so, path, err, errlen) != 0) return -1;
+    Writer w = {.z = z, .f = so.f, .ok = 1, .h = HASH_SEED};
     w.sums = safe_malloc((nb + 1) * sizeof(uint64_t), "checkpoint block hashes");
-    w.h = HASH_SEED;
     if (fwrite(h, 1, HEADER_BYTES, w.f) != HEADER_BYTES) w.ok = 0;
-    for (w.section = 0; w.section < 3; w.section++) owned_pieces(z, &rs, write_piece, &w);
+    if (snap) {
+        write_words(&w, snap, 3 * K);
+    } else {
+        w.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
+        for (w.section = 0; w.section < 3; w.section++) owned_pieces(z, rs, write_piece, &w);
+        free(w.stage);
+    }
     if (w.in_block) w.sums[w.block++] = w.h;
     if (fwrite(w.sums, 8, nb, w.f) != nb) w.ok = 0;
-    free(w.stage);
     free(w.sums);
-    free(rs.r);
     if (!w.ok) {
         snprintf(err, errlen, "failed writing %s: %s", path, strerror(errno ? errno : EIO));
         safe_out_abort(&so);
         return -1;
     }
     return safe_out_commit(&so, err, errlen);
+}
+
+static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta, Zero *z,
+                       char *err, size_t errlen) {
+    Runs rs;
+    size_t K;
+    runs_build(z->m, z->owners != ZERO_ALL || z->rank == 0, &rs);
+    int rc = write_ranges(tmpdir, rank, z, &rs, &K, err, errlen);
+    if (rc == 0) rc = write_shard_file(tmpdir, rank, meta, z, &rs, K, NULL, err, errlen);
+    free(rs.r);
+    return rc;
 }
 
 static void layout_print(FILE *f, const CheckpointLayout *l) {
@@ -367,6 +387,10 @@ static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ra
     fprintf(f, "data next_step %ld seed %llu shuffle %d\n", meta->step, (unsigned long long)meta->seed,
             meta->shuffle);
     fprintf(f, "optimizer adam_t %d steps %d\n", meta->adam_t, meta->steps);
+    const OptConfig *oc = &meta->opt;
+    fprintf(f, "schedule steps %d warmup %d lr %.9g lr_min %.9g cosine %d beta1 %.9g beta2 %.9g eps %.9g wd %.9g "
+            "clip %.9g\n", oc->steps, oc->warmup, oc->lr, oc->lr_min, oc->cosine, oc->beta1, oc->beta2, oc->eps,
+            oc->wd, oc->clip);
     fprintf(f, "shards %d\n", ranks);
     for (int r = 0; r < ranks; r++) {
         char rp[4608], line[256];
@@ -446,32 +470,17 @@ static int any_failed(CommGroup *world, int failed) {
     return f != 0;
 }
 
-int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero *z, CommGroup *world,
-                    char *path, size_t pathlen, char *err, size_t errlen) {
-    int rank = world->size > 1 ? world->index : 0, ranks = world->size > 1 ? world->size : 1;
-    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
+/* After every shard of DIR/.step-<N>.tmp is written: rank 0 writes the
+ * manifest, renames the directory to step-<N> (one rename publishes it),
+ * points DIR/latest at it and prunes beyond keep; no rank returns before
+ * that is done (so a job whose tasks exit together never cuts it short).
+ * Collective over world. Returns 0, or -1 with err. */
+static int publish(const char *dir, const CheckpointMeta *meta, int keep, CommGroup *world, char *err,
+                   size_t errlen) {
+    int rank = world->size > 1 ? world->index : 0, ranks = world->size > 1 ? world->size : 1, failed = 0;
     char tmpdir[4608], final[4608];
     snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", dir, meta->step);
     snprintf(final, sizeof final, "%s/step-%ld", dir, meta->step);
-    snprintf(path, pathlen, "%s", final);
-    int failed = 0;
-    if (rank == 0) {
-        mkdir(dir, 0777);
-        remove_tree(tmpdir);   /* a killed save's leftovers */
-        if (mkdir(tmpdir, 0777) != 0) {
-            snprintf(err, errlen, "--checkpoint-dir %s: cannot create %s: %s", dir, tmpdir, strerror(errno));
-            failed = 1;
-        }
-    }
-    if (any_failed(world, failed)) {
-        if (!failed) snprintf(err, errlen, "checkpoint %s: rank 0 failed", final);
-        return -1;
-    }
-    failed = write_shard(tmpdir, rank, meta, z, err, errlen) != 0;
-    if (any_failed(world, failed)) {
-        if (!failed) snprintf(err, errlen, "checkpoint %s: another rank failed writing its shard", final);
-        return -1;
-    }
     if (rank == 0) {
         failed = write_manifest(tmpdir, meta, ranks, err, errlen) != 0;
         if (!failed) {
@@ -500,6 +509,127 @@ int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero 
         return -1;
     }
     return 0;
+}
+
+/* Makes DIR/.step-<N>.tmp on rank 0 (clearing a killed save's leftovers).
+ * Collective. Returns 0, or -1 with err on every rank. */
+static int make_tmpdir(const char *dir, long step, CommGroup *world, char *err, size_t errlen) {
+    int rank = world->size > 1 ? world->index : 0, failed = 0;
+    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
+    char tmpdir[4608];
+    snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", dir, step);
+    if (rank == 0) {
+        mkdir(dir, 0777);
+        remove_tree(tmpdir);
+        if (mkdir(tmpdir, 0777) != 0) {
+            snprintf(err, errlen, "--checkpoint-dir %s: cannot create %s: %s", dir, tmpdir, strerror(errno));
+            failed = 1;
+        }
+    }
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s/step-%ld: rank 0 failed", dir, step);
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero *z, CommGroup *world,
+                    char *path, size_t pathlen, char *err, size_t errlen) {
+    int rank = world->size > 1 ? world->index : 0, failed;
+    char tmpdir[4608], final[4608];
+    snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", dir, meta->step);
+    snprintf(final, sizeof final, "%s/step-%ld", dir, meta->step);
+    snprintf(path, pathlen, "%s", final);
+    if (make_tmpdir(dir, meta->step, world, err, errlen) != 0) return -1;
+    failed = write_shard(tmpdir, rank, meta, z, err, errlen) != 0;
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s: another rank failed writing its shard", final);
+        return -1;
+    }
+    return publish(dir, meta, keep, world, err, errlen);
+}
+
+/* ---- saving in the background (--checkpoint-async) ------------------------ */
+
+/* A copy of one section of a piece into the snapshot (device to host). */
+typedef struct Snap {
+    Zero *z;
+    float *x;            /* [3K]: master, m, v */
+    size_t K, at;
+    int section;
+} Snap;
+
+static void snap_piece(void *ctx, const Piece *p) {
+    Snap *s = ctx;
+    if (!p->written) return;
+    Dev *dev;
+    float *src = section_src(s->z, s->section, p, &dev);
+    dev_to_host(dev, s->x + (size_t)s->section * s->K + s->at, src, p->n * sizeof(float));
+    s->at += p->n;
+}
+
+static void *async_writer(void *arg) {
+    CheckpointAsync *a = arg;
+    char tmpdir[4608];
+    snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", a->dir, a->meta.step);
+    a->ok = write_shard_file(tmpdir, a->rank, &a->meta, NULL, NULL, a->K, a->snap, a->err, sizeof a->err) == 0;
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+int checkpoint_save_begin(CheckpointAsync *a, const char *dir, const CheckpointMeta *meta, int keep, Zero *z,
+                          CommGroup *world, char *path, size_t pathlen, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->rank = world->size > 1 ? world->index : 0;
+    a->meta = *meta;
+    a->keep = keep;
+    snprintf(a->dir, sizeof a->dir, "%s", dir);
+    snprintf(path, pathlen, "%s/step-%ld", dir, meta->step);
+    if (make_tmpdir(dir, meta->step, world, err, errlen) != 0) return -1;
+    char tmpdir[4608];
+    snprintf(tmpdir, sizeof tmpdir, "%s/.step-%ld.tmp", dir, meta->step);
+    Runs rs;
+    runs_build(z->m, z->owners != ZERO_ALL || z->rank == 0, &rs);
+    int failed = write_ranges(tmpdir, a->rank, z, &rs, &a->K, err, errlen) != 0;
+    if (!failed) {   /* the snapshot: what this rank owns, as it is after this step */
+        Snap s = {.z = z, .K = a->K};
+        s.x = a->snap = safe_malloc((3 * a->K + 1) * sizeof(float), "the checkpoint's snapshot");
+        for (s.section = 0; s.section < 3; s.section++, s.at = 0) owned_pieces(z, &rs, snap_piece, &s);
+    }
+    free(rs.r);
+    if (any_failed(world, failed)) {
+        if (!failed) snprintf(err, errlen, "checkpoint %s: another rank failed", path);
+        free(a->snap);
+        a->snap = NULL;
+        return -1;
+    }
+    atomic_store(&a->done, 0);
+    if (pthread_create(&a->thread, NULL, async_writer, a) != 0) {   /* no thread: write it here */
+        async_writer(a);
+        a->joined = 1;
+    }
+    a->active = 1;
+    return 0;
+}
+
+int checkpoint_save_poll(CheckpointAsync *a, CommGroup *world, int wait, char *err, size_t errlen) {
+    if (!a->active) return 0;
+    if (wait && !a->joined) { pthread_join(a->thread, NULL); a->joined = 1; }
+    int32_t state[2] = {atomic_load(&a->done) ? 0 : 1, 0};   /* [shards not yet written, shards failed] */
+    if (state[0] == 0 && !a->ok) state[1] = 1;
+    if (world->size > 1) comm_all_reduce(world, NULL, state, 2, COMM_I32, COMM_SUM);
+    if (state[0] > 0) return 0;   /* every rank agrees: not yet */
+    if (!a->joined) { pthread_join(a->thread, NULL); a->joined = 1; }
+    free(a->snap);
+    a->snap = NULL;
+    a->active = 0;
+    if (state[1] > 0) {
+        if (a->ok) snprintf(err, errlen, "checkpoint %s/step-%ld: another rank failed writing its shard", a->dir,
+                            a->meta.step);
+        else snprintf(err, errlen, "%s", a->err);
+        return -1;
+    }
+    return publish(a->dir, &a->meta, a->keep, world, err, errlen) == 0 ? 1 : -1;
 }
 
 /* ---- reading the manifest --------------------------------------------------- */
@@ -610,7 +740,7 @@ int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
     FILE *f = fopen(mp, "r");
     if (!f) { snprintf(err, errlen, "%s: missing manifest (%s)", mp, strerror(errno)); return -1; }
     CheckpointMeta *m = &ck->meta;
-    int version = -1, have_end = 0, bad = 0;
+    int version = -1, have_end = 0, have_sched = 0, bad = 0;
     size_t params = 0, cap = 0;
     int shard_idx = -1;
     size_t shard_ranges = 0, shard_sum = 0;
@@ -642,6 +772,10 @@ int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
         }
         if (sscanf(line, "data next_step %*d seed %llu shuffle %d", &seed, &m->shuffle) == 2) { m->seed = seed; continue; }
         if (sscanf(line, "optimizer adam_t %d steps %d", &m->adam_t, &m->steps) == 2) continue;
+        OptConfig *o = &m->opt;
+        if (sscanf(line, "schedule steps %d warmup %d lr %g lr_min %g cosine %d beta1 %g beta2 %g eps %g wd %g clip %g",
+                   &o->steps, &o->warmup, &o->lr, &o->lr_min, &o->cosine, &o->beta1, &o->beta2, &o->eps, &o->wd,
+                   &o->clip) == 10) { have_sched = 1; continue; }
         if (sscanf(line, "shards %d", &ck->nshards) == 1) {
             if (ck->nshards < 1 || ck->nshards > COMM_MAX_RANKS) { bad = 1; continue; }
             ck->shards = calloc((size_t)ck->nshards, sizeof *ck->shards);
@@ -673,7 +807,7 @@ int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
         bad = 1;
     }
     fclose(f);
-    if (bad || !have_end || m->step < 0 || shard_idx != ck->nshards - 1 || !m->cfg.layers || shard_ranges) {
+    if (bad || !have_end || !have_sched || m->step < 0 || shard_idx != ck->nshards - 1 || !m->cfg.layers || shard_ranges) {
         snprintf(err, errlen, "%s: malformed or incomplete manifest (near: %.60s)", mp,
                  bad ? line : "the end of the file");
         checkpoint_free(ck);

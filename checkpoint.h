@@ -3,11 +3,14 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include "gpt.h"
 #include "zero.h"
+#include "optim.h"
 
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2   /* 2: the learning-rate schedule and AdamW settings */
 
 /* The layout a checkpoint was written under (for the manifest, and to say
  * what a resume changes; loading works under any layout). */
@@ -29,6 +32,7 @@ typedef struct CheckpointMeta {
     uint64_t seed;       /* --seed: the only RNG (init, --shuffle, sampling) */
     int shuffle;         /* the data order is a function of (step, seed, shuffle) */
     int steps;           /* --steps of the run that wrote it: the cosine's length */
+    OptConfig opt;       /* the schedule and AdamW's settings it ran under */
     CheckpointLayout layout;
 } CheckpointMeta;
 
@@ -75,6 +79,34 @@ int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, 
  * gets the directory written. Returns 0, or -1 with err. */
 int checkpoint_save(const char *dir, const CheckpointMeta *meta, int keep, Zero *z, CommGroup *world,
                     char *path, size_t pathlen, char *err, size_t errlen);
+
+/* A checkpoint written in the background (--checkpoint-async). */
+typedef struct CheckpointAsync {
+    int active;              /* begun and not yet published */
+    pthread_t thread;        /* the writer: this rank's shard from the snapshot */
+    int joined;
+    atomic_int done;         /* the writer has finished ... */
+    int ok;                  /* ... and wrote the shard (else err) */
+    float *snap;             /* [3K] what this rank owns at the step: master, m, v */
+    size_t K;
+    CheckpointMeta meta;
+    int keep, rank;
+    char dir[4096], err[512];
+} CheckpointAsync;
+
+/* checkpoint_save, its writing moved off the training thread: the
+ * directory and this rank's ranges now, a host snapshot of what it owns
+ * (so training may change it at once), and a thread that writes the shard
+ * file from the snapshot. Uses no communicator after it returns. Collective
+ * over world. Returns 0, or -1 with err. */
+int checkpoint_save_begin(CheckpointAsync *a, const char *dir, const CheckpointMeta *meta, int keep, Zero *z,
+                          CommGroup *world, char *path, size_t pathlen, char *err, size_t errlen);
+/* Once a step (every rank at the same step): a sum over world of the shards
+ * not yet written; when none are left, rank 0 publishes as checkpoint_save
+ * does. wait: join this rank's writer first (before a stop or another save).
+ * Collective. Returns 1 when published, 0 when still in flight (or none),
+ * -1 with err when a shard failed. */
+int checkpoint_save_poll(CheckpointAsync *a, CommGroup *world, int wait, char *err, size_t errlen);
 
 /* The name DIR/latest points at, or -1 when there is none. */
 int checkpoint_latest(const char *dir, char *name, size_t namelen);

@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include "comm_impl.h"
+#include "stop.h"
 #include "safe.h"
 
 #define GRACE_S 3.0              /* supervisor: SIGKILL ranks still running this long after a failure */
@@ -271,6 +272,7 @@ typedef struct Supervisor {
     ShmHeader *h;
     int first_fail, fail_code, interrupted_by;
     int graceful;                /* the ranks stop themselves on a signal (CommLaunch.graceful_stop) */
+    int stopped;                 /* ranks that exited EXIT_STOPPED (a checkpoint, then a stop) */
     double kill_at;              /* > 0: SIGKILL whoever is left at this time */
 } Supervisor;
 
@@ -335,7 +337,9 @@ static void sup_reap(Supervisor *s) {
         s->nalive--;
         atomic_store(&s->h->slot[r].exit_code, code);
         atomic_store(&s->h->slot[r].exited, 1);
-        if (code != 0 && s->first_fail < 0) {
+        if (code == EXIT_STOPPED && s->graceful) {   /* stopped early with a checkpoint: not a death */
+            s->stopped++;
+        } else if (code != 0 && s->first_fail < 0) {
             s->first_fail = r;
             s->fail_code = code;
             if (!s->interrupted_by || s->graceful) {
@@ -350,12 +354,18 @@ static void sup_reap(Supervisor *s) {
     }
 }
 
+/* A signal to the launcher. With graceful ranks, SIGINT, SIGTERM and SIGUSR1
+ * are passed on: every rank finishes its step, checkpoints and exits
+ * EXIT_STOPPED; only a second SIGINT kills them at once (Slurm's SIGTERM
+ * after SIGUSR1 must let the save finish). Otherwise the job is stopped. */
 static void sup_interrupt(Supervisor *s, int sig) {
-    if (s->interrupted_by) { sup_kill_all(s, SIGKILL); return; }   /* a second Ctrl-C */
-    s->interrupted_by = sig;
-    if (s->graceful) {   /* the ranks finish their step, checkpoint and exit 0 */
-        fprintf(stderr, "train: signal %d: the ranks stop after this step and checkpoint "
-                "(a second signal stops them at once)\n", sig);
+    int again = s->interrupted_by != 0;
+    if (again && (!s->graceful || sig == SIGINT)) { sup_kill_all(s, SIGKILL); return; }
+    if (!again) s->interrupted_by = sig;
+    if (s->graceful) {
+        if (!again)
+            fprintf(stderr, "train: signal %d: the ranks stop after this step and checkpoint "
+                    "(a second Ctrl-C stops them at once)\n", sig);
         sup_kill_all(s, sig);
         return;
     }
@@ -401,7 +411,7 @@ static int supervise(Supervisor *s) {
     }
     if (s->interrupted_by && !s->graceful) return 128 + s->interrupted_by;
     if (s->first_fail >= 0) return s->fail_code > 0 ? s->fail_code : 128 - s->fail_code;
-    return 0;
+    return s->stopped ? EXIT_STOPPED : 0;
 }
 
 /* In a freshly forked rank: die with the supervisor, restore signals, wire output. */
@@ -453,6 +463,7 @@ int comm_launch_start(CommLaunch *l, char *err, size_t errlen) {
     sigaddset(&block, SIGCHLD);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGUSR1);
     sigaddset(&block, SIGHUP);
     sigprocmask(SIG_BLOCK, &block, &old);
     signal(SIGINT, SIG_DFL);

@@ -328,39 +328,38 @@ static int save_model(Run *r) {
 }
 
 /* Writes checkpoint_dir/step-<step>: every rank what it owns (collective).
- * Returns 0 or -1. */
-static int save_checkpoint(Run *r, long step, char *path, size_t pathlen) {
+ * background: with --checkpoint-async, begin it and return (run_poll_save
+ * publishes it at a later step); else write and publish it now, after any
+ * save in flight. Returns 0 or -1. */
+static int save_checkpoint(Run *r, long step, int background, char *path, size_t pathlen) {
     Args *a = &r->a;
     char err[512];
     CheckpointMeta meta;
-    memset(&meta, 0, sizeof meta);
-    CheckpointLayout *l = &meta.layout;
-    meta.cfg = r->cfg;
-    meta.step = step;
-    meta.adam_t = r->dp.z.adam.t;
-    meta.seed = a->seed;
-    meta.shuffle = a->shuffle;
-    meta.steps = a->steps;
-    l->ranks = r->comm.world_size;
-    l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
-    for (int i = 0; i < l->pp; i++) {
-        GPTShard sh;
-        setup_stage_layers(a, r->cfg.layers, l->pp, i, &sh);
-        l->stage_layers[i] = sh.nlayers;
-    }
-    l->zero = a->dpc.zero; l->offload = a->dpc.offload; l->sp = a->sp;
-    snprintf(l->dp_mode, sizeof l->dp_mode, "%s", a->dpc.mode == DP_PS ? "ps" : "ddp");
-    snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
-    snprintf(l->schedule, sizeof l->schedule, "%s", pp_schedule_name(a->schedule));
-    l->batch = a->batch; l->seq = a->seq; l->micro_batches = a->micro_batches;
+    setup_checkpoint_meta(r, step, &meta);
     double t0 = setup_now_ms();
-    if (checkpoint_save(a->checkpoint_dir, &meta, a->keep, &r->dp.z, &r->comm.world, path, pathlen, err,
-                        sizeof err) != 0) {
+    int rc = checkpoint_save_poll(&r->ck_async, &r->comm.world, 1, err, sizeof err) < 0 ? -1
+           : background ? checkpoint_save_begin(&r->ck_async, a->checkpoint_dir, &meta, a->keep, &r->dp.z,
+                                                &r->comm.world, path, pathlen, err, sizeof err)
+                        : checkpoint_save(a->checkpoint_dir, &meta, a->keep, &r->dp.z, &r->comm.world, path,
+                                          pathlen, err, sizeof err);
+    if (rc != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->comm.rank, err);
         return -1;
     }
-    if (r->comm.rank == 0) printf("checkpoint %s (%.0f ms)\n", path, setup_now_ms() - t0);
+    if (r->comm.rank == 0)
+        printf("checkpoint %s (%.0f ms%s)\n", path, setup_now_ms() - t0, background ? ", writing in the background" : "");
     return 0;
+}
+
+/* --checkpoint-async: publishes the save in flight once every rank has written its shard. */
+static void run_poll_save(Run *r) {
+    char err[512];
+    int rc = checkpoint_save_poll(&r->ck_async, &r->comm.world, 0, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "train: rank %d: %s\n", r->comm.rank, err);
+        exit(1);
+    }
+    if (rc > 0 && r->comm.rank == 0) printf("checkpoint %s/step-%ld published\n", r->a.checkpoint_dir, r->ck_async.meta.step);
 }
 
 /* Whether to stop after this step, as rank 0 sees it (a signal, or
@@ -406,9 +405,10 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         }
         int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
+        if (r->ck_async.active) run_poll_save(r);
         if (a->checkpoint_dir && (due || stop)) {
             double t_save = setup_now_ms();
-            if (save_checkpoint(r, s + 1, ckpath, cklen) != 0) exit(1);
+            if (save_checkpoint(r, s + 1, a->checkpoint_async && !stop, ckpath, cklen) != 0) exit(1);
             clock->save_ms = setup_now_ms() - t_save;
         }
         if (stop) {
@@ -429,7 +429,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
 static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
-    if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, ckpath, cklen) != 0) exit(1);
+    if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, 0, ckpath, cklen) != 0) exit(1);
     if (a->val) {
         double v = evaluate(r);
         if (rank0) printf("val loss %#.7g\n", v);

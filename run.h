@@ -39,6 +39,7 @@ typedef struct Run {
     Tokenizer tok;            /* vocab 0 when there is none */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
     Checkpoint ck;            /* the checkpoint continued from, when resumed */
+    CheckpointAsync ck_async; /* --checkpoint-async: the save in flight */
     int resumed;              /* --resume found a checkpoint (else the run starts fresh) */
     double load_ms;           /* --resume: how long loading it took */
 } Run;
@@ -68,6 +69,10 @@ int setup_plan_layout(Run *r);
 
 /* setup.c: --show-schedule: the schedule as text and SVG; returns the exit status. */
 int setup_show_schedule(const Args *a);
+
+/* setup.c: what a checkpoint of this run at `step` records besides the
+ * tensors: the model, the layout it runs under, the data order's seed. */
+void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta);
 
 /* setup.c: dense bf16 peak of one device in TFLOP/s for the MFU (--peak-tflops,
  * else known by the GPU's name, else 0: no MFU printed). */

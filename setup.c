@@ -93,6 +93,28 @@ static int open_checkpoint(Run *r) {
     setup_die_usage("%s", err);
 }
 
+/* A resume may change the schedule (more steps, another learning rate): one
+ * line says what changed, and the run continues on the new schedule from
+ * the saved step. */
+static void say_schedule_change(const OptConfig *now, const OptConfig *then, const char *dir) {
+    char line[1024] = "";
+    size_t k = 0;
+#define CHANGED(flag, fmt, a, b) \
+    if ((a) != (b) && k < sizeof line) k += (size_t)snprintf(line + k, sizeof line - k, "%s" flag " " fmt " (was " fmt ")", k ? ", " : "", a, b)
+    CHANGED("--steps", "%d", now->steps, then->steps);
+    CHANGED("--warmup", "%d", now->warmup, then->warmup);
+    CHANGED("--lr", "%g", now->lr, then->lr);
+    CHANGED("--lr-min", "%g", now->lr_min, then->lr_min);
+    if (now->cosine != then->cosine) CHANGED("--lr-decay", "%s", now->cosine ? "cosine" : "none", then->cosine ? "cosine" : "none");
+    CHANGED("--beta1", "%g", now->beta1, then->beta1);
+    CHANGED("--beta2", "%g", now->beta2, then->beta2);
+    CHANGED("--eps", "%g", now->eps, then->eps);
+    CHANGED("--wd", "%g", now->wd, then->wd);
+    CHANGED("--clip", "%g", now->clip, then->clip);
+#undef CHANGED
+    if (k) printf("resume: the schedule changes from %s: %s; continuing on the new one\n", dir, line);
+}
+
 /* The checkpoint must continue this run's data order and model: a flag that
  * disagrees is one line naming both values (exit 2). */
 static void check_resume(Run *r, GPTConfig *cfg) {
@@ -107,6 +129,7 @@ static void check_resume(Run *r, GPTConfig *cfg) {
     if (r->a.seed != m->seed)
         setup_die_usage("--seed %llu, but %s was written with --seed %llu (the data order would move)",
                         (unsigned long long)r->a.seed, what, (unsigned long long)m->seed);
+    say_schedule_change(&r->a.opt, &m->opt, r->ck.dir);
     if (r->a.shuffle != m->shuffle)
         setup_die_usage("%s, but %s was written %s (the data order would move)",
                         r->a.shuffle ? "--shuffle" : "no --shuffle", what, m->shuffle ? "with --shuffle" : "without it");
@@ -392,3 +415,28 @@ double setup_device_peak(Run *r) {
     return 0.0;
 }
 
+
+void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
+    const Args *a = &r->a;
+    memset(meta, 0, sizeof *meta);
+    CheckpointLayout *l = &meta->layout;
+    meta->cfg = r->cfg;
+    meta->step = step;
+    meta->adam_t = r->dp.z.adam.t;
+    meta->seed = a->seed;
+    meta->shuffle = a->shuffle;
+    meta->steps = a->steps;
+    meta->opt = a->opt;
+    l->ranks = r->comm.world_size;
+    l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
+    for (int i = 0; i < l->pp; i++) {
+        GPTShard sh;
+        setup_stage_layers(a, r->cfg.layers, l->pp, i, &sh);
+        l->stage_layers[i] = sh.nlayers;
+    }
+    l->zero = a->dpc.zero; l->offload = a->dpc.offload; l->sp = a->sp;
+    snprintf(l->dp_mode, sizeof l->dp_mode, "%s", a->dpc.mode == DP_PS ? "ps" : "ddp");
+    snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
+    snprintf(l->schedule, sizeof l->schedule, "%s", pp_schedule_name(a->schedule));
+    l->batch = a->batch; l->seq = a->seq; l->micro_batches = a->micro_batches;
+}
