@@ -412,7 +412,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             clock->save_ms = setup_now_ms() - t_save;
         }
         if (stop) {
-            if (rank0 && stop > 0) printf("stopped by signal %d (%s) after step %d\n", stop, strsignal(stop), s + 1);
+            if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s)\n", stop, s + 1, strsignal(stop));
             if (rank0 && stop < 0) printf("stopped by --time-limit %g min after step %d\n", a->time_limit_min, s + 1);
             if (rank0 && a->checkpoint_dir)
                 printf("stopped at step %d: checkpoint %s; the same command continues\n", s + 1, ckpath);
