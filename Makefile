@@ -177,12 +177,17 @@ else
 TRAIN_DEFAULTS := $(GPU_MODEL) --ranks $(GPUS) --layout auto --global-batch 32
 endif
 
+# The same command starts the run and continues it (--resume): after a stop
+# (Ctrl-C, exit 75) `make train` again goes on from the last checkpoint.
 train: build $(DATA) $(VAL)
-	./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
-	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 --plot plot.svg $(TRAIN_FLAGS)
-	@echo "the loss curve: plot.svg (open it in a browser; it is rewritten as the run goes)"
-	@echo "checkpoints in checkpoints/ (the newest: checkpoints/$$(cat checkpoints/latest 2>/dev/null)); continue the run with:"
-	@echo "  make train TRAIN_FLAGS='$(TRAIN_FLAGS) --resume --steps <more steps>'"
+	@rc=0; ./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
+	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 --resume --plot plot.svg $(TRAIN_FLAGS) || rc=$$?; \
+	echo "the loss curve: plot.svg (open it in a browser; it is rewritten as the run goes)"; \
+	if [ $$rc -eq 75 ]; then echo "stopped early with a checkpoint in checkpoints/; the same command continues:"; \
+	    echo "  make train$(if $(TRAIN_FLAGS), TRAIN_FLAGS='$(TRAIN_FLAGS)')"; exit 75; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	echo "checkpoints in checkpoints/ (the newest: checkpoints/$$(cat checkpoints/latest 2>/dev/null)); to train on, name more steps:"; \
+	echo "  make train TRAIN_FLAGS='--steps <more steps>'   (rm -rf checkpoints to start over)"
 
 # The repository carries it (corpus/, gzip'd: no network needed); a copy in
 # ../shared or the download are the fallbacks should that file be missing.

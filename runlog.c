@@ -155,6 +155,9 @@ void runlog_resume(Run *r, int s0) {
         const CheckpointLayout *l = &r->ck.meta.layout;
         printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
                r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r->load_ms);
+        if (s0 >= r->a.steps)
+            printf("resume: the checkpoint is at step %d of --steps %d: nothing left to train (--steps N to go on)\n",
+                   s0, r->a.steps);
     } else {
         printf("resume: no checkpoint in %s yet: starting at step 0%s%s\n", r->a.checkpoint_dir,
                r->a.init ? " from " : "", r->a.init ? r->a.init : "");

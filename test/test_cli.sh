@@ -50,7 +50,7 @@ bad "missing model file" "cannot open model file $OUT/nope.model" --data $DATA -
 bad "foreign model file" "not an llm.c model file" --data $DATA --init $FIX/ref_tokens.bin --seq 8 --steps 1 --device cpu --save $SAVE
 head -c 5000 $FIX/ref_model.bin > $OUT/truncated_model.bin
 bad "truncated model file" "truncated or corrupt model file" --data $DATA --init $OUT/truncated_model.bin --seq 8 --steps 1 --device cpu --save $SAVE
-bad "init with model flags" "--init FILE fixes the model" --data $DATA --init $FIX/ref_model.bin --layers 3 --seq 8 --device cpu --save $SAVE
+bad "init with model flags that disagree" "--layers 3, but $FIX/ref_model.bin holds layers 2" --data $DATA --init $FIX/ref_model.bin --layers 3 --seq 8 --device cpu --save $SAVE
 bad "save into a missing directory" "--save $OUT/no/such/dir/m.bin: directory $OUT/no/such/dir does not exist" --data $DATA $SMALL --save $OUT/no/such/dir/m.bin
 bad "mesh does not multiply" "--dp 2 --tp 2 --pp 2 multiply to 8, not the 4 ranks" --data $DATA $SMALL --save $SAVE --ranks 4 --dp 2 --tp 2 --pp 2
 bad "tp does not divide heads" "--tp 3 does not divide 2 heads" --data $DATA $SMALL --save $SAVE --ranks 3 --tp 3
