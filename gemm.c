@@ -145,12 +145,23 @@ void gemm_cpu_describe(char *model, size_t len, const char **isa) {
 /* Ap <- A[0:m, 0:kc] (element (i,k) at A[i*rs + k*cs]) as micro-panels of
  * mr rows, k-major, rows past m zero. */
 static void pack_a(int m, int kc, const float *A, size_t rs, size_t cs, int mr, float *Ap) {
-    for (int i0 = 0; i0 < m; i0 += mr, Ap += (size_t)mr * kc) {
+    int full = rs == 1 ? m / mr * mr : 0;
+    /* columns of A contiguous (dY^T): a row of A's storage feeds 16 panels at
+     * once, read in one sweep (a panel alone would read one short run a page) */
+    for (int i0 = 0; i0 < full; i0 += 16 * mr) {
+        int i1 = i0 + 16 * mr < full ? i0 + 16 * mr : full;
+        for (int k = 0; k < kc; k++)
+            for (int p = i0; p < i1; p += mr) {
+                float *dst = Ap + (size_t)p * kc + (size_t)k * mr;
+                const float *src = A + p + k * cs;
+                for (int i = 0; i < mr; i++) dst[i] = src[i];
+            }
+    }
+    Ap += (size_t)full * kc;
+    for (int i0 = full; i0 < m; i0 += mr, Ap += (size_t)mr * kc) {
         int rows = m - i0 < mr ? m - i0 : mr;
         const float *a = A + (size_t)i0 * rs;
-        if (rows == mr && rs == 1) {          /* columns of A contiguous: copy mr at a time */
-            for (int k = 0; k < kc; k++) memcpy(Ap + (size_t)k * mr, a + k * cs, mr * sizeof(float));
-        } else if (cs == 1) {                 /* rows contiguous: each row read once, strided writes */
+        if (cs == 1) {  /* rows contiguous (X): each row read once, strided writes */
             for (int i = 0; i < rows; i++)
                 for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + i] = a[i * rs + k];
             for (int i = rows; i < mr; i++)
@@ -165,14 +176,27 @@ static void pack_a(int m, int kc, const float *A, size_t rs, size_t cs, int mr, 
 /* Bp <- B[0:kc, 0:n] (element (k,j) at B[k*rs + j*cs]) as micro-panels of
  * nr columns, k-major, columns past n zero. */
 static void pack_b(int kc, int n, const float *B, size_t rs, size_t cs, int nr, float *Bp) {
-    for (int j0 = 0; j0 < n; j0 += nr, Bp += (size_t)nr * kc) {
+    int full = cs == 1 ? n / nr * nr : 0;
+    /* rows of B contiguous (dY W, X in dW): a row feeds 16 panels in one sweep */
+    for (int j0 = 0; j0 < full; j0 += 16 * nr) {
+        int j1 = j0 + 16 * nr < full ? j0 + 16 * nr : full;
+        for (int k = 0; k < kc; k++)
+            for (int p = j0; p < j1; p += nr) {
+                float *dst = Bp + (size_t)p * kc + (size_t)k * nr;
+                const float *src = B + p + k * rs;
+                for (int j = 0; j < nr; j++) dst[j] = src[j];
+            }
+    }
+    Bp += (size_t)full * kc;
+    for (int j0 = full; j0 < n; j0 += nr, Bp += (size_t)nr * kc) {
         int cols = n - j0 < nr ? n - j0 : nr;
         const float *b = B + (size_t)j0 * cs;
-        if (cols == nr && cs == 1) {          /* rows of B contiguous: copy nr at a time */
-            for (int k = 0; k < kc; k++) memcpy(Bp + (size_t)k * nr, b + k * rs, nr * sizeof(float));
-        } else if (rs == 1) {                 /* columns contiguous (W^T): each read once */
-            for (int j = 0; j < cols; j++)
-                for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + j] = b[j * cs + k];
+        if (rs == 1) {  /* columns contiguous (W^T): 8 k at a time across the nr columns */
+            for (int k0 = 0; k0 < kc; k0 += 8) {
+                int kn = kc - k0 < 8 ? kc - k0 : 8;
+                for (int j = 0; j < cols; j++)
+                    for (int k = k0; k < k0 + kn; k++) Bp[(size_t)k * nr + j] = b[j * cs + k];
+            }
             for (int j = cols; j < nr; j++)
                 for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + j] = 0;
         } else {

@@ -19,8 +19,13 @@
 #define NR 16
 
 static void avx2_6x16(int kc, const float *Ap, const float *Bp, float *C, size_t ldc, int load_c) {
+    for (int i = 0; i < MR; i++) {  /* C's rows arrive while the k loop runs */
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + NR - 1), _MM_HINT_T0);
+    }
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    #pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);  /* B[k, 0:16] */
         __m256 a;
