@@ -26,6 +26,10 @@
 
 static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, size_t ldc,
                          int load_c) {
+    for (int i = 0; i < MR; i++) {  /* C's rows arrive while the k loop runs */
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + NR - 1), _MM_HINT_T0);
+    }
     __m512 c[MR][2];  /* [row][half]: registers once the loops below are unrolled */
     #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();

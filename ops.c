@@ -4,8 +4,10 @@
  * tested against finite differences (test/test_ops.c, from a float64 build
  * of this same file) and, through the whole model, against PyTorch
  * (test/reference.py). It is also what CI trains with and what people
- * without a GPU use, so the matmuls are register-blocked and their inner
- * loops vectorise (`omp simd`), and every loop that writes a shared output
+ * without a GPU use, so in the float32 build every matrix product (the
+ * linears, and attention's Q K^T, P V and their gradients) goes to gemm.c's
+ * packed, register-blocked GEMM, while the float64 build keeps plain loops
+ * that say what each product is. Every loop that writes a shared output
  * is split so that each output element is summed by one thread in a fixed
  * order: the result does not depend on the thread count, which is what lets
  * the parallel layouts of the articles be compared with one rank exactly.
