@@ -1,6 +1,6 @@
 /* bench/bench_gemm.c: our CPU GEMM (gemm.c) beside OpenBLAS's sgemm, at GPT-2 124M's shapes.
  *
- *   bench/bench_gemm --blas /path/to/libopenblas.so [--rows R] [--reps N]
+ *   bench/bench_gemm --blas /path/to/libopenblas.so [--rows R] [--reps N] [--cpu-clock]
  *
  * For each linear of GPT-2 124M (qkv 768 -> 2304, attproj 768 -> 768, fc
  * 768 -> 3072, fcproj 3072 -> 768, the head 768 -> 50304) at R rows (batch
@@ -11,6 +11,11 @@
  * the one inside pip's numpy wheel (its symbols carry a scipy_ prefix and
  * a 64_ suffix, and 64-bit integers). A library without openblas_get_config
  * (the reference netlib BLAS, say) is refused: it is no yardstick.
+ *
+ * --cpu-clock times with the process's CPU clock instead of the wall clock:
+ * on a loaded machine, with one thread (OMP_NUM_THREADS=1), it counts only
+ * the time the product really ran (with more threads it would count their
+ * sum, spinning included, so it is refused there).
  *
  * Prints one line a product, then a "step" line: the flops of a training
  * step's matmuls (each block linear 12 times, the head once) over their
@@ -79,9 +84,9 @@ static void blas_sgemm(const Blas *b, int ta, int tb, int M, int N, int K, const
     else b->s32(ROW_MAJOR, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-static double now(void) {
+static double now(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -95,22 +100,30 @@ static float *filled(size_t n) {
 int main(int argc, char **argv) {
     const char *path = NULL;
     int R = 256, reps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--blas")) path = argv[i + 1];
-        else if (!strcmp(argv[i], "--rows")) R = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+    clockid_t clock = CLOCK_MONOTONIC;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpu-clock")) { clock = CLOCK_PROCESS_CPUTIME_ID; continue; }
+        if (i + 1 >= argc) break;
+        if (!strcmp(argv[i], "--blas")) path = argv[++i];
+        else if (!strcmp(argv[i], "--rows")) R = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
     }
     if (!path || R < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N]\n");
+        fprintf(stderr, "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--cpu-clock]\n");
         return 2;
     }
     int threads = omp_get_max_threads();
+    if (clock != CLOCK_MONOTONIC && threads != 1) {
+        fprintf(stderr, "bench_gemm: --cpu-clock needs OMP_NUM_THREADS=1\n");
+        return 2;
+    }
     Blas blas;
     blas_open(&blas, path, threads);
     char cpu[128];
     const char *isa;
     gemm_cpu_describe(cpu, sizeof cpu, &isa);
-    printf("cpu: %s, %s; our kernel %s, %d threads\n", cpu, isa, gemm_kernel_name(), threads);
+    printf("cpu: %s, %s; our kernel %s, %d threads; %s clock\n", cpu, isa, gemm_kernel_name(), threads,
+           clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
     printf("blas: %s (%s), %d threads\n", blas.config, path, blas.threads);
     printf("%-8s %-5s %6s %6s %6s %9s %9s %6s\n", "linear", "prod", "M", "N", "K", "ours", "openblas", "ratio");
     struct { const char *name; int C, OC; } lin[] = {
@@ -126,14 +139,14 @@ int main(int argc, char **argv) {
             double best[2] = {1e30, 1e30};
             for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
                 for (int side = 0; side < 2; side++) {
-                    double t0 = now();
+                    double t0 = now(clock);
                     if (p == 0 && side == 0) gemm(R, OC, C, X, C, 1, W, 1, C, Y, OC, 0, NULL);
                     if (p == 0 && side == 1) blas_sgemm(&blas, NO_TRANS, TRANS, R, OC, C, X, C, W, C, 0, Y, OC);
                     if (p == 1 && side == 0) gemm(R, C, OC, Y, OC, 1, W, C, 1, dX, C, 1, NULL);
                     if (p == 1 && side == 1) blas_sgemm(&blas, NO_TRANS, NO_TRANS, R, C, OC, Y, OC, W, C, 1, dX, C);
                     if (p == 2 && side == 0) gemm(OC, C, R, Y, 1, OC, X, C, 1, dW, C, 1, NULL);
                     if (p == 2 && side == 1) blas_sgemm(&blas, TRANS, NO_TRANS, OC, C, R, Y, OC, X, C, 1, dW, C);
-                    double t = now() - t0;
+                    double t = now(clock) - t0;
                     if (r > 0 && t < best[side]) best[side] = t;
                 }
             }
