@@ -35,7 +35,21 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 
-OBJS := args.o setup.o runlog.o stop.o tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+# The CPU GEMM (gemm.c): the driver and plain kernel, and a micro-kernel a
+# file for each vector ISA, compiled with that ISA's flags whatever ARCH is
+# (the AVX2 one without AVX-512, so it gets exactly the 16 registers it
+# will run with); gemm.c picks one at run time. Off x86-64 they compile to
+# nothing and the plain kernel runs.
+GEMM_OBJS := gemm.o gemm_avx2.o gemm_avx512.o
+ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+GEMM_AVX2_FLAGS   := -mavx2 -mfma -mno-avx512f
+GEMM_AVX512_FLAGS := -mavx512f -mavx2 -mfma
+endif
+# override: also when CFLAGS comes from the command line (make sanitize)
+gemm_avx2.o: override CFLAGS += $(GEMM_AVX2_FLAGS)
+gemm_avx512.o: override CFLAGS += $(GEMM_AVX512_FLAGS)
+
+OBJS := args.o setup.o runlog.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -133,7 +147,7 @@ $(eval $(call stamp,.flags-version,STAMP_GIT))
 version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_CODES)"'
 version.o: .flags-version
 
-TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
+TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
          test/test_dp test/test_tp test/test_pp test/test_3d
 
 # The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.
@@ -214,9 +228,13 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 ops64.o: ops.c tensor.h .flags-c
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
-test/test_ops: test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o test/check.h \
+test/test_ops: test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o test/check.h \
                $(filter kernels.o matmul.o attention.o,$(OBJS))
-	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o,$(OBJS)) $(LDLIBS)
+	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o,$(OBJS)) $(LDLIBS)
+
+# the GEMM under each kernel, and the ops on it against the float64 loops
+test/test_cpu_gemm: test/test_cpu_gemm.c ops64.o $(OBJS) test/check.h
+	$(CC) $(CFLAGS) -I. -o $@ $< ops64.o $(OBJS) $(LDLIBS)
 
 test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
@@ -241,7 +259,11 @@ bench/bench_gpu: bench/bench_gpu.c $(OBJS)
 bench: build bench/bench_gpu data/tinyshakespeare.txt
 	@sh bench/bench_gpu.sh
 
-bench-cpu: build
+# bench_gemm loads OpenBLAS with dlopen: it is the yardstick, never linked into train
+bench/bench_gemm: bench/bench_gemm.c $(OBJS)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS) -ldl
+
+bench-cpu: build bench/bench_gemm
 	@sh bench/bench_cpu.sh
 
 bench-comm: bench/bench_comm
@@ -262,12 +284,14 @@ compare-layouts: build
 	@sh bench/compare_layouts.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
+	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out .flags-c .flags-cu .flags-version
 
 # make fuzz, make sanitize
 include fuzz/fuzz.mk
+$(FUZZ_DIR)/gemm_avx2.o: FUZZ_CFLAGS += $(GEMM_AVX2_FLAGS)
+$(FUZZ_DIR)/gemm_avx512.o: FUZZ_CFLAGS += $(GEMM_AVX512_FLAGS)
 
 # The pictures and the generated part of the docs (docs/README.md says which
 # are exact and which are illustrations): the --help block of docs/cli.md,

@@ -4,8 +4,10 @@
  * tested against finite differences (test/test_ops.c, from a float64 build
  * of this same file) and, through the whole model, against PyTorch
  * (test/reference.py). It is also what CI trains with and what people
- * without a GPU use, so the matmuls are register-blocked and their inner
- * loops vectorise (`omp simd`), and every loop that writes a shared output
+ * without a GPU use, so in the float32 build every matrix product (the
+ * linears, and attention's Q K^T, P V and their gradients) goes to gemm.c's
+ * packed, register-blocked GEMM, while the float64 build keeps plain loops
+ * that say what each product is. Every loop that writes a shared output
  * is split so that each output element is summed by one thread in a fixed
  * order: the result does not depend on the thread count, which is what lets
  * the parallel layouts of the articles be compared with one rank exactly.
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tensor.h"
+#include "gemm.h"
 
 #ifdef OPS_REAL
 typedef OPS_REAL real;
@@ -133,162 +136,85 @@ void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *
 }
 
 /* ---------------------------------------------------------------------------
- * Linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias.
+ * Linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias, and its backward
+ * dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
  *
- * Both operands are read along C, so each output is a dot product of two
- * contiguous rows. A 4x4 block of outputs shares its loads: per 16 channels,
- * 8 vector loads feed 16 vector multiply-adds into 16 accumulators (GCC's
- * vector extension keeps them in registers), reduced across lanes at the end. */
+ * The float32 build (what `train` runs) hands the three products to gemm.c,
+ * as strided views: no operand is ever transposed in memory. The float64
+ * build keeps the plain loops below, which say what the products are. */
 
-#define MM_TILE 4
-
-/* One 64-byte vector of reals (16 floats): the accumulators are registers
- * (zmm with AVX-512, ymm pairs with AVX2). */
-typedef real vreal __attribute__((vector_size(64)));
-#define VL ((int)(sizeof(vreal) / sizeof(real)))
-
-static inline vreal vload(const real *p) { vreal v; memcpy(&v, p, sizeof v); return v; }
-static inline void vstore(real *p, vreal v) { memcpy(p, &v, sizeof v); }
-static inline real vsum(vreal v) {
-    real s = 0;
-    for (int i = 0; i < VL; i++) s += v[i];
-    return s;
-}
-
-static void mm_block(real *out, const real *inp, const real *w, const real *bias,
-                     int n0, int o0, int C, int OC) {
-    vreal acc[MM_TILE][MM_TILE];
-    memset(acc, 0, sizeof acc);
-    const real *x = inp + (size_t)n0 * C, *wr = w + (size_t)o0 * C;
-    int Cv = C / VL * VL;
-    for (int c = 0; c < Cv; c += VL) {
-        vreal xv[MM_TILE], wv[MM_TILE];
-        #pragma GCC unroll 4
-        for (int i = 0; i < MM_TILE; i++) {
-            xv[i] = vload(x + (size_t)i * C + c);
-            wv[i] = vload(wr + (size_t)i * C + c);
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < MM_TILE; i++)
-            #pragma GCC unroll 4
-            for (int j = 0; j < MM_TILE; j++) acc[i][j] += xv[i] * wv[j];
-    }
-    for (int i = 0; i < MM_TILE; i++) {
-        for (int j = 0; j < MM_TILE; j++) {
-            real s = vsum(acc[i][j]);
-            for (int c = Cv; c < C; c++) s += x[(size_t)i * C + c] * wr[(size_t)j * C + c];
-            out[(size_t)(n0 + i) * OC + o0 + j] = s + (bias ? bias[o0 + j] : 0);
-        }
-    }
-}
-
-static real mm_dot(const real *x, const real *wr, int C) {
-    real a = 0;
-    #pragma omp simd reduction(+:a)
-    for (int c = 0; c < C; c++) a += x[c] * wr[c];
-    return a;
-}
-
+#ifdef OPS_REAL
 void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
                         int N, int C, int OC) {
-    int Nb = N / MM_TILE * MM_TILE, OCb = OC / MM_TILE * MM_TILE;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int n0 = 0; n0 < Nb; n0 += MM_TILE)
-        for (int o0 = 0; o0 < OCb; o0 += MM_TILE)
-            mm_block(out, inp, w, bias, n0, o0, C, OC);
-    /* The ragged edges, one dot product each (same order of summation per
-     * output as far as a single reduction goes; exactness across layouts
-     * only needs the same shapes to give the same answer). */
     #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        int ostart = n < Nb ? OCb : 0;
-        for (int o = ostart; o < OC; o++)
-            out[(size_t)n * OC + o] = mm_dot(inp + (size_t)n * C, w + (size_t)o * C, C) +
-                                      (bias ? bias[o] : 0);
-    }
-}
-
-/* Both backward products have the outer-product form
- *     out[i, c] += sum_k A(i, k) * Bm[k, c],   A(i, k) = A[i*a_si + k*a_sk],
- * with Bm and out contiguous along c: dinp (i = n, k = o, Bm = w) and dw
- * (i = o, k = n, Bm = inp). A block of 4 rows x VL columns stays in
- * registers while k streams: per k, one row of Bm and 4 scalars of A feed
- * 4 * VL multiply-adds. Every output adds its terms in k order, in the
- * block and on the ragged edges alike. */
-static void mm_outer_block(real *out, size_t ldo, const real *A, size_t a_si, size_t a_sk,
-                           const real *Bm, size_t ldb, int K, int i0, int c0) {
-    real *o0 = out + (size_t)i0 * ldo + c0, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-    vreal acc0 = vload(o0), acc1 = vload(o1), acc2 = vload(o2), acc3 = vload(o3);
-    const real *a0 = A + (size_t)i0 * a_si, *a1 = a0 + a_si, *a2 = a1 + a_si, *a3 = a2 + a_si;
-    for (int k = 0; k < K; k++) {
-        vreal b = vload(Bm + (size_t)k * ldb + c0);
-        size_t ak = (size_t)k * a_sk;
-        acc0 += a0[ak] * b; acc1 += a1[ak] * b;
-        acc2 += a2[ak] * b; acc3 += a3[ak] * b;
-    }
-    vstore(o0, acc0); vstore(o1, acc1); vstore(o2, acc2); vstore(o3, acc3);
-}
-
-/* k runs in chunks of MM_KB: a chunk of the column strip of Bm (MM_KB rows
- * of one vector) stays in L1 while every row block uses it, instead of the
- * whole strip (for the head's dinp, 50304 rows of wte) streaming again for
- * each block. Each output still adds its terms in k order. */
-#define MM_KB 256
-
-static void mm_outer(real *out, const real *A, size_t a_si, size_t a_sk, const real *Bm, int I,
-                     int K, int Cn) {
-    int Ib = I / MM_TILE * MM_TILE, Cb = Cn / VL * VL;
-    for (int k0 = 0; k0 < K; k0 += MM_KB) {
-        int kn = K - k0 < MM_KB ? K - k0 : MM_KB;
-        const real *Ak = A + (size_t)k0 * a_sk, *Bk = Bm + (size_t)k0 * Cn;
-        #pragma omp parallel for collapse(2) schedule(static)
-        for (int c0 = 0; c0 < Cb; c0 += VL)
-            for (int i0 = 0; i0 < Ib; i0 += MM_TILE)
-                mm_outer_block(out, Cn, Ak, a_si, a_sk, Bk, Cn, kn, i0, c0);
-        #pragma omp parallel for schedule(static)
-        for (int i = 0; i < I; i++) {
-            int cstart = i < Ib ? Cb : 0;
-            for (int c = cstart; c < Cn; c++) {
-                real sacc = out[(size_t)i * Cn + c];
-                for (int k = 0; k < kn; k++)
-                    sacc += Ak[(size_t)i * a_si + (size_t)k * a_sk] * Bk[(size_t)k * Cn + c];
-                out[(size_t)i * Cn + c] = sacc;
-            }
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            real s = 0;
+            for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+            out[(size_t)n * OC + o] = s + (bias ? bias[o] : 0);
         }
+}
+
+static void mm_backward_products(real *dinp, real *dw, const real *dout, const real *inp,
+                                 const real *w, int N, int C, int OC) {
+    if (dinp) {
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                real s = 0;
+                for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+                dinp[(size_t)n * C + c] += s;
+            }
+    }
+    if (dw) {
+        #pragma omp parallel for schedule(static)
+        for (int o = 0; o < OC; o++)
+            for (int c = 0; c < C; c++) {
+                real s = 0;
+                for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+                dw[(size_t)o * C + c] += s;
+            }
     }
 }
+#else
+void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+                        int N, int C, int OC) {
+    gemm(N, OC, C, inp, C, 1, w, 1, C, out, OC, 0, bias);  /* inp [N,C] times w^T [C,OC] */
+}
+
+static void mm_backward_products(real *dinp, real *dw, const real *dout, const real *inp,
+                                 const real *w, int N, int C, int OC) {
+    if (dinp) gemm(N, C, OC, dout, OC, 1, w, C, 1, dinp, C, 1, NULL);  /* dout [N,OC] w [OC,C] */
+    if (dw) gemm(OC, C, N, dout, 1, OC, inp, C, 1, dw, C, 1, NULL);    /* dout^T [OC,N] inp [N,C] */
+}
+#endif
 
 void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
                          const real *inp, const real *w, int N, int C, int OC) {
-    /* dinp[n,c] += sum_o dout[n,o] w[o,c] */
-    if (dinp) mm_outer(dinp, dout, OC, 1, w, N, OC, C);
-    /* dw[o,c] += sum_n dout[n,o] inp[n,c]. dout is read by columns here, OC
-     * floats apart (the head's 50304): transposed once, each block's four
-     * rows of it are contiguous and stay in cache across the column blocks. */
-    if (dw) {
-        real *doutT = malloc((size_t)N * OC * sizeof(real) + 1);  /* [OC,N] */
+    mm_backward_products(dinp, dw, dout, inp, w, N, C, OC);
+    /* dbias: threads split the columns in 64s; each sums its rows in order */
+    if (dbias) {
         #pragma omp parallel for schedule(static)
         for (int o0 = 0; o0 < OC; o0 += 64) {
             int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+            real s[64] = {0};
             for (int n = 0; n < N; n++)
-                for (int o = o0; o < o1; o++) doutT[(size_t)o * N + n] = dout[(size_t)n * OC + o];
-        }
-        mm_outer(dw, doutT, N, 1, inp, OC, N, C);
-        free(doutT);
-    }
-    if (dbias) {
-        #pragma omp parallel for schedule(static)
-        for (int o = 0; o < OC; o++) {
-            real s = 0;
-            for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
-            dbias[o] += s;
+                #pragma omp simd
+                for (int o = o0; o < o1; o++) s[o - o0] += dout[(size_t)n * OC + o];
+            for (int o = o0; o < o1; o++) dbias[o] += s[o - o0];
         }
     }
 }
 
 /* ---------------------------------------------------------------------------
- * Causal self-attention, one (batch, head, query position) row at a time. */
+ * Causal self-attention. The float64 build is the specification: one
+ * (batch, head, query position) row at a time, in plain loops. The float32
+ * build does the same per (batch, head) pair as matrix products over qkv's
+ * strided rows (Q K^T, then P V; backward dP = dO V^T, dV += P^T dO,
+ * dQ += dS K, dK += dS^T Q), in blocks of AT_ROWS query rows so that
+ * the products skip most of the masked upper triangle. */
 
+#ifdef OPS_REAL
 void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B, int T, int C,
                            int NH) {
     int hs = C / NH;
@@ -360,6 +286,89 @@ void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, co
         }
     }
 }
+
+#else
+#define AT_ROWS 96  /* query rows a block: the products stop at the block's last column */
+
+/* Rows [r0, r1) of one (batch, head) pair's probabilities: s [r1 - r0, T]
+ * holds the scores of columns < r1 on entry and P (zero past t) on exit. */
+static void at_softmax_rows(float *s, int r0, int r1, int T, float scale) {
+    for (int t = r0; t < r1; t++) {
+        float *a = s + (size_t)(t - r0) * T;  /* [T] */
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+            a[t2] *= scale;
+            if (a[t2] > maxv) maxv = a[t2];
+        }
+        double sum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+        float inv = (float)(1.0 / sum);
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+    }
+}
+
+void OP(attention_forward)(Dev *d, float *out, float *att, const float *qkv, int B, int T, int C,
+                           int NH) {
+    int hs = C / NH;
+    size_t ld = 3 * (size_t)C;  /* a row of qkv */
+    float scale = (float)(1.0 / sqrt((double)hs));
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;  /* [T,hs] at ld */
+            float *a = att + ((size_t)b * NH + h) * T * T;  /* [T,T] */
+            float *o = out + (size_t)b * T * C + h * hs;    /* [T,hs] at C */
+            for (int r0 = 0; r0 < T; r0 += AT_ROWS) {
+                int r1 = r0 + AT_ROWS < T ? r0 + AT_ROWS : T;
+                gemm(r1 - r0, r1, hs, q + r0 * ld, ld, 1, k, 1, ld, a + (size_t)r0 * T, T, 0, NULL);
+                at_softmax_rows(a + (size_t)r0 * T, r0, r1, T, scale);
+                gemm(r1 - r0, hs, r1, a + (size_t)r0 * T, T, 1, v, ld, 1, o + r0 * (size_t)C, C, 0, NULL);
+            }
+        }
+}
+
+/* A (batch, head) pair owns its channels of dqkv at every position, so the
+ * threads split pairs and no two ever write the same element. */
+void OP(attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t ld = 3 * (size_t)C;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t qo = (size_t)b * T * ld + h * hs;
+            const float *q = qkv + qo, *k = q + C, *v = q + 2 * C;   /* [T,hs] at ld */
+            float *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;    /* [T,hs] at ld */
+            const float *g = dout + (size_t)b * T * C + h * hs;       /* [T,hs] at C */
+            const float *a = att + ((size_t)b * NH + h) * T * T;     /* [T,T] */
+            float *ds = datt + ((size_t)b * NH + h) * T * T;         /* [T,T] */
+            /* dP = dO V^T, then dS = P * (dP - sum P dP) * scale, zero past t */
+            for (int r0 = 0; r0 < T; r0 += AT_ROWS) {
+                int r1 = r0 + AT_ROWS < T ? r0 + AT_ROWS : T;
+                gemm(r1 - r0, r1, hs, g + r0 * (size_t)C, C, 1, v, 1, ld, ds + (size_t)r0 * T, T, 0, NULL);
+                for (int t = r0; t < r1; t++) {
+                    const float *p = a + (size_t)t * T;
+                    float *e = ds + (size_t)t * T;
+                    double dot = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++) dot += p[t2] * e[t2];
+                    for (int t2 = 0; t2 <= t; t2++) e[t2] = p[t2] * (e[t2] - (float)dot) * scale;
+                    for (int t2 = t + 1; t2 < T; t2++) e[t2] = 0;
+                }
+            }
+            /* dQ += dS K over columns < r1; dK += dS^T Q and dV += P^T dO over rows >= r0 */
+            for (int r0 = 0; r0 < T; r0 += AT_ROWS) {
+                int r1 = r0 + AT_ROWS < T ? r0 + AT_ROWS : T;
+                gemm(r1 - r0, hs, r1, ds + (size_t)r0 * T, T, 1, k, ld, 1, dq + r0 * ld, ld, 1, NULL);
+                gemm(r1 - r0, hs, T - r0, ds + (size_t)r0 * T + r0, 1, T, q + r0 * ld, ld, 1,
+                     dk + r0 * ld, ld, 1, NULL);
+                gemm(r1 - r0, hs, T - r0, a + (size_t)r0 * T + r0, 1, T, g + r0 * (size_t)C, C, 1,
+                     dv + r0 * ld, ld, 1, NULL);
+            }
+        }
+}
+#endif
 
 /* ---------------------------------------------------------------------------
  * GELU, tanh approximation (GPT-2's). */

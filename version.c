@@ -6,10 +6,12 @@
  * installed (none on a machine without a GPU), and the NCCL library the
  * loader found, beside the nccl.h this file was compiled against. A header
  * and a library that disagree are the usual cause of NCCL errors at init.
+ * The CPU GEMM's kernel (gemm.c) is the one this CPU runs (or TRAIN_GEMM).
  */
 #define _GNU_SOURCE /* dladdr */
 #include <stdio.h>
 #include "version.h"
+#include "gemm.h"
 #ifdef USE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -27,6 +29,10 @@
 
 void version_print(FILE *f) {
     fprintf(f, "train %s\n", BUILD_GIT);
+    char cpu[128];
+    const char *isa;
+    gemm_cpu_describe(cpu, sizeof cpu, &isa);
+    fprintf(f, "CPU GEMM: %s kernel (%s, %s)\n", gemm_kernel_name(), cpu, isa);
 #ifdef USE_CUDA
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion(&runtime);

@@ -1,17 +1,79 @@
 #!/bin/sh
-# bench/bench_cpu.sh (make bench-cpu): GPT-2 124M (12 layers, 12 heads, 768
-# wide, vocabulary 50257 padded to 50304) training on the CPU at batch 4,
-# sequence 64. Prints each step and the median of the steps after the first
-# (the first pays for page faults). STEPS=n to change the count.
+# bench/bench_cpu.sh (make bench-cpu): the CPU path beside OpenBLAS, in one run.
+#
+# 1. The CPU, its ISA and the GEMM kernel train uses (./train --version).
+# 2. bench/bench_gemm: our GEMM and OpenBLAS's sgemm at GPT-2 124M's
+#    matmul shapes (4 linears + the head, forward, dX, dW; 256 rows, the
+#    training shapes of batch 4 x seq 64), interleaved, best of REPS, with
+#    the same thread count (OMP_NUM_THREADS, default all cores). OpenBLAS is
+#    Debian's libopenblas if installed, else the one in pip's numpy wheel,
+#    installed into bench/venv on first use (needs PyPI). numpy is checked
+#    to report OpenBLAS, and bench_gemm refuses any library that is not
+#    OpenBLAS (Debian's python3-numpy may sit on the reference netlib BLAS).
+# 3. GPT-2 124M training steps at batch 4 x seq 64 and batch 1 x seq 1024
+#    (median of the steps after the first), each beside the BLAS-bound step:
+#    (6N + 6LCT) flops a token, the step line's MFU count, at OpenBLAS's
+#    rate over a step's matmuls from 2.
+# A benchmark, not a test: figures depend on the host and its load.
+# STEPS=n (default 4), REPS=n (default 5), DATA=path.
 cd "$(dirname "$0")/.." || exit 2
-STEPS=${STEPS:-6}
+STEPS=${STEPS:-4}
+REPS=${REPS:-5}
 DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -f "$DATA" ] || DATA=data/tinyshakespeare_train.txt
+[ -f "$DATA" ] || make -s data/tinyshakespeare_train.txt >/dev/null 2>&1
 [ -f "$DATA" ] || { echo "bench-cpu: no text at $DATA; pass DATA=path"; exit 2; }
-echo "bench-cpu: GPT-2 124M, batch 4 x seq 64, $STEPS steps, $(nproc) cores, data $DATA"
-./train --data "$DATA" --vocab 50257 --layers 12 --heads 12 --dim 768 --max-seq 1024 \
-    --batch 4 --seq 64 --steps "$STEPS" --device cpu --lr 1e-4 | tee /tmp/bench_cpu.$$ || exit 1
-grep '^step ' /tmp/bench_cpu.$$ | tail -n +2 | sed 's/.*| \([0-9.]*\) ms.*/\1/' | sort -n |
-    awk '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2;
-         printf "bench-cpu: median %.1f ms a step, %.0f tokens/s (256 tokens a step, %d steps)\n", m, 256000 / m, NR}'
-rm -f /tmp/bench_cpu.$$
+[ -x bench/bench_gemm ] || make -s bench/bench_gemm || exit 2
+
+# --- the yardstick
+BLAS=
+for f in /usr/lib/*/openblas-pthread/libopenblas.so.0 /usr/lib/*/openblas-openmp/libopenblas.so.0 \
+         /usr/lib/*/libopenblas.so.0; do
+    [ -f "$f" ] && { BLAS=$f; break; }
+done
+if [ -z "$BLAS" ]; then
+    if [ ! -x bench/venv/bin/python ] || ! bench/venv/bin/python -c 'import numpy' 2>/dev/null; then
+        echo "bench-cpu: installing numpy (for its OpenBLAS) into bench/venv"
+        python3 -m venv bench/venv && bench/venv/bin/pip install -q numpy ||
+            { echo "bench-cpu: no OpenBLAS: apt-get install libopenblas0-pthread, or give pip a way to PyPI"; exit 2; }
+    fi
+    # numpy's own word on its BLAS: OpenBLAS (scipy-openblas in the wheels), never netlib
+    name=$(bench/venv/bin/python -c '
+import numpy
+cfg = numpy.show_config(mode="dicts")
+print(cfg["Build Dependencies"]["blas"]["name"])' 2>/dev/null)
+    case "$name" in
+        *openblas*) ;;
+        *) echo "bench-cpu: numpy in bench/venv uses '$name', not OpenBLAS: refusing it as the yardstick"; exit 2 ;;
+    esac
+    BLAS=$(ls bench/venv/lib/python3*/site-packages/numpy.libs/libscipy_openblas*.so 2>/dev/null | head -1)
+    [ -n "$BLAS" ] || { echo "bench-cpu: numpy reports $name but its library is not in numpy.libs"; exit 2; }
+fi
+
+THREADS=${OMP_NUM_THREADS:-$(nproc)}
+export OMP_NUM_THREADS=$THREADS
+out=$(mktemp)
+./train --version | grep '^CPU GEMM'
+echo "bench-cpu: GEMM at GPT-2 124M's shapes, $THREADS threads, best of $REPS (GFLOP/s)"
+./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$REPS" | tee "$out" || exit 1
+blas_rate=$(awk '$1 == "step" { print $3 }' "$out")
+ours_rate=$(awk '$1 == "step" { print $2 }' "$out")
+
+# --- the steps
+step() {   # batch seq: median ms of the steps after the first
+    ./train --data "$DATA" --vocab 50257 --layers 12 --heads 12 --dim 768 --max-seq 1024 \
+        --batch "$1" --seq "$2" --steps "$STEPS" --device cpu --lr 1e-4 > "$out" 2>&1 || { cat "$out"; exit 1; }
+    grep '^step ' "$out" | tail -n +2 | sed 's/.*| \([0-9.]*\) ms.*/\1/' | sort -n |
+        awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
+}
+N=124475904   # GPT-2 124M's parameters with vocabulary 50304 (the header's count)
+for bt in "4 64" "1 1024"; do
+    set -- $bt
+    ms=$(step "$1" "$2")
+    awk -v ms="$ms" -v B="$1" -v T="$2" -v N=$N -v r="$blas_rate" -v o="$ours_rate" 'BEGIN {
+        tok = B * T; f = (6 * N + 6 * 12 * 768 * T) * tok;
+        bound = f / (r * 1e9) * 1e3;
+        printf "bench-cpu: GPT-2 124M batch %d x seq %d: %.0f ms a step, %.0f tokens/s, %.1f GFLOP/s;", B, T, ms, tok / (ms / 1e3), f / (ms / 1e3) / 1e9;
+        printf " BLAS-bound step %.0f ms (%.1f GFLOP at OpenBLAS %.1f GFLOP/s): %.2f of it\n", bound, f / 1e9, r, bound / ms }'
+done
+rm -f "$out"

@@ -55,7 +55,7 @@ test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_
 # emu_dev.o here. The CPU reference is ops.o and ops_bf16.o as built above
 # (they hold no USE_CUDA code).
 KERNELS_EMU_OBJS := test/emu/kernels_emu.o test/emu/attention_emu.o test/emu/matmul_emu.o \
-                    test/emu/emu_rt.o test/emu/tensor_cuda.o ops.o ops_bf16.o
+                    test/emu/emu_rt.o test/emu/tensor_cuda.o ops.o $(GEMM_OBJS) ops_bf16.o
 
 test/emu/tensor_cuda.o: tensor.c tensor.h
 	$(CC) $(CFLAGS) -DUSE_CUDA -c $< -o $@
@@ -72,7 +72,7 @@ test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_O
 # test_model_emu (-DMODEL_EMU) runs test_model's CUDA checks in-process over
 # the same objects and through test/train_emu; test_3d_emu (-DTRAIN_EMU) a
 # few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
-EMU_TRAIN_SRCS := args setup runlog stop tensor ops ops_bf16 gpt data ckpt checkpoint safe optim comm comm_launch comm_shm comm_nccl dp zero tp pp pp_sched plan trace selftest version plot
+EMU_TRAIN_SRCS := args setup runlog stop tensor ops gemm gemm_avx2 gemm_avx512 ops_bf16 gpt data ckpt checkpoint safe optim comm comm_launch comm_shm comm_nccl dp zero tp pp pp_sched plan trace selftest version plot
 EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
                   test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
 EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include
@@ -84,6 +84,11 @@ endif
 test/emu/train/%.o: %.c *.h
 	@mkdir -p test/emu/train
 	$(CC) $(EMU_CFLAGS) -c $< -o $@
+
+test/emu/train/gemm_avx2.o: EMU_CFLAGS += $(GEMM_AVX2_FLAGS)
+test/emu/train/gemm_avx512.o: EMU_CFLAGS += $(GEMM_AVX512_FLAGS)
+test/emu/train_nccl/gemm_avx2.o: EMU_NCCL_CFLAGS += $(GEMM_AVX2_FLAGS)
+test/emu/train_nccl/gemm_avx512.o: EMU_NCCL_CFLAGS += $(GEMM_AVX512_FLAGS)
 
 test/train_emu: test/emu/train/main.o $(EMU_TRAIN_OBJS)
 	$(CC) -o $@ $^ $(EMU_LDLIBS)

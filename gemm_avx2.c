@@ -1,0 +1,59 @@
+/* gemm_avx2.c: the AVX2/FMA micro-kernel of gemm.c, 6 x 16 (BLIS's shape for Haswell and Zen).
+ *
+ * Compiled with -mavx2 -mfma -mno-avx512f (Makefile), so it uses the 16 ymm
+ * registers an AVX2 machine has, also when the rest of the build targets
+ * an AVX-512 machine: 12 accumulators (6 rows x two 8-float halves), two
+ * vectors of B and one broadcast of A. Per k: 2 loads of B, 6 broadcasts,
+ * 12 FMAs, which keeps both FMA pipes of a Haswell or Zen core busy.
+ *
+ * Blocking: a B micro-panel (kc x 16 floats = 16 KB at kc 256) stays in
+ * the 32 KB L1 while the A micro-panels (6 x kc) stream from L2, which
+ * holds the mc x kc block of A (144 x 256 floats = 144 KB).
+ */
+#include "gemm_kernel.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define MR 6
+#define NR 16
+
+static void avx2_6x16(int kc, const float *Ap, const float *Bp, float *C, size_t ldc, int load_c) {
+    for (int i = 0; i < MR; i++) {  /* C's rows arrive while the k loop runs */
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + NR - 1), _MM_HINT_T0);
+    }
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    #pragma GCC unroll 4
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);  /* B[k, 0:16] */
+        __m256 a;
+        a = _mm256_broadcast_ss(Ap + 0); c00 = _mm256_fmadd_ps(a, b0, c00); c01 = _mm256_fmadd_ps(a, b1, c01);
+        a = _mm256_broadcast_ss(Ap + 1); c10 = _mm256_fmadd_ps(a, b0, c10); c11 = _mm256_fmadd_ps(a, b1, c11);
+        a = _mm256_broadcast_ss(Ap + 2); c20 = _mm256_fmadd_ps(a, b0, c20); c21 = _mm256_fmadd_ps(a, b1, c21);
+        a = _mm256_broadcast_ss(Ap + 3); c30 = _mm256_fmadd_ps(a, b0, c30); c31 = _mm256_fmadd_ps(a, b1, c31);
+        a = _mm256_broadcast_ss(Ap + 4); c40 = _mm256_fmadd_ps(a, b0, c40); c41 = _mm256_fmadd_ps(a, b1, c41);
+        a = _mm256_broadcast_ss(Ap + 5); c50 = _mm256_fmadd_ps(a, b0, c50); c51 = _mm256_fmadd_ps(a, b1, c51);
+        Ap += MR;
+        Bp += NR;
+    }
+#define STORE_ROW(i, lo, hi)                                                           \
+    do {                                                                               \
+        float *r = C + (size_t)(i) * ldc;                                              \
+        if (load_c) {                                                                  \
+            lo = _mm256_add_ps(_mm256_loadu_ps(r), lo);                                \
+            hi = _mm256_add_ps(_mm256_loadu_ps(r + 8), hi);                            \
+        }                                                                              \
+        _mm256_storeu_ps(r, lo);                                                       \
+        _mm256_storeu_ps(r + 8, hi);                                                   \
+    } while (0)
+    STORE_ROW(0, c00, c01); STORE_ROW(1, c10, c11); STORE_ROW(2, c20, c21);
+    STORE_ROW(3, c30, c31); STORE_ROW(4, c40, c41); STORE_ROW(5, c50, c51);
+#undef STORE_ROW
+}
+
+const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, 256, 144, 3072, avx2_6x16};
+#else
+const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, NULL};
+#endif

@@ -1,0 +1,233 @@
+/* test/test_cpu_gemm.c: the CPU GEMM (gemm.c) against its plain loops, under every kernel.
+ *
+ * Run without TRAIN_GEMM, the program runs itself again once for each
+ * kernel (avx512, avx2, plain) with TRAIN_GEMM set; a kernel this CPU
+ * cannot run prints SKIP. Under one kernel it checks:
+ *  - gemm() against gemm_reference() over a table of shapes (tiny, odd,
+ *    tall, wide, every transposed form, strided views as attention's heads
+ *    in qkv, K not a multiple of the K block, accumulate, bias), each
+ *    element within 4 K eps of sum_k |a b| (the two differ only in the
+ *    order of rounding);
+ *  - the same bits for 1, 2 and 3 threads, on shapes split by rows and
+ *    shapes split by columns;
+ *  - the float32 ops built on it (matmul forward and backward, attention
+ *    forward and backward) against the float64 plain loops of ops.c.
+ */
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+#include "gemm.h"
+#include "tensor.h"
+
+#define real float
+#define OP(name) cpu_##name
+#include "ops.h"
+#undef real
+#undef OP
+#define real double
+#define OP(name) cpu64_##name
+#include "ops.h"
+#undef real
+#undef OP
+
+static float *urand(size_t n, unsigned long long *s) {
+    float *x = check_xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = check_urand(s);
+    return x;
+}
+
+/* One product of the table: A is M x K and B is K x N, each stored plain
+ * (row-major) or transposed, with a leading dimension padded by pad. */
+typedef struct { const char *what; int M, N, K, at, bt, pad, acc, bias; } Shape;
+
+/* Largest |got - ref| / (sum_k |a b| + 1e-30) over C, relative to K eps. */
+static double gemm_case(const Shape *s, unsigned long long *seed, double *worst) {
+    int M = s->M, N = s->N, K = s->K;
+    size_t lda = (size_t)(s->at ? M : K) + s->pad, ldb = (size_t)(s->bt ? K : N) + s->pad;
+    size_t ldc = (size_t)N + s->pad;
+    float *A = urand((size_t)(s->at ? K : M) * lda + 1, seed);
+    float *B = urand((size_t)(s->bt ? N : K) * ldb + 1, seed);
+    float *C0 = urand((size_t)M * ldc + 1, seed), *bias = urand((size_t)N + 1, seed);
+    float *C = check_xmalloc(((size_t)M * ldc + 1) * sizeof(float));
+    float *R = check_xmalloc(((size_t)M * ldc + 1) * sizeof(float));
+    memcpy(C, C0, ((size_t)M * ldc + 1) * sizeof(float));
+    memcpy(R, C0, ((size_t)M * ldc + 1) * sizeof(float));
+    size_t a_rs = s->at ? 1 : lda, a_cs = s->at ? lda : 1;
+    size_t b_rs = s->bt ? 1 : ldb, b_cs = s->bt ? ldb : 1;
+    gemm(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, s->acc, s->bias ? bias : NULL);
+    gemm_reference(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, R, ldc, s->acc, s->bias ? bias : NULL);
+    double err = 0;
+    int untouched = 1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double absdot = fabs(s->acc ? C0[(size_t)i * ldc + j] : 0) + fabs(s->bias ? bias[j] : 0);
+            for (int k = 0; k < K; k++)
+                absdot += fabs((double)A[i * a_rs + k * a_cs] * B[k * b_rs + j * b_cs]);
+            double e = fabs((double)C[(size_t)i * ldc + j] - R[(size_t)i * ldc + j]) / (absdot + 1e-30);
+            if (e > err) err = e;
+        }
+        for (size_t j = N; j < ldc && i < M - 1; j++)  /* padding of C is not written */
+            if (C[(size_t)i * ldc + j] != C0[(size_t)i * ldc + j]) untouched = 0;
+    }
+    free(A); free(B); free(C0); free(bias); free(C); free(R);
+    *worst = err / ((K + 2) * (double)FLT_EPSILON);
+    return untouched;
+}
+
+/* gemm of one shape with t threads into a fresh C; the caller frees it. */
+static float *gemm_threads(const Shape *s, int t) {
+    unsigned long long seed = 7;
+    int M = s->M, N = s->N, K = s->K;
+    size_t lda = (size_t)(s->at ? M : K), ldb = (size_t)(s->bt ? K : N);
+    float *A = urand((size_t)M * K, &seed), *B = urand((size_t)K * N, &seed);
+    float *C = urand((size_t)M * N, &seed), *bias = urand((size_t)N, &seed);
+    omp_set_num_threads(t);
+    gemm(M, N, K, A, s->at ? 1 : lda, s->at ? lda : 1, B, s->bt ? 1 : ldb, s->bt ? ldb : 1, C, N,
+         s->acc, s->bias ? bias : NULL);
+    free(A); free(B); free(bias);
+    return C;
+}
+
+/* Largest |f - d| / (max |d| + 1e-30) over n elements. */
+static double rel_err(const float *f, const double *d, size_t n) {
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(d[i]) > m) m = fabs(d[i]);
+        if (fabs(f[i] - d[i]) > e) e = fabs(f[i] - d[i]);
+    }
+    return e / (m + 1e-30);
+}
+static double *widen(const float *f, size_t n) {
+    double *d = check_xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = f[i];
+    return d;
+}
+
+/* The float32 ops built on gemm() against the float64 plain loops. */
+static void check_ops(Checks *c, const char *kn) {
+    unsigned long long seed = 11;
+    char name[96];
+    Dev d = {0};
+    int N = 37, Cn = 72, OC = 53;  /* odd, and not multiples of any block */
+    float *x = urand((size_t)N * Cn, &seed), *w = urand((size_t)OC * Cn, &seed), *b = urand(OC, &seed);
+    float *g = urand((size_t)N * OC, &seed);
+    float *out = calloc((size_t)N * OC, 4), *dx = calloc((size_t)N * Cn, 4);
+    float *dw = calloc((size_t)OC * Cn, 4), *db = calloc(OC, 4);
+    double *X = widen(x, (size_t)N * Cn), *W = widen(w, (size_t)OC * Cn), *Bi = widen(b, OC);
+    double *G = widen(g, (size_t)N * OC);
+    double *OUT = calloc((size_t)N * OC, 8), *DX = calloc((size_t)N * Cn, 8);
+    double *DW = calloc((size_t)OC * Cn, 8), *DB = calloc(OC, 8);
+    cpu_matmul_forward(&d, out, x, w, b, N, Cn, OC);
+    cpu64_matmul_forward(&d, OUT, X, W, Bi, N, Cn, OC);
+    cpu_matmul_backward(&d, dx, dw, db, g, x, w, N, Cn, OC);
+    cpu64_matmul_backward(&d, DX, DW, DB, G, X, W, N, Cn, OC);
+    double e1 = rel_err(out, OUT, (size_t)N * OC), e2 = rel_err(dx, DX, (size_t)N * Cn);
+    double e3 = rel_err(dw, DW, (size_t)OC * Cn), e4 = rel_err(db, DB, OC);
+    snprintf(name, sizeof name, "%s: matmul forward, dinp, dw, dbias against float64", kn);
+    check(c, e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5 && e4 < 1e-5, name,
+          "37 x 72 -> 53: relative errors %.2g %.2g %.2g %.2g (bound 1e-5)", e1, e2, e3, e4);
+    free(x); free(w); free(b); free(g); free(out); free(dx); free(dw); free(db);
+    free(X); free(W); free(Bi); free(G); free(OUT); free(DX); free(DW); free(DB);
+
+    int B = 2, T = 45, C = 48, NH = 3;  /* hs 16; T past one row block of attention */
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = urand(nq, &seed), *go = urand(no, &seed), *dq = urand(nq, &seed);
+    float *o = calloc(no, 4), *att = calloc(na, 4), *scr = calloc(na, 4);
+    double *QKV = widen(qkv, nq), *GO = widen(go, no), *DQ = widen(dq, nq);
+    double *O = calloc(no, 8), *ATT = calloc(na, 8), *SCR = calloc(na, 8);
+    cpu_attention_forward(&d, o, att, qkv, B, T, C, NH);
+    cpu64_attention_forward(&d, O, ATT, QKV, B, T, C, NH);
+    cpu_attention_backward(&d, dq, scr, go, qkv, att, B, T, C, NH);
+    cpu64_attention_backward(&d, DQ, SCR, GO, QKV, ATT, B, T, C, NH);
+    double a1 = rel_err(o, O, no), a2 = rel_err(dq, DQ, nq);
+    snprintf(name, sizeof name, "%s: attention forward and backward against float64", kn);
+    check(c, a1 < 1e-5 && a2 < 1e-5, name, "B 2, T 45, C 48, 3 heads: relative errors %.2g %.2g (bound 1e-5)",
+          a1, a2);
+    free(qkv); free(go); free(dq); free(o); free(att); free(scr);
+    free(QKV); free(GO); free(DQ); free(O); free(ATT); free(SCR);
+}
+
+static int run_kernel(Checks *c, const char *want) {
+    char name[160];
+    const char *kn = gemm_kernel_name();
+    if (strcmp(kn, want)) {
+        snprintf(name, sizeof name, "gemm %s", want);
+        check_skip(c, name, "this CPU or build cannot run it");
+        return 0;
+    }
+    const Shape table[] = {
+        {"1 x 1 x 1", 1, 1, 1, 0, 0, 0, 0, 0},
+        {"tiny 3 x 5 x 7", 3, 5, 7, 0, 0, 0, 0, 0},
+        {"odd 37 x 53 x 71, X W^T", 37, 53, 71, 0, 1, 0, 0, 1},
+        {"odd 37 x 53 x 71, dY^T X", 37, 53, 71, 1, 0, 0, 1, 0},
+        {"odd 37 x 53 x 71, A^T B^T", 37, 53, 71, 1, 1, 0, 1, 1},
+        {"K past one block, 50 x 40 x 600 (acc)", 50, 40, 600, 0, 0, 0, 1, 0},
+        {"K 129 and 257 (block + 1), 13 x 33 x 257", 13, 33, 257, 0, 1, 0, 0, 0},
+        {"K 129, 29 x 65 x 129", 29, 65, 129, 1, 0, 0, 0, 0},
+        {"tall 700 x 20 x 64", 700, 20, 64, 0, 0, 0, 0, 1},
+        {"wide 7 x 5000 x 33", 7, 5000, 33, 0, 1, 0, 1, 0},
+        {"strided views (ld + 19), 45 x 16 x 45", 45, 16, 45, 0, 0, 19, 1, 0},
+        {"strided transposed (ld + 5), 45 x 45 x 16", 45, 45, 16, 0, 1, 5, 0, 0},
+        {"K 0 with bias", 5, 9, 0, 0, 0, 0, 0, 1},
+        {"GPT-2 qkv at 1/12, 64 x 192 x 64", 64, 192, 64, 0, 1, 0, 0, 1},
+    };
+    unsigned long long seed = 1;
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        double worst;
+        int untouched = gemm_case(&table[i], &seed, &worst);
+        snprintf(name, sizeof name, "gemm %s: %s", kn, table[i].what);
+        check(c, worst <= 4 && untouched, name, "largest error %.3g K eps of sum |a b| (bound 4)%s", worst,
+              untouched ? "" : "; wrote past N in C's padding");
+    }
+    const Shape split[] = {
+        {"rows split (M > N), 301 x 47 x 300", 301, 47, 300, 1, 0, 0, 1, 0},
+        {"columns split (N > M), 29 x 517 x 290", 29, 517, 290, 0, 1, 0, 0, 1},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        float *c1 = gemm_threads(&split[i], 1), *c2 = gemm_threads(&split[i], 2);
+        float *c3 = gemm_threads(&split[i], 3);
+        size_t n = (size_t)split[i].M * split[i].N;
+        snprintf(name, sizeof name, "gemm %s: same bits with 1, 2, 3 threads, %s", kn, split[i].what);
+        check(c, !memcmp(c1, c2, n * 4) && !memcmp(c1, c3, n * 4), name, "%zu elements compared", n);
+        free(c1); free(c2); free(c3);
+    }
+    omp_set_num_threads(2);
+    check_ops(c, kn);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    Checks c = {0};
+    const char *want = getenv("TRAIN_GEMM");
+    if (want && *want) {
+        run_kernel(&c, want);
+        return check_done(&c);
+    }
+    /* Once a kernel, each in a process of its own (the choice is made once a process). */
+    const char *kernels[] = {"avx512", "avx2", "plain"};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("TRAIN_GEMM", kernels[i], 1);
+            execv("/proc/self/exe", argv);
+            _exit(127);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL gemm %s: the run under TRAIN_GEMM=%s exited with status %d\n", kernels[i],
+                   kernels[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            bad = 1;
+        }
+    }
+    (void)argc;
+    return bad;
+}
