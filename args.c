@@ -32,7 +32,7 @@ enum {
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED, F_PLAN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG,
 };
 
 /* One row of the command line: --name VALUE, what it does. */
@@ -52,6 +52,8 @@ static const ArgsFlag flags[] = {
     {"tokenizer", "FILE", F_TOKENIZER, "llm.c's gpt2_tokenizer.bin: print samples of token data as text"},
     {"plot", "FILE.svg", F_PLOT, "train and val loss and the learning rate against steps, as SVG,\n"
                                  "rewritten every few steps (open it mid-run)"},
+    {"log", "FILE", F_LOG, "the run as JSON lines: a record a step and an evaluation, appended\n"
+                           "across restarts (cut back to the resumed step); --plot draws it all"},
     {"version", NULL, F_VERSION, "the build: commit, CUDA runtime and driver, GPU architectures, NCCL"},
     {"help", NULL, F_HELP, "this table"},
     {NULL, NULL, 0, "model, when there is no --init:"},
@@ -361,6 +363,7 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
         case F_SCHEDSVG: a->schedule_svg = optarg, a->show_schedule = 1; break;
         case F_TRACE: a->trace = optarg; break;
         case F_PLOT: a->plot = optarg; break;
+        case F_LOG: a->log = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
         case F_TOKENIZER: a->tokenizer = optarg; break;
         case F_CKPTDIR: a->checkpoint_dir = optarg; break;

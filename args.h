@@ -52,6 +52,7 @@ typedef struct Args {
     const char *schedule_svg; /* --schedule-svg: the schedule's picture (schedule.svg) */
     const char *trace;
     const char *plot;         /* --plot: the loss curve as SVG, rewritten as the run goes */
+    const char *log;          /* --log: the run's record as JSON lines, appended across restarts */
     int pin_cores;            /* pin each rank of this host to its own cores */
     const char *tokenizer;    /* llm.c tokenizer file to print samples of token data as text */
     const char *checkpoint_dir;  /* --checkpoint-dir: sharded checkpoints (checkpoint.c) */

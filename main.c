@@ -394,7 +394,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", s + 1,
                    a->steps, loss, norm, lr, ms, tok_s);
             if (peak > 0) printf(" | mfu %.1f%%", 100.0 * tok_s * runlog_flops_per_token(r) / (peak * r->comm.world_size));
-            runlog_step(log, s + 1, loss, lr);
+            runlog_step(log, s + 1, loss, norm, lr, ms);
             printf("\n");
         }
         fflush(stdout);
@@ -458,6 +458,8 @@ int main(int argc, char **argv) {
     Run r;
     char err[512], ckpath[4608];
     memset(&r, 0, sizeof r);
+    r.argc = argc;
+    r.argv = argv;
     StopClock clock = {.t0_ms = setup_now_ms()};
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);

@@ -22,6 +22,8 @@
 
 typedef struct Run {
     Args a;
+    int argc;
+    char **argv;              /* the command line, for --log's record of the run */
     GPTConfig cfg;            /* the model, from the flags, --init or the checkpoint */
     DevKind kind;
     DType dtype;              /* --dtype, or the device's default */

@@ -4,14 +4,27 @@
  * and --plot's SVG, rewritten atomically every few steps so it can be
  * opened mid-run. Memory lines compare what each rank holds with the ZeRO
  * paper's formula (hybrid-parallelism.txt, ZeRO's memory accounting).
+ *
+ * --log FILE is the run's record that outlives the process: JSON lines, one
+ * object a line, flushed as written (a kill -9 loses at most a line):
+ *   {"type":"run","version":...,"resume_step":S,"argv":[...],"layout":{...}}  at each start
+ *   {"type":"step","step":N,"loss":..,"norm":..,"lr":..,"ms":..,"tok_s":..,"tokens":..}
+ *   {"type":"val","step":N,"loss":..}
+ *   {"type":"hellaswag","step":N,"correct":C,"total":T,"acc_norm":P}
+ * A resumed run (from step S) first cuts the file back to its records up to
+ * step S, so no step appears twice, and draws them into --plot: the plot of
+ * a run stopped and resumed five times is the whole run.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 #include "runlog.h"
+#include "version.h"
 
 /* A duration as 42.1s, 3m05s or 2h07m. */
 static void fmt_duration(double secs, char *buf, size_t len) {
@@ -19,6 +32,78 @@ static void fmt_duration(double secs, char *buf, size_t len) {
     if (secs < 60) snprintf(buf, len, "%.1fs", secs);
     else if (secs < 3600) snprintf(buf, len, "%dm%02ds", (int)secs / 60, (int)secs % 60);
     else snprintf(buf, len, "%dh%02dm", (int)(secs / 3600), (int)secs % 3600 / 60);
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* A number as JSON has them (no nan or inf: null). */
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.17g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+/* The step a record is about, or -1 (a "run" record). */
+static long record_step(const char *line) {
+    const char *p = strstr(line, "\"step\":");
+    return p && !strstr(line, "\"type\":\"run\"") ? strtol(p + 7, NULL, 10) : -1;
+}
+
+/* A resumed run: keeps path's records up to step s0 (rewriting it through a
+ * temporary file and a rename), and draws its step and val records into the
+ * plot. A fresh run starts the file anew. Returns the file, open to append. */
+static FILE *log_open(RunLog *l, const char *path, int s0) {
+    FILE *old = s0 > 0 ? fopen(path, "r") : NULL;
+    char tmp[4200], line[8192];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) { if (old) fclose(old); return NULL; }
+    while (old && fgets(line, sizeof line, old)) {
+        long step = record_step(line);
+        if (step > s0 || !strchr(line, '\n')) continue;   /* after the checkpoint, or cut short */
+        fputs(line, f);
+        const char *p = strstr(line, "\"loss\":");
+        double loss = p ? strtod(p + 7, NULL) : NAN, lr = NAN;
+        if ((p = strstr(line, "\"lr\":"))) lr = strtod(p + 5, NULL);
+        if (l->plot.path && strstr(line, "\"type\":\"step\"")) plot_train(&l->plot, (int)step, loss, lr);
+        if (l->plot.path && strstr(line, "\"type\":\"val\"")) plot_val(&l->plot, (int)step, loss);
+    }
+    if (old) fclose(old);
+    if (fflush(f) != 0 || rename(tmp, path) != 0) { fclose(f); unlink(tmp); return NULL; }
+    return f;
+}
+
+/* The "run" record: the build, this start's step, the command line, the layout. */
+static void log_run(RunLog *l, int s0) {
+    Run *r = l->r;
+    FILE *f = l->log;
+    char version[256] = "";
+    FILE *v = fmemopen(version, sizeof version - 1, "w");
+    if (v) { version_print(v); fclose(v); }
+    version[strcspn(version, "\n")] = 0;
+    fprintf(f, "{\"type\":\"run\",\"version\":");
+    json_str(f, version);
+    fprintf(f, ",\"resume_step\":%d,\"steps\":%d,\"argv\":[", s0, r->a.steps);
+    for (int i = 0; i < r->argc; i++) {
+        if (i) fputc(',', f);
+        json_str(f, r->argv[i]);
+    }
+    fprintf(f, "],\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d,\"micro_batches\":%d,"
+            "\"batch\":%d,\"seq\":%d,\"schedule\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\"},"
+            "\"model\":{\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"params\":%zu}}\n",
+            r->comm.world_size, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.dpc.zero, r->a.micro_batches, r->a.batch,
+            r->a.seq, pp_schedule_name(r->a.schedule), r->dev.kind == DEV_CUDA ? "cuda" : "cpu", dt_name(r->dev.dtype),
+            r->cfg.layers, r->cfg.heads, r->cfg.dim, r->cfg.vocab, gpt_total_params(&r->cfg));
+    fflush(f);
 }
 
 void runlog_init(RunLog *l, Run *r, int s0) {
@@ -35,6 +120,11 @@ void runlog_init(RunLog *l, Run *r, int s0) {
         plot_init(&l->plot, r->a.plot, title,  r->a.steps,
                   (long long)r->a.batch * r->a.seq * r->a.micro_batches * r->mesh.dp);
     }
+    if (r->comm.rank == 0 && r->a.log) {
+        l->log = log_open(l, r->a.log, s0);
+        if (!l->log) fprintf(stderr, "train: --log %s: cannot write it; the run goes on without\n", r->a.log);
+        else log_run(l, s0);
+    }
 }
 
 /* Rewrites the plot (atomically); a failure is said once a write and the run goes on. */
@@ -46,7 +136,7 @@ static void runlog_plot(RunLog *l) {
 }
 
 /* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
-void runlog_step(RunLog *l, int step, double loss, float lr) {
+void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double ms) {
     double secs = (setup_now_ms() - l->t0) / 1e3;
     int done = step - l->s0, left = l->r->a.steps - step;
     char e[32], eta[32];
@@ -55,6 +145,17 @@ void runlog_step(RunLog *l, int step, double loss, float lr) {
     printf(" | elapsed %s | eta %s", e, eta);
     l->last_step = step;
     l->last_loss = loss;
+    if (l->log) {
+        long long tokens_per_step = (long long)l->r->a.batch * l->r->a.seq * l->r->a.micro_batches * l->r->mesh.dp;
+        fprintf(l->log, "{\"type\":\"step\",\"step\":%d", step);
+        json_num(l->log, "loss", loss);
+        json_num(l->log, "norm", norm);
+        json_num(l->log, "lr", lr);
+        json_num(l->log, "ms", ms);
+        json_num(l->log, "tok_s", tokens_per_step / (ms / 1e3));
+        fprintf(l->log, ",\"tokens\":%lld}\n", tokens_per_step * step);
+        fflush(l->log);
+    }
     if (!l->plot.path) return;
     plot_train(&l->plot, step, loss, lr);
     /* every 10 steps, and at least every 2 s of slow steps */
@@ -63,6 +164,12 @@ void runlog_step(RunLog *l, int step, double loss, float lr) {
 
 void runlog_val(RunLog *l, int step, double loss) {
     l->val_loss = loss;
+    if (l->log) {
+        fprintf(l->log, "{\"type\":\"val\",\"step\":%d", step);
+        json_num(l->log, "loss", loss);
+        fprintf(l->log, "}\n");
+        fflush(l->log);
+    }
     if (!l->plot.path) return;
     plot_val(&l->plot, step, loss);
     runlog_plot(l);
@@ -86,7 +193,16 @@ void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_t
            l->plot.path ? l->plot.path : "none", a->save ? a->save : "none");
 }
 
+void runlog_hellaswag(RunLog *l, int step, int correct, int total) {
+    if (!l->log) return;
+    fprintf(l->log, "{\"type\":\"hellaswag\",\"step\":%d,\"correct\":%d,\"total\":%d", step, correct, total);
+    json_num(l->log, "acc_norm", total ? (double)correct / total : NAN);
+    fprintf(l->log, "}\n");
+    fflush(l->log);
+}
+
 void runlog_free(RunLog *l) {
+    if (l->log) fclose(l->log);
     if (l->plot.path) plot_free(&l->plot);
 }
 

@@ -16,15 +16,18 @@ typedef struct RunLog {
     int s0, last_step;        /* steps done before this run (--resume), the last one printed */
     double last_loss, val_loss;  /* NAN until known */
     Plot plot;                /* when --plot */
+    FILE *log;                /* --log: JSON lines, appended */
     double plot_written;      /* ms of the last write */
 } RunLog;
 
 /* Starts the log of a run that begins at step s0 (0, or the resumed step); opens --plot on rank 0. */
 void runlog_init(RunLog *l, Run *r, int s0);
-/* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
-void runlog_step(RunLog *l, int step, double loss, float lr);
-/* Rank 0: a validation loss at step, into the plot. */
+/* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step (plot, --log). */
+void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double ms);
+/* Rank 0: a validation loss at step, into the plot and --log. */
 void runlog_val(RunLog *l, int step, double loss);
+/* Rank 0: a HellaSwag result at step, into --log. */
+void runlog_hellaswag(RunLog *l, int step, int correct, int total);
 /* Rank 0, at the end: what the run did, in three lines (ckpt: the last checkpoint or NULL). */
 void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token);
 void runlog_free(RunLog *l);

@@ -222,7 +222,8 @@ static void check_outputs(const Args *a) {
     char err[512];
     const char *svg = a->show_schedule ? (a->schedule_svg ? a->schedule_svg : "schedule.svg") : NULL;
     const char *outs[][2] = {{"--save", a->save}, {"--trace", a->trace}, {"--dump-grads", a->dump_grads},
-                             {"--plot", a->plot}, {"--schedule-svg", svg}};
+                             {"--plot", a->plot}, {"--log", a->log},
+                             {"--schedule-svg", svg}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
         if (outs[i][1] && safe_check_output(outs[i][0], outs[i][1], err, sizeof err) != 0) setup_die_usage("%s", err);
     size_t rows;   /* [B,T] rows of every activation: bounded before any input is read */

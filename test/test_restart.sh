@@ -33,8 +33,8 @@ signal_after_a_step() {
 # waits until no process of a run on $1 is left (a kill -9'd supervisor's ranks die by PDEATHSIG)
 wait_gone() { for i in $(seq 1 100); do pgrep -f -- "--checkpoint-dir $1 " > /dev/null || return 0; sleep 0.1; done; }
 
-loop() {   # name, layout flags
-    name=$1; layout=$2; d=$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')
+loop() {   # name, layout flags, checkpoint flags
+    name=$1; layout=$2; ckflags=$3; d=$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')
     mkdir -p $d
     t0=$(date +%s.%N)
     timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $STEPS --save $d/straight.bin > $d/straight.log 2>&1 ||
@@ -43,7 +43,7 @@ loop() {   # name, layout flags
     # that on any machine it takes a few runs (at least one step each)
     tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
     set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $STEPS --checkpoint-dir $d/ck --checkpoint-every 3 \
-        --resume --time-limit $tl --save $d/final.bin
+        $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
     signal_after_a_step USR1 $d/run1.log "$@"; codes="$codes $?"
     signal_after_a_step KILL $d/run2.log "$@"; codes="$codes $?"
@@ -69,10 +69,37 @@ loop() {   # name, layout flags
     fi
 }
 loop "one rank" "--batch 4"
-loop "one rank, --checkpoint-async" "--batch 4 --checkpoint-async"
+loop "one rank, --checkpoint-async" "--batch 4" --checkpoint-async
 loop "dp 2 x tp 2 x pp 2, zero 1" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"
 loop "dp 2 x tp 2 x pp 2, zero 1, --checkpoint-async" \
-    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2 --checkpoint-async"
+    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" --checkpoint-async
+
+# ---- --log across restarts: every step once, and the plot of the whole run ----
+d=$OUT/log
+mkdir -p $d
+t0=$(date +%s.%N)
+timeout 300 ./train $D $MODEL --batch 4 --steps $STEPS --val test/fixtures/ref_tokens.bin --val-every 5 --val-batches 1 \
+    --log $d/straight.jsonl --plot $d/straight.svg > $d/straight.log 2>&1
+tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
+n=0; rc=75
+while [ $rc -eq 75 ] && [ $n -lt 60 ]; do
+    n=$((n + 1))
+    timeout 300 ./train $D $MODEL --batch 4 --steps $STEPS --val test/fixtures/ref_tokens.bin --val-every 5 --val-batches 1 \
+        --log $d/run.jsonl --plot $d/run.svg --checkpoint-dir $d/ck --checkpoint-every 4 --resume --time-limit $tl \
+        > $d/run$n.log 2>&1
+    rc=$?
+done
+steps=$(grep -c '"type":"step"' $d/run.jsonl)
+uniq=$(grep '"type":"step"' $d/run.jsonl | sed 's/.*"step":\([0-9]*\).*/\1/' | sort -n | uniq | tr '\n' ' ')
+want=$(seq 1 $STEPS | tr '\n' ' ')
+runs=$(grep -c '"type":"run"' $d/run.jsonl)
+if [ $rc -eq 0 ] && [ $n -ge 4 ] && [ $steps -eq $STEPS ] && [ "$uniq" = "$want" ] && [ $runs -eq $n ] &&
+   python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" $d/run.jsonl &&
+   cmp -s $d/run.svg $d/straight.svg; then
+    ok "--log over $n runs: every step once ($steps records), a run record each start, valid JSON; the plot equals the straight run's"
+else
+    bad "--log over $n runs (exit $rc): $steps step records, $runs run records, plot $(cmp $d/run.svg $d/straight.svg 2>&1 | head -c 60)"
+fi
 
 # ---- flags that disagree ------------------------------------------------------
 CK=$OUT/agree
