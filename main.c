@@ -481,8 +481,7 @@ static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
     if (data_load(ds, path, err, sizeof err) != 0 ||
         data_prepare(ds, path, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
         die_usage("%s", err);
-    if (ds->max_token >= vocab)
-        die_usage("%s: token id %d >= vocab %d", path, ds->max_token, vocab);
+    if (data_check_vocab(ds, vocab, err, sizeof err) != 0) die_usage("%s", err);
 }
 
 /* GPUs visible, asked in a child process: CUDA must not be initialised in
@@ -590,8 +589,7 @@ static void run_check(Run *r) {
         die_usage("--seq %d exceeds the model's max sequence length %d", a->seq, cfg.max_seq);
     if (data_prepare(tr, a->data, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
         die_usage("%s", err);
-    if (tr->max_token >= cfg.vocab)
-        die_usage("%s: token id %d >= vocab %d", a->data, tr->max_token, cfg.vocab);
+    if (data_check_vocab(tr, cfg.vocab, err, sizeof err) != 0) die_usage("%s", err);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         die_usage("%s", err);
@@ -870,7 +868,10 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
     StepCtx *c = ctx;
     Run *r = c->r;
     int B = r->a.batch, T = r->a.seq, M = r->a.micro_batches, G = B * M * r->mesh.dp;
-    data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets);
+    char err[512];
+    if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
+                   sizeof err) != 0)
+        die_usage("%s", err);
     gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
 }
 
@@ -920,7 +921,8 @@ static double evaluate(Run *r) {
     GPTActs *acts = r->pp.acts[0];
     double loss = 0.0;
     for (int i = 0; i < a->val_batches; i++) {
-        data_batch(&r->val, i, B, 0, B, r->inputs, r->targets);
+        char err[512];
+        if (data_batch(&r->val, i, B, 0, B, r->inputs, r->targets, err, sizeof err) != 0) die_usage("%s", err);
         gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
         loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
     }
