@@ -35,7 +35,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
              -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 NVFLAGS   ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wno-unused-parameter
 
-OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+OBJS := tensor.o ops.o ops_bf16.o gpt.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -134,7 +134,7 @@ version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_
 version.o: .flags-version
 
 TESTS := test/test_ops test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
-         test/test_dp test/test_tp test/test_pp test/test_3d
+         test/test_dp test/test_tp test/test_pp test/test_3d test/test_data
 
 # The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.
 # (Its rules come before `all`: name the default goal.)
