@@ -5,6 +5,7 @@
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
 #   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
+#   make bench-data   the data loader: RSS, PSS and tokens/s with 1 and 30 shards
 #   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
@@ -146,7 +147,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test bench bench-cpu bench-comm bench-pipeline bench-plan bench-ckpt compare-layouts clean
+.PHONY: all build tests train test bench bench-cpu bench-comm bench-data bench-pipeline bench-plan bench-ckpt compare-layouts clean
 
 all: build
 
@@ -242,6 +243,10 @@ bench-cpu: build
 bench-comm: bench/bench_comm
 	./bench/bench_comm
 
+# one rank's loader: memory with 1 and 30 shards of 4M tokens, tokens/s (bench/bench_data.sh)
+bench-data: bench/bench_data
+	@sh bench/bench_data.sh
+
 bench-pipeline: build
 	@sh bench/bench_pipeline.sh
 
@@ -257,7 +262,7 @@ compare-layouts: build
 	@sh bench/compare_layouts.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu
+	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_data
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out .flags-c .flags-cu .flags-version
 
