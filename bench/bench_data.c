@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
         sum += in[0] + tg[G * T - 1];   /* keeps the copies */
     }
     double t2 = now(), tok = (double)steps * G * T;
-    printf("%d shard%s of %zu tokens%s: load %.2f s (ids %s), read %.0f tokens in %.2f s = %.1fM tokens/s "
+    printf("%d shard%s of %zu tokens%s: load %.3f s (ids %s), read %.0f tokens in %.3f s = %.1fM tokens/s "
            "(%.0fx the 1.2M tokens/s of one H100 at 100%% MFU for 124M); RSS %.1f MB, PSS %.1f MB, peak RSS %.1f MB, "
            "%d mapped at the end [%lld]\n",
            ds.n_shards, ds.n_shards > 1 ? "s" : "", ds.shards[0].n_tokens, shuffle ? ", --shuffle" : "", t1 - t0,
