@@ -101,18 +101,19 @@ static int shard_hold(DataShard *s, unsigned char *buf, size_t size, int *is_byt
 
 /* Opens path as shard s: a regular token file's header is checked and the
  * file closed (it is mapped when a batch needs it); anything else is read
- * whole by safe_read_file (which refuses directories and devices). */
+ * whole by safe_read_file (which refuses directories and devices). A pipe
+ * or FIFO is opened once only, by safe_read_file: its writer writes once. */
 static int shard_open(DataShard *s, const char *path, int *is_bytes, char *err, size_t errlen) {
     s->fd = -1;
     s->path = strdup(path);
     if (!s->path) { snprintf(err, errlen, "out of memory naming %s", path); return -1; }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    struct stat st;
+    int fd = -1, regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         snprintf(err, errlen, "cannot open data file %s: %s", path, strerror(errno));
         return -1;
     }
-    struct stat st;
-    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) regular = 0;
     if (regular) {
         s->dev = (uint64_t)st.st_dev;
         s->ino = (uint64_t)st.st_ino;
@@ -125,7 +126,7 @@ static int shard_open(DataShard *s, const char *path, int *is_bytes, char *err, 
         s->file_bytes = (size_t)st.st_size;
         return token_header(path, h, s->file_bytes, &s->n_tokens, err, errlen);
     }
-    close(fd);
+    if (fd >= 0) close(fd);
     unsigned char *buf;
     size_t size;
     char why[512];
