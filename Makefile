@@ -5,6 +5,7 @@
 #   make bench-cpu    GPT-2 124M step time on the CPU
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
 #   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
+#   make bench-data   the data loader: RSS, PSS and tokens/s with 1 and 30 shards
 #   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
@@ -49,7 +50,7 @@ endif
 gemm_avx2.o: override CFLAGS += $(GEMM_AVX2_FLAGS)
 gemm_avx512.o: override CFLAGS += $(GEMM_AVX512_FLAGS)
 
-OBJS := args.o setup.o runlog.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+OBJS := args.o setup.o runlog.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -148,7 +149,7 @@ version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_
 version.o: .flags-version
 
 TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
-         test/test_dp test/test_tp test/test_pp test/test_3d
+         test/test_dp test/test_tp test/test_pp test/test_3d test/test_data
 
 # The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.
 # (Its rules come before `all`: name the default goal.)
@@ -160,7 +161,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test docs bench bench-cpu bench-comm bench-pipeline bench-plan bench-ckpt compare-layouts clean
+.PHONY: all build tests train test docs bench bench-cpu bench-comm bench-data bench-pipeline bench-plan bench-ckpt compare-layouts clean
 
 all: build
 
@@ -269,6 +270,10 @@ bench-cpu: build bench/bench_gemm
 bench-comm: bench/bench_comm
 	./bench/bench_comm
 
+# one rank's loader: memory with 1 and 30 shards of 4M tokens, tokens/s (bench/bench_data.sh)
+bench-data: bench/bench_data
+	@sh bench/bench_data.sh
+
 bench-pipeline: build
 	@sh bench/bench_pipeline.sh
 
@@ -284,7 +289,7 @@ compare-layouts: build
 	@sh bench/compare_layouts.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm
+	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_data
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out .flags-c .flags-cu .flags-version
 

@@ -163,7 +163,10 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
     StepCtx *c = ctx;
     Run *r = c->r;
     int B = r->a.batch, T = r->a.seq, M = r->a.micro_batches, G = B * M * r->mesh.dp;
-    data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets);
+    char err[512];
+    if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
+                   sizeof err) != 0)
+        setup_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
     gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
 }
 
@@ -234,14 +237,18 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
 
 /* ---- evaluation, sampling, saving ----------------------------------------- */
 
-/* Mean loss over the first val_batches batches of the validation file. */
+/* Mean loss over the first val_batches global batches (B x dp sequences)
+ * of the validation data, each dp rank taking its B of each. */
 static double evaluate(Run *r) {
     Args *a = &r->a;
     int B = a->batch, T = a->seq;
     GPTActs *acts = r->pp.acts[0];
     double loss = 0.0;
+    char err[512];
     for (int i = 0; i < a->val_batches; i++) {
-        data_batch(&r->val, i, B, 0, B, r->inputs, r->targets);
+        if (data_batch(&r->val, i, B * r->mesh.dp, r->mesh.dp_rank * B, B, r->inputs, r->targets, err,
+                       sizeof err) != 0)
+            setup_die_usage("%s", err);
         gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
         loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
     }

@@ -51,8 +51,7 @@ static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
     if (data_load(ds, path, err, sizeof err) != 0 ||
         data_prepare(ds, path, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
         setup_die_usage("%s", err);
-    if (ds->max_token >= vocab)
-        setup_die_usage("%s: token id %d >= vocab %d", path, ds->max_token, vocab);
+    if (data_check_vocab(ds, vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
 }
 
 /* GPUs visible, asked in a child process: CUDA must not be initialised in
@@ -258,8 +257,7 @@ static void check_model_and_data(Run *r) {
         setup_die_usage("--seq %d exceeds the model's max sequence length %d", a->seq, cfg.max_seq);
     if (a->data && data_prepare(tr, a->data, a->seq, a->shuffle, a->seed, err, sizeof err) != 0)
         setup_die_usage("%s", err);
-    if (a->data && tr->max_token >= cfg.vocab)
-        setup_die_usage("%s: token id %d >= vocab %d", a->data, tr->max_token, cfg.vocab);
+    if (a->data && data_check_vocab(tr, cfg.vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         setup_die_usage("%s", err);

@@ -7,7 +7,7 @@
 # The fuzz objects are clang's, in fuzz/build: the main tree's objects are never touched.
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := model tokens tokenizer args
+FUZZ_TARGETS := model tokens tokenizer args eval
 FUZZ_DIR     := fuzz/build
 FUZZ_SRCS    := $(filter-out kernels matmul attention,$(basename $(OBJS)))
 FUZZ_OBJS    := $(FUZZ_SRCS:%=$(FUZZ_DIR)/%.o)
@@ -31,7 +31,8 @@ fuzz: build fuzz-build
 # A copy of the sources (no objects) built with NO_CUDA=1 and the sanitizers;
 # its test/run.sh runs the CPU suite there.
 SANITIZE_DIR := build/sanitize
-SANITIZE_TESTS := test/test_ops test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d
+SANITIZE_TESTS := test/test_ops test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d \
+                  test/test_data
 SANITIZE_CC  := gcc -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
 	@rm -rf $(SANITIZE_DIR) && mkdir -p $(SANITIZE_DIR)

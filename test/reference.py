@@ -8,6 +8,13 @@
 #         test/fixtures/ref_expected.bin  step-0 gradient, per-step loss/norm/lr, final parameters
 # Layout of ref_expected.bin is in write_expected(). Output is byte-identical from run to run.
 #
+# Second mode, HellaSwag as llm.c scores it, for the C scorer (eval.c) to be checked against:
+#   /usr/bin/python3 test/reference.py hellaswag MODEL.bin EVAL.bin
+# MODEL: an llm.c model file (float32, version 3, any shape); EVAL: llm.c's eval file (eval.h).
+# Prints "hellaswag: C/N correct" then, for each example, "example I label L choice K gap G": G is
+# the gap between the two lowest mean completion losses (float64), so a caller can skip examples
+# whose two best lie within 1e-4 of each other.
+#
 # Everything the C side reads as float32 (initial parameters, lr, betas, eps, wd, clip) is first
 # rounded to float32 here, so the float64 reference starts from exactly the numbers the C code sees.
 
@@ -313,5 +320,94 @@ def main():
         print(f"wrote {os.path.relpath(path)}: {os.path.getsize(path)} bytes")
 
 
+# ----------------------------------------------------------------------------------------------
+# hellaswag mode: any model shape, read from the file
+
+
+def read_model(path):
+    """An llm.c float32 model file: (config dict, parameters as float64 tensors by name)."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype="<i4")
+        assert header[0] == 20240326 and header[1] == 3, f"{path}: not an llm.c float32 model (version 3)"
+        cfg = dict(zip(("max_t", "v", "l", "nh", "c", "vp"), (int(x) for x in header[2:8])))
+        data = np.frombuffer(f.read(), dtype="<f4")
+    l, c, vp, max_t = cfg["l"], cfg["c"], cfg["vp"], cfg["max_t"]
+    shapes = [("wte", (vp, c)), ("wpe", (max_t, c)), ("ln1w", (l, c)), ("ln1b", (l, c)),
+              ("qkvw", (l, 3 * c, c)), ("qkvb", (l, 3 * c)), ("attprojw", (l, c, c)), ("attprojb", (l, c)),
+              ("ln2w", (l, c)), ("ln2b", (l, c)), ("fcw", (l, 4 * c, c)), ("fcb", (l, 4 * c)),
+              ("fcprojw", (l, c, 4 * c)), ("fcprojb", (l, c)), ("lnfw", (c,)), ("lnfb", (c,))]
+    params, at = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        params[name] = torch.from_numpy(data[at:at + n].astype(np.float64)).reshape(shape)
+        at += n
+    assert at == len(data), f"{path}: {len(data)} floats, the header's model has {at}"
+    return cfg, params
+
+
+def position_losses(cfg, p, row):
+    """Per-position cross-entropy of one row (list of ids): loss[t] predicts row[t + 1]."""
+    nh, c, v, t = cfg["nh"], cfg["c"], cfg["v"], len(row)
+    hs = c // nh
+    idx = torch.tensor(row, dtype=torch.long)
+    x = p["wte"][idx] + p["wpe"][:t]                        # (T,C)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for l in range(cfg["l"]):
+        h = layernorm(x, p["ln1w"][l], p["ln1b"][l])
+        qkv = h @ p["qkvw"][l].T + p["qkvb"][l]             # (T,3C)
+        q, k, vv = (z.view(t, nh, hs).transpose(0, 1) for z in qkv.split(c, dim=-1))   # (NH,T,hs)
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(hs)).masked_fill(~causal, float("-inf")).softmax(-1)
+        y = (att @ vv).transpose(0, 1).reshape(t, c)
+        x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
+        h = layernorm(x, p["ln2w"][l], p["ln2b"][l])
+        x = x + gelu_tanh(h @ p["fcw"][l].T + p["fcb"][l]) @ p["fcprojw"][l].T + p["fcprojb"][l]
+    logits = layernorm(x, p["lnfw"], p["lnfb"]) @ p["wte"][:v].T   # (T,V)
+    return F.cross_entropy(logits[:-1], idx[1:], reduction="none")  # (T-1,)
+
+
+def read_eval(path):
+    """llm.c's eval file: a list of (label, context, [4 completions])."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype="<i4")
+        words = np.frombuffer(f.read(), dtype="<u2").tolist()
+    assert header[0] == 20240522 and header[1] == 1, f"{path}: not an llm.c eval file"
+    examples, at = [], 0
+    for i in range(int(header[2])):
+        delim, nbytes, index, label, ncomp, ctx_len = words[at:at + 6]
+        assert delim == 65535 and index == i and ncomp == 4 and label < 4, f"{path}: example {i} is malformed"
+        w, at = words[at:at + nbytes // 2], at + nbytes // 2
+        ctx, k, ends = w[6:6 + ctx_len], 6 + ctx_len, []
+        for _ in range(4):
+            ends.append(w[k + 1:k + 1 + w[k]])
+            k += 1 + w[k]
+        examples.append((label, ctx, ends))
+    assert at == len(words), f"{path}: bytes after the last example"
+    return examples
+
+
+def hellaswag(model_path, eval_path):
+    cfg, p = read_model(model_path)
+    examples = read_eval(eval_path)
+    correct, lines = 0, []
+    with torch.no_grad():
+        for i, (label, ctx, ends) in enumerate(examples):
+            means = []
+            for end in ends:
+                losses = position_losses(cfg, p, ctx + end)
+                means.append(float(losses[len(ctx) - 1:len(ctx) + len(end) - 1].mean()))
+            choice = min(range(4), key=lambda c: (means[c], c))   # the lowest mean; the first of equal ones
+            best = sorted(means)
+            correct += choice == label
+            lines.append(f"example {i} label {label} choice {choice} gap {best[1] - best[0]:.6e}")
+    print(f"hellaswag: {correct}/{len(examples)} correct")
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    if len(sys.argv) == 4 and sys.argv[1] == "hellaswag":
+        hellaswag(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 1:
+        main()
+    else:
+        sys.exit("usage: reference.py  |  reference.py hellaswag MODEL.bin EVAL.bin")

@@ -129,7 +129,7 @@ static void check_gradients(Checks *c, const Expected *e, DevKind kind, DType dt
     int B = e->B, T = e->T, G = B * e->M;
     GPTActs *a = gpt_acts_build(&m, B, T);
     int *in = malloc(G * T * sizeof(int)), *tg = malloc(G * T * sizeof(int));
-    data_batch(&ds, 0, G, 0, G, in, tg);
+    if (data_batch(&ds, 0, G, 0, G, in, tg, err, sizeof err) != 0) check(c, 0, tag, "batch: %s", err);
     gpt_set_batch(&m, a, in, tg, B, T);
     double loss = gpt_forward_backward(&m, a, B, T, 1.0f / (B * T));
     double lerr = fabs(loss - e->loss0) / fabs(e->loss0);
