@@ -32,7 +32,7 @@ enum {
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED, F_PLAN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG, F_CHECKDATA, F_MODEL,
 };
 
 /* One row of the command line: --name VALUE, what it does. */
@@ -45,8 +45,12 @@ typedef struct ArgsFlag {
 
 static const ArgsFlag flags[] = {
     {NULL, NULL, 0, "data and files:"},
-    {"data", "FILE", F_DATA, "training tokens: an llm.c token file, or any file read as bytes"},
-    {"val", "FILE", F_VAL, "validation tokens (same formats)"},
+    {"data", "SPEC", F_DATA, "training tokens: a file, a quoted glob or a comma list of llm.c token\n"
+                             "files (shards, in name order), or any file read as bytes"},
+    {"val", "SPEC", F_VAL, "validation tokens (same forms)"},
+    {"check-data", NULL, F_CHECKDATA, "read every token of --data and --val, check it against the\n"
+                                      "vocabulary, and exit (files above 64M tokens are else checked\n"
+                                      "as they are read)"},
     {"init", "FILE", F_INIT, "start from an llm.c model file (float32)"},
     {"save", "FILE", F_SAVE, "write an llm.c model file at the end"},
     {"tokenizer", "FILE", F_TOKENIZER, "llm.c's gpt2_tokenizer.bin: print samples of token data as text"},
@@ -57,6 +61,8 @@ static const ArgsFlag flags[] = {
     {"version", NULL, F_VERSION, "the build: commit, CUDA runtime and driver, GPU architectures, NCCL"},
     {"help", NULL, F_HELP, "this table"},
     {NULL, NULL, 0, "model, when there is no --init:"},
+    {"model", "NAME", F_MODEL, "gpt2, gpt2-medium, gpt2-large, gpt2-xl (or llm.c's d12, d24, d36,\n"
+                               "d48): layers, heads, width, 1024 positions, 50257 tokens"},
     {"layers", "L", F_LAYERS, "transformer blocks (4)"},
     {"heads", "H", F_HEADS, "attention heads (4)"},
     {"dim", "C", F_DIM, "width (128)"},
@@ -364,6 +370,8 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
         case F_TRACE: a->trace = optarg; break;
         case F_PLOT: a->plot = optarg; break;
         case F_LOG: a->log = optarg; break;
+        case F_CHECKDATA: a->check_data = 1; break;
+        case F_MODEL: a->model_preset = optarg; break;
         case F_PIN: a->pin_cores = 1; break;
         case F_TOKENIZER: a->tokenizer = optarg; break;
         case F_CKPTDIR: a->checkpoint_dir = optarg; break;

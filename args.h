@@ -52,6 +52,8 @@ typedef struct Args {
     const char *schedule_svg; /* --schedule-svg: the schedule's picture (schedule.svg) */
     const char *trace;
     const char *plot;         /* --plot: the loss curve as SVG, rewritten as the run goes */
+    int check_data;           /* --check-data: read every token of --data and --val, then exit */
+    const char *model_preset; /* --model: gpt2, gpt2-medium, ... or d12, d24, ... */
     const char *log;          /* --log: the run's record as JSON lines, appended across restarts */
     int pin_cores;            /* pin each rank of this host to its own cores */
     const char *tokenizer;    /* llm.c tokenizer file to print samples of token data as text */

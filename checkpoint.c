@@ -384,6 +384,8 @@ static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ra
     fprintf(f, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %zu\n",
             c->layers, c->heads, c->dim, c->max_seq, c->vocab, c->padded_vocab, gpt_total_params(c));
     layout_print(f, &meta->layout);
+    fprintf(f, "data_position epoch %ld shard %d sequence %zu\n", meta->pos.epoch, meta->pos.shard, meta->pos.seq);
+    if (meta->data_shards) fputs(meta->data_shards, f);
     fprintf(f, "data next_step %ld seed %llu shuffle %d\n", meta->step, (unsigned long long)meta->seed,
             meta->shuffle);
     fprintf(f, "optimizer adam_t %d steps %d\n", meta->adam_t, meta->steps);
@@ -642,6 +644,8 @@ static int range_cmp(const void *a, const void *b) {
 void checkpoint_free(Checkpoint *ck) {
     free(ck->shards);
     free(ck->ranges);
+    free(ck->meta.data_shards);
+    ck->meta.data_shards = NULL;
     ck->shards = NULL;
     ck->ranges = NULL;
 }
@@ -771,6 +775,16 @@ int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
             continue;
         }
         if (sscanf(line, "data next_step %*d seed %llu shuffle %d", &seed, &m->shuffle) == 2) { m->seed = seed; continue; }
+        if (sscanf(line, "data_position epoch %ld shard %d sequence %zu", &m->pos.epoch, &m->pos.shard,
+                   &m->pos.seq) == 3) continue;
+        if (!strncmp(line, "data_shards ", 12) || !strncmp(line, "data_shard ", 11)) {   /* kept as written */
+            size_t have = m->data_shards ? strlen(m->data_shards) : 0, n = strlen(line);
+            char *grown = realloc(m->data_shards, have + n + 1);
+            if (!grown) { fprintf(stderr, "error: out of memory reading %s\n", mp); exit(1); }
+            memcpy(grown + have, line, n + 1);
+            m->data_shards = grown;
+            continue;
+        }
         if (sscanf(line, "optimizer adam_t %d steps %d", &m->adam_t, &m->steps) == 2) continue;
         OptConfig *o = &m->opt;
         if (sscanf(line, "schedule steps %d warmup %d lr %g lr_min %g cosine %d beta1 %g beta2 %g eps %g wd %g clip %g",

@@ -9,8 +9,9 @@
 #include "gpt.h"
 #include "zero.h"
 #include "optim.h"
+#include "data.h"
 
-#define CHECKPOINT_VERSION 2   /* 2: the learning-rate schedule and AdamW settings */
+#define CHECKPOINT_VERSION 2   /* 2: the learning-rate schedule, AdamW settings, data position and shards */
 
 /* The layout a checkpoint was written under (for the manifest, and to say
  * what a resume changes; loading works under any layout). */
@@ -33,6 +34,8 @@ typedef struct CheckpointMeta {
     int shuffle;         /* the data order is a function of (step, seed, shuffle) */
     int steps;           /* --steps of the run that wrote it: the cosine's length */
     OptConfig opt;       /* the schedule and AdamW's settings it ran under */
+    DataPos pos;         /* where the next step's first sequence lies (epoch, shard, sequence) */
+    char *data_shards;   /* data_describe's shard list (names and sizes); NULL: none */
     CheckpointLayout layout;
 } CheckpointMeta;
 

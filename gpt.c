@@ -1079,3 +1079,28 @@ double gpt_forward_loss(GPT *m, GPTActs *a, int B, int T) {
     gpt_chunk_forward(m, a, 0, B, T);
     return gpt_head_forward(m, a, B, T, 0.0f);
 }
+
+/* ---------------------------------------------------------------------------
+ * Presets: OpenAI's GPT-2 sizes (llm.c's d12 .. d48 name the same models by
+ * depth) and GPT-3's, for --model and the planner. */
+
+typedef struct { const char *name, *alias; int layers, heads, dim, seq; } GPTPreset;
+static const GPTPreset presets[] = {
+    {"gpt2", "d12", 12, 12, 768, 1024},          {"gpt2-medium", "d24", 24, 16, 1024, 1024},
+    {"gpt2-large", "d36", 36, 20, 1280, 1024},   {"gpt2-xl", "d48", 48, 25, 1600, 1024},
+    {"gpt3-125m", NULL, 12, 12, 768, 2048},      {"gpt3-1.3b", NULL, 24, 16, 2048, 2048},
+    {"gpt3-2.7b", NULL, 32, 32, 2560, 2048},     {"gpt3-6.7b", NULL, 32, 32, 4096, 2048},
+    {"gpt3-13b", NULL, 40, 40, 5120, 2048},      {"gpt3-175b", NULL, 96, 96, 12288, 2048},
+};
+
+int gpt_preset(const char *name, GPTConfig *cfg) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const GPTPreset *p = &presets[i];
+        if (strcmp(name, p->name) && (!p->alias || strcmp(name, p->alias))) continue;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->layers = p->layers; cfg->heads = p->heads; cfg->dim = p->dim; cfg->max_seq = p->seq;
+        cfg->vocab = 50257;   /* padded to 50304 by gpt_config_check, as llm.c pads it */
+        return 0;
+    }
+    return -1;
+}

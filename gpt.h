@@ -216,6 +216,12 @@ typedef struct GPTActs {
  * the sizes. Returns 0, or -1 with one line in err naming the rule broken. */
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen);
 
+/* The names gpt_preset knows, for error lines. */
+#define GPT_PRESETS "gpt2 (d12), gpt2-medium (d24), gpt2-large (d36), gpt2-xl (d48), gpt3-125m .. gpt3-175b"
+/* A named model (GPT2/GPT-3 sizes, 50257 tokens) into cfg (its vocab not yet
+ * padded: gpt_config_check does that). Returns 0, or -1 for an unknown name. */
+int gpt_preset(const char *name, GPTConfig *cfg);
+
 /* Parameters shard s holds (gpt_build's num_params), without building it. */
 size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s);
 /* Bytes of one set of activations (gpt_acts_build's), from the shape alone:

@@ -142,6 +142,7 @@ static void run_free(Run *r) {
     comm_mesh_free(&r->mesh);
     comm_free(&r->comm);
     data_free(&r->train);
+    free(r->data_shards);
     data_free(&r->val);
     data_tokenizer_free(&r->tok);
     checkpoint_free(&r->ck);

@@ -293,12 +293,6 @@ void plan_search_free(PlanSearch *ps) {
 /* ---------------------------------------------------------------------------
  * ./train --plan */
 
-typedef struct { const char *name; int layers, heads, dim, seq; } ModelPreset;
-static const ModelPreset models[] = {
-    {"gpt2", 12, 12, 768, 1024}, {"gpt2-medium", 24, 16, 1024, 1024}, {"gpt2-large", 36, 20, 1280, 1024},
-    {"gpt2-xl", 48, 25, 1600, 1024}, {"gpt3-125m", 12, 12, 768, 2048}, {"gpt3-1.3b", 24, 16, 2048, 2048},
-    {"gpt3-2.7b", 32, 32, 2560, 2048}, {"gpt3-6.7b", 32, 32, 4096, 2048}, {"gpt3-13b", 40, 40, 5120, 2048},
-    {"gpt3-175b", 96, 96, 12288, 2048}};
 typedef struct { const char *name; int per_node; double mem, tflops, intra, inter; } ClusterPreset;
 /* bus bandwidths: NVLink 4 / 3 per GPU; 8 x 400 / 8 x 200 Gb/s InfiniBand a node */
 static const ClusterPreset clusters[] = {
@@ -356,12 +350,8 @@ int plan_main(int argc, char **argv) {
         switch (o) {
         case O_PLAN: break;
         case O_MODEL: {
-            size_t i, n = sizeof models / sizeof *models;
-            for (i = 0; i < n && strcmp(models[i].name, optarg); i++) {}
-            if (i == n) { fprintf(stderr, "plan: no model preset '%s' (gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-125m .. gpt3-175b)\n", optarg); return 2; }
-            cfg.layers = models[i].layers; cfg.heads = models[i].heads; cfg.dim = models[i].dim;
-            cfg.max_seq = models[i].seq; cfg.vocab = 50257;
-            if (!seq) seq = models[i].seq;
+            if (gpt_preset(optarg, &cfg) != 0) { fprintf(stderr, "plan: no model preset '%s' (%s)\n", optarg, GPT_PRESETS); return 2; }
+            if (!seq) seq = cfg.max_seq;
             break;
         }
         case O_CLUSTER: {   /* h100x8, a100x8, h100x1024 (GPUs) */

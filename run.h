@@ -38,6 +38,7 @@ typedef struct Run {
     Trace *trace;
     DP dp;
     DataSet train, val;
+    char *data_shards;        /* data_describe(&train): the checkpoint's record of the shards */
     Tokenizer tok;            /* vocab 0 when there is none */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
     Checkpoint ck;            /* the checkpoint continued from, when resumed */

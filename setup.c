@@ -76,7 +76,8 @@ static void check_same_model(const GPTConfig *f, const GPTConfig *c, const char 
     int file[] = {c->layers, c->heads, c->dim, c->max_seq, c->vocab};
     for (int i = 0; i < 5; i++)
         if (flag[i] && flag[i] != file[i])
-            setup_die_usage("%s %d, but %s holds %s %d", names[i], flag[i], what, names[i] + 2, file[i]);
+            setup_die_usage("%s %d, but %s %s %s %d", names[i], flag[i], what,
+                            strncmp(what, "--model", 7) ? "holds" : "has", names[i] + 2, file[i]);
 }
 
 /* --resume: whether DIR holds a checkpoint to continue. Returns 1 (opened
@@ -129,6 +130,9 @@ static void check_resume(Run *r, GPTConfig *cfg) {
         setup_die_usage("--seed %llu, but %s was written with --seed %llu (the data order would move)",
                         (unsigned long long)r->a.seed, what, (unsigned long long)m->seed);
     say_schedule_change(&r->a.opt, &m->opt, r->ck.dir);
+    char msg[1024];
+    if (m->data_shards && r->a.data && data_compare(m->data_shards, &r->train, msg, sizeof msg) != 0)
+        printf("resume: the data changed since %s: %s\n", r->ck.dir, msg);
     if (r->a.shuffle != m->shuffle)
         setup_die_usage("%s, but %s was written %s (the data order would move)",
                         r->a.shuffle ? "--shuffle" : "no --shuffle", what, m->shuffle ? "with --shuffle" : "without it");
@@ -239,6 +243,15 @@ static void check_model_and_data(Run *r) {
     GPTConfig cfg = a->model;
     DataSet *tr = &r->train;
     if (a->data && data_load(tr, a->data, err, sizeof err) != 0) setup_die_usage("%s", err);
+    if (a->model_preset) {   /* --model: the flags given must agree; it fills the rest */
+        GPTConfig preset;
+        char what[128];
+        if (gpt_preset(a->model_preset, &preset) != 0)
+            setup_die_usage("--model %s: no such model (%s)", a->model_preset, GPT_PRESETS);
+        snprintf(what, sizeof what, "--model %s", a->model_preset);
+        check_same_model(&a->model, &preset, what);
+        cfg = a->model = preset;
+    }
     r->resumed = a->resume && open_checkpoint(r);
     if (r->resumed) {
         check_resume(r, &cfg);   /* --init is not read: the checkpoint holds the model */
@@ -259,6 +272,10 @@ static void check_model_and_data(Run *r) {
         setup_die_usage("%s", err);
     if (a->data && data_check_vocab(tr, cfg.vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
+    char msg[1024];
+    if (a->data && a->val && data_overlap(tr, &r->val, msg, sizeof msg) > 0)
+        fprintf(stderr, "train: warning: %s\n", msg);
+    if (a->data && !(r->data_shards = data_describe(tr))) setup_die_usage("out of memory describing the data");
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         setup_die_usage("%s", err);
     r->cfg = cfg;
@@ -351,6 +368,21 @@ static void check_schedule_only(Args *a) {
     a->dp = dp; a->tp = tp; a->pp = pp;
 }
 
+/* --check-data: every token of every shard of --data and --val read and
+ * checked against the vocabulary; one line each, then exit (0, or 2). */
+static void check_data_only(Run *r) {
+    char err[512];
+    DataSet *sets[2] = {&r->train, r->a.val ? &r->val : NULL};
+    const char *names[2] = {r->a.data, r->a.val};
+    for (int i = 0; i < 2 && sets[i]; i++) {
+        int max = -1;
+        if (data_scan(sets[i], r->cfg.vocab, &max, err, sizeof err) != 0) setup_die_usage("%s", err);
+        printf("check-data: %s: %d shard%s, %zu tokens, largest id %d < vocab %d: ok\n", names[i], sets[i]->n_shards,
+               sets[i]->n_shards == 1 ? "" : "s", sets[i]->n_tokens, max, r->cfg.vocab);
+    }
+    exit(0);
+}
+
 void setup_check(Run *r) {
     check_outputs(&r->a);
     if (r->a.show_schedule) {   /* only the schedule: no model, no data, no ranks */
@@ -358,6 +390,7 @@ void setup_check(Run *r) {
         return;
     }
     check_model_and_data(r);
+    if (r->a.check_data) check_data_only(r);
     check_mesh(r);
     check_split(r);
     check_device(r);
@@ -426,6 +459,9 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
     meta->shuffle = a->shuffle;
     meta->steps = a->steps;
     meta->opt = a->opt;
+    int G = a->batch * a->micro_batches * r->mesh.dp;
+    meta->pos = data_position((DataSet *)&r->train, step, G, 0);
+    meta->data_shards = r->data_shards;
     l->ranks = r->comm.world_size;
     l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
     for (int i = 0; i < l->pp; i++) {
