@@ -1,5 +1,5 @@
 /* checkpoint.c: sharded checkpoints: save, exact resume, resume on another
- * layout (issue 13). ckpt.c stays the reader and writer of llm.c model
+ * layout. ckpt.c stays the reader and writer of llm.c model
  * files; this module keeps a run, not a model.
  *
  * What a checkpoint is. A directory DIR/step-<N>/ holding

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test/test_hostile.sh: hostile input never crashes train (issue 14). Each
+# test/test_hostile.sh: hostile input never crashes train. Each
 # class of bad model file, token file, tokenizer file, flag, output path and
 # launcher environment gives one line on stderr naming the problem, exit
 # status 2, nothing written, and no training done (it fails in well under a

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test/test_offline.sh: `make train` on a fresh clone, offline, with nothing
-# beside it (issue 17). It clones the repository's committed HEAD (`git
+# beside it. It clones the repository's committed HEAD (`git
 # clone` of this tree: only what is committed is seen, so a file not yet
 # committed, corpus/tinyshakespeare.txt.gz included, is missing here) into a
 # temporary directory that has no ../shared beside it, cuts the network off
