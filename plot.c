@@ -283,25 +283,6 @@ static int slot_of(const PPTimeline *t, int s, PPKind kind, int chunk, int m) {
     return -1;
 }
 
-/* Where the output of stage s's action a goes (stage and chunk of the
- * action that waits for it); 0, or -1 if it is sent nowhere (W, the last
- * chunk's F on the last stage, the first chunk's B on stage 0). */
-static int send_target(PPAction a, int s, int P, int V, int *to, int *chunk) {
-    *chunk = a.chunk;
-    if (a.kind == PP_FORWARD) {
-        if (s + 1 < P) *to = s + 1;
-        else if (a.chunk + 1 < V) *to = 0, *chunk = a.chunk + 1;
-        else return -1;
-    } else if (a.kind == PP_BACKWARD) {
-        if (s > 0) *to = s - 1;
-        else if (a.chunk > 0) *to = P - 1, *chunk = a.chunk - 1;
-        else return -1;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
 static const char *kind_name(PPKind k) {
     return k == PP_FORWARD ? "forward" : k == PP_BACKWARD ? "backward (input gradient)" : "weight gradient";
 }
@@ -367,7 +348,7 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
         for (int i = 0; i < T; i++) {
             PPAction a = t->slots[s * T + i];
             int to, tc;
-            if (a.kind == PP_IDLE || send_target(a, s, P, V, &to, &tc) != 0) continue;
+            if ((to = pp_send_target(a, s, P, V, &tc)) < 0) continue;
             int j = slot_of(t, to, a.kind, tc, a.micro);
             if (j < 0) continue;
             char col[8];
