@@ -805,7 +805,7 @@ int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, 
     Runs rs;
     runs_build(z->m, 1, &rs);
     Loader L = {.ck = ck, .z = z, .ok = 1, .err = err, .errlen = errlen};
-    L.rd = calloc((size_t)ck->nshards, sizeof *L.rd);
+    L.rd = safe_calloc((size_t)ck->nshards, sizeof *L.rd, "the checkpoint's shard readers");
     L.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
     /* section by section: each shard is then read front to back */
     for (L.section = 0; L.section < 3 && L.ok; L.section++) owned_pieces(z, &rs, load_piece, &L);

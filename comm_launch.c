@@ -546,7 +546,7 @@ static int tcp_serve(const CommLaunch *l, void *blob, size_t len, char *err, siz
         close(fd);
         return -1;
     }
-    char *served = calloc((size_t)l->world_size, 1);
+    char *served = safe_calloc((size_t)l->world_size, 1, "the rendezvous' table");
     int nserved = 0, nwant = l->world_size - 1;
     double deadline = now_s() + RENDEZVOUS_S;
     while (nserved < nwant) {

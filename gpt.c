@@ -220,7 +220,7 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     for (int i = 0; i < GPT_NTENSORS; i++)
         m->sizes[i] = tensor_size_tp(cfg, i, m->nlayers, m->has_embed, m->has_head, m->tp);
     m->nunits = (m->has_embed ? 2 : 0) + m->nlayers + (m->has_head ? (m->has_embed ? 1 : 2) : 0);
-    m->unit_off = calloc(m->nunits + 1, sizeof(size_t));
+    m->unit_off = safe_calloc(m->nunits + 1, sizeof(size_t), "the model's unit table");
     m->unit_wte = m->unit_wpe = m->unit_lnf = -1;
     int u = 0;
     if (m->has_embed) {
@@ -243,14 +243,14 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     m->num_params = n;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
-    m->uparams = calloc(m->nunits, sizeof(float *));
-    m->ugrads = calloc(m->nunits, sizeof(float *));
+    m->uparams = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
+    m->ugrads = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
     m->esz = dt_size(dev->dtype);
     m->epoch = 1;
     if (dev->dtype != DT_F32) {
         m->lp = dev_alloc(dev, m->num_params * m->esz);
-        m->lp_epoch = calloc(m->nunits, sizeof(unsigned));
-        m->lp_src = calloc(m->nunits, sizeof(float *));
+        m->lp_epoch = safe_calloc(m->nunits, sizeof(unsigned), "the model's unit table");
+        m->lp_src = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
     }
     gpt_units_default(m);
 }
@@ -529,7 +529,7 @@ size_t gpt_stash_formula(const GPT *m, int B_, int T_) {
 
 GPTActs *gpt_acts_build_part(GPT *m, int B_, int T_, int with_head) {
     Dev *d = m->dev;
-    GPTActs *a = calloc(1, sizeof *a);
+    GPTActs *a = safe_calloc(1, sizeof *a, "a set of activations");
     *a = acts_shape(m, B_, T_, d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL));
     a->has_head = with_head && m->has_head;
     ACTS_SIZES
@@ -588,7 +588,7 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
     if (tokens && m->tp > 1) {
         /* the embedding looks up ids of this rank's vocabulary slice; -1 elsewhere */
         int Vl = m->cfg.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
-        int *local = malloc(bytes + 1);
+        int *local = safe_malloc(bytes + 1, "the vocabulary shard's tokens");
         for (size_t k = 0; k < bt; k++)
             local[k] = tokens[k] >= v0 && tokens[k] < v0 + Vl ? tokens[k] - v0 : -1;
         set_tokens(m, a, local, bt);

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pp.h"
+#include "safe.h"
 
 /* ---------------------------------------------------------------------------
  * The plan: which stage and chunk each message goes between (pp_sched.h's
@@ -196,12 +197,12 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
     pp_stage_sets(sched, s->P, M, s->V, s->stage, &head, &rest);
     s->nhead_sets = head;
     s->nsets = head + rest;
-    s->acts = calloc(s->nsets, sizeof(GPTActs *));
-    s->set_busy = calloc(s->nsets, sizeof(int));
+    s->acts = safe_calloc(s->nsets, sizeof(GPTActs *), "the pipeline's activation sets");
+    s->set_busy = safe_calloc(s->nsets, sizeof(int), "the pipeline's activation sets");
     for (int i = 0; i < s->nsets; i++) s->acts[i] = gpt_acts_build_part(m, B, T, i < head);
     s->ngrad_bufs = grad_bufs_needed(s);
-    s->grad_bufs = calloc(s->ngrad_bufs + 1, sizeof(void *));
-    s->grad_busy = calloc(s->ngrad_bufs + 1, sizeof(int));
+    s->grad_bufs = safe_calloc(s->ngrad_bufs + 1, sizeof(void *), "the pipeline's gradient buffers");
+    s->grad_busy = safe_calloc(s->ngrad_bufs + 1, sizeof(int), "the pipeline's gradient buffers");
     for (int i = 0; i < s->ngrad_bufs; i++)
         s->grad_bufs[i] = dev_alloc(dev, (size_t)s->acts[0]->rows * m->cfg.dim * m->esz);
     return 0;
