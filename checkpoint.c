@@ -1,6 +1,9 @@
 /* checkpoint.c: sharded checkpoints: save, exact resume, resume on another
- * layout. ckpt.c stays the reader and writer of llm.c model
- * files; this module keeps a run, not a model.
+ * layout. ckpt.c stays the reader and writer of llm.c model files; this
+ * module keeps a run, not a model. No article section draws it; it saves
+ * what 2.3 FSDP (auto-parallel-partitioning.txt: ZeRO) spreads over the
+ * ranks and what 4 混合并行's layouts split, and reads it back under any
+ * other layout.
  *
  * What a checkpoint is. A directory DIR/step-<N>/ holding
  *
@@ -17,15 +20,16 @@
  * The global order is llm.c's (gpt_total_params elements, tensor-major), the
  * order of --save's model files: the one coordinate system every layout
  * shares. A rank's local layout (gpt.h: layer-major, a stage's layers, a tp
- * slice of each tensor) maps onto it by runs (local, global, n), the same
- * map gpt_llmc_copy applies element by element; ZeRO's ownership (zero.h:
+ * slice of each tensor) maps onto it by runs (local, global, n): gpt.h's
+ * gpt_shard_index and gpt_llmc_offset, the map gpt_llmc_copy applies
+ * element by element; ZeRO's ownership (zero.h:
  * bucket b owns [off + own_off, + own_n), its state at state_off) cuts those
  * runs into the pieces this rank owns. A shard holds, for its pieces in the
  * order of the owned state, three sections of K float32 each: the master
  * parameters (host_master under offload, param_shard under ZeRO-3, else
  * m->params), Adam's m and Adam's v. An element held by several ranks is
  * written once: a tensor every tp rank holds whole only by tp rank 0, the
- * tied wte only by the first stage, and under DDP (zero 0, every dp rank
+ * tied wte only by the first stage (gpt_tensor_counts), and under DDP (zero 0, every dp rank
  * owns everything) only by dp rank 0. So the shards of a checkpoint add up
  * to 12 bytes a parameter, whatever the layout: the ZeRO paper's float32
  * optimizer state (K) plus the master weights (4), spread over the ranks
@@ -99,8 +103,6 @@ typedef struct Runs {
     size_t n, cap;
 } Runs;
 
-static int per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
-
 static void runs_add(Runs *rs, size_t local, size_t global, size_t n, int written) {
     if (rs->n && rs->r[rs->n - 1].local + rs->r[rs->n - 1].n == local &&
         rs->r[rs->n - 1].global + rs->r[rs->n - 1].n == global && rs->r[rs->n - 1].written == written) {
@@ -115,30 +117,6 @@ static void runs_add(Runs *rs, size_t local, size_t global, size_t n, int writte
     rs->r[rs->n++] = (Run){local, global, n, written};
 }
 
-/* Where tensor i of global layer l starts in llm.c's order. */
-static size_t llmc_offset(const GPTConfig *cfg, int i, int l) {
-    size_t off = 0;
-    for (int k = 0; k < i; k++) off += gpt_tensor_size(cfg, k, cfg->layers, 1, 1);
-    return off + (size_t)l * gpt_layer_size(cfg, i);
-}
-
-/* gpt.c's global_index, with the length over which it stays contiguous. */
-static size_t slice_index(const GPT *m, int i, size_t k, size_t *run) {
-    size_t C = m->cfg.dim, r = m->tp_rank, Cl = C / m->tp, Fl = 4 * C / m->tp;
-    *run = (size_t)-1;
-    if (m->tp == 1 || gpt_tensor_replicated(m, i)) return k;
-    switch (i) {
-    case GPT_QKVW: { size_t j = k / C, c = k % C; *run = C - c; return ((j / Cl) * C + r * Cl + j % Cl) * C + c; }
-    case GPT_QKVB: *run = Cl - k % Cl; return (k / Cl) * C + r * Cl + k % Cl;
-    case GPT_ATTPROJW: *run = Cl - k % Cl; return (k / Cl) * C + r * Cl + k % Cl;
-    case GPT_FCW: return r * Fl * C + k;
-    case GPT_FCB: return r * Fl + k;
-    case GPT_FCPROJW: *run = Fl - k % Fl; return (k / Fl) * 4 * C + r * Fl + k % Fl;
-    case GPT_WTE: return r * (size_t)(m->cfg.padded_vocab / m->tp) * C + k;
-    default: return k;
-    }
-}
-
 static int run_cmp_local(const void *a, const void *b) {
     const Run *x = a, *y = b;
     return x->local < y->local ? -1 : x->local > y->local;
@@ -150,15 +128,14 @@ static void runs_build(const GPT *m, int dp_writer, Runs *rs) {
     memset(rs, 0, sizeof *rs);
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
-        int written = dp_writer && !(m->tp_rank != 0 && gpt_tensor_replicated(m, i)) &&
-                      !(i == GPT_WTE && !m->has_embed);
-        int nl = per_layer(i) ? m->nlayers : 1;
+        int written = dp_writer && gpt_tensor_counts(m, i), layered = gpt_tensor_per_layer(i);
+        int nl = layered ? m->nlayers : 1;
         size_t n = m->sizes[i] / (size_t)nl;
         for (int l = 0; l < nl; l++) {
-            size_t local = m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
-            size_t gbase = llmc_offset(&m->cfg, i, per_layer(i) ? gpt_layer_global(m, l) : 0);
+            size_t local = m->offsets[i] + (layered ? (size_t)l * m->layer_stride : 0);
+            size_t gbase = gpt_llmc_offset(&m->cfg, i, layered ? gpt_layer_global(m, l) : 0);
             for (size_t k = 0, len; k < n; k += len) {
-                size_t g = slice_index(m, i, k, &len);
+                size_t g = gpt_shard_index(m, i, k, &len);
                 if (len > n - k) len = n - k;
                 runs_add(rs, local + k, gbase + g, len, written);
             }
@@ -976,7 +953,7 @@ int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, 
     Runs rs;
     runs_build(z->m, 1, &rs);
     Loader L = {.ck = ck, .z = z, .ok = 1, .err = err, .errlen = errlen};
-    L.rd = calloc((size_t)ck->nshards, sizeof *L.rd);
+    L.rd = safe_calloc((size_t)ck->nshards, sizeof *L.rd, "the checkpoint's shard readers");
     L.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
     /* section by section: each shard is then read front to back */
     for (L.section = 0; L.section < 3 && L.ok; L.section++) owned_pieces(z, &rs, load_piece, &L);

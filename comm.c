@@ -11,57 +11,18 @@
  *
  * The rest of comm.h lives beside this file (comm_impl.h is what they share):
  * comm_launch.c makes the ranks, comm_shm.c and comm_nccl.c are the two
- * backends. Each operation here returns at once on a rank outside the group,
+ * backends. Calls go down only: this file calls the backends, never the
+ * other way; the way a rank dies (comm_die) is comm_impl.h's, below them all. Each operation here returns at once on a rank outside the group,
  * checks its arguments, counts its bus bytes the way nccl-tests does, then
  * hands the call to the backend of the communicator (size-1 groups and empty
  * buffers stop here on shared memory).
  */
 #define _GNU_SOURCE
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include "comm_impl.h"
-
-size_t comm_dtype_size(CommDtype t) { return t == COMM_BF16 ? 2 : 4; }
-
-void comm_shard(size_t n, int size, int index, size_t *offset, size_t *count) {
-    size_t base = n / (size_t)size, extra = n % (size_t)size, i = (size_t)index;
-    *count = base + (i < extra);
-    *offset = i * base + min_sz(i, extra);
-}
-
-/* ---- dying ---------------------------------------------------------------- */
-
-/* Prints the line, records the failure for the other ranks (the first one
- * recorded wins: `culprit` is the rank that started it, with its code), and
- * exits 1. */
-static void comm_fail(Comm *c, int culprit, int code, const char *fmt, va_list ap) __attribute__((noreturn));
-static void comm_fail(Comm *c, int culprit, int code, const char *fmt, va_list ap) {
-    fflush(stdout);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    if (c && c->impl && c->impl->shm) {
-        ShmHeader *h = c->impl->shm;
-        shm_abort_set(h, culprit, code);
-        if (c->impl->shm_name[0] && atomic_load(&h->mapped) < h->world) shm_unlink(c->impl->shm_name);
-    }
-    exit(1);
-}
-
-void comm_die(Comm *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    comm_fail(c, c->rank, 1, fmt, ap);
-}
-
-void comm_die_for(Comm *c, int culprit, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    comm_fail(c, culprit, code, fmt, ap);
-}
 
 /* ---- communicators ------------------------------------------------------------- */
 

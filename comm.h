@@ -224,8 +224,13 @@ typedef struct CommOp {
 
 /* The shard rule: n elements over size shards, the first n % size shards
  * one element longer. Shard `index` is [*offset, *offset + *count). */
-void comm_shard(size_t n, int size, int index, size_t *offset, size_t *count);
-size_t comm_dtype_size(CommDtype t);
+static inline void comm_shard(size_t n, int size, int index, size_t *offset, size_t *count) {
+    size_t base = n / (size_t)size, extra = n % (size_t)size, i = (size_t)index;
+    *count = base + (i < extra);
+    *offset = i * base + (i < extra ? i : extra);
+}
+/* Bytes of one element of t: 2 for COMM_BF16, 4 for the others. */
+static inline size_t comm_dtype_size(CommDtype t) { return t == COMM_BF16 ? 2 : 4; }
 
 /* buf[n] = op over members of buf[n]. */
 CommOp comm_all_reduce(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, CommRed op);
@@ -271,6 +276,7 @@ void comm_describe(const Comm *c, char *buf, size_t len);
 
 /* ---- accounting ----------------------------------------------------------- */
 
+/* The operation's name as --comm-stats prints it ("all_reduce", "send", ...). */
 const char *comm_kind_name(CommKind k);
 /* Bytes counted for (kind, group name); *calls too when calls is not NULL. */
 uint64_t comm_stats_bytes(const Comm *c, CommKind k, const char *group, uint64_t *calls);

@@ -1,12 +1,21 @@
 /* comm_impl.h: what the four parts of comm.h's implementation share; included
  * by comm.c, comm_launch.c, comm_shm.c and comm_nccl.c only, never elsewhere.
+ * (DESIGN.md, "Processes" and "Errors": the floor under every parallel
+ * dimension of hybrid-parallelism.txt.)
  *
  *   comm.c         communicators, groups, the mesh; every operation's checks,
- *                  byte accounting and dispatch to a backend; comm_die
+ *                  byte accounting and dispatch to a backend
  *   comm_launch.c  who this process is (launcher variables), the fork
  *                  launcher and its supervisor, the TCP rendezvous
- *   comm_shm.c     the shared segment, its collectives and p2p engine
+ *   comm_shm.c     the shared segment's areas, its collectives and p2p engine
  *   comm_nccl.c    the NCCL backend (built with USE_NCCL)
+ *
+ * Calls go one way, down this list read from the bottom: comm.c calls the
+ * backends, comm_nccl.c calls comm_shm.c (its watchdog waits on the
+ * segment), both backends call comm_launch.c's rendezvous, and comm_launch.c
+ * calls none of them. What all four need, the segment's header, the abort
+ * word and the way a rank dies (comm_die), lives here, below them all, so
+ * that no part calls back up into the one that called it.
  *
  * Backend entry points are called by comm.c after its checks: this rank is
  * a member of g, n > 0, and for shm_ collectives g->size > 1. Faults inside
@@ -15,9 +24,17 @@
 #ifndef COMM_IMPL_H
 #define COMM_IMPL_H
 
+#include <limits.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include "comm.h"
 
 /* ---- small things every part uses ----------------------------------------- */
@@ -32,7 +49,7 @@ static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static inline int on_gpu(const Dev *d) { return d && d->kind == DEV_CUDA; }
 
-/* ---- the shared segment (comm_shm.c) ---------------------------------------- */
+/* ---- the shared segment's layout ---------------------------------------------- */
 
 #define NCCL_MAX_QUEUES 16    /* NCCL groups of one rank: the world and its splits */
 
@@ -84,14 +101,106 @@ struct CommImpl {
     struct NcclState *nccl;      /* comm_nccl.c's streams, events and scratch; NULL on shared memory */
 };
 
-/* ---- dying (comm.c) ------------------------------------------------------------ */
+/* ---- the segment's header and the abort word ----------------------------------- */
+
+#define DATA_AREAS 3             /* IN, OUT, P2P; the barrier "area" is counters only */
+#define SHM_MAGIC 0x636f6d6d2d747261ULL
+
+/* How a rank ended: an exit status >= 0, -signal, or CODE_GONE (its process
+ * vanished and nobody saw how: an external launcher, no supervisor). */
+#define CODE_GONE (-1000)
+
+/* "exit status 3", "killed by signal 9", or "its process is gone". */
+static inline void shm_describe_status(int code, char *buf, size_t len) {
+    if (code == CODE_GONE) snprintf(buf, len, "its process is gone");
+    else if (code < 0) snprintf(buf, len, "killed by signal %d", -code);
+    else snprintf(buf, len, "exit status %d", code);
+}
+
+/* One staging area: 512 KB, so a chunk stays in cache between the phases of
+ * an all-reduce (bench_comm measured 2 ranks at about 2.0 GB/s bus bandwidth
+ * for 64-256 MB against about 1.4 with 4 MB areas), and 64 ranks map 96 MB
+ * at most. */
+static inline size_t shm_area_bytes(int world) { (void)world; return (size_t)512 << 10; }
+
+/* The header and the slots, rounded up to a page: where the areas start. */
+static inline size_t shm_header_bytes(int world) {
+    size_t b = sizeof(ShmHeader) + (size_t)world * sizeof(ShmSlot);
+    return (b + 4095) & ~(size_t)4095;
+}
+
+/* Bytes of the segment of a world of this many ranks (header and areas). */
+static inline size_t shm_segment_bytes(int world) {
+    return shm_header_bytes(world) + (size_t)world * DATA_AREAS * shm_area_bytes(world);
+}
+
+/* Sets the sizes of a zeroed segment (anonymous or ftruncated memory) and
+ * marks it valid. */
+static inline void shm_header_init(ShmHeader *h, int world) {
+    h->world = world;
+    h->area_bytes = shm_area_bytes(world);
+    h->data_offset = shm_header_bytes(world);
+    atomic_thread_fence(memory_order_release);
+    h->magic = SHM_MAGIC;
+}
+
+static inline void futex_wake(_Atomic uint32_t *w) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Tells rank q that something it may wait for has changed. */
+static inline void shm_ring(ShmHeader *h, int q) {
+    ShmSlot *s = &h->slot[q];
+    atomic_fetch_add(&s->bell, 1);
+    if (atomic_load(&s->sleeping)) futex_wake(&s->bell);
+}
+
+/* Wakes every rank that may sleep on a counter. */
+static inline void shm_ring_all(ShmHeader *h) {
+    for (int q = 0; q < h->world; q++) shm_ring(h, q);
+}
+
+/* Records the first failure of the job (rank -1: the launcher was interrupted)
+ * and wakes everyone; later calls change nothing. */
+static inline void shm_abort_set(ShmHeader *h, int rank, int code) {
+    int64_t expect = 0, word = ((int64_t)(rank + 2) << 32) | (uint32_t)code;
+    atomic_compare_exchange_strong(&h->abort_word, &expect, word);
+    shm_ring_all(h);
+}
+
+/* ---- dying ------------------------------------------------------------------------ */
+
+/* Prints the line, records the failure for the other ranks (the first one
+ * recorded wins: `culprit` is the rank that started it, with its code),
+ * unlinks a named segment the others never all mapped, and exits 1. */
+static inline __attribute__((noreturn)) void comm_fail(Comm *c, int culprit, int code, const char *fmt,
+                                                       va_list ap) {
+    fflush(stdout);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    if (c && c->impl && c->impl->shm) {
+        ShmHeader *h = c->impl->shm;
+        shm_abort_set(h, culprit, code);
+        if (c->impl->shm_name[0] && atomic_load(&h->mapped) < h->world) shm_unlink(c->impl->shm_name);
+    }
+    exit(1);
+}
 
 /* This rank's own fatal error: prints the line, records the failure in the
  * segment for the other ranks (the first one recorded wins) and exits 1. */
-void comm_die(Comm *c, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static inline __attribute__((noreturn, format(printf, 2, 3))) void comm_die(Comm *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    comm_fail(c, c->rank, 1, fmt, ap);
+}
+
 /* Stopping because rank `culprit` ended with `code` (exit status, -signal). */
-void comm_die_for(Comm *c, int culprit, int code, const char *fmt, ...)
-    __attribute__((noreturn, format(printf, 4, 5)));
+static inline __attribute__((noreturn, format(printf, 4, 5))) void comm_die_for(Comm *c, int culprit, int code,
+                                                                               const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    comm_fail(c, culprit, code, fmt, ap);
+}
 
 /* ---- the rendezvous (comm_launch.c) ------------------------------------------- */
 
@@ -103,17 +212,6 @@ int tcp_bcast(const CommLaunch *l, void *blob, size_t len, char *err, size_t err
 
 /* ---- the shared-memory backend (comm_shm.c) ------------------------------------ */
 
-/* Bytes of the segment of a world of this many ranks (header and areas). */
-size_t shm_segment_bytes(int world);
-/* Sets the sizes of a zeroed segment and marks it valid. */
-void shm_header_init(ShmHeader *h, int world);
-/* Wakes every rank that may sleep on a counter. */
-void shm_ring_all(ShmHeader *h);
-/* Records the first failure of the job (rank -1: the launcher was interrupted)
- * and wakes everyone; later calls change nothing. */
-void shm_abort_set(ShmHeader *h, int rank, int code);
-/* "exit status 3", "killed by signal 9", or "its process is gone". */
-void shm_describe_status(int code, char *buf, size_t len);
 /* Waits until *p >= v, `peer` being the rank that moves it; exits (comm_die)
  * when the job aborts or peer left without getting there. */
 void shm_wait_geq(Comm *c, _Atomic uint64_t *p, uint64_t v, int peer);

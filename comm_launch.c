@@ -1,7 +1,9 @@
 /* comm_launch.c: how processes become ranks (comm.h, "Launching"; DESIGN.md,
  * "Processes" and "Errors"): the launch plan read from --ranks and the
  * launcher's variables, the fork launcher and its supervisor, and the TCP
- * rendezvous through which rank 0 reaches the others.
+ * rendezvous through which rank 0 reaches the others: the "one process a
+ * GPU" every section of the articles assumes. The bottom of comm's files:
+ * it calls none of the others (the segment's header is comm_impl.h's).
  *
  * `--ranks N` forks N ranks; the process that forked them stays
  * as their supervisor. It relays their output, reaps them, and when one
@@ -555,7 +557,7 @@ static int tcp_serve(const CommLaunch *l, void *blob, size_t len, char *err, siz
         close(fd);
         return -1;
     }
-    char *served = calloc((size_t)l->world_size, 1);
+    char *served = safe_calloc((size_t)l->world_size, 1, "the rendezvous' table");
     int nserved = 0, nwant = l->world_size - 1;
     double deadline = now_s() + RENDEZVOUS_S;
     while (nserved < nwant) {

@@ -1,5 +1,8 @@
 /* comm_nccl.c: the NCCL backend of comm.h, built with USE_NCCL (DESIGN.md,
- * "Processes": one rank a GPU; rank 0 hands the NCCL unique id to the others).
+ * "Processes": one rank a GPU; rank 0 hands the NCCL unique id to the others):
+ * the same collectives and sends as comm_shm.c, for the articles' GPUs. It
+ * calls down only: comm_impl.h (comm_die), comm_shm.c (the watchdog waits
+ * on the segment) and comm_launch.c's rendezvous, never comm.c.
  *
  * Queues. Every group (the world, and each comm_split: tp, dp, pp, embed)
  * has its own NCCL communicator and its own communication stream, so the

@@ -1,6 +1,9 @@
 /* comm_shm.c: the shared-memory backend of comm.h: one segment every rank of
  * a host maps, its collectives and its point-to-point engine (DESIGN.md,
- * "Processes": CPU ranks, and several ranks sharing one GPU).
+ * "Processes": CPU ranks, and several ranks sharing one GPU). Its
+ * all-reduce is 2.2 DDP's (auto-parallel-partitioning.txt), its sends are
+ * 3.2 流水线并行's. It calls down only: comm_impl.h (the segment's header,
+ * comm_die) and comm_launch.c's rendezvous, never comm.c.
  *
  * Every rank owns three staging areas in one segment (IN, OUT, P2P;
  * area_bytes each) and a slot of counters (ShmSlot, comm_impl.h). Rank r
@@ -70,43 +73,7 @@ static void cpu_relax(void) {
 #endif
 }
 
-/* How a rank ended: an exit status >= 0, -signal, or CODE_GONE (its process
- * vanished and nobody saw how: an external launcher, no supervisor). */
-#define CODE_GONE (-1000)
-
-void shm_describe_status(int code, char *buf, size_t len) {
-    if (code == CODE_GONE) snprintf(buf, len, "its process is gone");
-    else if (code < 0) snprintf(buf, len, "killed by signal %d", -code);
-    else snprintf(buf, len, "exit status %d", code);
-}
-
-/* ---- the shared segment ---------------------------------------------------- */
-
-#define DATA_AREAS 3             /* the barrier "area" is counters only */
-#define SHM_MAGIC 0x636f6d6d2d747261ULL
-
-/* 512 KB: a chunk stays in cache between the phases of an all-reduce
- * (bench_comm measured 2 ranks at about 2.0 GB/s bus bandwidth for 64-256 MB
- * against about 1.4 with 4 MB areas), and 64 ranks map 96 MB at most. */
-static size_t shm_area_bytes(int world) { (void)world; return (size_t)512 << 10; }
-
-static size_t shm_header_bytes(int world) {
-    size_t b = sizeof(ShmHeader) + (size_t)world * sizeof(ShmSlot);
-    return (b + 4095) & ~(size_t)4095;
-}
-
-size_t shm_segment_bytes(int world) {
-    return shm_header_bytes(world) + (size_t)world * DATA_AREAS * shm_area_bytes(world);
-}
-
-/* The segment comes zeroed (anonymous or ftruncated memory); set the sizes. */
-void shm_header_init(ShmHeader *h, int world) {
-    h->world = world;
-    h->area_bytes = shm_area_bytes(world);
-    h->data_offset = shm_header_bytes(world);
-    atomic_thread_fence(memory_order_release);
-    h->magic = SHM_MAGIC;
-}
+/* ---- the shared segment (its header: comm_impl.h) ------------------------------ */
 
 static char *shm_area(ShmHeader *h, int rank, int area) {
     return (char *)h + h->data_offset + ((size_t)rank * DATA_AREAS + (size_t)area) * h->area_bytes;
@@ -117,27 +84,6 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t seen, long ns) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *w) {
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-/* Tells rank q that something it may wait for has changed. */
-static void shm_ring(ShmHeader *h, int q) {
-    ShmSlot *s = &h->slot[q];
-    atomic_fetch_add(&s->bell, 1);
-    if (atomic_load(&s->sleeping)) futex_wake(&s->bell);
-}
-
-void shm_ring_all(ShmHeader *h) {
-    for (int q = 0; q < h->world; q++) shm_ring(h, q);
-}
-
-/* Records the first failure of the job (rank -1: the launcher was interrupted). */
-void shm_abort_set(ShmHeader *h, int rank, int code) {
-    int64_t expect = 0, word = ((int64_t)(rank + 2) << 32) | (uint32_t)code;
-    atomic_compare_exchange_strong(&h->abort_word, &expect, word);
-    shm_ring_all(h);
-}
 /* ---- waiting ----------------------------------------------------------------- */
 
 static int process_alive(int pid) {

@@ -1,6 +1,7 @@
 /* gpt.c: GPT-2, forward and backward, for one shard of one stage.
  *
- * The model of llm.c's train_gpt2.c, reshaped for the articles' splits:
+ * The model of llm.c's train_gpt2.c, reshaped for the splits of
+ * auto-parallel-partitioning.txt (3.2 流水线并行, 3.1 张量并行, 2 数据并行):
  *  - 流水线并行 (pipeline): forward and backward come in three pieces
  *    (embedding, a chunk of layers, head + loss) so a stage runs only its
  *    own. A stage holds one chunk, or V of them for Megatron's interleaved
@@ -21,7 +22,11 @@
  *  - 数据并行 (data, ZeRO): the unit hooks let dp.c and zero.c reduce
  *    gradients as they are finished and gather sharded parameters on use.
  * Nothing here knows how a stage or shard was chosen; it computes what it
- * holds. Every op goes through m->dev->ops, so the same code runs the CPU
+ * holds. Two facts about the split live here and nowhere else: where a tp
+ * shard's element sits in the unsplit tensor (gpt_shard_index) and which
+ * copy of a replicated or tied tensor counts (gpt_tensor_counts); --save,
+ * the initialisation, the gradient norm (zero.c) and the checkpoints
+ * (checkpoint.c) all ask them. Every op goes through m->dev->ops, so the same code runs the CPU
  * reference and the CUDA kernels.
  */
 #include <math.h>
@@ -43,7 +48,7 @@ int gpt_tensor_decays(int i) {
            i == GPT_FCW || i == GPT_FCPROJW;
 }
 
-static int per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
+int gpt_tensor_per_layer(int i) { return i >= GPT_LN1W && i <= GPT_FCPROJB; }
 
 /* Units in layout order: [wte][wpe] on the first stage, one a layer, then
  * [lnf] and the tied [wte] copy on the last. */
@@ -215,7 +220,7 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     for (int i = 0; i < GPT_NTENSORS; i++)
         m->sizes[i] = tensor_size_tp(cfg, i, m->nlayers, m->has_embed, m->has_head, m->tp);
     m->nunits = (m->has_embed ? 2 : 0) + m->nlayers + (m->has_head ? (m->has_embed ? 1 : 2) : 0);
-    m->unit_off = calloc(m->nunits + 1, sizeof(size_t));
+    m->unit_off = safe_calloc(m->nunits + 1, sizeof(size_t), "the model's unit table");
     m->unit_wte = m->unit_wpe = m->unit_lnf = -1;
     int u = 0;
     if (m->has_embed) {
@@ -238,14 +243,14 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
     m->num_params = n;
     m->params = dev_alloc(dev, m->num_params * sizeof(float));
     m->grads = dev_alloc(dev, m->num_params * sizeof(float));
-    m->uparams = calloc(m->nunits, sizeof(float *));
-    m->ugrads = calloc(m->nunits, sizeof(float *));
+    m->uparams = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
+    m->ugrads = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
     m->esz = dt_size(dev->dtype);
     m->epoch = 1;
     if (dev->dtype != DT_F32) {
         m->lp = dev_alloc(dev, m->num_params * m->esz);
-        m->lp_epoch = calloc(m->nunits, sizeof(unsigned));
-        m->lp_src = calloc(m->nunits, sizeof(float *));
+        m->lp_epoch = safe_calloc(m->nunits, sizeof(unsigned), "the model's unit table");
+        m->lp_src = safe_calloc(m->nunits, sizeof(float *), "the model's unit table");
     }
     gpt_units_default(m);
 }
@@ -267,7 +272,7 @@ void gpt_unit_range(const GPT *m, int u, size_t *offset, size_t *count) {
 }
 
 float *gpt_tensor(const GPT *m, float *base, int i, int l) {
-    if (per_layer(i)) return base + m->offsets[i] + (size_t)l * m->layer_stride;
+    if (gpt_tensor_per_layer(i)) return base + m->offsets[i] + (size_t)l * m->layer_stride;
     return base + m->offsets[i];
 }
 
@@ -281,9 +286,9 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
         if (uo >= end || uo + un <= offset) continue;
         int l = unit_layer(m, u);
         for (int i = 0; i < GPT_NTENSORS; i++) {
-            if (!m->sizes[i] || per_layer(i) != (l >= 0)) continue;
-            size_t a = m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
-            size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
+            if (!m->sizes[i] || gpt_tensor_per_layer(i) != (l >= 0)) continue;
+            size_t a = m->offsets[i] + (gpt_tensor_per_layer(i) ? (size_t)l * m->layer_stride : 0);
+            size_t n = gpt_tensor_per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
             if (a < uo || a >= uo + un) continue;  /* another unit's tensor */
             size_t lo = a > offset ? a : offset, hi = a + n < end ? a + n : end;
             if (lo < hi) fn(ctx, lo, hi - lo, i);
@@ -291,45 +296,53 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
     }
 }
 
-/* Where element k of this shard's slice of tensor i (within one layer, or
- * within the tensor for the whole-model ones) sits in the unsplit tensor:
- * qkv rows are [q | k | v] with this rank's heads' rows in each third; fc
- * rows, the projections' columns and wte's rows are contiguous slices. */
-static size_t global_index(const GPT *m, int i, size_t k) {
-    size_t C = m->cfg.dim, r = m->tp_rank, Cl = C / m->tp, Fl = 4 * C / m->tp;
-    if (m->tp == 1 || gpt_tensor_replicated(m, i)) return k;
-    switch (i) {
-    case GPT_QKVW: { size_t j = k / C, c = k % C; return ((j / Cl) * C + r * Cl + j % Cl) * C + c; }
-    case GPT_QKVB: return (k / Cl) * C + r * Cl + k % Cl;
-    case GPT_ATTPROJW: return (k / Cl) * C + r * Cl + k % Cl;
-    case GPT_FCW: return r * Fl * C + k;
-    case GPT_FCB: return r * Fl + k;
-    case GPT_FCPROJW: return (k / Fl) * 4 * C + r * Fl + k % Fl;
-    case GPT_WTE: return r * (size_t)(m->cfg.padded_vocab / m->tp) * C + k;
-    default: return k;
+size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run) {
+    size_t C = m->cfg.dim, r = m->tp_rank, Cl = C / m->tp, Fl = 4 * C / m->tp, len = (size_t)-1, g = k;
+    if (m->tp > 1 && !gpt_tensor_replicated(m, i)) {
+        switch (i) {
+        case GPT_QKVW: {
+            size_t j = k / C, c = k % C;
+            len = C - c;
+            g = ((j / Cl) * C + r * Cl + j % Cl) * C + c;
+            break;
+        }
+        case GPT_QKVB: len = Cl - k % Cl; g = (k / Cl) * C + r * Cl + k % Cl; break;
+        case GPT_ATTPROJW: len = Cl - k % Cl; g = (k / Cl) * C + r * Cl + k % Cl; break;
+        case GPT_FCW: g = r * Fl * C + k; break;
+        case GPT_FCB: g = r * Fl + k; break;
+        case GPT_FCPROJW: len = Fl - k % Fl; g = (k / Fl) * 4 * C + r * Fl + k % Fl; break;
+        case GPT_WTE: g = r * (size_t)(m->cfg.padded_vocab / m->tp) * C + k; break;
+        default: break;
+        }
     }
+    if (run) *run = len;
+    return g;
 }
 
-/* Where tensor i of (global) layer l starts in llm.c's order. */
-static size_t llmc_offset(const GPTConfig *cfg, int i, int l) {
+size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l) {
     size_t off = 0;
     for (int k = 0; k < i; k++) off += gpt_tensor_size(cfg, k, cfg->layers, 1, 1);
     return off + (size_t)l * gpt_layer_size(cfg, i);
 }
 
+int gpt_tensor_counts(const GPT *m, int i) {
+    if (m->tp_rank != 0 && gpt_tensor_replicated(m, i)) return 0;
+    if (i == GPT_WTE && !m->has_embed) return 0;   /* the tied copy */
+    return 1;
+}
+
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
-        if (to_llmc && m->tp_rank != 0 && gpt_tensor_replicated(m, i)) continue;
-        if (to_llmc && i == GPT_WTE && !m->has_embed) continue;  /* the tied copy */
-        int nl = per_layer(i) ? m->nlayers : 1;
-        size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
+        if (to_llmc && !gpt_tensor_counts(m, i)) continue;
+        int nl = gpt_tensor_per_layer(i) ? m->nlayers : 1;
+        size_t n = gpt_tensor_per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         for (int l = 0; l < nl; l++) {
             float *a = gpt_tensor(m, internal, i, l);
-            float *b = llmc + llmc_offset(&m->cfg, i, per_layer(i) ? gpt_layer_global(m, l) : 0);
+            float *b = llmc + gpt_llmc_offset(&m->cfg, i, gpt_tensor_per_layer(i) ? gpt_layer_global(m, l) : 0);
             #pragma omp parallel for
             for (size_t k = 0; k < n; k++) {
-                size_t g = global_index(m, i, k);
+                size_t g = gpt_shard_index(m, i, k, NULL);
                 if (to_llmc) b[g] = a[k];
                 else a[k] = b[g];
             }
@@ -429,17 +442,18 @@ void gpt_init_random(GPT *m, uint64_t seed) {
     float resid_std = 0.02f / sqrtf(2.0f * m->cfg.layers);
     for (int i = 0; i < GPT_NTENSORS; i++) {
         if (!m->sizes[i]) continue;
-        size_t n = per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
+        size_t n = gpt_tensor_per_layer(i) ? layer_size_tp(&m->cfg, i, m->tp) : m->sizes[i];
         int is_ln_w = i == GPT_LN1W || i == GPT_LN2W || i == GPT_LNFW;
         float std = (i == GPT_ATTPROJW || i == GPT_FCPROJW) ? resid_std : 0.02f;
-        for (int l = 0; l < (per_layer(i) ? m->nlayers : 1); l++) {
+        for (int l = 0; l < (gpt_tensor_per_layer(i) ? m->nlayers : 1); l++) {
             float *p = gpt_tensor(m, host, i, l);
             /* index of element 0 of this layer in the whole model's tensor i */
-            uint64_t base = per_layer(i) ? (uint64_t)gpt_layer_global(m, l) * gpt_layer_size(&m->cfg, i) : 0;
+            uint64_t base =
+                gpt_tensor_per_layer(i) ? (uint64_t)gpt_layer_global(m, l) * gpt_layer_size(&m->cfg, i) : 0;
             #pragma omp parallel for
             for (size_t k = 0; k < n; k++) {
                 if (is_ln_w) p[k] = 1.0f;
-                else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + global_index(m, i, k));
+                else if (gpt_tensor_decays(i)) p[k] = std * normal_at(seed, i, base + gpt_shard_index(m, i, k, NULL));
                 else p[k] = 0.0f;
             }
         }
@@ -515,7 +529,7 @@ size_t gpt_stash_formula(const GPT *m, int B_, int T_) {
 
 GPTActs *gpt_acts_build_part(GPT *m, int B_, int T_, int with_head) {
     Dev *d = m->dev;
-    GPTActs *a = calloc(1, sizeof *a);
+    GPTActs *a = safe_calloc(1, sizeof *a, "a set of activations");
     *a = acts_shape(m, B_, T_, d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL));
     a->has_head = with_head && m->has_head;
     ACTS_SIZES
@@ -574,7 +588,7 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
     if (tokens && m->tp > 1) {
         /* the embedding looks up ids of this rank's vocabulary slice; -1 elsewhere */
         int Vl = m->cfg.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
-        int *local = malloc(bytes + 1);
+        int *local = safe_malloc(bytes + 1, "the vocabulary shard's tokens");
         for (size_t k = 0; k < bt; k++)
             local[k] = tokens[k] >= v0 && tokens[k] < v0 + Vl ? tokens[k] - v0 : -1;
         set_tokens(m, a, local, bt);
@@ -672,7 +686,7 @@ static void gpt_linear_backward(GPT *m, LinearSplit split, void *dinp, float *dw
  * gather). Within a step a unit is rounded once, however often it is used. */
 
 static int tensor_unit(const GPT *m, int i, int l) {
-    if (per_layer(i)) return unit_of_layer(m, l);
+    if (gpt_tensor_per_layer(i)) return unit_of_layer(m, l);
     if (i == GPT_WTE) return m->unit_wte;
     if (i == GPT_WPE) return m->unit_wpe;
     return m->unit_lnf;
@@ -680,7 +694,7 @@ static int tensor_unit(const GPT *m, int i, int l) {
 
 /* Where tensor i of local layer l starts in the layout. */
 static size_t tensor_offset(const GPT *m, int i, int l) {
-    return m->offsets[i] + (per_layer(i) ? (size_t)l * m->layer_stride : 0);
+    return m->offsets[i] + (gpt_tensor_per_layer(i) ? (size_t)l * m->layer_stride : 0);
 }
 
 /* Parameters (the compute copy) and gradients of tensor i of local layer l,

@@ -274,10 +274,32 @@ float *gpt_tensor(const GPT *m, float *base, int i, int l);
 
 /* Copies between this shard's layout (internal [num_params]) and llm.c's
  * order of the whole model (llmc [gpt_total_params], host memory both):
- * to_llmc 1 fills this shard's elements of llmc (replicated tensors only
- * from tp rank 0, so a sum over tp ranks assembles the model), 0 fills
- * internal from them. */
+ * to_llmc 1 fills this shard's elements of llmc (only the copies that
+ * count, gpt_tensor_counts, so a sum over tp ranks assembles the model), 0
+ * fills internal from them. */
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
+
+/* The one home of Megatron's split (张量并行): where element k of this
+ * rank's tp slice of tensor i (within one layer, or within the tensor for
+ * the whole-model ones) sits in the unsplit tensor. qkv rows are [q | k | v]
+ * with this rank's heads' rows in each third; fc rows, the projections'
+ * columns and wte's rows are contiguous slices. run (NULL: not wanted) gets
+ * how many elements from k on stay contiguous there, (size_t)-1 for all the
+ * rest of the slice. gpt_llmc_copy, the initialisation and checkpoint.c's
+ * map all go through it. */
+size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run);
+
+/* Where tensor i of global layer l (l ignored for whole-model tensors)
+ * starts in llm.c's order of the unsplit model. */
+size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l);
+
+/* The one home of "count each element once": 1 when this rank's copy of
+ * tensor i is the one that counts, 0 for a tensor every tp rank holds whole
+ * (gpt_tensor_replicated) on tp ranks other than 0, and for the last
+ * stage's tied copy of wte (the first stage's counts). What --save writes,
+ * what the gradient norm sums (zero.c) and what a checkpoint's shards hold
+ * (checkpoint.c). */
+int gpt_tensor_counts(const GPT *m, int i);
 
 /* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
  * of this stage's layout that lies in one tensor of one layer, in order:
@@ -299,6 +321,9 @@ int gpt_tensor_replicated(const GPT *m, int i);
 size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);
 /* The element counts of one layer of tensor i (0 for tensors not per-layer). */
 size_t gpt_layer_size(const GPTConfig *cfg, int i);
+/* Whether tensor i has one slice a layer (ln1w .. fcprojb) rather than one
+ * for the whole model (wte, wpe, lnfw, lnfb). */
+int gpt_tensor_per_layer(int i);
 
 /* GPT-2 initialisation: N(0, 0.02) weights, 0.02/sqrt(2L) for the two
  * residual projections, zero biases, unit LayerNorm. Each element's value

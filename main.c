@@ -297,8 +297,7 @@ static void sample(Run *r, int n) {
     GPT *m = &r->model;
     int say = r->comm.rank == 0, T = r->a.seq, V = m->cfg.vocab;
     int *ctx = safe_malloc((size_t)(n + 1) * sizeof(int), "the sample");          /* [n+1] */
-    int *window = safe_malloc((size_t)T * sizeof(int), "the sample's window");     /* [T] */
-    memset(window, 0, (size_t)T * sizeof(int));
+    int *window = safe_calloc((size_t)T, sizeof(int), "the sample's window");       /* [T] */
     float *logits = safe_malloc((size_t)m->cfg.padded_vocab * sizeof(float), "a row of logits");  /* [Vp] */
     uint16_t *row16 = safe_malloc((size_t)m->cfg.padded_vocab / m->tp * 2, "a bf16 row");        /* [Vl] */
     uint64_t rng = r->a.seed * 2654435761ULL + 1;

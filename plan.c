@@ -1,6 +1,8 @@
 /* plan.c: the auto-parallel planner, read beside the second article
- * (自动并行) and its GPT-3 example: "combine data and model parallelism
- * considering the model and the hardware".
+ * (自动并行; auto-parallel-partitioning.txt, 4 混合并行) and its GPT-3
+ * example: "combine data and model parallelism considering the model and
+ * the hardware". The GPUs it knows (h100, a100: memory, peak, links) are
+ * written once, here (plan_cluster_preset, plan_device_tflops).
  *
  * For every layout dp x tp x pp = gpus, ZeRO 0-3, offload, micro-batches,
  * schedule, recompute and sp it predicts per rank:
@@ -291,12 +293,50 @@ void plan_search_free(PlanSearch *ps) {
 }
 
 /* ---------------------------------------------------------------------------
+ * The GPUs the planner knows: the one home of their figures (--cluster's
+ * presets, the planner's default, and train's own model of a GPU host and
+ * its MFU all read them here). */
+
+typedef struct GpuPreset {
+    const char *name;       /* --cluster's name: h100x<N> */
+    const char *devices[3]; /* parts of the names CUDA gives the GPUs computing at this tflops */
+    int per_node;
+    double mem_gb, tflops, intra_gbs, inter_gbs;
+} GpuPreset;
+/* Dense bf16 TFLOP/s of the SXM parts (the H200 computes as an H100);
+ * bus bandwidths: NVLink 4 / 3 a GPU; 8 x 400 / 8 x 200 Gb/s InfiniBand a
+ * node. */
+static const GpuPreset gpu_presets[] = {
+    {"h100", {"H100", "H200"}, 8, 80, 989.4, 450, 50},
+    {"a100", {"A100"}, 8, 80, 312, 300, 25},
+};
+enum { NGPU_PRESETS = sizeof gpu_presets / sizeof *gpu_presets };
+
+int plan_cluster_preset(PlanCluster *c, const char *name, int gpus) {
+    for (int i = 0; i < NGPU_PRESETS; i++) {
+        const GpuPreset *g = &gpu_presets[i];
+        if (strcmp(g->name, name)) continue;
+        c->gpus = gpus;
+        c->per_node = g->per_node;
+        c->mem_gb = g->mem_gb;
+        c->tflops = g->tflops;
+        c->intra_gbs = g->intra_gbs;
+        c->inter_gbs = g->inter_gbs;
+        return 0;
+    }
+    return -1;
+}
+
+double plan_device_tflops(const char *device_name) {
+    for (int i = 0; i < NGPU_PRESETS; i++)
+        for (const char *const *d = gpu_presets[i].devices; *d; d++)
+            if (strstr(device_name, *d)) return gpu_presets[i].tflops;
+    return 0.0;
+}
+
+/* ---------------------------------------------------------------------------
  * ./train --plan */
 
-typedef struct { const char *name; int per_node; double mem, tflops, intra, inter; } ClusterPreset;
-/* bus bandwidths: NVLink 4 / 3 per GPU; 8 x 400 / 8 x 200 Gb/s InfiniBand a node */
-static const ClusterPreset clusters[] = {
-    {"h100", 8, 80, 989.4, 450, 50}, {"a100", 8, 80, 312, 300, 25}};
 
 static const char *sched_name(int s) { return pp_schedule_name((PPSchedule)s); }
 
@@ -328,8 +368,8 @@ static int plan_num(const char *flag, const char *s, double lo, double hi, doubl
 
 int plan_main(int argc, char **argv) {
     GPTConfig cfg = {.max_seq = 256, .vocab = 50257, .layers = 4, .heads = 4, .dim = 128};
-    PlanCluster c = {.gpus = 8, .per_node = 8, .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450,
-                     .inter_gbs = 50, .latency_us = 10};
+    PlanCluster c = {.latency_us = PLAN_LATENCY_US};
+    plan_cluster_preset(&c, PLAN_DEFAULT_GPU, 8);
     int G = 0, seq = 0, nodes = 1, top = 10, all_sched = 0;
     char err[256];
     enum { O_MODEL = 256, O_GB, O_SEQ, O_GPUS, O_GPN, O_MEM, O_TF, O_INTRA, O_INTER, O_CLUSTER, O_L, O_H, O_C,
@@ -356,12 +396,10 @@ int plan_main(int argc, char **argv) {
         }
         case O_CLUSTER: {   /* h100x8, a100x8, h100x1024 (GPUs) */
             char name[32]; int n = 0;
-            size_t i, k = sizeof clusters / sizeof *clusters;
-            if (sscanf(optarg, "%31[a-wyz0-9]x%d", name, &n) != 2) n = 0;
-            for (i = 0; i < k && (n <= 0 || strcmp(clusters[i].name, name)); i++) {}
-            if (i == k) { fprintf(stderr, "plan: no cluster preset '%s' (h100xN, a100xN: N GPUs, 8 a node)\n", optarg); return 2; }
-            c.gpus = n; c.per_node = clusters[i].per_node; c.mem_gb = clusters[i].mem; c.tflops = clusters[i].tflops;
-            c.intra_gbs = clusters[i].intra; c.inter_gbs = clusters[i].inter;
+            if (sscanf(optarg, "%31[a-wyz0-9]x%d", name, &n) != 2 || n <= 0 || plan_cluster_preset(&c, name, n)) {
+                fprintf(stderr, "plan: no cluster preset '%s' (h100xN, a100xN: N GPUs, 8 a node)\n", optarg);
+                return 2;
+            }
             break;
         }
         case O_GB: if (plan_num("--global-batch", optarg, 1, 1e9, &x)) return 2; G = (int)x; break;

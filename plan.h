@@ -14,6 +14,23 @@ typedef struct PlanCluster {
                   device (or core) a rank */
 } PlanCluster;
 
+/* The planner's default cluster: 8 of this GPU on one node, and the
+ * latency of one message between ranks, in microseconds, when none is
+ * given (--latency-us). */
+#define PLAN_DEFAULT_GPU "h100"
+#define PLAN_LATENCY_US 10.0
+
+/* The one home of the GPU figures (h100: 80 GB, 989.4 TFLOP/s dense bf16,
+ * 450 GB/s NVLink and 50 GB/s between nodes, 8 a node; a100). Sets c's
+ * gpus to `gpus` and its per_node, mem_gb, tflops, intra_gbs and inter_gbs
+ * to those of preset `name` ("h100", "a100"), leaving the other fields
+ * alone. 0, or -1 (c untouched) for an unknown name. */
+int plan_cluster_preset(PlanCluster *c, const char *name, int gpus);
+/* The dense bf16 peak in TFLOP/s of a GPU by the name CUDA gives it
+ * ("NVIDIA H100 80GB HBM3"): 989.4 for an H100 or H200, 312 for an A100,
+ * 0 when the name is none of those. */
+double plan_device_tflops(const char *device_name);
+
 typedef struct PlanLayout {
     int dp, tp, pp, zero, offload, M, b, sched, recompute, sp;
     const int *stage_layers;   /* [pp x V] layers of each chunk in model order, or NULL: as even as
@@ -63,6 +80,7 @@ typedef struct PlanSearch {
     PlanResult best_rej[3];
 } PlanSearch;
 int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, PlanSearch *ps);
+/* Frees what plan_search filled in ps. */
 void plan_search_free(PlanSearch *ps);
 
 /* train --plan-layout: for each rank of layout l (rank = tp_rank + tp x

@@ -1,6 +1,10 @@
-/* plot.c: the loss curve as plain SVG, written by the program (plot.h).
+/* plot.c: the program's pictures as plain SVG (plot.h): the loss curve, and
+ * --show-schedule's figure of a pipeline schedule, the picture
+ * auto-parallel-partitioning.txt draws in 3.2 流水线并行. The SVG helpers
+ * every picture uses (trace.c's measured timeline too) live here:
+ * plot_svg_begin, plot_xml_text, plot_nice_step, plot_micro_colour.
  *
- * One picture, rewritten whole every few steps: axes with round ticks,
+ * The loss curve, rewritten whole every few steps: axes with round ticks,
  * the train loss as a thin blue line with a point a step, the validation
  * loss as orange dots joined by a line, and the learning rate as a dashed
  * grey line on its own axis at the right. Below the step ticks, the tokens
@@ -70,8 +74,7 @@ void plot_free(Plot *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* A round tick spacing (1, 2 or 5 x 10^k) giving about n ticks over span. */
-static double nice_step(double span, int n) {
+double plot_nice_step(double span, int n) {
     if (!(span > 0)) return 1.0;
     double raw = span / n, mag = pow(10.0, floor(log10(raw))), f = raw / mag;
     return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * mag;
@@ -85,18 +88,41 @@ static void short_count(double v, char *buf, size_t len) {
     else snprintf(buf, len, "%.0f", v);
 }
 
-/* Writes s with &, <, > and " escaped. */
-static void put_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default:
-            if ((unsigned char)*s >= 0x20 || *s == '\t') fputc(*s, f);
+/* The length of the well-formed UTF-8 character at p (2 to 4 bytes: no
+ * overlong form, no surrogate, at most U+10FFFF), or 0. */
+static int utf8_len(const unsigned char *p) {
+    int n = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    if (!n) return 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) || (p[0] == 0xf0 && p[1] < 0x90) ||
+        (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return n;
+}
+
+void plot_xml_text(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int n;
+        if (*p == '&') fputs("&amp;", f);
+        else if (*p == '<') fputs("&lt;", f);
+        else if (*p == '>') fputs("&gt;", f);
+        else if (*p == '"') fputs("&quot;", f);
+        else if (*p < 0x80) {
+            if (*p >= 0x20 || *p == '\t') fputc(*p, f);
+        } else if ((n = utf8_len(p)) > 0) {
+            fwrite(p, 1, (size_t)n, f);
+            p += n - 1;
+        } else {
+            fputc('?', f);
         }
     }
+}
+
+void plot_svg_begin(FILE *f, int width, int height) {
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"13\"", width, height, width, height);
 }
 
 /* The data's frame: steps on x, loss on the left y, learning rate on the right y. */
@@ -128,7 +154,7 @@ static Frame frame_of(const Plot *p) {
     for (int i = 0; i < p->train.n; i++)
         if (isfinite(p->train.lr[i]) && p->train.lr[i] > fr.lr1) fr.lr1 = p->train.lr[i];
     if (!(fr.y0 <= fr.y1)) fr.y0 = 0, fr.y1 = 1;
-    double d = nice_step(fr.y1 - fr.y0 > 0 ? fr.y1 - fr.y0 : 1.0, 6);
+    double d = plot_nice_step(fr.y1 - fr.y0 > 0 ? fr.y1 - fr.y0 : 1.0, 6);
     fr.y0 = floor(fr.y0 / d) * d;
     fr.y1 = ceil(fr.y1 / d) * d;
     if (fr.y1 <= fr.y0) fr.y1 = fr.y0 + d;
@@ -141,7 +167,7 @@ static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", LEFT, TOP,
             W - LEFT - RIGHT, H - TOP - BOTTOM);
     /* x: steps, and under each tick the tokens seen by then */
-    double dx = nice_step(fr->x1 - fr->x0, 8);
+    double dx = plot_nice_step(fr->x1 - fr->x0, 8);
     for (double s = 0; s <= fr->x1 + 1e-9; s += dx) {
         double x = px(fr, s);
         char tok[32];
@@ -155,7 +181,7 @@ static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
     fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\" font-size=\"11\">tokens "
             "(%lld a step)</text>\n", (xl + xr) / 2, H - 12, p->tokens_per_step);
     /* left y: loss */
-    double dy = nice_step(fr->y1 - fr->y0, 6);
+    double dy = plot_nice_step(fr->y1 - fr->y0, 6);
     for (double v = fr->y0; v <= fr->y1 + dy * 1e-6; v += dy) {
         double y = py(fr, v);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", xl, y, xr, y);
@@ -164,7 +190,7 @@ static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
     fprintf(f, "<text transform=\"translate(22 %.1f) rotate(-90)\" text-anchor=\"middle\">loss (nats a token)"
             "</text>\n", (yt + yb) / 2);
     /* right y: learning rate */
-    double dl = nice_step(fr->lr1, 5);
+    double dl = plot_nice_step(fr->lr1, 5);
     for (double v = 0; v <= fr->lr1 + dl * 1e-6; v += dl)
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#888\">%.3g</text>\n", xr + 6, plr(fr, v) + 4, v);
     fprintf(f, "<text transform=\"translate(%d %.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#888\">"
@@ -197,12 +223,11 @@ static void draw_legend(FILE *f, const Plot *p) {
 
 static void draw_svg(FILE *f, const Plot *p) {
     Frame fr = frame_of(p);
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-            "font-family=\"sans-serif\" font-size=\"13\">\n", W, H, W, H);
+    plot_svg_begin(f, W, H);
+    fprintf(f, ">\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"28\" "
             "font-size=\"15\">", LEFT);
-    put_text(f, p->title);
+    plot_xml_text(f, p->title);
     if (p->train.n)
         fprintf(f, " | step %d/%d, loss %.4g", p->train.step[p->train.n - 1], p->steps,
                 p->train.loss[p->train.n - 1]);
@@ -283,25 +308,6 @@ static int slot_of(const PPTimeline *t, int s, PPKind kind, int chunk, int m) {
     return -1;
 }
 
-/* Where the output of stage s's action a goes (stage and chunk of the
- * action that waits for it); 0, or -1 if it is sent nowhere (W, the last
- * chunk's F on the last stage, the first chunk's B on stage 0). */
-static int send_target(PPAction a, int s, int P, int V, int *to, int *chunk) {
-    *chunk = a.chunk;
-    if (a.kind == PP_FORWARD) {
-        if (s + 1 < P) *to = s + 1;
-        else if (a.chunk + 1 < V) *to = 0, *chunk = a.chunk + 1;
-        else return -1;
-    } else if (a.kind == PP_BACKWARD) {
-        if (s > 0) *to = s - 1;
-        else if (a.chunk > 0) *to = P - 1, *chunk = a.chunk - 1;
-        else return -1;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
 static const char *kind_name(PPKind k) {
     return k == PP_FORWARD ? "forward" : k == PP_BACKWARD ? "backward (input gradient)" : "weight gradient";
 }
@@ -327,10 +333,9 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
     if (V > 1 && font > 7) font = cw >= 36 ? 11 : cw >= 26 ? 8 : 7;   /* "F3.1" is wider */
     int idle = 0;
     for (int i = 0; i < P * T; i++) idle += t->slots[i].kind == PP_IDLE;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-            "font-family=\"sans-serif\" font-size=\"13\" data-schedule=\"", width, height, width, height);
-    put_text(f, schedule);
+    plot_svg_begin(f, width, height);
+    fprintf(f, " data-schedule=\"");
+    plot_xml_text(f, schedule);
     fprintf(f, "\" data-stages=\"%d\" data-micro-batches=\"%d\" data-chunks=\"%d\" data-slots=\"%d\" "
             "data-idle=\"%d\">\n", P, M, V, T, idle);
     fprintf(f, "<defs>\n");   /* W's hatch: white diagonal lines over the box's own colour */
@@ -339,11 +344,11 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
             "stroke-width=\"1.6\" stroke-opacity=\"0.55\"/></pattern>\n</defs>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">", left);
-    put_text(f, title);
+    plot_xml_text(f, title);
     fprintf(f, "</text>\n");
     fprintf(f, "<text x=\"%d\" y=\"44\" font-size=\"14\">bubble: idle %d of %d slots = %.3f (%s formula ",
             left, idle, P * T, P * T > 0 ? (double)idle / (P * T) : 0.0, schedule);
-    put_text(f, formula);
+    plot_xml_text(f, formula);
     fprintf(f, ")</text>\n");
     /* the ruler and the rows' frames */
     for (int i = 0; i < T; i++)
@@ -367,7 +372,7 @@ static void draw_schedule(FILE *f, const PPTimeline *t, const char *schedule, co
         for (int i = 0; i < T; i++) {
             PPAction a = t->slots[s * T + i];
             int to, tc;
-            if (a.kind == PP_IDLE || send_target(a, s, P, V, &to, &tc) != 0) continue;
+            if ((to = pp_send_target(a, s, P, V, &tc)) < 0) continue;
             int j = slot_of(t, to, a.kind, tc, a.micro);
             if (j < 0) continue;
             char col[8];

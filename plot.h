@@ -19,6 +19,7 @@
 #define PLOT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct PlotSeries {
     int n, cap;
@@ -49,6 +50,20 @@ void plot_free(Plot *p);
  * dark for a backward, between for a weight gradient (kind: pp_sched.h's
  * PPKind). The schedule figure's and the trace's (trace.c). */
 void plot_micro_colour(int m, int M, int kind, char *buf, size_t len);
+
+/* The SVG helpers of every picture the program draws (this file's and
+ * trace.c's), in one place: */
+/* A round tick spacing (1, 2 or 5 x 10^k) giving about n ticks over span;
+ * 1 when span is not positive. */
+double plot_nice_step(double span, int n);
+/* Writes s as XML text or attribute value: & < > " escaped, well-formed
+ * UTF-8 as it is, any other byte beyond ASCII (a name cut mid-character)
+ * as '?', control bytes but tab dropped. */
+void plot_xml_text(FILE *f, const char *s);
+/* Writes the XML declaration and the opening of the <svg> element, width x
+ * height user units, sans-serif 13: the caller adds its own data-*
+ * attributes and the closing ">". */
+void plot_svg_begin(FILE *f, int width, int height);
 
 struct PPTimeline;
 /* --show-schedule's picture of a pipeline schedule (pp_sched.h's

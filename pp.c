@@ -41,23 +41,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pp.h"
+#include "safe.h"
 
 /* ---------------------------------------------------------------------------
- * The plan: which stage and chunk each message goes between, and when. */
-
-/* Where chunk c's forward output on stage st goes: the next stage's chunk
- * c, or from the last stage stage 0's chunk c+1; -1 after the model's last
- * chunk. The backward's messages run the same edges the other way. */
-static int next_stage(int P, int V, int st, int c, int *nc) {
-    *nc = st < P - 1 ? c : c + 1;
-    return st < P - 1 ? st + 1 : c < V - 1 ? 0 : -1;
-}
-
-/* Where chunk c's forward input on stage st comes from; -1: the embedding. */
-static int prev_stage(int P, int st, int c, int *pc) {
-    *pc = st > 0 ? c : c - 1;
-    return st > 0 ? st - 1 : c > 0 ? P - 1 : -1;
-}
+ * The plan: which stage and chunk each message goes between (pp_sched.h's
+ * pp_next_stage and pp_prev_stage, the one home of that rule), and when. */
 
 /* [3][P][V][M]: the timeline slot of every action of every stage. */
 static int *timeline_slots(const PPTimeline *tl) {
@@ -130,7 +118,7 @@ static int make_plan(PPStage *s, const PPTimeline *tl, char *err, size_t errlen)
     for (int i = 0; i < s->nsteps; i++) {
         PPAction a = acts[i];
         PPStep *p = &s->steps[i];
-        int pc, nc, prev = prev_stage(P, st, a.chunk, &pc), next = next_stage(P, V, st, a.chunk, &nc);
+        int pc, nc, prev = pp_prev_stage(P, st, a.chunk, &pc), next = pp_next_stage(P, V, st, a.chunk, &nc);
         *p = (PPStep){a, SLOT(a.kind, st, a.chunk, a.micro), -1, -1, -1, 0};
         if (a.kind == PP_FORWARD) {
             p->recv_peer = prev;
@@ -209,12 +197,12 @@ int pp_build(PPStage *s, GPT *m, CommGroup *g, Dev *dev, PPSchedule sched, int M
     pp_stage_sets(sched, s->P, M, s->V, s->stage, &head, &rest);
     s->nhead_sets = head;
     s->nsets = head + rest;
-    s->acts = calloc(s->nsets, sizeof(GPTActs *));
-    s->set_busy = calloc(s->nsets, sizeof(int));
+    s->acts = safe_calloc(s->nsets, sizeof(GPTActs *), "the pipeline's activation sets");
+    s->set_busy = safe_calloc(s->nsets, sizeof(int), "the pipeline's activation sets");
     for (int i = 0; i < s->nsets; i++) s->acts[i] = gpt_acts_build_part(m, B, T, i < head);
     s->ngrad_bufs = grad_bufs_needed(s);
-    s->grad_bufs = calloc(s->ngrad_bufs + 1, sizeof(void *));
-    s->grad_busy = calloc(s->ngrad_bufs + 1, sizeof(int));
+    s->grad_bufs = safe_calloc(s->ngrad_bufs + 1, sizeof(void *), "the pipeline's gradient buffers");
+    s->grad_busy = safe_calloc(s->ngrad_bufs + 1, sizeof(int), "the pipeline's gradient buffers");
     for (int i = 0; i < s->ngrad_bufs; i++)
         s->grad_bufs[i] = dev_alloc(dev, (size_t)s->acts[0]->rows * m->cfg.dim * m->esz);
     return 0;
@@ -399,12 +387,12 @@ double pp_forward(PPStage *s, GPTActs *a, int B, int T, int with_loss) {
     size_t n = stream_floats(s, B, T);
     PPXfer out = {NULL, -1};   /* the last chunk's output, sent with the next receive */
     for (int c = 0; c < s->V; c++) {
-        int pc, nc, prev = prev_stage(s->P, s->stage, c, &pc);
+        int pc, nc, prev = pp_prev_stage(s->P, s->stage, c, &pc);
         if (first_chunk(s, c)) gpt_embed_forward(m, a, B, T);
         else exchange(s, &out, out.buf != NULL, a->x_in, prev, n);
         out.buf = NULL;
         void *y = gpt_chunk_forward(m, a, c, B, T);
-        if (!last_chunk(s, c)) out = (PPXfer){y, next_stage(s->P, s->V, s->stage, c, &nc)};
+        if (!last_chunk(s, c)) out = (PPXfer){y, pp_next_stage(s->P, s->V, s->stage, c, &nc)};
     }
     exchange(s, &out, out.buf != NULL, NULL, -1, n);
     if (!m->has_head) return 0;

@@ -107,6 +107,23 @@ const char *pp_schedule_name(PPSchedule s) {
     return "?";
 }
 
+int pp_next_stage(int P, int V, int st, int c, int *nc) {
+    *nc = st < P - 1 ? c : c + 1;
+    return st < P - 1 ? st + 1 : c < V - 1 ? 0 : -1;
+}
+
+int pp_prev_stage(int P, int st, int c, int *pc) {
+    *pc = st > 0 ? c : c - 1;
+    return st > 0 ? st - 1 : c > 0 ? P - 1 : -1;
+}
+
+int pp_send_target(PPAction a, int st, int P, int V, int *chunk) {
+    if (a.kind == PP_FORWARD) return pp_next_stage(P, V, st, a.chunk, chunk);
+    if (a.kind == PP_BACKWARD) return pp_prev_stage(P, st, a.chunk, chunk);
+    *chunk = a.chunk;
+    return -1;
+}
+
 int pp_schedule_splits(PPSchedule s) { return s == PP_ZBH1 || s == PP_ZBH2; }
 
 int pp_schedule_check(PPSchedule s, int P, int M, int V, char *err, size_t errlen) {
@@ -287,20 +304,19 @@ static int done_at(PPKind kind, int s, int c, int m, int P, int M, int V) {
 }
 
 /* Has what action a on stage s waits for finished in a slot before t?
- * F(s,c,m) waits for F(s-1,c,m), or on stage 0 for F(P-1,c-1,m) (the
- * previous chunk's output wraps round from the last stage); B(s,c,m) waits
- * for B(s+1,c,m), or on the last stage for B(0,c+1,m), or for its own
- * F(P-1,V-1,m) (the loss) in the model's last chunk; W(s,c,m) waits for
- * B(s,c,m) on the same stage. done is the [3][P][V][M] table of done_at. */
+ * F(s,c,m) waits for the F whose output it takes (pp_prev_stage: F(s-1,c,m),
+ * on stage 0 F(P-1,c-1,m), the previous chunk's output wrapping round from
+ * the last stage); B(s,c,m) for the B whose input gradient it takes
+ * (pp_next_stage: B(s+1,c,m), on the last stage B(0,c+1,m)), or in the
+ * model's last chunk for its own F (the loss); W(s,c,m) waits for B(s,c,m)
+ * on the same stage. done is the [3][P][V][M] table of done_at. */
 static int ready(PPAction a, int s, int P, int M, int V, const int *done, int t) {
-    int c = a.chunk, m = a.micro, dep;
+    int c = a.chunk, m = a.micro, dep, peer, pc;
     if (a.kind == PP_FORWARD) {
-        if (s > 0) dep = done[done_at(PP_FORWARD, s - 1, c, m, P, M, V)];
-        else if (c > 0) dep = done[done_at(PP_FORWARD, P - 1, c - 1, m, P, M, V)];
-        else return 1;
+        if ((peer = pp_prev_stage(P, s, c, &pc)) < 0) return 1;
+        dep = done[done_at(PP_FORWARD, peer, pc, m, P, M, V)];
     } else if (a.kind == PP_BACKWARD) {
-        if (s < P - 1) dep = done[done_at(PP_BACKWARD, s + 1, c, m, P, M, V)];
-        else if (c < V - 1) dep = done[done_at(PP_BACKWARD, 0, c + 1, m, P, M, V)];
+        if ((peer = pp_next_stage(P, V, s, c, &pc)) >= 0) dep = done[done_at(PP_BACKWARD, peer, pc, m, P, M, V)];
         else dep = done[done_at(PP_FORWARD, s, c, m, P, M, V)];
     } else {
         dep = done[done_at(PP_BACKWARD, s, c, m, P, M, V)];

@@ -63,6 +63,24 @@ typedef struct PPTimeline {
     PPAction *slots;    /* [P][T]: stage s at slot t is slots[s * T + t] */
 } PPTimeline;
 
+/* The one home of the pipeline's send rule (pp.c runs it, the timeline
+ * waits on it, plot.c draws it). Where chunk c's forward output on stage st
+ * goes: returns the stage and sets *nc to its chunk, the next stage's chunk
+ * c, or from the last stage stage 0's chunk c+1; -1 after the model's last
+ * chunk (the loss). The backward's gradients run the same edges the other
+ * way. */
+int pp_next_stage(int P, int V, int st, int c, int *nc);
+/* Where chunk c's forward input on stage st comes from: returns the stage
+ * and sets *pc to its chunk (the inverse of pp_next_stage); -1 for stage 0's
+ * chunk 0 (the embedding). */
+int pp_prev_stage(int P, int st, int c, int *pc);
+/* Where the output of stage st's action a goes: F's activations to
+ * pp_next_stage, B's input gradient to pp_prev_stage. Returns the stage and
+ * sets *chunk to the chunk of the action that waits for it; -1 when it is
+ * sent nowhere (W, an idle slot, the model's last chunk's F, stage 0's
+ * chunk 0's B). */
+int pp_send_target(PPAction a, int st, int P, int V, int *chunk);
+
 /* "naive" | "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-h2" -> its
  * PPSchedule; -1 if s is none of them (or NULL). */
 int pp_schedule_parse(const char *s);

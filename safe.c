@@ -1,4 +1,5 @@
-/* safe.c: checked sizes, whole-file reads and atomic writes (safe.h).
+/* safe.c: checked sizes and allocations, whole-file reads and atomic
+ * writes (safe.h). No article section: DESIGN.md, "Errors".
  *
  * What a parser of downloaded files needs and nothing more. Sizes are
  * products of dimensions read from files, so every product is checked
@@ -52,6 +53,20 @@ int safe_range(const char *what, long long v, long long lo, long long hi, char *
 
 void *safe_malloc(size_t bytes, const char *what) {
     void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "error: out of memory allocating %s (%zu bytes)\n", what, bytes);
+        exit(1);
+    }
+    return p;
+}
+
+void *safe_calloc(size_t n, size_t size, const char *what) {
+    size_t bytes;
+    if (safe_mul(n, size, &bytes)) {
+        fprintf(stderr, "error: out of memory allocating %s (%zu x %zu bytes)\n", what, n, size);
+        exit(1);
+    }
+    void *p = bytes ? calloc(n, size) : calloc(1, 1);
     if (!p) {
         fprintf(stderr, "error: out of memory allocating %s (%zu bytes)\n", what, bytes);
         exit(1);

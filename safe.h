@@ -49,6 +49,11 @@ int safe_range(const char *what, long long v, long long lo, long long hi, char *
  * allocating <what> (<bytes> bytes)" (a genuine out-of-memory at run time);
  * bytes 0 allocates 1. */
 void *safe_malloc(size_t bytes, const char *what);
+/* calloc that names what failed: n zeroed elements of `size` bytes; exits 1
+ * like safe_malloc when memory runs out or n x size does not fit in size_t;
+ * a count or size of 0 allocates 1 byte. The one checked allocator of
+ * tables sized at run time (gpt.c's unit tables, pp.c's activation sets). */
+void *safe_calloc(size_t n, size_t size, const char *what);
 
 /* Reads the whole of path into a malloc'd buffer (*len bytes, followed by
  * one 0 byte). A regular file is read by its size (checked against the
@@ -74,8 +79,15 @@ typedef struct SafeOut {
     char *path;     /* the target */
     char *tmp;      /* path + ".tmp.<pid>" */
 } SafeOut;
+/* Opens the temporary beside path for writing into o->f. 0, or -1 with err
+ * (nothing created). */
 int safe_out_open(SafeOut *o, const char *path, char *err, size_t errlen);
+/* Flushes, fsyncs and renames the temporary over the target, fsyncs its
+ * directory and frees o. 0, or -1 with err: the temporary removed and the
+ * target as it was, unless only the directory's fsync failed (the target is
+ * then already replaced). */
 int safe_out_commit(SafeOut *o, char *err, size_t errlen);
+/* Closes and removes the temporary and frees o; the target is untouched. */
 void safe_out_abort(SafeOut *o);
 
 #endif

@@ -153,8 +153,9 @@ static void check_resume_batch(Run *r) {
  * measured rates of a 2-core machine: bench/plan_calibrate.sh), or GPUs
  * taken for 80 GB H100s on NVLink, 8 a node, 50 GB/s between nodes. */
 static PlanCluster host_cluster(const Run *r, int world, int cuda) {
-    PlanCluster c = {.gpus = world, .per_node = r->launch.local_size > 0 ? r->launch.local_size : world,
-                     .mem_gb = 80, .tflops = 989.4, .intra_gbs = 450, .inter_gbs = 50, .latency_us = 10};
+    PlanCluster c = {.latency_us = PLAN_LATENCY_US};
+    plan_cluster_preset(&c, PLAN_DEFAULT_GPU, world);
+    c.per_node = r->launch.local_size > 0 ? r->launch.local_size : world;
     if (!cuda) {
         /* CPU ranks: a core's float32 rate and the shared-memory backend's
          * bandwidth and latency as make bench-plan measured them on a 2-core
@@ -442,9 +443,7 @@ double setup_device_peak(Run *r) {
     if (r->a.peak_tflops > 0) return r->a.peak_tflops;
     char name[256];
     dev_name(&r->dev, name, sizeof name);
-    if (strstr(name, "H100") || strstr(name, "H200")) return 989.4;
-    if (strstr(name, "A100")) return 312.0;
-    return 0.0;
+    return plan_device_tflops(name);
 }
 
 

@@ -15,7 +15,8 @@
  *    parsed back (our own writer's lines: keys found by name, times kept
  *    as exact nanoseconds, so data-ts and data-dur print as in the JSON).
  *    It is the measured counterpart of plot.c's --show-schedule figure
- *    (3.2 流水线并行): the same micro-batch hues, but a box is as wide as the
+ *    (3.2 流水线并行), drawn with plot.h's SVG helpers: the same micro-batch
+ *    hues, but a box is as wide as the
  *    span took, and the bubble is the blank between boxes. Depth, not
  *    "outermost only": a span is drawn inset over the one around it, so a
  *    "step" span wrapping F and B boxes hides neither.
@@ -295,26 +296,6 @@ static void micro_colour(int m, int M, char kind, char *buf, size_t len) {
     plot_micro_colour(m, M, kind == 'B' ? PP_BACKWARD : kind == 'W' ? PP_WEIGHT : PP_FORWARD, buf, len);
 }
 
-/* s as XML text or attribute value: & < > " escaped, control bytes
- * dropped, bytes beyond ASCII (a name cut mid-character) as '?'. */
-static void put_xml(FILE *f, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '&') fputs("&amp;", f);
-        else if (*p == '<') fputs("&lt;", f);
-        else if (*p == '>') fputs("&gt;", f);
-        else if (*p == '"') fputs("&quot;", f);
-        else if (*p >= 0x80) fputc('?', f);
-        else if (*p >= 0x20) fputc(*p, f);
-    }
-}
-
-/* A round tick spacing (1, 2 or 5 x 10^k) giving about n ticks over span. */
-static double nice_step(double span, int n) {
-    if (!(span > 0)) return 1.0;
-    double raw = span / n, mag = pow(10.0, floor(log10(raw))), f = raw / mag;
-    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * mag;
-}
-
 static int64_t box_end(const TraceBox *b) { return b->ts_ns + b->dur_ns; }
 
 static int cmp_i64(int64_t a, int64_t b) { return a < b ? -1 : a > b; }
@@ -386,7 +367,7 @@ static const char *comm_colour(const char *name) {
 static void draw_title(FILE *f, const char *json, const TraceFrame *fr, const TraceUse *use, int spans,
                        int drawn) {
     fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"15\">measured timeline of ", SVG_LEFT);
-    put_xml(f, json);
+    plot_xml_text(f, json);
     fprintf(f, ": %d ranks, %.3f ms, %d spans</text>\n", fr->rows, frame_ms(fr, fr->t1), spans);
     fprintf(f, "<text x=\"%d\" y=\"46\" class=\"idle\">idle (time from a rank's first span to its "
             "last not covered by a compute span):", SVG_LEFT);
@@ -412,7 +393,7 @@ static void draw_title(FILE *f, const char *json, const TraceFrame *fr, const Tr
 /* The ms ruler under the rows, with faint lines up through them. */
 static void draw_axis(FILE *f, const TraceFrame *fr) {
     int y = SVG_TOP + fr->rows * ROW_H - ROW_GAP + 6;
-    double span = frame_ms(fr, fr->t1), d = nice_step(span, 10);
+    double span = frame_ms(fr, fr->t1), d = plot_nice_step(span, 10);
     fprintf(f, "<g class=\"axis\" font-size=\"11\" text-anchor=\"middle\">\n");
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\"/>\n", SVG_LEFT, y, SVG_W - SVG_RIGHT, y);
     for (double v = 0; v <= span * (1 + 1e-9); v += d) {
@@ -460,9 +441,9 @@ static void draw_box(FILE *f, const TraceFrame *fr, const TraceBox *b) {
             kind ? fill : b->lane ? comm_colour(b->name) : b->depth ? "#a9a9a9" : "#c4c4c4",
             w >= 3 ? " stroke=\"#333\" stroke-opacity=\"0.35\" stroke-width=\"0.5\"" : "", b->rank,
             b->lane ? "comm" : "compute", b->depth);
-    put_xml(f, b->name);
+    plot_xml_text(f, b->name);
     fprintf(f, "\" data-cat=\"");
-    put_xml(f, b->cat);
+    plot_xml_text(f, b->cat);
     fprintf(f, "\" data-ts=\"");
     put_us(f, b->ts_ns);
     fprintf(f, "\" data-dur=\"");
@@ -470,9 +451,9 @@ static void draw_box(FILE *f, const TraceFrame *fr, const TraceBox *b) {
     fprintf(f, "\"");
     if (kind) fprintf(f, " data-kind=\"%c\" data-micro=\"%d\" data-chunk=\"%d\"", kind, micro, chunk);
     fprintf(f, "><title>");
-    put_xml(f, b->name);
+    plot_xml_text(f, b->name);
     fprintf(f, " (");
-    put_xml(f, b->cat);
+    plot_xml_text(f, b->cat);
     fprintf(f, ") on rank %d: starts at %.3f ms, lasts %.3f ms</title></rect>\n", b->rank, frame_ms(fr, b->ts_ns),
             b->dur_ns / 1e6);
     if (chunk > 0)   /* a later model chunk: hatched over its colour */
@@ -481,7 +462,7 @@ static void draw_box(FILE *f, const TraceFrame *fr, const TraceBox *b) {
     if (b->lane == 0 && w >= 6.2 * strlen(b->name) + 4) {
         fprintf(f, "<text class=\"label\" x=\"%.2f\" y=\"%.1f\" fill=\"%s\">", x + w / 2, y + h / 2 + 3.5,
                 kind == 'B' ? "white" : "#222");
-        put_xml(f, b->name);
+        plot_xml_text(f, b->name);
         fprintf(f, "</text>\n");
     }
 }
@@ -543,10 +524,9 @@ static int draw_timeline(const char *svg, const char *json, TraceBoxes *bx, int 
     if (safe_out_open(&o, svg, err, errlen) != 0) { free(use); return -1; }
     FILE *f = o.f;
     int height = SVG_TOP + fr.rows * ROW_H - ROW_GAP + 64 + 60;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-            "font-family=\"sans-serif\" font-size=\"13\" data-ranks=\"%d\" data-spans=\"%d\" data-drawn=\"%d\" "
-            "data-cap=\"%d\" data-t0=\"", SVG_W, height, SVG_W, height, fr.rows, spans, drawn, TRACE_SVG_MAX_BOXES);
+    plot_svg_begin(f, SVG_W, height);
+    fprintf(f, " data-ranks=\"%d\" data-spans=\"%d\" data-drawn=\"%d\" data-cap=\"%d\" data-t0=\"", fr.rows, spans,
+            drawn, TRACE_SVG_MAX_BOXES);
     put_us(f, fr.t0);
     fprintf(f, "\" data-window=\"");
     put_us(f, fr.t1 - fr.t0);

@@ -165,8 +165,7 @@ typedef struct SumSq {
 static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
     SumSq *q = ctx;
     const GPT *m = q->z->m;
-    if (m->tp_rank != 0 && gpt_tensor_replicated(m, tensor)) return;
-    if (tensor == GPT_WTE && !m->has_embed) return;  /* the tied copy */
+    if (!gpt_tensor_counts(m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
     q->s += q->z->dev->ops->sumsq(q->z->dev, q->grads + (off - q->offset), n);
 }
 
