@@ -370,7 +370,7 @@ void zero_full_params_free(Zero *z, float *p) {
  * accounting: 4 bytes of parameters, 4 of gradients, 8 of Adam moments a
  * parameter, each divided by D once its stage shards it. Under bf16 the
  * parameters add the compute copy, 2 bytes a parameter of this stage,
- * which gpt.c keeps whole (a ZeRO-3 rank too: see README). */
+ * which gpt.c keeps whole (a ZeRO-3 rank too: see docs/gpu.md, "Mixed precision"). */
 void zero_memory_formula(double N, int D, int stage, int bf16, int master, int rank, ZeroMemory *mem) {
     mem->f_params = (stage == 3 ? 4 * N / D : 4 * N) + (bf16 ? 2 * N : 0);
     mem->f_grads = stage >= 2 ? 4 * N / D : 4 * N;
