@@ -407,8 +407,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         fflush(stdout);
         if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) {
             double v = evaluate(r);
-            if (rank0) printf("val loss %#.7g\n", v);
-            if (rank0) runlog_val(log, s + 1, v);
+            if (rank0) { printf("val loss %#.7g\n", v); runlog_val(log, s + 1, v); }
         }
         int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
@@ -421,10 +420,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         if (stop) {
             if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s)\n", stop, s + 1, strsignal(stop));
             if (rank0 && stop < 0) printf("stopped by --time-limit %g min after step %d\n", a->time_limit_min, s + 1);
-            if (rank0 && a->checkpoint_dir)
-                printf("stopped at step %d: checkpoint %s; the same command continues\n", s + 1, ckpath);
-            if (rank0 && !a->checkpoint_dir)
-                printf("stopped at step %d: nothing saved (no --checkpoint-dir); the same command starts over\n", s + 1);
+            if (rank0) printf(a->checkpoint_dir ? "stopped at step %d: checkpoint %s; the same command continues\n"
+                              : "stopped at step %d: nothing saved (no --checkpoint-dir%s); the same command starts over\n",
+                              s + 1, a->checkpoint_dir ? ckpath : "");
             return EXIT_STOPPED;
         }
     }
@@ -439,8 +437,7 @@ static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, 0, ckpath, cklen) != 0) exit(1);
     if (a->val) {
         double v = evaluate(r);
-        if (rank0) printf("val loss %#.7g\n", v);
-        if (rank0) runlog_val(log, a->steps, v);
+        if (rank0) { printf("val loss %#.7g\n", v); runlog_val(log, a->steps, v); }
     }
     if (a->sample) sample(r, a->sample);
     int rc = a->save ? save_model(r) : 0;
@@ -471,6 +468,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
+    stop_signals_install(1);   /* from the start: a stop asked during setup comes after step one */
     clock.limit_ms = r.a.time_limit_min * 60e3;
     setup_check(&r);
     if (r.a.show_schedule) return setup_show_schedule(&r.a);
@@ -483,12 +481,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train: %s\n", err);
         return 1;
     }
+    if (r.launch.kind == COMM_LAUNCH_FORK) stop_signals_install(0);   /* a rank: the supervisor escalates */
     run_build(&r);
     int s0 = r.resumed ? (int)r.ck.meta.step : 0;
     runlog_resume(&r, s0);
     if (r.comm.rank == 0) runlog_header(&r);
     runlog_memory(&r);
-    stop_signals_install(r.launch.kind != COMM_LAUNCH_FORK);
     fflush(stdout);
     RunLog log;
     runlog_init(&log, &r, s0);
