@@ -32,7 +32,7 @@ enum {
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED, F_PLAN,
     F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
-    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG, F_CHECKDATA, F_MODEL,
+    F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG, F_CHECKDATA, F_MODEL, F_HELLASWAG,
 };
 
 /* One row of the command line: --name VALUE, what it does. */
@@ -53,6 +53,8 @@ static const ArgsFlag flags[] = {
                                       "as they are read)"},
     {"init", "FILE", F_INIT, "start from an llm.c model file (float32)"},
     {"save", "FILE", F_SAVE, "write an llm.c model file at the end"},
+    {"eval-hellaswag", "FILE", F_HELLASWAG, "llm.c's HellaSwag file (hellaswag_val.bin), scored at --val-every\n"
+                                            "and at the end: one line, hellaswag: C/N correct (acc_norm P%)"},
     {"tokenizer", "FILE", F_TOKENIZER, "llm.c's gpt2_tokenizer.bin: print samples of token data as text"},
     {"plot", "FILE.svg", F_PLOT, "train and val loss and the learning rate against steps, as SVG,\n"
                                  "rewritten every few steps (open it mid-run)"},
@@ -84,7 +86,7 @@ static const ArgsFlag flags[] = {
     {"clip", "F", F_CLIP, "clip the global gradient norm to F (1.0; 0 = off)"},
     {"seed", "N", F_SEED, "initialisation, data order and sampling (1337)"},
     {"shuffle", NULL, F_SHUFFLE, "a seeded permutation of the sequences (else in file order)"},
-    {"val-every", "N", F_VALEVERY, "validation loss every N steps (0: only at the end)"},
+    {"val-every", "N", F_VALEVERY, "validation loss (and HellaSwag) every N steps (0: only at the end)"},
     {"val-batches", "N", F_VALBATCHES, "batches of --val a validation takes (8)"},
     {NULL, NULL, 0, "device:"},
     {"device", "cpu|cuda", F_DEVICE, "where to compute (cuda when a GPU is visible)"},
@@ -230,6 +232,7 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
         case F_VAL: a->val = optarg; break;
         case F_INIT: a->init = optarg; break;
         case F_SAVE: a->save = optarg; break;
+        case F_HELLASWAG: a->eval_hellaswag = optarg; break;
         case F_LAYERS: if (parse_int("--layers", optarg, 1, SAFE_MAX_LAYERS, &iv, err, errlen)) return -1;
             a->model.layers = iv; break;
         case F_HEADS: if (parse_int("--heads", optarg, 1, SAFE_MAX_HEADS, &iv, err, errlen)) return -1;

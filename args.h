@@ -21,6 +21,7 @@
 /* Everything the command line says. */
 typedef struct Args {
     const char *data, *val, *init, *save;
+    const char *eval_hellaswag;  /* --eval-hellaswag: llm.c's multiple-choice eval file (eval.h) */
     GPTConfig model;          /* when there is no --init; 0 = default */
     int batch, seq, micro_batches, steps;
     OptConfig opt;

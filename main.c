@@ -12,7 +12,8 @@
  * Read it from main() at the bottom: flags (args.c) and every check that
  * needs no rank (setup.c) come first, then the ranks are started
  * (comm_launch.c), each builds its part of the model (run_build), trains
- * (run_train), and finishes (run_finish: validation, a sample, --save).
+ * (run_train), and finishes (run_finish: validation and HellaSwag, which
+ * are score.c's, a sample, --save).
  * What rank 0 prints and draws is runlog.c's.
  */
 #define _GNU_SOURCE
@@ -27,6 +28,7 @@
 #endif
 #include "run.h"
 #include "runlog.h"
+#include "score.h"
 #include "ckpt.h"
 #include "plan.h"
 #include "selftest.h"
@@ -145,6 +147,7 @@ static void run_free(Run *r) {
     free(r->data_shards);
     data_free(&r->val);
     data_tokenizer_free(&r->tok);
+    eval_free(&r->hellaswag);
     checkpoint_free(&r->ck);
     dev_close(&r->dev);
 }
@@ -174,15 +177,6 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
 static void step_before_backward(void *ctx, int micro, int last) {
     StepCtx *c = ctx;
     dp_micro_batch(&c->r->dp, last);
-}
-
-/* The last stage's loss, averaged over the dp group and handed to every
- * stage (rank 0, which prints, is on the first). */
-static double share_loss(Run *r, double loss) {
-    float l = (float)loss;
-    if (r->mesh.dp > 1) comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
-    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
-    return r->mesh.dp == 1 && r->mesh.pp == 1 ? loss : l;
 }
 
 /* Writes buf (this rank's part of the model's layout on its device: the
@@ -233,28 +227,10 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     *norm = dp_step_end(&r->dp, *lr);
     gpt_params_changed(&r->model);  /* the bf16 copy is remade at each unit's next use */
     trace_end(r->trace);
-    return share_loss(r, loss);
+    return score_share_loss(r, loss);
 }
 
-/* ---- evaluation, sampling, saving ----------------------------------------- */
-
-/* Mean loss over the first val_batches global batches (B x dp sequences)
- * of the validation data, each dp rank taking its B of each. */
-static double evaluate(Run *r) {
-    Args *a = &r->a;
-    int B = a->batch, T = a->seq;
-    GPTActs *acts = r->pp.acts[0];
-    double loss = 0.0;
-    char err[512];
-    for (int i = 0; i < a->val_batches; i++) {
-        if (data_batch(&r->val, i, B * r->mesh.dp, r->mesh.dp_rank * B, B, r->inputs, r->targets, err,
-                       sizeof err) != 0)
-            setup_die_usage("%s", err);
-        gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
-        loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
-    }
-    return share_loss(r, loss);
-}
+/* ---- sampling, saving (evaluation is score.c's) ---------------------------- */
 
 static uint32_t rng_u32(uint64_t *s) {
     *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
@@ -381,7 +357,7 @@ static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
 
 /* ---- the run ------------------------------------------------------------------- */
 
-/* Steps s0 .. --steps, each printed by rank 0; validation every --val-every,
+/* Steps s0 .. --steps, each printed by rank 0; evaluation (score.c) every --val-every,
  * a checkpoint every --checkpoint-every. Returns 0 after the last step, or
  * EXIT_STOPPED when a signal or --time-limit stopped the run early (its
  * checkpoint written and said). */
@@ -405,10 +381,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             printf("\n");
         }
         fflush(stdout);
-        if (a->val && a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) {
-            double v = evaluate(r);
-            if (rank0) { printf("val loss %#.7g\n", v); runlog_val(log, s + 1, v); }
-        }
+        if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
         int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
         if (r->ck_async.active) run_poll_save(r);
@@ -429,16 +402,13 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
     return 0;
 }
 
-/* After the last step: the final checkpoint, validation, a sample, --save,
+/* After the last step: the final checkpoint, validation and HellaSwag, a sample, --save,
  * the summary, comm stats and the trace. Returns the exit status. */
 static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
     if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, 0, ckpath, cklen) != 0) exit(1);
-    if (a->val) {
-        double v = evaluate(r);
-        if (rank0) { printf("val loss %#.7g\n", v); runlog_val(log, a->steps, v); }
-    }
+    score_evaluate(r, log, a->steps);   /* --val, --eval-hellaswag */
     if (a->sample) sample(r, a->sample);
     int rc = a->save ? save_model(r) : 0;
     if (rank0)

@@ -1,7 +1,8 @@
 /* run.h: the state of one run on one rank, shared by the files that make
  * up the `train` program: setup.c (everything checked before a rank
- * exists), main.c (building the rank, the loop, evaluation, sampling,
- * saving) and runlog.c (what rank 0 prints and draws of the run).
+ * exists), main.c (building the rank, the loop, sampling, saving),
+ * score.c (the validation loss and HellaSwag) and runlog.c (what rank 0
+ * prints and draws of the run).
  */
 #ifndef RUN_H
 #define RUN_H
@@ -10,6 +11,7 @@
 #include "tensor.h"
 #include "gpt.h"
 #include "data.h"
+#include "eval.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "dp.h"
@@ -40,6 +42,7 @@ typedef struct Run {
     DataSet train, val;
     char *data_shards;        /* data_describe(&train): the checkpoint's record of the shards */
     Tokenizer tok;            /* vocab 0 when there is none */
+    EvalSet hellaswag;        /* --eval-hellaswag's examples (n 0 when there is none) */
     int *inputs, *targets;    /* [B,T] host staging of one micro-batch */
     Checkpoint ck;            /* the checkpoint continued from, when resumed */
     CheckpointAsync ck_async; /* --checkpoint-async: the save in flight */

@@ -54,6 +54,19 @@ static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
     if (data_check_vocab(ds, vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
 }
 
+/* --eval-hellaswag: the file read as hostile input (eval.c) and every
+ * example fitting a row of --seq tokens, refused now rather than mid-run.
+ * Exits 2 on bad input. */
+static void load_hellaswag(EvalSet *es, const char *path, int seq, int vocab) {
+    char err[512];
+    if (eval_load(es, path, vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
+    if (es->max_tokens <= seq) return;
+    for (int i = 0; i < es->n; i++)
+        if (eval_example_tokens(es, i) > seq)
+            setup_die_usage("%s: example %d needs %d tokens (context and longest completion), more than --seq %d",
+                            path, i, eval_example_tokens(es, i), seq);
+}
+
 /* GPUs visible, asked in a child process: CUDA must not be initialised in
  * a process that forks ranks afterwards. */
 static int probe_gpus(void) {
@@ -277,6 +290,7 @@ static void check_model_and_data(Run *r) {
     if (a->data && a->val && data_overlap(tr, &r->val, msg, sizeof msg) > 0)
         fprintf(stderr, "train: warning: %s\n", msg);
     if (a->data && !(r->data_shards = data_describe(tr))) setup_die_usage("out of memory describing the data");
+    if (a->eval_hellaswag) load_hellaswag(&r->hellaswag, a->eval_hellaswag, a->seq, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
         setup_die_usage("%s", err);
     r->cfg = cfg;

@@ -15,6 +15,7 @@
 t_init docs
 t_need_python3 "docs" "to read the markdown"
 
+ROOT=$(pwd)
 # 1. the --help block
 ./train --help > $OUT/help.txt
 awk '/^<!-- begin: .\/train --help -->$/ { on = 1; next } /^<!-- end: .\/train --help -->$/ { on = 0 }
@@ -60,7 +61,7 @@ else bad "planner flags missing from docs/cli.md: $missing"; fi
 rejected=""
 for f in $(cat $OUT/train_flags.txt); do
     [ "$f" = --help ] || [ "$f" = --version ] || [ "$f" = --plan ] && continue
-    ./train $f x 2>&1 | grep -q "unknown flag $f" && rejected="$rejected $f"
+    (cd $OUT && $ROOT/train $f x 2>&1) | grep -q "unknown flag $f" && rejected="$rejected $f"
 done
 if [ -z "$rejected" ]; then ok "every flag of --help is accepted by the parser"
 else bad "flags in --help the parser refuses:$rejected"; fi
@@ -125,7 +126,6 @@ for f in sys.argv[1:]:
 PY
 RUN=$OUT/run
 rm -rf $RUN && mkdir -p $RUN/data
-ROOT=$(pwd)
 for f in train corpus test tools; do ln -s $ROOT/$f $RUN/$f; done
 for f in data/tinyshakespeare_train.txt data/tinyshakespeare_val.txt data/tinyshakespeare.txt; do
     [ -f $f ] || make --no-print-directory $f > /dev/null
