@@ -10,10 +10,10 @@
  *   comm_shm.c     the shared segment's areas, its collectives and p2p engine
  *   comm_nccl.c    the NCCL backend (built with USE_NCCL)
  *
- * Calls go one way, down this list read from the bottom: comm.c calls the
- * backends, comm_nccl.c calls comm_shm.c (its watchdog waits on the
- * segment), both backends call comm_launch.c's rendezvous, and comm_launch.c
- * calls none of them. What all four need, the segment's header, the abort
+ * Calls go one way, comm.c -> comm_nccl.c -> comm_shm.c -> comm_launch.c, a
+ * file calling only those to its right: comm.c dispatches to the backends,
+ * comm_nccl.c's watchdog waits on the segment (comm_shm.c), both backends
+ * use comm_launch.c's rendezvous, and comm_launch.c calls none of them. What all four need, the segment's header, the abort
  * word and the way a rank dies (comm_die), lives here, below them all, so
  * that no part calls back up into the one that called it.
  *
