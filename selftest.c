@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 #include "selftest.h"
+#include "safe.h"
 #include "gpt.h"
 
 #define TOL_F32 1e-4   /* float32 on both sides: summation order only */
@@ -525,7 +526,7 @@ int selftest_run(Dev *d, SelftestResult *res) {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
     res->dtype = d->dtype;
-    Selftest *s = calloc(1, sizeof *s);
+    Selftest *s = safe_calloc(1, sizeof *s, "the self-test");
     char err[128];
     s->gpu = d;
     s->res = res;

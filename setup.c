@@ -164,7 +164,7 @@ static void check_resume_batch(Run *r) {
 
 /* The planner's model of a cluster like this host: CPU ranks (float32,
  * measured rates of a 2-core machine: bench/plan_calibrate.sh), or GPUs
- * taken for 80 GB H100s on NVLink, 8 a node, 50 GB/s between nodes. */
+ * taken for plan.c's default GPU preset (PLAN_DEFAULT_GPU: H100s, 8 a node). */
 static PlanCluster host_cluster(const Run *r, int world, int cuda) {
     PlanCluster c = {.latency_us = PLAN_LATENCY_US};
     plan_cluster_preset(&c, PLAN_DEFAULT_GPU, world);
@@ -221,7 +221,7 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
            "(planner: %.3g GB a rank, step %.3g s, on %s)\n", a->dp, a->tp, a->pp, a->dpc.zero, a->micro_batches,
            a->batch, a->dpc.offload ? " --offload" : "", a->recompute ? " --recompute" : "", a->sp ? " --sp" : "",
            pp_schedule_name(a->schedule), virt, b->mem / 1e9, b->step,
-           c.cpu ? "CPU ranks" : "80 GB H100-class GPUs, 8 a node");
+           c.cpu ? "CPU ranks" : "GPUs taken for " PLAN_DEFAULT_GPU "s, 8 a node");
     fflush(stdout);
     plan_search_free(&ps);
 }
