@@ -184,7 +184,7 @@ GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 \
              --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 ifeq ($(GPUS),0)
-TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 32 --seq 64 --steps 800 \
+TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 16 --seq 128 --steps 1200 \
                   --lr 3e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99
 else ifeq ($(GPUS),1)
 TRAIN_DEFAULTS := $(GPU_MODEL) --batch 32

@@ -29,8 +29,41 @@ typedef float real;
 #endif
 #include "ops.h"
 
+/* e^x in float as plain arithmetic, so that a loop calling it vectorises
+ * (libm's expf does not without -ffast-math, nor does a float comparison
+ * under the default trapping math: the clamp and the rounding are integer
+ * operations on the bits). x is clamped to [-87.33, 88.37] (e^-100 gives
+ * 2^-126, not a subnormal; e^100 about 2.4e38, not inf), a NaN stays NaN;
+ * x = n ln2 + r with n rounded by the 1.5 * 2^23 trick, e^r by Cephes'
+ * polynomial, times 2^n built in the exponent bits. Within 2 ulp of expf. */
+static inline float exp_f32(float x) {
+    int b, m, lim;
+    __builtin_memcpy(&b, &x, 4);
+    m = b & 0x7fffffff;
+    lim = b < 0 ? 0x42aea8f6 : 0x42b0bd71;            /* 87.33f, 88.37f */
+    m = m > lim && m <= 0x7f800000 ? lim : m;          /* a NaN (above inf) passes */
+    b = (int)((unsigned)b & 0x80000000u) | m;
+    __builtin_memcpy(&x, &b, 4);
+    float t = x * 1.44269504088896341f + 12582912.0f;  /* round(x log2 e) in t's low bits */
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1;
+    int k;
+    __builtin_memcpy(&k, &t, 4);
+    k = (k - 0x4b400000 + 127) << 23;                  /* 2^n */
+    float two_n;
+    __builtin_memcpy(&two_n, &k, 4);
+    return p * two_n;
+}
+
 /* Type-generic math for the two builds: float calls stay float. */
-#define R_EXP(x)  (sizeof(real) == sizeof(float) ? (real)expf((float)(x)) : (real)exp((double)(x)))
+#define R_EXP(x)  (sizeof(real) == sizeof(float) ? (real)exp_f32((float)(x)) : (real)exp((double)(x)))
 #define R_SQRT(x) (sizeof(real) == sizeof(float) ? (real)sqrtf((float)(x)) : (real)sqrt((double)(x)))
 
 /* ---------------------------------------------------------------------------

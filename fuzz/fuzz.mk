@@ -31,7 +31,7 @@ fuzz: build fuzz-build
 # A copy of the sources (no objects) built with NO_CUDA=1 and the sanitizers;
 # its test/run.sh runs the CPU suite there.
 SANITIZE_DIR := build/sanitize
-SANITIZE_TESTS := test/test_ops test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d \
+SANITIZE_TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d \
                   test/test_data
 SANITIZE_CC  := gcc -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
