@@ -558,7 +558,11 @@ static void *async_writer(void *arg) {
 
 int checkpoint_save_begin(CheckpointAsync *a, const char *dir, const CheckpointMeta *meta, int keep, Zero *z,
                           CommGroup *world, char *path, size_t pathlen, char *err, size_t errlen) {
+    float *snap = a->snap;   /* kept from the last save: its pages are already there */
+    size_t cap = a->snap_cap;
     memset(a, 0, sizeof *a);
+    a->snap = snap;
+    a->snap_cap = cap;
     a->rank = world->size > 1 ? world->index : 0;
     a->meta = *meta;
     a->keep = keep;
@@ -572,14 +576,17 @@ int checkpoint_save_begin(CheckpointAsync *a, const char *dir, const CheckpointM
     int failed = write_ranges(tmpdir, a->rank, z, &rs, &a->K, err, errlen) != 0;
     if (!failed) {   /* the snapshot: what this rank owns, as it is after this step */
         Snap s = {.z = z, .K = a->K};
-        s.x = a->snap = safe_malloc((3 * a->K + 1) * sizeof(float), "the checkpoint's snapshot");
+        if (a->snap_cap < 3 * a->K + 1) {
+            free(a->snap);
+            a->snap_cap = 3 * a->K + 1;
+            a->snap = safe_malloc(a->snap_cap * sizeof(float), "the checkpoint's snapshot");
+        }
+        s.x = a->snap;
         for (s.section = 0; s.section < 3; s.section++, s.at = 0) owned_pieces(z, &rs, snap_piece, &s);
     }
     free(rs.r);
     if (any_failed(world, failed)) {
         if (!failed) snprintf(err, errlen, "checkpoint %s: another rank failed", path);
-        free(a->snap);
-        a->snap = NULL;
         return -1;
     }
     atomic_store(&a->done, 0);
@@ -599,8 +606,6 @@ int checkpoint_save_poll(CheckpointAsync *a, CommGroup *world, int wait, char *e
     if (world->size > 1) comm_all_reduce(world, NULL, state, 2, COMM_I32, COMM_SUM);
     if (state[0] > 0) return 0;   /* every rank agrees: not yet */
     if (!a->joined) { pthread_join(a->thread, NULL); a->joined = 1; }
-    free(a->snap);
-    a->snap = NULL;
     a->active = 0;
     if (state[1] > 0) {
         if (a->ok) snprintf(err, errlen, "checkpoint %s/step-%ld: another rank failed writing its shard", a->dir,
@@ -609,6 +614,12 @@ int checkpoint_save_poll(CheckpointAsync *a, CommGroup *world, int wait, char *e
         return -1;
     }
     return publish(a->dir, &a->meta, a->keep, world, err, errlen) == 0 ? 1 : -1;
+}
+
+void checkpoint_async_free(CheckpointAsync *a) {
+    if (a->active && !a->joined) pthread_join(a->thread, NULL);
+    free(a->snap);
+    memset(a, 0, sizeof *a);
 }
 
 /* ---- reading the manifest --------------------------------------------------- */

@@ -90,7 +90,8 @@ typedef struct CheckpointAsync {
     int joined;
     atomic_int done;         /* the writer has finished ... */
     int ok;                  /* ... and wrote the shard (else err) */
-    float *snap;             /* [3K] what this rank owns at the step: master, m, v */
+    float *snap;             /* [3K] what this rank owns at the step: master, m, v (kept for the next save) */
+    size_t snap_cap;         /* floats snap holds */
     size_t K;
     CheckpointMeta meta;
     int keep, rank;
@@ -110,6 +111,8 @@ int checkpoint_save_begin(CheckpointAsync *a, const char *dir, const CheckpointM
  * Collective. Returns 1 when published, 0 when still in flight (or none),
  * -1 with err when a shard failed. */
 int checkpoint_save_poll(CheckpointAsync *a, CommGroup *world, int wait, char *err, size_t errlen);
+/* Frees the snapshot (after joining a writer still running). */
+void checkpoint_async_free(CheckpointAsync *a);
 
 /* The name DIR/latest points at, or -1 when there is none. */
 int checkpoint_latest(const char *dir, char *name, size_t namelen);

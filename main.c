@@ -149,6 +149,7 @@ static void run_free(Run *r) {
     data_tokenizer_free(&r->tok);
     eval_free(&r->hellaswag);
     checkpoint_free(&r->ck);
+    checkpoint_async_free(&r->ck_async);
     dev_close(&r->dev);
 }
 
