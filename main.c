@@ -352,7 +352,7 @@ static void run_poll_save(Run *r) {
 static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
     int32_t why = stop_signal();
     if (!why && stop_time_due(clock, setup_now_ms(), steps_done)) why = -1;
-    if (r->comm.world_size > 1) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
+    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
     return why;
 }
 
@@ -439,20 +439,22 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
-    stop_signals_install(1);   /* from the start: a stop asked during setup comes after step one */
     clock.limit_ms = r.a.time_limit_min * 60e3;
     setup_check(&r);
+    /* Stops are agreed on (every rank after the same step) when there is a checkpoint to write
+     * or a clock to watch; else several ranks are simply stopped by the launcher, as before. */
+    r.launch.graceful_stop = r.a.checkpoint_dir || r.a.time_limit_min > 0;
+    if (r.launch.graceful_stop || r.launch.world_size <= 1) stop_signals_install(1);   /* a stop asked now comes after step one */
     if (r.a.show_schedule) return setup_show_schedule(&r.a);
     if (r.a.plan_layout) return setup_plan_layout(&r);
     /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
     if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
         setup_die_usage("%s", err);
-    r.launch.graceful_stop = 1;
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;
     }
-    if (r.launch.kind == COMM_LAUNCH_FORK) stop_signals_install(0);   /* a rank: the supervisor escalates */
+    if (r.launch.kind == COMM_LAUNCH_FORK && r.launch.graceful_stop) stop_signals_install(0);   /* the supervisor escalates */
     run_build(&r);
     int s0 = r.resumed ? (int)r.ck.meta.step : 0;
     runlog_resume(&r, s0);

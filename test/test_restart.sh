@@ -20,12 +20,13 @@ MODEL="--layers 2 --heads 4 --dim 128 --max-seq 16 --vocab 61"
 ./train $D $MODEL --steps 0 --save $OUT/init.bin > $OUT/init.log 2>&1 || bad "writing the --init file: $(tail -n 1 $OUT/init.log)"
 STEPS=40
 
-# runs "$@" in the background; when its log has a step line, sends signal $1 to it (its pid)
-signal_after_a_step() {
+# runs "$@" in the background and sends it signal $1 50 ms later (the handlers are in place
+# from the start, and a stop asked before step one comes after it); its exit status
+signal_soon() {
     sig=$1; log=$2; shift 2
     "$@" > $log 2>&1 &
     pid=$!
-    for i in $(seq 1 600); do grep -q '^step ' $log 2>/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+    sleep 0.05
     kill -$sig $pid 2>/dev/null
     wait $pid
 }
@@ -33,23 +34,23 @@ signal_after_a_step() {
 # waits until no process of a run on $1 is left (a kill -9'd supervisor's ranks die by PDEATHSIG)
 wait_gone() { for i in $(seq 1 100); do pgrep -f -- "--checkpoint-dir $1 " > /dev/null || return 0; sleep 0.1; done; }
 
-loop() {   # name, layout flags, checkpoint flags
-    name=$1; layout=$2; ckflags=$3; d=$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')
+loop() {   # name, layout flags, checkpoint flags, steps
+    name=$1; layout=$2; ckflags=$3; steps=$4; d=$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')
     mkdir -p $d
     t0=$(date +%s.%N)
-    timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $STEPS --save $d/straight.bin > $d/straight.log 2>&1 ||
+    timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --save $d/straight.bin > $d/straight.log 2>&1 ||
         { bad "$name: the straight run failed (see $d/straight.log)"; return; }
     # the one command line; its --time-limit a quarter of the straight run's wall time, so
     # that on any machine it takes a few runs (at least one step each)
     tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
-    set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $STEPS --checkpoint-dir $d/ck --checkpoint-every 3 \
+    set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --checkpoint-dir $d/ck --checkpoint-every 3 \
         $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
-    signal_after_a_step USR1 $d/run1.log "$@"; codes="$codes $?"
-    signal_after_a_step KILL $d/run2.log "$@"; codes="$codes $?"
+    signal_soon USR1 $d/run1.log "$@"; codes="$codes $?"
+    signal_soon KILL $d/run2.log "$@"; codes="$codes $?"
     wait_gone $d/ck
     n=2
-    while [ $n -lt 40 ]; do
+    while [ $n -lt 80 ]; do
         n=$((n + 1))
         timeout 600 "$@" > $d/run$n.log 2>&1
         rc=$?
@@ -68,11 +69,12 @@ loop() {   # name, layout flags, checkpoint flags
         bad "$name: exit statuses$codes (last $rc), fresh start said $fresh times, final model $(cmp $d/final.bin $d/straight.bin 2>&1 | head -c 80) (see $d)"
     fi
 }
-loop "one rank" "--batch 4"
-loop "one rank, --checkpoint-async" "--batch 4" --checkpoint-async
-loop "dp 2 x tp 2 x pp 2, zero 1" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"
+# (one rank's steps are short: 200 of them, so that a run lives long enough to be signalled)
+loop "one rank" "--batch 4" "" 200
+loop "one rank, --checkpoint-async" "--batch 4" --checkpoint-async 200
+loop "dp 2 x tp 2 x pp 2, zero 1" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" "" $STEPS
 loop "dp 2 x tp 2 x pp 2, zero 1, --checkpoint-async" \
-    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" --checkpoint-async
+    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" --checkpoint-async $STEPS
 
 # ---- --log across restarts: every step once, and the plot of the whole run ----
 d=$OUT/log
