@@ -129,12 +129,8 @@ static int shard_open(DataShard *s, const char *path, int *is_bytes, char *err, 
     if (fd >= 0) close(fd);
     unsigned char *buf;
     size_t size;
-    char why[512];
-    if (safe_read_file(path, HEADER_BYTES + 2 * (size_t)MAX_TOKENS, &buf, &size, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot read data file %s: %s", path, why);
-        if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open data file %s", why + 12);
+    if (safe_read_named(path, "data", HEADER_BYTES + 2 * (size_t)MAX_TOKENS, &buf, &size, err, errlen) != 0)
         return -1;
-    }
     return shard_hold(s, buf, size, is_bytes, err, errlen);
 }
 
@@ -719,12 +715,8 @@ int data_tokenizer_load(Tokenizer *t, const char *path, char *err, size_t errlen
     memset(t, 0, sizeof *t);
     unsigned char *buf;
     size_t size;
-    char why[512];
-    if (safe_read_file(path, HEADER_BYTES + 256 * (size_t)SAFE_MAX_VOCAB, &buf, &size, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot read tokenizer file %s: %s", path, why);
-        if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open tokenizer file %s", why + 12);
+    if (safe_read_named(path, "tokenizer", HEADER_BYTES + 256 * (size_t)SAFE_MAX_VOCAB, &buf, &size, err, errlen) != 0)
         return -1;
-    }
     int rc = data_tokenizer_parse(t, path, buf, size, err, errlen);
     free(buf);
     return rc;

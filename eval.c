@@ -161,12 +161,7 @@ int eval_parse(EvalSet *es, const char *path, const unsigned char *buf, size_t s
 
 int eval_load(EvalSet *es, const char *path, int vocab, char *err, size_t errlen) {
     memset(es, 0, sizeof *es);
-    char why[512];
-    if (safe_read_file(path, MAX_EVAL_BYTES, &es->buf, &es->size, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot read eval file %s: %s", path, why);
-        if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open eval file %s", why + 12);
-        return -1;
-    }
+    if (safe_read_named(path, "eval", MAX_EVAL_BYTES, &es->buf, &es->size, err, errlen) != 0) return -1;
     int rc = parse_held(es, path, vocab, err, errlen);
     if (rc != 0) eval_free(es);
     return rc;

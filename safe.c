@@ -297,3 +297,12 @@ void safe_out_abort(SafeOut *o) {
     free(o->path);
     memset(o, 0, sizeof *o);
 }
+
+int safe_read_named(const char *path, const char *what, size_t max_bytes, unsigned char **data, size_t *len,
+                    char *err, size_t errlen) {
+    char why[512];
+    if (safe_read_file(path, max_bytes, data, len, why, sizeof why) == 0) return 0;
+    if (!strncmp(why, "cannot open ", 12)) snprintf(err, errlen, "cannot open %s file %s", what, why + 12);
+    else snprintf(err, errlen, "cannot read %s file %s: %s", what, path, why);
+    return -1;
+}

@@ -63,6 +63,11 @@ void *safe_calloc(size_t n, size_t size, const char *what);
  * max_bytes, read error). */
 int safe_read_file(const char *path, size_t max_bytes, unsigned char **data, size_t *len, char *err,
                    size_t errlen);
+/* safe_read_file with the error worded for a kind of input (what: "data",
+ * "eval", "tokenizer"): "cannot open <what> file PATH" when it is missing,
+ * else "cannot read <what> file PATH: <why>". 0, or -1 with err. */
+int safe_read_named(const char *path, const char *what, size_t max_bytes, unsigned char **data, size_t *len,
+                    char *err, size_t errlen);
 
 /* Checks, before any work, that path can be written later: its name fits
  * (PATH_MAX, NAME_MAX with room for the temporary suffix), it is not a
