@@ -20,13 +20,15 @@
  * packed panels, and a partial block of C goes through a small buffer, so
  * the micro-kernel (and its arithmetic) is the same for every element.
  *
- * Threads split the output, never K: the team divides the longer of M and
- * N into one contiguous range a thread, each thread runs the five loops on
- * its part with its own packing buffers, and no two threads write the same
- * element. Each element is summed over the same K blocks in the same order
- * by the same kernel whichever thread has it, so the result is the same
- * bits for 1, 2 or 3 threads. (Splitting the longer side makes the
- * operand every thread packs again the smaller one.)
+ * Threads split the output, never K: the team divides M into one
+ * contiguous range of rows a thread, packs each panel of B together (each
+ * thread a share of its micro-panels, then a barrier) and each thread packs
+ * its own rows of A, so nothing is packed twice; no two threads write the
+ * same element. (With fewer row blocks than threads, a product of a few
+ * rows, the columns are split instead and each thread packs its own.) Each
+ * element is summed over the same K blocks in the same order by the same
+ * kernel whichever thread has it, so the result is the same bits for 1, 2
+ * or 3 threads.
  *
  * The kernel is chosen once, on the first call: TRAIN_GEMM if set, else
  * AVX-512, else AVX2 with FMA (__builtin_cpu_supports), else the plain C
@@ -75,7 +77,20 @@ static void plain_4x16(int kc, const float *Ap, const float *Bp, float *C, size_
             C[i * ldc + j] = (load_c ? C[i * ldc + j] : 0) + acc[i][j];
 }
 
-static const GemmKernel plain_kernel = {"plain", PLAIN_MR, PLAIN_NR, 256, 128, 2048, plain_4x16};
+/* The transposing pack in C: 8 k of each row at a time (one cache line read,
+ * then written across the panel). */
+static void plain_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst) {
+    for (int k0 = 0; k0 < kc; k0 += 8) {
+        int kn = kc - k0 < 8 ? kc - k0 : 8;
+        for (int x = 0; x < rows; x++)
+            for (int k = k0; k < k0 + kn; k++) dst[(size_t)k * w + x] = src[(size_t)x * ld + k];
+    }
+    for (int x = rows; x < w; x++)
+        for (int k = 0; k < kc; k++) dst[(size_t)k * w + x] = 0;
+}
+
+static const GemmKernel plain_kernel = {"plain", PLAIN_MR, PLAIN_NR, 256, 128, 2048, plain_4x16,
+                                        plain_pack_t};
 
 /* ---------------------------------------------------------------------------
  * Choosing the kernel, once. */
@@ -142,67 +157,31 @@ void gemm_cpu_describe(char *model, size_t len, const char **isa) {
 /* ---------------------------------------------------------------------------
  * Packing. */
 
-/* Ap <- A[0:m, 0:kc] (element (i,k) at A[i*rs + k*cs]) as micro-panels of
- * mr rows, k-major, rows past m zero. */
-static void pack_a(int m, int kc, const float *A, size_t rs, size_t cs, int mr, float *Ap) {
-    int full = rs == 1 ? m / mr * mr : 0;
-    /* columns of A contiguous (dY^T): a row of A's storage feeds 16 panels at
-     * once, read in one sweep (a panel alone would read one short run a page) */
-    for (int i0 = 0; i0 < full; i0 += 16 * mr) {
-        int i1 = i0 + 16 * mr < full ? i0 + 16 * mr : full;
+/* dst <- an operand's n x kc block as micro-panels w wide, k-major: element
+ * (x, k), at src[x * sx + k * sk], goes to panel x / w at [k * w + x % w];
+ * x past n is zero. A is packed with (x = i, sx = rs, sk = cs, w = mr), B
+ * with (x = j, sx = cs, sk = rs, w = nr): one routine for both. */
+static void pack_panels(const GemmKernel *kn, int n, int kc, const float *src, size_t sx,
+                        size_t sk, int w, float *dst) {
+    int full = sx == 1 ? n / w * w : 0;
+    /* x contiguous (dY^T as A; dY, W and X as B): a row of storage feeds 16
+     * panels in one sweep (a panel alone would read one short run a page) */
+    for (int x0 = 0; x0 < full; x0 += 16 * w) {
+        int x1 = x0 + 16 * w < full ? x0 + 16 * w : full;
         for (int k = 0; k < kc; k++)
-            for (int p = i0; p < i1; p += mr) {
-                float *dst = Ap + (size_t)p * kc + (size_t)k * mr;
-                const float *src = A + p + k * cs;
-                for (int i = 0; i < mr; i++) dst[i] = src[i];
+            for (int p = x0; p < x1; p += w) {
+                float *d = dst + (size_t)p * kc + (size_t)k * w;
+                const float *s = src + p + k * sk;
+                for (int x = 0; x < w; x++) d[x] = s[x];
             }
     }
-    Ap += (size_t)full * kc;
-    for (int i0 = full; i0 < m; i0 += mr, Ap += (size_t)mr * kc) {
-        int rows = m - i0 < mr ? m - i0 : mr;
-        const float *a = A + (size_t)i0 * rs;
-        if (cs == 1) {  /* rows contiguous (X): each row read once, strided writes */
-            for (int i = 0; i < rows; i++)
-                for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + i] = a[i * rs + k];
-            for (int i = rows; i < mr; i++)
-                for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + i] = 0;
-        } else {
-            for (int k = 0; k < kc; k++)
-                for (int i = 0; i < mr; i++) Ap[(size_t)k * mr + i] = i < rows ? a[i * rs + k * cs] : 0;
-        }
-    }
-}
-
-/* Bp <- B[0:kc, 0:n] (element (k,j) at B[k*rs + j*cs]) as micro-panels of
- * nr columns, k-major, columns past n zero. */
-static void pack_b(int kc, int n, const float *B, size_t rs, size_t cs, int nr, float *Bp) {
-    int full = cs == 1 ? n / nr * nr : 0;
-    /* rows of B contiguous (dY W, X in dW): a row feeds 16 panels in one sweep */
-    for (int j0 = 0; j0 < full; j0 += 16 * nr) {
-        int j1 = j0 + 16 * nr < full ? j0 + 16 * nr : full;
+    dst += (size_t)full * kc;
+    for (int x0 = full; x0 < n; x0 += w, dst += (size_t)w * kc) {
+        int rows = n - x0 < w ? n - x0 : w;
+        const float *s = src + (size_t)x0 * sx;
+        if (sk == 1) { kn->pack_t(rows, w, kc, s, sx, dst); continue; }  /* k contiguous: a transpose */
         for (int k = 0; k < kc; k++)
-            for (int p = j0; p < j1; p += nr) {
-                float *dst = Bp + (size_t)p * kc + (size_t)k * nr;
-                const float *src = B + p + k * rs;
-                for (int j = 0; j < nr; j++) dst[j] = src[j];
-            }
-    }
-    Bp += (size_t)full * kc;
-    for (int j0 = full; j0 < n; j0 += nr, Bp += (size_t)nr * kc) {
-        int cols = n - j0 < nr ? n - j0 : nr;
-        const float *b = B + (size_t)j0 * cs;
-        if (rs == 1) {  /* columns contiguous (W^T): 8 k at a time across the nr columns */
-            for (int k0 = 0; k0 < kc; k0 += 8) {
-                int kn = kc - k0 < 8 ? kc - k0 : 8;
-                for (int j = 0; j < cols; j++)
-                    for (int k = k0; k < k0 + kn; k++) Bp[(size_t)k * nr + j] = b[j * cs + k];
-            }
-            for (int j = cols; j < nr; j++)
-                for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + j] = 0;
-        } else {
-            for (int k = 0; k < kc; k++)
-                for (int j = 0; j < nr; j++) Bp[(size_t)k * nr + j] = j < cols ? b[k * rs + j * cs] : 0;
-        }
+            for (int x = 0; x < w; x++) dst[(size_t)k * w + x] = x < rows ? s[x * sx + k * sk] : 0;
     }
 }
 
@@ -217,19 +196,31 @@ typedef struct {
     int accumulate;  /* C holds what the first K block adds to */
 } GemmJob;
 
-/* C[i0:i1, j0:j1] of the job, with buffers Ap [mc*kc], Bp [kc*nc] and a [mr*nr] edge tile. */
+/* C[i0:i1, j0:j1] of the job, with buffers Ap [mc*kc], Bp [kc*nc] and a
+ * [mr*nr] edge tile. Thread t of a team of nt that share Bp (every member
+ * calls this with the same j0, j1): each packs its share of B's micro-panels,
+ * and the team waits at a barrier before any reads the panel and again before
+ * the next one overwrites it. nt 1: a thread alone, no barriers. */
 static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, int j0, int j1,
-                      float *Ap, float *Bp, float *edge) {
+                      float *Ap, float *Bp, float *edge, int t, int nt) {
     const int mr = kn->mr, nr = kn->nr;
     for (int jc = j0; jc < j1; jc += kn->nc) {
         int nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
+        int panels = (nc + nr - 1) / nr, p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
         for (int pc = 0; pc < g->K; pc += kn->kc) {
             int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
             int load_c = pc > 0 || g->accumulate;
-            pack_b(kc, nc, g->B + pc * g->b_rs + jc * g->b_cs, g->b_rs, g->b_cs, nr, Bp);
+            if (p0 < p1) {  /* this thread's micro-panels p0..p1-1 of B[pc:pc+kc, jc:jc+nc] */
+                int cols = (p1 * nr < nc ? p1 * nr : nc) - p0 * nr;
+                pack_panels(kn, cols, kc, g->B + pc * g->b_rs + (size_t)(jc + p0 * nr) * g->b_cs,
+                            g->b_cs, g->b_rs, nr, Bp + (size_t)p0 * nr * kc);
+            }
+            if (nt > 1) {
+                #pragma omp barrier
+            }
             for (int ic = i0; ic < i1; ic += kn->mc) {
                 int mc = i1 - ic < kn->mc ? i1 - ic : kn->mc;
-                pack_a(mc, kc, g->A + ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
+                pack_panels(kn, mc, kc, g->A + ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
                 for (int jr = 0; jr < nc; jr += nr) {
                     const float *bp = Bp + (size_t)jr * kc;
                     int cols = nc - jr < nr ? nc - jr : nr;
@@ -246,12 +237,15 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
                     }
                 }
             }
+            if (nt > 1) {
+                #pragma omp barrier
+            }
         }
     }
 }
 
 /* Rounded up to a multiple of m. */
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
           size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
@@ -265,33 +259,40 @@ void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const f
     }
     if (K <= 0) return;
     GemmJob g = {M, N, K, A, B, a_rs, a_cs, b_rs, b_cs, ldc, C, accumulate};
-    /* Threads: the longer side split in contiguous ranges of whole micro-blocks. */
+    /* Threads: the rows split in contiguous ranges of whole micro-blocks, one
+     * packed B shared by the team (BLIS's ic loop in parallel); with fewer row
+     * blocks than threads (a few rows: sampling), the columns, each thread
+     * packing its own B and all of the (small) A. */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    int split_m = (M + kn->mr - 1) / kn->mr > (N + kn->nr - 1) / kn->nr;
-    int blocks = split_m ? (M + kn->mr - 1) / kn->mr : (N + kn->nr - 1) / kn->nr;
+    int mblocks = (M + kn->mr - 1) / kn->mr, nblocks = (N + kn->nr - 1) / kn->nr;
+    int split_m = mblocks >= nt || mblocks >= nblocks;
+    int blocks = split_m ? mblocks : nblocks;
     if (nt > blocks) nt = blocks;
-    int per = (blocks + nt - 1) / nt * (split_m ? kn->mr : kn->nr);  /* elements a thread */
-    int len = split_m ? M : N;
-    int ilen = split_m ? per : M, jlen = split_m ? N : per;  /* a thread's part at most */
-    int mc = kn->mc < round_up(ilen, kn->mr) ? kn->mc : round_up(ilen, kn->mr);
-    int nc = kn->nc < round_up(jlen, kn->nr) ? kn->nc : round_up(jlen, kn->nr);
+    int unit = split_m ? kn->mr : kn->nr, len = split_m ? M : N;
+    int most = (blocks + nt - 1) / nt * unit;  /* elements a thread, at most */
+    int rows = (int)round_up(split_m ? most : M, kn->mr), cols = (int)round_up(split_m ? N : most, kn->nr);
+    int mc = kn->mc < rows ? kn->mc : rows, nc = kn->nc < cols ? kn->nc : cols;  /* a thread's part at most */
     int kc = kn->kc < K ? kn->kc : K;
-    size_t a_floats = round_up(mc * kc, 16), b_floats = round_up(kc * nc, 16);  /* 64-byte aligned parts */
-    size_t floats = a_floats + b_floats + (size_t)kn->mr * kn->nr;
+    /* one buffer: [shared Bp] then each thread's [Ap, (own Bp), edge], 64-byte aligned parts */
+    size_t a_floats = round_up((size_t)mc * kc, 16), b_floats = round_up((size_t)kc * nc, 16);
+    size_t own = a_floats + (split_m ? 0 : b_floats) + round_up((size_t)kn->mr * kn->nr, 16);
+    size_t floats = (split_m ? b_floats : 0) + nt * own;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, floats * sizeof(float))) {
+        fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
+        exit(1);
+    }
+    float *shared = mem, *mine0 = shared + (split_m ? b_floats : 0);
     #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num();
-        int lo = t * per, hi = lo + per < len ? lo + per : len;
-        if (lo < hi) {
-            void *mem = NULL;
-            if (posix_memalign(&mem, 64, floats * sizeof(float))) {
-                fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
-                exit(1);
-            }
-            float *Ap = mem, *Bp = Ap + a_floats, *edge = Bp + b_floats;  /* [mc*kc], [kc*nc], [mr*nr] */
-            if (split_m) gemm_part(kn, &g, lo, hi, 0, N, Ap, Bp, edge);
-            else gemm_part(kn, &g, 0, M, lo, hi, Ap, Bp, edge);
-            free(mem);
-        }
+        int lo = blocks * t / nt * unit, hi = blocks * (t + 1) / nt * unit;
+        if (hi > len) hi = len;
+        float *Ap = mine0 + t * own;                        /* [mc*kc] */
+        float *Bp = split_m ? shared : Ap + a_floats;       /* [kc*nc] */
+        float *edge = Ap + own - round_up((size_t)kn->mr * kn->nr, 16);  /* [mr*nr] */
+        if (split_m) gemm_part(kn, &g, lo, hi, 0, N, Ap, Bp, edge, t, nt);
+        else gemm_part(kn, &g, 0, M, lo, hi, Ap, Bp, edge, 0, 1);
     }
+    free(mem);
 }

@@ -53,7 +53,50 @@ static void avx2_6x16(int kc, const float *Ap, const float *Bp, float *C, size_t
 #undef STORE_ROW
 }
 
-const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, 256, 144, 3072, avx2_6x16};
+/* r[x] holds row x's 8 values (k0..k0+7); afterwards r[k] holds rows 0..7 at k0 + k. */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    /* s0: rows 0-3 at k 0 | 4; s1: at 1 | 5; s2: at 2 | 6; s3: at 3 | 7; s4-s7: rows 4-7 */
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* GemmPackT: groups of 8 rows x 8 k, loaded as 8 rows, transposed, stored as
+ * 8 k-rows of the panel (8, or the 6 or 4 left of a panel 6 or 12 wide);
+ * the last kc % 8 values one at a time. */
+void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst) {
+    int k8 = kc / 8 * 8;
+    for (int x0 = 0; x0 < w; x0 += 8) {
+        int n = w - x0 < 8 ? w - x0 : 8;                             /* panel columns this group fills */
+        int valid = rows - x0 < 0 ? 0 : rows - x0 < 8 ? rows - x0 : 8;  /* of them, rows that exist */
+        for (int k0 = 0; k0 < k8; k0 += 8) {
+            __m256 r[8];
+            for (int x = 0; x < 8; x++)
+                r[x] = x < valid ? _mm256_loadu_ps(src + (size_t)(x0 + x) * ld + k0) : _mm256_setzero_ps();
+            transpose8(r);
+            float *d = dst + (size_t)k0 * w + x0;
+            for (int k = 0; k < 8; k++, d += w) {
+                if (n == 8) { _mm256_storeu_ps(d, r[k]); continue; }
+                float t[8];
+                _mm256_storeu_ps(t, r[k]);
+                for (int x = 0; x < n; x++) d[x] = t[x];
+            }
+        }
+    }
+    for (int k = k8; k < kc; k++)
+        for (int x = 0; x < w; x++) dst[(size_t)k * w + x] = x < rows ? src[(size_t)x * ld + k] : 0;
+}
+
+const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, 256, 144, 3072, avx2_6x16, gemm_avx2_pack_t};
 #else
-const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, NULL};
+const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, NULL, NULL};
 #endif

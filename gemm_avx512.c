@@ -56,7 +56,7 @@ static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, siz
     }
 }
 
-const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, 128, 144, 3072, avx512_12x32};
+const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, 128, 144, 3072, avx512_12x32, gemm_avx2_pack_t};
 #else
-const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 128, 144, 3072, NULL};
+const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 128, 144, 3072, NULL, NULL};
 #endif

@@ -24,15 +24,26 @@
 /* C[i * ldc + j] (=|+=) sum_{k < kc} Ap[k * mr + i] * Bp[k * nr + j], i < mr, j < nr. */
 typedef void GemmMicro(int kc, const float *Ap, const float *Bp, float *C, size_t ldc, int load_c);
 
+/* dst[k * w + x] = src[x * ld + k] for x < rows, k < kc, and 0 for rows <= x < w:
+ * one micro-panel w wide packed from an operand whose k is contiguous (X and
+ * W^T in the forward, dY as A in dX), a transpose. Copies only: it cannot
+ * change a bit of the product. */
+typedef void GemmPackT(int rows, int w, int kc, const float *src, size_t ld, float *dst);
+
 typedef struct GemmKernel {
     const char *name;  /* "avx512", "avx2", "plain" */
     int mr, nr;        /* the register block */
     int kc, mc, nc;    /* K per block (fixed), rows of A and columns of B packed at once */
     GemmMicro *run;
+    GemmPackT *pack_t; /* the transposing pack for this ISA */
 } GemmKernel;
 
 /* Each is defined only where its file was compiled for x86-64 (NULL run elsewhere). */
 extern const GemmKernel gemm_avx512_kernel;  /* gemm_avx512.c: 12 x 32, zmm */
 extern const GemmKernel gemm_avx2_kernel;    /* gemm_avx2.c: 6 x 16, ymm */
+
+/* gemm_avx2.c: GemmPackT in 8 x 8 ymm transposes (the AVX-512 kernel uses it
+ * too: every AVX-512 CPU has AVX2). Defined only on x86-64. */
+void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst);
 
 #endif

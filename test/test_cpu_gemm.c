@@ -8,8 +8,8 @@
  *    in qkv, K not a multiple of the K block, accumulate, bias), each
  *    element within 4 K eps of sum_k |a b| (the two differ only in the
  *    order of rounding);
- *  - the same bits for 1, 2 and 3 threads, on shapes split by rows and
- *    shapes split by columns;
+ *  - the same bits for 1, 2 and 3 threads, on shapes split by rows (B
+ *    packed by the team) and a shape of a few rows split by columns;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c.
  */
@@ -186,10 +186,12 @@ static int run_kernel(Checks *c, const char *want) {
               untouched ? "" : "; wrote past N in C's padding");
     }
     const Shape split[] = {
-        {"rows split (M > N), 301 x 47 x 300", 301, 47, 300, 1, 0, 0, 1, 0},
-        {"columns split (N > M), 29 x 517 x 290", 29, 517, 290, 0, 1, 0, 0, 1},
+        {"rows split, B packed by the team (M > N), 301 x 47 x 300", 301, 47, 300, 1, 0, 0, 1, 0},
+        {"rows split, B packed by the team (N > M), 29 x 517 x 290", 29, 517, 290, 0, 1, 0, 0, 1},
+        {"rows split, two column panels (N > nc), 13 x 3100 x 300", 13, 3100, 300, 0, 1, 0, 1, 0},
+        {"columns split (fewer row blocks than threads), 3 x 517 x 290", 3, 517, 290, 1, 1, 0, 0, 1},
     };
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++) {
         float *c1 = gemm_threads(&split[i], 1), *c2 = gemm_threads(&split[i], 2);
         float *c3 = gemm_threads(&split[i], 3);
         size_t n = (size_t)split[i].M * split[i].N;
