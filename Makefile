@@ -2,7 +2,7 @@
 #
 #   make train        build, fetch or find data, train a small model, sample
 #   make test         build and run every test (what CI runs); ends "N passed, N failed"
-#   make bench-cpu    GPT-2 124M step time on the CPU
+#   make bench-cpu    GPT-2 124M step time on the CPU, beside OpenBLAS, and where it goes op by op
 #   make bench-comm   all-reduce bus bandwidth of the shared-memory backend
 #   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
 #   make bench-data   the data loader: RSS, PSS and tokens/s with 1 and 30 shards
@@ -264,7 +264,11 @@ bench: build bench/bench_gpu data/tinyshakespeare.txt
 bench/bench_gemm: bench/bench_gemm.c $(OBJS)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS) -ldl
 
-bench-cpu: build bench/bench_gemm
+# bench_ops: each float32 op of a CPU training step, timed at the step's shapes
+bench/bench_ops: bench/bench_ops.c $(OBJS)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
+
+bench-cpu: build bench/bench_gemm bench/bench_ops
 	@sh bench/bench_cpu.sh
 
 bench-comm: bench/bench_comm
@@ -289,7 +293,7 @@ compare-layouts: build
 	@sh bench/compare_layouts.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_data
+	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_ops bench/bench_data
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/out .flags-c .flags-cu .flags-version
 

@@ -14,6 +14,10 @@
 #    (median of the steps after the first), each beside the BLAS-bound step:
 #    (6N + 6LCT) flops a token, the step line's MFU count, at OpenBLAS's
 #    rate over a step's matmuls from 2.
+# 4. Where a step's time goes: bench/bench_ops times each float32 op of the
+#    124M step at batch 4 x seq 64 (best of REPS, the same threads) and
+#    multiplies by how often a step runs it; a table of ops, their share of
+#    the sum and the matmuls' GFLOP/s.
 # A benchmark, not a test: figures depend on the host and its load.
 # STEPS=n (default 4), REPS=n (default 5), DATA=path.
 cd "$(dirname "$0")/.." || exit 2
@@ -24,6 +28,7 @@ DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -f "$DATA" ] || make -s data/tinyshakespeare_train.txt >/dev/null 2>&1
 [ -f "$DATA" ] || { echo "bench-cpu: no text at $DATA; pass DATA=path"; exit 2; }
 [ -x bench/bench_gemm ] || make -s bench/bench_gemm || exit 2
+[ -x bench/bench_ops ] || make -s bench/bench_ops || exit 2
 
 # --- the yardstick
 BLAS=
@@ -76,4 +81,9 @@ for bt in "4 64" "1 1024"; do
         printf "bench-cpu: GPT-2 124M batch %d x seq %d: %.0f ms a step, %.0f tokens/s, %.1f GFLOP/s;", B, T, ms, tok / (ms / 1e3), f / (ms / 1e3) / 1e9;
         printf " BLAS-bound step %.0f ms (%.1f GFLOP at OpenBLAS %.1f GFLOP/s): %.2f of it\n", bound, f / 1e9, r, bound / ms }'
 done
+
+# --- where a step's time goes
+echo "bench-cpu: GPT-2 124M's step op by op, batch 4 x seq 64, $THREADS threads, best of $REPS"
+./bench/bench_ops --layers 12 --heads 12 --dim 768 --vocab 50257 --max-seq 1024 --batch 4 --seq 64 \
+    --reps "$REPS" || exit 1
 rm -f "$out"
