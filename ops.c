@@ -456,14 +456,18 @@ void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, in
     for (int n = 0; n < N; n++) {
         real *z = logits + (size_t)n * Vp;  /* [Vp] */
         real maxv = -INFINITY;
-        for (int v = 0; v < V; v++) if (z[v] > maxv) maxv = z[v];
+        #pragma omp simd reduction(max:maxv)
+        for (int v = 0; v < V; v++) maxv = z[v] > maxv ? z[v] : maxv;
         double sum = 0.0;
+        #pragma omp simd reduction(+:sum)
         for (int v = 0; v < V; v++) sum += R_EXP(z[v] - maxv);
         real logsum = (real)log(sum) + maxv;
         int y = targets[n];
         losses[n] = logsum - z[y];
         if (dloss != 0) {
-            for (int v = 0; v < V; v++) z[v] = dloss * (R_EXP(z[v] - logsum) - (v == y ? 1 : 0));
+            #pragma omp simd
+            for (int v = 0; v < V; v++) z[v] = dloss * R_EXP(z[v] - logsum);
+            z[y] -= dloss;
             for (int v = V; v < Vp; v++) z[v] = 0;
         }
     }
@@ -479,8 +483,10 @@ void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets,
     for (int n = 0; n < N; n++) {
         const real *z = logits + (size_t)n * Vl;  /* [Vl] */
         real maxv = -INFINITY;
-        for (int v = 0; v < nvalid; v++) if (z[v] > maxv) maxv = z[v];
+        #pragma omp simd reduction(max:maxv)
+        for (int v = 0; v < nvalid; v++) maxv = z[v] > maxv ? z[v] : maxv;
         double sum = 0.0;
+        #pragma omp simd reduction(+:sum)
         for (int v = 0; v < nvalid; v++) sum += R_EXP(z[v] - maxv);
         int y = targets[n] - v0;
         stats[3 * n] = nvalid > 0 ? maxv : 0;
@@ -514,7 +520,9 @@ void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, in
     for (int n = 0; n < N; n++) {
         real *z = logits + (size_t)n * Vl;
         int y = targets[n] - v0;
-        for (int v = 0; v < nvalid; v++) z[v] = dloss * (R_EXP(z[v] - lse[n]) - (v == y ? 1 : 0));
+        #pragma omp simd
+        for (int v = 0; v < nvalid; v++) z[v] = dloss * R_EXP(z[v] - lse[n]);
+        if (y >= 0 && y < nvalid) z[y] -= dloss;
         for (int v = nvalid < 0 ? 0 : nvalid; v < Vl; v++) z[v] = 0;
     }
 }
@@ -542,14 +550,14 @@ void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n
 
 double OP(sumsq)(Dev *d, const real *x, size_t n) {
     double s = 0.0;
-    #pragma omp parallel for reduction(+:s)
+    #pragma omp parallel for simd reduction(+:s)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
 double OP(sum)(Dev *d, const real *x, size_t n) {
     double s = 0.0;
-    #pragma omp parallel for reduction(+:s)
+    #pragma omp parallel for simd reduction(+:s)
     for (size_t i = 0; i < n; i++) s += x[i];
     return s;
 }
