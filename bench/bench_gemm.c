@@ -6,7 +6,9 @@
  * 768 -> 3072, fcproj 3072 -> 768, the head 768 -> 50304) at R rows (batch
  * x seq, 256 by default): the forward Y = X W^T, dX += dY W and
  * dW += dY^T X, each timed as our gemm() and as cblas_sgemm on the same
- * buffers, layouts and beta, interleaved, best of N runs each. OpenBLAS
+ * buffers, layouts and beta, best of N runs each, in two rounds of ours
+ * then OpenBLAS's with a pause between (so that neither library's threads,
+ * spinning after a call, take a core from the other's runs). OpenBLAS
  * is loaded with dlopen (no link-time dependency): Debian's libopenblas or
  * the one inside pip's numpy wheel (its symbols carry a scipy_ prefix and
  * a 64_ suffix, and 64-bit integers). A library without openblas_get_config
@@ -90,6 +92,12 @@ static double now(clockid_t clock) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Sleep for s seconds: the other library's threads stop spinning. */
+static void idle(double s) {
+    struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
 static float *filled(size_t n) {
     float *p = malloc(n * sizeof(float));
     if (!p) { fprintf(stderr, "bench_gemm: out of memory\n"); exit(2); }
@@ -137,8 +145,13 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 3; p++) {
             int M = p == 2 ? OC : R, N = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : R;
             double best[2] = {1e30, 1e30};
-            for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
-                for (int side = 0; side < 2; side++) {
+            /* Two rounds of: ours reps + 1 times, a pause, OpenBLAS's, a pause.
+             * A library's threads spin for a while after a call (libgomp's
+             * briefly, OpenBLAS's about 2^28 cycles) and would take a core
+             * from the other if their runs alternated call by call. */
+            for (int round = 0; round < 2; round++)
+            for (int side = 0; side < 2; side++, idle(0.3))
+                for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
                     double t0 = now(clock);
                     if (p == 0 && side == 0) gemm(R, OC, C, X, C, 1, W, 1, C, Y, OC, 0, NULL);
                     if (p == 0 && side == 1) blas_sgemm(&blas, NO_TRANS, TRANS, R, OC, C, X, C, W, C, 0, Y, OC);
@@ -149,7 +162,6 @@ int main(int argc, char **argv) {
                     double t = now(clock) - t0;
                     if (r > 0 && t < best[side]) best[side] = t;
                 }
-            }
             double flops = 2.0 * M * N * K;
             double times = l < 4 ? 12 : 1;  /* 12 layers, one head */
             t_ours += times * best[0];
