@@ -117,11 +117,14 @@ void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real
         const real *x = inp + (size_t)n * C;  /* [C] */
         real *o = out + (size_t)n * C;        /* [C] */
         double s = 0.0;
+        #pragma omp simd reduction(+:s)
         for (int c = 0; c < C; c++) s += x[c];
         real m = (real)(s / C);
         double v = 0.0;
+        #pragma omp simd reduction(+:v)
         for (int c = 0; c < C; c++) { double dx = x[c] - m; v += dx * dx; }
         real r = (real)(1.0 / sqrt(v / C + 1e-5));
+        #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
         mean[n] = m;
         rstd[n] = r;
@@ -140,12 +143,14 @@ void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *
         real *dx = dinp + (size_t)n * C;
         real m = mean[n], r = rstd[n];
         double gsum = 0.0, gnsum = 0.0;  /* mean of dnorm and of dnorm * norm */
+        #pragma omp simd reduction(+:gsum, gnsum)
         for (int c = 0; c < C; c++) {
             real dnorm = g[c] * w[c];
             gsum += dnorm;
             gnsum += dnorm * (x[c] - m) * r;
         }
         real gmean = (real)(gsum / C), gnmean = (real)(gnsum / C);
+        #pragma omp simd
         for (int c = 0; c < C; c++) {
             real norm = (x[c] - m) * r;
             dx[c] += (g[c] * w[c] - gmean - norm * gnmean) * r;
@@ -329,13 +334,16 @@ static void at_softmax_rows(float *s, int r0, int r1, int T, float scale) {
     for (int t = r0; t < r1; t++) {
         float *a = s + (size_t)(t - r0) * T;  /* [T] */
         float maxv = -INFINITY;
+        #pragma omp simd reduction(max:maxv)
         for (int t2 = 0; t2 <= t; t2++) {
             a[t2] *= scale;
-            if (a[t2] > maxv) maxv = a[t2];
+            maxv = a[t2] > maxv ? a[t2] : maxv;
         }
         double sum = 0.0;
-        for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+        #pragma omp simd reduction(+:sum)
+        for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_f32(a[t2] - maxv); sum += a[t2]; }
         float inv = (float)(1.0 / sum);
+        #pragma omp simd
         for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
         for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
     }
@@ -385,7 +393,9 @@ void OP(attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout,
                     const float *p = a + (size_t)t * T;
                     float *e = ds + (size_t)t * T;
                     double dot = 0.0;
+                    #pragma omp simd reduction(+:dot)
                     for (int t2 = 0; t2 <= t; t2++) dot += p[t2] * e[t2];
+                    #pragma omp simd
                     for (int t2 = 0; t2 <= t; t2++) e[t2] = p[t2] * (e[t2] - (float)dot) * scale;
                     for (int t2 = t + 1; t2 < T; t2++) e[t2] = 0;
                 }
