@@ -63,8 +63,13 @@ static inline float exp_f32(float x) {
 }
 
 /* Type-generic math for the two builds: float calls stay float. */
-#define R_EXP(x)  (sizeof(real) == sizeof(float) ? (real)exp_f32((float)(x)) : (real)exp((double)(x)))
-#define R_SQRT(x) (sizeof(real) == sizeof(float) ? (real)sqrtf((float)(x)) : (real)sqrt((double)(x)))
+#ifdef OPS_REAL
+#define R_EXP(x)  ((real)exp((double)(x)))
+#define R_SQRT(x) ((real)sqrt((double)(x)))
+#else
+#define R_EXP(x)  exp_f32((float)(x))
+#define R_SQRT(x) sqrtf((float)(x))
+#endif
 
 /* ---------------------------------------------------------------------------
  * Embedding: token row plus position row. */
