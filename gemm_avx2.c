@@ -84,12 +84,21 @@ void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, floa
                 r[x] = x < valid ? _mm256_loadu_ps(src + (size_t)(x0 + x) * ld + k0) : _mm256_setzero_ps();
             transpose8(r);
             float *d = dst + (size_t)k0 * w + x0;
-            for (int k = 0; k < 8; k++, d += w) {
-                if (n == 8) { _mm256_storeu_ps(d, r[k]); continue; }
-                float t[8];
-                _mm256_storeu_ps(t, r[k]);
-                for (int x = 0; x < n; x++) d[x] = t[x];
-            }
+            if (n == 8)
+                for (int k = 0; k < 8; k++, d += w) _mm256_storeu_ps(d, r[k]);
+            else if (n == 6)  /* the AVX2 kernel's A panels: 4 floats, then 2 */
+                for (int k = 0; k < 8; k++, d += w) {
+                    _mm_storeu_ps(d, _mm256_castps256_ps128(r[k]));
+                    _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(r[k], 1));
+                }
+            else if (n == 4)  /* the AVX-512 kernel's A panels (12 = 8 + 4) */
+                for (int k = 0; k < 8; k++, d += w) _mm_storeu_ps(d, _mm256_castps256_ps128(r[k]));
+            else
+                for (int k = 0; k < 8; k++, d += w) {
+                    float t[8];
+                    _mm256_storeu_ps(t, r[k]);
+                    for (int x = 0; x < n; x++) d[x] = t[x];
+                }
         }
     }
     for (int k = k8; k < kc; k++)
