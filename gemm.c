@@ -157,6 +157,19 @@ void gemm_cpu_describe(char *model, size_t len, const char **isa) {
 /* ---------------------------------------------------------------------------
  * Packing. */
 
+/* d[0:w] = s[0:w], a panel's row: the kernels' widths as constants, so
+ * that each is a few vector moves. */
+static inline void copy_row(float *restrict d, const float *restrict s, int w) {
+    switch (w) {
+    case 4: for (int x = 0; x < 4; x++) d[x] = s[x]; break;
+    case 6: for (int x = 0; x < 6; x++) d[x] = s[x]; break;
+    case 12: for (int x = 0; x < 12; x++) d[x] = s[x]; break;
+    case 16: for (int x = 0; x < 16; x++) d[x] = s[x]; break;
+    case 32: for (int x = 0; x < 32; x++) d[x] = s[x]; break;
+    default: for (int x = 0; x < w; x++) d[x] = s[x];
+    }
+}
+
 /* dst <- an operand's n x kc block as micro-panels w wide, k-major: element
  * (x, k), at src[x * sx + k * sk], goes to panel x / w at [k * w + x % w];
  * x past n is zero. A is packed with (x = i, sx = rs, sk = cs, w = mr), B
@@ -169,11 +182,8 @@ static void pack_panels(const GemmKernel *kn, int n, int kc, const float *src, s
     for (int x0 = 0; x0 < full; x0 += 16 * w) {
         int x1 = x0 + 16 * w < full ? x0 + 16 * w : full;
         for (int k = 0; k < kc; k++)
-            for (int p = x0; p < x1; p += w) {
-                float *d = dst + (size_t)p * kc + (size_t)k * w;
-                const float *s = src + p + k * sk;
-                for (int x = 0; x < w; x++) d[x] = s[x];
-            }
+            for (int p = x0; p < x1; p += w)
+                copy_row(dst + (size_t)p * kc + (size_t)k * w, src + p + k * sk, w);
     }
     dst += (size_t)full * kc;
     for (int x0 = full; x0 < n; x0 += w, dst += (size_t)w * kc) {
