@@ -183,11 +183,11 @@ endif
 GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # The layout for the GPUs found: the planner's choice (--layout auto, plan.c)
 # for a global batch of 32 sequences. The model: 6 layers, 6 heads, 384 wide.
-GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 \
+GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 --shuffle \
              --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 ifeq ($(GPUS),0)
-TRAIN_DEFAULTS := --device cpu --layers 4 --heads 4 --dim 128 --batch 16 --seq 128 --steps 1200 \
-                  --lr 3e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99
+TRAIN_DEFAULTS := --device cpu --layers 3 --heads 4 --dim 128 --batch 8 --seq 128 --steps 4500 \
+                  --lr 6e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99 --shuffle
 else ifeq ($(GPUS),1)
 TRAIN_DEFAULTS := $(GPU_MODEL) --batch 32
 else
@@ -197,8 +197,8 @@ endif
 # The same command starts the run and continues it (--resume): after a stop
 # (Ctrl-C, exit 75) `make train` again goes on from the last checkpoint.
 train: build $(DATA) $(VAL)
-	@rc=0; ./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 100) $(TRAIN_DEFAULTS) \
-	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 250 --resume --plot plot.svg $(TRAIN_FLAGS) || rc=$$?; \
+	@rc=0; ./train --data $(DATA) $(if $(VAL),--val $(VAL) --val-every 250) $(TRAIN_DEFAULTS) \
+	        --sample 400 --checkpoint-dir checkpoints --checkpoint-every 500 --resume --plot plot.svg $(TRAIN_FLAGS) || rc=$$?; \
 	echo "the loss curve: plot.svg (open it in a browser; it is rewritten as the run goes)"; \
 	if [ $$rc -eq 75 ]; then echo "stopped early with a checkpoint in checkpoints/; the same command continues:"; \
 	    echo "  make train$(if $(TRAIN_FLAGS), TRAIN_FLAGS='$(TRAIN_FLAGS)')"; exit 75; fi; \
