@@ -173,8 +173,8 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
         /* CPU ranks: a core's float32 rate and the shared-memory backend's
          * bandwidth and latency as measured on a 2-core AMD EPYC (Zen 3,
          * AVX2): bench-plan's calibration model (4 layers, dim 128, 4 x 64
-         * tokens) on one thread with gemm.c's AVX2 kernel, timed on the CPU
-         * clock, 0.037 TFLOP/s achieved, the planner's 50% of 0.075;
+         * tokens) on one thread with gemm.c's AVX2 kernel, 25-27 ms a step,
+         * 0.051-0.056 TFLOP/s achieved, the planner's 50% of 0.106;
          * 8 GB/s; 14-16 us (make bench-plan). The ranks of this host share
          * its cores, a rank --threads of them (run_build's rule) */
         double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -184,7 +184,7 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
         if (cores < 1) cores = 1;
         c.cpu = 1;
         c.mem_gb = ram / 1e9 / (world > 0 ? world : 1);
-        c.tflops = 0.075 * threads;
+        c.tflops = 0.106 * threads;
         c.cores = local * threads > cores ? (cores / threads > 0 ? cores / threads : 1) : 0;
         c.intra_gbs = c.inter_gbs = 8;
         c.latency_us = 15;
