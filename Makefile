@@ -21,9 +21,7 @@ ifeq ($(origin CC),default)
 CC       := gcc
 endif
 ARCH     ?= -march=native
-# -fno-math-errno: sqrtf is one instruction, not a call that may set errno
-# (nothing reads it), so loops like AdamW's vectorise
-CFLAGS   ?= -O3 $(ARCH) -fno-math-errno -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-psabi -std=gnu11
+CFLAGS   ?= -O3 $(ARCH) -fopenmp -Wall -Wextra -Wno-unused-parameter -Wno-psabi -std=gnu11
 LDLIBS   := -lm -fopenmp -lpthread -lrt
 
 CUDA_HOME ?= /usr/local/cuda

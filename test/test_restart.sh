@@ -41,8 +41,9 @@ loop() {   # name, layout flags, checkpoint flags, steps
     timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --save $d/straight.bin > $d/straight.log 2>&1 ||
         { bad "$name: the straight run failed (see $d/straight.log)"; return; }
     # the one command line; its --time-limit a quarter of the straight run's wall time, so
-    # that on any machine it takes a few runs (at least one step each)
-    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
+    # that on any machine it takes a few runs (at least one step each), and at least 0.2 s,
+    # so that the first run's SIGUSR1 (sent at 50 ms) stops it before the clock does
+    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ t = ($2 - $1) / 4; if (t < 0.2) t = 0.2; printf "%.6f", t / 60 }')
     set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --checkpoint-dir $d/ck --checkpoint-every 3 \
         $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
