@@ -184,7 +184,7 @@ GPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 GPU_MODEL := --device cuda --layers 6 --heads 6 --dim 384 --seq 256 --steps 800 --shuffle \
              --lr 1e-3 --lr-min 1e-4 --warmup 50 --beta2 0.99
 ifeq ($(GPUS),0)
-TRAIN_DEFAULTS := --device cpu --layers 3 --heads 4 --dim 128 --batch 8 --seq 128 --steps 4000 \
+TRAIN_DEFAULTS := --device cpu --layers 3 --heads 4 --dim 128 --batch 8 --seq 128 --steps 3600 \
                   --lr 6e-3 --lr-min 3e-4 --warmup 50 --beta2 0.99 --shuffle
 else ifeq ($(GPUS),1)
 TRAIN_DEFAULTS := $(GPU_MODEL) --batch 32
