@@ -1,4 +1,5 @@
-/* gemm_avx2.c: the AVX2/FMA micro-kernel of gemm.c, 6 x 16 (BLIS's shape for Haswell and Zen).
+/* gemm_avx2.c: the AVX2/FMA micro-kernel of gemm.c, 6 x 16 (BLIS's shape for Haswell and Zen),
+ * and the transposing pack in 8 x 8 ymm transposes (gemm_avx2_pack_t, at the end).
  *
  * Compiled with -mavx2 -mfma -mno-avx512f (Makefile), so it uses the 16 ymm
  * registers an AVX2 machine has, also when the rest of the build targets
