@@ -106,8 +106,9 @@ typedef struct {
     /* parameters, gradients and AdamW's moments in gpt.h's layout:
      * [wte Vp,C] [wpe maxT,C] [layer 0: ln1w .. fcprojb] ... [lnfw C] [lnfb C] */
     float *params, *grads, *m, *v;   /* [params] each */
-    AdamSeg *segs;                   /* [nsegs] one a tensor, in layout order */
-    int nsegs;
+    GPT model;                       /* its params and grads: b->params, b->grads */
+    AdamSeg *segs;                   /* [nsegs] one a tensor of a layer, in layout order */
+    int nsegs, cap;
     size_t off[GPT_NTENSORS];        /* each tensor's offset (layer 0's for per-layer ones) */
     int *tokens, *targets;           /* [B,T] each, in [0,V) */
     /* one layer's activations (every layer's calls run on these) */
@@ -145,50 +146,35 @@ static float *filled(Bench *b, size_t n, float lo, float hi) {
     return p;
 }
 
-/* Elements of tensor i, one layer's for the per-layer ones (gpt.h's shapes). */
-static size_t tensor_size(const Shape *s, int i) {
-    size_t C = s->C;
-    switch (i) {
-    case GPT_WTE: return (size_t)s->Vp * C;
-    case GPT_WPE: return (size_t)s->maxT * C;
-    case GPT_QKVW: return 3 * C * C;
-    case GPT_QKVB: return 3 * C;
-    case GPT_FCW: case GPT_FCPROJW: return 4 * C * C;
-    case GPT_FCB: return 4 * C;
-    case GPT_ATTPROJW: return C * C;
-    default: return C;  /* the LayerNorms' weights and biases, attproj's and fcproj's biases */
+/* One AdamW segment a piece of gpt_segments (one tensor of one layer), as optim.c builds them. */
+static void add_seg(void *ctx, size_t off, size_t n, int tensor) {
+    Bench *b = ctx;
+    if (b->nsegs == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 64;
+        b->segs = realloc(b->segs, (size_t)b->cap * sizeof *b->segs);
+        if (!b->segs) { fprintf(stderr, "bench_ops: out of memory\n"); exit(2); }
     }
+    b->segs[b->nsegs++] = (AdamSeg){b->params + off, b->grads + off, b->m + off, b->v + off, n,
+                                    gpt_tensor_decays(tensor) ? 0.1f : 0.0f};
 }
 
-/* The parameters, their gradients and moments, and one AdamW segment a tensor. */
+/* The model's parameters and gradients in gpt.c's layout (gpt_build, one
+ * rank, the whole model), AdamW's moments, and its segments. */
 static void build_params(Bench *b) {
     Shape *s = &b->s;
-    size_t at = 0, layer = 0;
-    b->off[GPT_WTE] = 0;
-    b->off[GPT_WPE] = tensor_size(s, GPT_WTE);
-    at = b->off[GPT_WPE] + tensor_size(s, GPT_WPE);
-    for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++) {
-        b->off[i] = at + layer;
-        layer += tensor_size(s, i);
-    }
-    b->off[GPT_LNFW] = at + (size_t)s->L * layer;
-    b->off[GPT_LNFB] = b->off[GPT_LNFW] + s->C;
-    s->params = b->off[GPT_LNFB] + s->C;
-    b->params = filled(b, s->params, -0.05f, 0.05f);
-    b->grads = filled(b, s->params, -0.01f, 0.01f);
+    GPTConfig cfg = {s->maxT, s->V, s->Vp, s->L, s->NH, s->C};
+    GPTShard whole = gpt_whole(&cfg);
+    gpt_build(&b->model, &cfg, &b->dev, &whole);
+    s->params = b->model.num_params;
+    b->params = b->model.params;
+    b->grads = b->model.grads;
+    fill(b->params, s->params, -0.05f, 0.05f);
+    fill(b->grads, s->params, -0.01f, 0.01f);
     b->m = filled(b, s->params, -1e-3f, 1e-3f);
     b->v = filled(b, s->params, 1e-7f, 1e-5f);
-    b->segs = malloc((size_t)(4 + 12 * s->L) * sizeof *b->segs);
-    if (!b->segs) { fprintf(stderr, "bench_ops: out of memory\n"); exit(2); }
-    b->nsegs = 0;
-    for (int i = 0; i < GPT_NTENSORS; i++) {
-        int layers = i >= GPT_LN1W && i <= GPT_FCPROJB ? s->L : 1;
-        for (int l = 0; l < layers; l++) {
-            size_t o = b->off[i] + (size_t)l * layer, n = tensor_size(s, i);
-            b->segs[b->nsegs++] = (AdamSeg){b->params + o, b->grads + o, b->m + o, b->v + o, n,
-                                            gpt_tensor_decays(i) ? 0.1f : 0.0f};
-        }
-    }
+    for (int i = 0; i < GPT_NTENSORS; i++)
+        b->off[i] = (size_t)(gpt_tensor(&b->model, b->params, i, 0) - b->params);
+    gpt_segments(&b->model, 0, s->params, add_seg, b);
 }
 
 static Linear linear(int C, int OC, const float *inp, const float *w, const float *bias, float *out,
@@ -261,8 +247,9 @@ static void bench_free(Bench *b) {
     const Shape *s = &b->s;
     size_t N = s->N, NC = N * s->C, att = (size_t)s->B * s->NH * s->T * s->T;
     Dev *d = &b->dev;
-    float **p[] = {&b->params, &b->grads, &b->m, &b->v};
-    for (int i = 0; i < 4; i++) dev_free(d, *p[i], s->params * sizeof(float));
+    gpt_free(&b->model);
+    dev_free(d, b->m, s->params * sizeof(float));
+    dev_free(d, b->v, s->params * sizeof(float));
     struct { float *p; size_t n; } a[] = {
         {b->x, NC}, {b->ln, NC}, {b->mean, N}, {b->rstd, N}, {b->qkv, 3 * NC}, {b->atty, NC},
         {b->att, att}, {b->proj, NC}, {b->res2, NC}, {b->fch, 4 * NC}, {b->fchg, 4 * NC},
@@ -478,14 +465,18 @@ int main(int argc, char **argv) {
         else return usage();
     }
     if (!s.maxT) s.maxT = s.T > 256 ? s.T : 256;
-    if (s.L < 1 || s.NH < 1 || s.C < 1 || s.C % s.NH || s.V < 1 || s.B < 1 || s.T < 1 || s.T > s.maxT ||
-        reps < 1)
-        return usage();
+    if (s.B < 1 || s.T < 1 || s.T > s.maxT || reps < 1) return usage();
+    GPTConfig cfg = {s.maxT, s.V, 0, s.L, s.NH, s.C};
+    char err[200];
+    if (gpt_config_check(&cfg, err, sizeof err)) {  /* as train checks it; pads the vocabulary */
+        fprintf(stderr, "bench_ops: %s\n", err);
+        return 2;
+    }
     if (clock != CLOCK_MONOTONIC && omp_get_max_threads() != 1) {
         fprintf(stderr, "bench_ops: --cpu-clock needs OMP_NUM_THREADS=1\n");
         return 2;
     }
-    s.Vp = (s.V + 127) / 128 * 128;  /* gpt.c's padding */
+    s.Vp = cfg.padded_vocab;
     s.N = (size_t)s.B * s.T;
     Bench b;
     bench_build(&b, &s, reps, clock);
