@@ -228,6 +228,8 @@ static void check_args(CommGroup *g, const char *op, CommDtype t, CommRed red, i
         comm_die(c, "error: rank %d: %s on group %s: unknown dtype %d", c->rank, op, g->name, (int)t);
     if (red == COMM_AVG && t == COMM_I32)
         comm_die(c, "error: rank %d: %s on group %s: COMM_AVG needs a float dtype", c->rank, op, g->name);
+    if (red == COMM_MAX && t != COMM_I32)
+        comm_die(c, "error: rank %d: %s on group %s: COMM_MAX needs COMM_I32", c->rank, op, g->name);
     if (member < 0 || member >= g->size)
         comm_die(c, "error: rank %d: %s on group %s: member %d is outside its %d ranks", c->rank, op,
                  g->name, member, g->size);

@@ -41,7 +41,8 @@
  *    exits the process with status 1, after telling the other ranks.
  *  - Reductions: sums run in group order (index 0 + 1 + ... + size-1) on
  *    the shared-memory backend, and every member receives the same bits.
- *    COMM_AVG is that sum divided by the group size.
+ *    COMM_AVG is that sum divided by the group size; COMM_MAX (int32 only)
+ *    the largest member's value.
  *  - One thread per rank uses its Comm. Free groups and meshes before
  *    comm_free.
  */
@@ -59,7 +60,7 @@
 #define COMM_MAX_BATCH 64    /* sends and receives between comm_p2p_begin and _end */
 
 typedef enum { COMM_F32 = 0, COMM_BF16 = 1, COMM_I32 = 2 } CommDtype;
-typedef enum { COMM_SUM = 0, COMM_AVG = 1 } CommRed;   /* AVG: float types only */
+typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommRed;   /* AVG: float types; MAX: int32 */
 typedef enum { COMM_SHM = 0, COMM_NCCL = 1 } CommBackend;
 typedef enum { COMM_LAUNCH_SINGLE, COMM_LAUNCH_FORK, COMM_LAUNCH_ENV } CommLaunchKind;
 typedef enum {

@@ -113,7 +113,7 @@ static ncclDataType_t nccl_type(CommDtype t) {
     return t == COMM_F32 ? ncclFloat32 : t == COMM_BF16 ? ncclBfloat16 : ncclInt32;
 }
 
-static ncclRedOp_t nccl_op(CommRed op) { return op == COMM_AVG ? ncclAvg : ncclSum; }
+static ncclRedOp_t nccl_op(CommRed op) { return op == COMM_AVG ? ncclAvg : op == COMM_MAX ? ncclMax : ncclSum; }
 
 static NcclQueue *queue_of(CommGroup *g) { return g->nccl; }
 

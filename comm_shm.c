@@ -248,6 +248,13 @@ static void reduce_into(void *dst, const void *const *src, int ns, size_t n, Com
                 if (op == COMM_AVG) acc[k] /= (float)ns;
                 ((uint16_t *)dst)[k0 + k] = bf16_from_f32(acc[k]);
             }
+        } else if (op == COMM_MAX) {  /* COMM_I32 */
+            int32_t *o = (int32_t *)dst + k0;
+            memcpy(o, (const int32_t *)src[0] + k0, m * sizeof(int32_t));
+            for (int j = 1; j < ns; j++) {
+                const int32_t *s = (const int32_t *)src[j] + k0;
+                for (size_t k = 0; k < m; k++) o[k] = s[k] > o[k] ? s[k] : o[k];
+            }
         } else {  /* COMM_I32: wraps around on overflow, like NCCL */
             uint32_t *o = (uint32_t *)dst + k0;
             memcpy(o, (const uint32_t *)src[0] + k0, m * sizeof(uint32_t));

@@ -180,24 +180,38 @@ void dp_micro_batch(DP *dp, int last) {
         dp->pending[i] = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
 }
 
+/* One pass of the norm over what this rank holds (zero_norm's contract):
+ * with DP_PS only the master has the summed gradients, the others nothing;
+ * with ZeRO each element is owned by exactly one dp rank. */
+static int norm_pass(DP *dp, const NormGrid *g, double acc[3]) {
+    if (dp->cfg.mode == DP_PS && dp->rank != 0) return 0;
+    if (dp->cfg.zero) return zero_owned_norm(&dp->z, g, acc);
+    return zero_norm(&dp->z, dp->m->grads, 0, dp->m->num_params, g, acc);
+}
+
+/* Combines n int32s over the ranks that hold parts of the gradients: the
+ * master's to its dp group (DP_PS), every owner's (ZeRO), nothing over dp
+ * when each dp rank holds them all; then over tp and pp. */
+static void norm_reduce(DP *dp, int32_t *x, int n, CommRed op) {
+    if (dp->cfg.mode == DP_PS) comm_broadcast(dp->g, NULL, x, n, COMM_I32, 0);
+    else if (dp->cfg.zero) comm_all_reduce(dp->g, NULL, x, n, COMM_I32, op);
+    if (dp->tp) comm_all_reduce(dp->tp, NULL, x, n, COMM_I32, op);
+    if (dp->pp) comm_all_reduce(dp->pp, NULL, x, n, COMM_I32, op);
+}
+
 /* The global gradient norm: each distinct gradient element counted once,
- * whichever ranks hold it (dp owners, tp shards, tp-replicated tensors). */
+ * whichever ranks hold it (dp owners, tp shards, tp-replicated tensors),
+ * with the same bits on every layout (optim.h, "The gradient norm"). */
 static double global_norm(DP *dp) {
-    float s;
-    if (dp->cfg.mode == DP_PS) {
-        /* only the master has the summed gradients; the others learn the norm */
-        s = dp->rank == 0 ? (float)zero_sumsq(&dp->z, dp->m->grads, 0, dp->m->num_params) : 0;
-        comm_broadcast(dp->g, NULL, &s, 1, COMM_F32, 0);
-    } else if (dp->cfg.zero == 0) {
-        s = (float)zero_sumsq(&dp->z, dp->m->grads, 0, dp->m->num_params);
-    } else {
-        /* each gradient element is owned by exactly one dp rank */
-        s = (float)zero_owned_sumsq(&dp->z);
-        comm_all_reduce(dp->g, NULL, &s, 1, COMM_F32, COMM_SUM);
-    }
-    if (dp->tp) comm_all_reduce(dp->tp, NULL, &s, 1, COMM_F32, COMM_SUM);
-    if (dp->pp) comm_all_reduce(dp->pp, NULL, &s, 1, COMM_F32, COMM_SUM);
-    return sqrt(s);
+    int32_t e = norm_pass(dp, NULL, NULL), limbs[OPTIM_NORM_LIMBS];
+    norm_reduce(dp, &e, 1, COMM_MAX);
+    if (e == 255) return NAN;   /* an Inf or NaN gradient somewhere */
+    NormGrid g = optim_norm_grid(e, gpt_total_params(&dp->m->cfg));
+    double acc[3] = {0, 0, 0};
+    norm_pass(dp, &g, acc);
+    optim_norm_pack(acc, &g, limbs);
+    norm_reduce(dp, limbs, OPTIM_NORM_LIMBS, COMM_SUM);
+    return sqrt(optim_norm_unpack(limbs, &g));
 }
 
 /* The tied embedding: the first stage's wte and the last stage's copy got

@@ -1562,7 +1562,7 @@ static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float b
  * the Dev's scratch, the host adds the partials in block order. */
 
 #define SUM_THREADS 256
-#define SUM_BLOCKS 1024  /* 8 KiB of partials, well inside DEV_SCRATCH_BYTES */
+#define SUM_BLOCKS 1024  /* up to 24 KiB of partials, well inside DEV_SCRATCH_BYTES */
 
 // partials [gridDim.x] = per-block sum of x[i] (or x[i]^2) over x [n]
 __global__ void sum_partials_kernel(double *partials, const float *x, size_t n, int squares) {
@@ -1593,6 +1593,74 @@ static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
 
 static double sumsq(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 1); }
 static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 0); }
+
+/* The gradient norm's two passes (ops.c's cpu_exp_max and cpu_sumsq_grid,
+ * optim.h "The gradient norm"): the same bits as the CPU's, since each
+ * element's parts depend on it and the grid alone and every sum of parts,
+ * the block's and the host's, is exact. */
+
+// partials [gridDim.x] = per-block largest biased exponent of x [n] (as a float, exact)
+__global__ void exp_max_kernel(float *partials, const float *x, size_t n) {
+    __shared__ float shared_f[32];
+    unsigned e = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
+    float b = block_max((float)e, shared_f);
+    if (threadIdx.x == 0) partials[blockIdx.x] = b;
+}
+
+static int exp_max(Dev *d, const float *x, size_t n) {
+    if (!n) return 0;
+    unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
+    if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
+    float *partials = (float *)d->scratch;
+    exp_max_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n);
+    LAUNCH_CHECK(exp_max_kernel);
+    float host[SUM_BLOCKS];
+    cuda_copy_d2h(host, partials, blocks * sizeof(float), d->stream);  // waits for the stream
+    int e = 0;
+    for (unsigned i = 0; i < blocks; i++) e = host[i] > e ? (int)host[i] : e;
+    return e;
+}
+
+// partials [3, gridDim.x] = per-block sums of the parts of x^2 * g.scale (x [n])
+__global__ void sumsq_grid_kernel(double *partials, const float *x, size_t n, NormGrid g) {
+    __shared__ double shared_d[32];
+    double s0 = 0, s1 = 0, s2 = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double y = (double)x[i] * x[i] * g.scale;
+        double p0 = (y + g.c[0]) - g.c[0];
+        y -= p0;
+        double p1 = (y + g.c[1]) - g.c[1];
+        y -= p1;
+        s0 += p0;
+        s1 += p1;
+        s2 += (y + g.c[2]) - g.c[2];
+    }
+    s0 = block_sum(s0, shared_d);
+    s1 = block_sum(s1, shared_d);
+    s2 = block_sum(s2, shared_d);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s0;
+        partials[gridDim.x + blockIdx.x] = s1;
+        partials[2 * gridDim.x + blockIdx.x] = s2;
+    }
+}
+
+static void sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]) {
+    if (!n) return;
+    unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
+    if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
+    double *partials = (double *)d->scratch;
+    sumsq_grid_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, *g);
+    LAUNCH_CHECK(sumsq_grid_kernel);
+    double host[3 * SUM_BLOCKS];
+    cuda_copy_d2h(host, partials, 3 * blocks * sizeof(double), d->stream);  // waits for the stream
+    for (int k = 0; k < 3; k++)
+        for (unsigned i = 0; i < blocks; i++) acc[k] += host[k * blocks + i];
+}
 
 /* ---------------------------------------------------------------------------
  * The tables gpt.c calls through. Designated initializers, in the order of
@@ -1626,6 +1694,8 @@ extern "C" const Ops cuda_ops = {
     .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
+    .exp_max = exp_max,
+    .sumsq_grid = sumsq_grid,
 };
 
 extern "C" const Ops cuda_bf16_ops = {
@@ -1655,4 +1725,6 @@ extern "C" const Ops cuda_bf16_ops = {
     .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
+    .exp_max = exp_max,
+    .sumsq_grid = sumsq_grid,
 };

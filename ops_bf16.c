@@ -219,4 +219,6 @@ const Ops cpu_bf16_ops = {
     .adamw_segs = cpu_adamw_segs,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
+    .exp_max = cpu_exp_max,
+    .sumsq_grid = cpu_sumsq_grid,
 };

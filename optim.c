@@ -23,6 +23,34 @@ float optim_clip_scale(const OptConfig *o, double norm) {
     return s < 1.0 ? (float)s : 1.0f;
 }
 
+NormGrid optim_norm_grid(int e, size_t n) {
+    int b = 1;
+    while (b < 63 && (n >> b)) b++;               /* n < 2^b */
+    NormGrid g = {.bits = 50 - b < 4 ? 4 : 50 - b};  /* n x 2^bits < 2^50 */
+    if (e < 1) e = 1;                             /* |x| < 2^(e-126), x^2 < 2^(2e-252) */
+    g.scale = ldexp(1.0, g.bits - (2 * e - 252)); /* x^2 * scale < 2^bits */
+    for (int k = 0; k < 3; k++) g.c[k] = ldexp(1.5, 52 - k * g.bits);
+    return g;
+}
+
+void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM_NORM_LIMBS]) {
+    for (int k = 0; k < 3; k++) {
+        int64_t v = (int64_t)ldexp(acc[k], k * g->bits);   /* whole units, |v| < 2^50 */
+        for (int j = 0; j < 3; j++) limbs[4 * k + j] = (int32_t)((uint64_t)v >> (16 * j) & 0xffff);
+        limbs[4 * k + 3] = (int32_t)(v >> 48);              /* the sign: -4..3 */
+    }
+}
+
+double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *g) {
+    double s = 0;
+    for (int k = 2; k >= 0; k--) {
+        int64_t v = 0;
+        for (int j = 0; j < 4; j++) v += (int64_t)limbs[4 * k + j] * ((int64_t)1 << (16 * j));
+        s = ldexp(s, -g->bits) + (double)v;
+    }
+    return s / g->scale;
+}
+
 void adam_build(Adam *a, Dev *dev, size_t n) {
     memset(a, 0, sizeof *a);
     a->dev = dev;

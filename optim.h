@@ -35,6 +35,28 @@ float optim_lr(const OptConfig *o, int step);
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip / (norm + 1e-6)), 1 when off. */
 float optim_clip_scale(const OptConfig *o, double norm);
 
+/* ---- The gradient norm ------------------------------------------------------
+ * The same bits on every layout and thread count, so that a clipped step of
+ * ZeRO-1 equals one of ZeRO-3 with offload (or of tp x pp) exactly: a sum of
+ * squares in floating point depends on its order, and each layout adds its
+ * shards in another. Instead, in two passes over the gradients each rank
+ * holds (dp.c's global_norm): the largest exponent over all ranks (an int32
+ * max), which fixes a grid; each square is cut into three parts on that
+ * grid (Ops.sumsq_grid), whose sums are whole numbers of units, exact in
+ * double in any order; a rank's three sums travel as OPTIM_NORM_LIMBS int32
+ * limbs, whose all-reduce is exact too. What the grid drops lies 69 bits
+ * (124M elements; fewer for more) below the largest square. */
+#define OPTIM_NORM_LIMBS 12   /* 3 parts x 4 limbs of 16 bits */
+
+/* The grid for e, the largest biased float exponent (0..254) among all the
+ * n gradient elements the norm counts (every rank's). */
+NormGrid optim_norm_grid(int e, size_t n);
+/* A rank's part sums acc (on grid g) as limbs whose int32 sums over ranks
+ * are the sums of the parts. */
+void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM_NORM_LIMBS]);
+/* The sum of squares from the limbs summed over every rank. */
+double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *g);
+
 void adam_build(Adam *a, Dev *dev, size_t n);
 void adam_free(Adam *a);
 

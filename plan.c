@@ -43,6 +43,9 @@ const char *plan_row_group(int i) { return i >= 0 && i < PLAN_NROWS ? row_group[
  * all-gather or reduce-scatter of b bytes in all (n-1)/n b. */
 static double bus_ar(int n, double b) { return n > 1 ? floor(2.0 * (n - 1) * b / n) : 0; }
 static double bus_ag(int n, double b) { return n > 1 ? floor((double)(n - 1) * b / n) : 0; }
+/* The gradient norm's two all-reduces over a group of n (dp.c, optim.h):
+ * the largest exponent, then the parts of the sum as int32 limbs. */
+static double norm_ar(int n) { return bus_ar(n, 4) + bus_ar(n, 4 * OPTIM_NORM_LIMBS); }
 
 /* Stage st's shard: train's split of the layers (gpt_stage_layers), the
  * embedding on the first stage, the head on the last. */
@@ -126,7 +129,7 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     r->recomputed = l->recompute ? recomputed_layers(&s) : 0;
     sites += 2.0 * r->recomputed;
     if (tp > 1) {
-        x[PLAN_TP_AR] = bus_ar(tp, 4);   /* the gradient norm's partial sum (dp.c) */
+        x[PLAN_TP_AR] = norm_ar(tp);      /* the gradient norm (dp.c) */
         if (s.has_head)                  /* vocab-parallel cross-entropy: each rank's row statistics */
             x[PLAN_TP_AG] = M * bus_ag(tp, 3.0 * B * T * tp * 4);
         if (!l->sp) {
@@ -138,7 +141,7 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
         }
     }
     double N4 = 4 * N;
-    x[PLAN_DP_AR] = bus_ar(D, 4) * (l->zero >= 1 ? 2 : 1);   /* the loss; the norm of owned shards */
+    x[PLAN_DP_AR] = bus_ar(D, 4) + (l->zero >= 1 ? norm_ar(D) : 0);   /* the loss; the norm of owned shards */
     if (l->zero == 0) x[PLAN_DP_AR] += bus_ar(D, N4);
     if (l->zero >= 1) {
         x[PLAN_DP_RS] = (l->zero >= 2 ? M : 1) * bus_ag(D, N4);   /* ZeRO-2/3 reduce every micro-batch */
@@ -155,7 +158,7 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
            all but the model's first chunk receive, all but its last send */
         int ends = 2 * V - (stage == 0) - (stage == P - 1);
         x[PLAN_PP_SEND] = x[PLAN_PP_RECV] = M * rows * ends;
-        x[PLAN_PP_AR] = bus_ar(P, 4);   /* the norm */
+        x[PLAN_PP_AR] = norm_ar(P);     /* the norm */
         x[PLAN_PP_BC] = 4;              /* the loss, from the last stage */
         if (s.has_embed || s.has_head)  /* the tied wte's gradients, the owned part of it */
             x[PLAN_EMBED_AR] = bus_ar(2, 4.0 * cfg->padded_vocab / tp * C / (l->zero ? D : 1));

@@ -58,6 +58,16 @@ typedef struct AdamSeg {
     float wd;
 } AdamSeg;
 
+/* The fixed grid of the gradient norm's sum of squares (optim_norm_grid):
+ * y = x^2 * scale is cut into three parts, each a multiple of its unit
+ * (1, 2^-bits, 2^-2bits), part k = (rest + c[k]) - c[k] with c[k] = 1.5 *
+ * 2^52 * unit k (round to nearest on that grid), rest what earlier parts
+ * left. Each part's sum is a whole number of units below 2^50: exact. */
+typedef struct NormGrid {
+    double scale, c[3];
+    int bits;
+} NormGrid;
+
 /* A Dev's scratch: reductions' partials, the optimizer's segment table, and
  * split-K's parts of a weight gradient (tc.h: GPT-2 small's 768 x 768 in 7
  * parts is 6 x 2.25 MiB). */
@@ -184,6 +194,12 @@ struct Ops {
      * returned to the host. */
     double (*sumsq)(Dev *d, const float *x, size_t n);
     double (*sum)(Dev *d, const float *x, size_t n);
+    /* The global gradient norm's two passes (optim.h, "The gradient norm"):
+     * the largest biased exponent (0..255) among x[n]'s floats, 255 when
+     * one is Inf or NaN, 0 when n is 0; then acc[k] += the sum over x[n]
+     * of part k of x^2 on grid g, exact, so any order gives the same bits. */
+    int (*exp_max)(Dev *d, const float *x, size_t n);
+    void (*sumsq_grid)(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
 };
 
 extern const Ops cpu_ops;        /* ops.c: the float32 reference */

@@ -155,37 +155,48 @@ void zero_free(Zero *z) {
 
 /* ---- gradients ---------------------------------------------------------- */
 
-typedef struct SumSq {
+typedef struct NormPass {
     const Zero *z;
     const float *grads;
     size_t offset;
-    double s;
-} SumSq;
+    const NormGrid *g;   /* NULL: the exponent pass */
+    double *acc;
+    int e;
+} NormPass;
 
-static void sumsq_segment(void *ctx, size_t off, size_t n, int tensor) {
-    SumSq *q = ctx;
-    const GPT *m = q->z->m;
-    if (!gpt_tensor_counts(m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
-    q->s += q->z->dev->ops->sumsq(q->z->dev, q->grads + (off - q->offset), n);
+static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
+    NormPass *q = ctx;
+    Dev *d = q->z->dev;
+    if (!gpt_tensor_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
+    const float *x = q->grads + (off - q->offset);
+    if (q->g) {
+        d->ops->sumsq_grid(d, x, n, q->g, q->acc);
+    } else {
+        int e = d->ops->exp_max(d, x, n);
+        if (e > q->e) q->e = e;
+    }
 }
 
-double zero_sumsq(const Zero *z, const float *grads, size_t offset, size_t count) {
-    SumSq q = {z, grads, offset, 0.0};
-    gpt_segments(z->m, offset, count, sumsq_segment, &q);
-    return q.s;
+int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
+              double acc[3]) {
+    NormPass q = {z, grads, offset, g, acc, 0};
+    gpt_segments(z->m, offset, count, norm_segment, &q);
+    return q.e;
 }
 
 float *zero_owned_grads(Zero *z, const ZeroBucket *b) {
     return z->grad_shard ? z->grad_shard + b->state_off : z->m->grads + b->off + b->own_off;
 }
 
-double zero_owned_sumsq(Zero *z) {
-    double s = 0;
+int zero_owned_norm(Zero *z, const NormGrid *g, double acc[3]) {
+    int e = 0;
     for (int i = 0; i < z->nbuckets; i++) {
         ZeroBucket *b = &z->buckets[i];
-        if (b->own_n) s += zero_sumsq(z, zero_owned_grads(z, b), b->off + b->own_off, b->own_n);
+        if (!b->own_n) continue;
+        int be = zero_norm(z, zero_owned_grads(z, b), b->off + b->own_off, b->own_n, g, acc);
+        if (be > e) e = be;
     }
-    return s;
+    return e;
 }
 
 float *zero_grads_acquire(Zero *z, int u) {

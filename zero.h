@@ -97,12 +97,15 @@ void zero_layout(Zero *z, ZeroBucket *buckets, int nbuckets, const int *unit_buc
 int zero_build(Zero *z, char *err, size_t errlen);
 void zero_free(Zero *z);
 
-/* Sum of squares of grads[k] = gradient of element offset + k, k < count,
- * counting a tensor every tp rank holds whole only on tp rank 0, and the
- * tied wte only on the first stage. */
-double zero_sumsq(const Zero *z, const float *grads, size_t offset, size_t count);
-/* Sum of squares of the owned gradients of this rank. */
-double zero_owned_sumsq(Zero *z);
+/* One pass of the gradient norm (optim.h, "The gradient norm") over
+ * grads[k] = gradient of element offset + k, k < count, counting a tensor
+ * every tp rank holds whole only on tp rank 0, and the tied wte only on the
+ * first stage: g NULL returns the largest biased exponent among them (Ops
+ * exp_max); else adds their squares' parts on grid g to acc and returns 0.
+ * zero_owned_norm: the same over this rank's owned gradients. */
+int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
+              double acc[3]);
+int zero_owned_norm(Zero *z, const NormGrid *g, double acc[3]);
 /* Where the owned gradients of bucket b are after its reduction. */
 float *zero_owned_grads(Zero *z, const ZeroBucket *b);
 

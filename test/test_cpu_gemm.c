@@ -12,6 +12,10 @@
  *    packed by the team) and a shape of a few rows split by columns;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c.
+ * Once, beside the kernels: the gradient norm's sum on its grid (optim.h)
+ * gives the same bits over 1, 2 and 3 threads and cut into pieces as ranks
+ * cut it (their limbs summed as int32), and lies within 1e-15 of a long
+ * double sum.
  */
 #include <float.h>
 #include <math.h>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "gemm.h"
+#include "optim.h"
 #include "tensor.h"
 
 #define real float
@@ -204,6 +209,60 @@ static int run_kernel(Checks *c, const char *want) {
     return 0;
 }
 
+/* The norm of x[n] as pieces cut at the given points (each piece a rank's:
+ * its parts packed to limbs, the limbs summed as the int32 all-reduce does),
+ * with t threads. */
+static double norm_pieces(const float *x, size_t n, const size_t *cuts, int ncuts, int t) {
+    omp_set_num_threads(t);
+    int e = 0;
+    for (int i = 0; i <= ncuts; i++) {
+        size_t lo = i ? cuts[i - 1] : 0, hi = i < ncuts ? cuts[i] : n;
+        int pe = cpu_exp_max(NULL, x + lo, hi - lo);
+        e = pe > e ? pe : e;
+    }
+    NormGrid g = optim_norm_grid(e, n);
+    int32_t sum[OPTIM_NORM_LIMBS] = {0}, limbs[OPTIM_NORM_LIMBS];
+    for (int i = 0; i <= ncuts; i++) {
+        size_t lo = i ? cuts[i - 1] : 0, hi = i < ncuts ? cuts[i] : n;
+        double acc[3] = {0, 0, 0};
+        cpu_sumsq_grid(NULL, x + lo, hi - lo, &g, acc);
+        optim_norm_pack(acc, &g, limbs);
+        for (int k = 0; k < OPTIM_NORM_LIMBS; k++) sum[k] = (int32_t)((uint32_t)sum[k] + (uint32_t)limbs[k]);
+    }
+    return optim_norm_unpack(sum, &g);
+}
+
+static void test_norm(Checks *c) {
+    size_t n = 100003;
+    unsigned long long seed = 11;
+    float *x = urand(n, &seed);
+    long double exact = 0;
+    int want_e = 0;
+    for (size_t i = 0; i < n; i++) {   /* magnitudes from 2^-60 to 2^40, zeros, a subnormal */
+        x[i] = i % 97 == 0 ? 0.0f : ldexpf(x[i], (int)(i * 7919 % 101) - 60);
+        if (i == 5) x[i] = 1e-40f;
+        exact += (long double)x[i] * x[i];
+        int e = x[i] == 0 ? 0 : ilogbf(x[i]) + 127;
+        want_e = e > want_e ? e : want_e;
+    }
+    check(c, cpu_exp_max(NULL, x, n) == want_e, "norm: largest exponent", "%d, want %d",
+          cpu_exp_max(NULL, x, n), want_e);
+    size_t cuts_a[] = {1, 7, 50000, 50001, 99000}, cuts_b[] = {33333, 66666};
+    double one = norm_pieces(x, n, NULL, 0, 1);
+    double pieces[] = {norm_pieces(x, n, NULL, 0, 2), norm_pieces(x, n, NULL, 0, 3),
+                       norm_pieces(x, n, cuts_a, 5, 2), norm_pieces(x, n, cuts_b, 2, 3)};
+    int same = 1;
+    for (int i = 0; i < 4; i++) same &= !memcmp(&one, &pieces[i], sizeof one);
+    check(c, same, "norm: same bits on 1, 2, 3 threads and cut as ranks cut", "%.17g", one);
+    double rel = fabs((double)(((long double)one - exact) / exact));
+    check(c, rel <= 1e-15, "norm: sum of squares against long double", "relative error %.2e (bound 1e-15)", rel);
+    float big[3] = {3e38f, 1.0f, -3e38f};   /* the largest squares: no overflow on the grid */
+    double want = 2.0 * ((double)big[0] * big[0]) + 1.0;
+    double got = norm_pieces(big, 3, NULL, 0, 1);
+    check(c, fabs(got - want) / want <= 1e-15, "norm: squares near FLT_MAX", "%.17g, want %.17g", got, want);
+    free(x);
+}
+
 int main(int argc, char **argv) {
     Checks c = {0};
     const char *want = getenv("TRAIN_GEMM");
@@ -231,5 +290,6 @@ int main(int argc, char **argv) {
         }
     }
     (void)argc;
-    return bad;
+    test_norm(&c);
+    return check_done(&c) || bad;
 }

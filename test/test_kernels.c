@@ -530,6 +530,20 @@ static void test_sums(Test *t, size_t n) {
     double e_sumsq = fabs(got_sumsq - sumsq) / (sumsq > 0 ? sumsq : 1);
     check(&t->checks, e_sum <= 1e-12, tagged("sum"), "%s: %.10g vs host %.10g, err %.1e of sum|x|", shape, got_sum, sum, e_sum);
     check(&t->checks, e_sumsq <= 1e-12, tagged("sumsq"), "%s: %.10g vs host %.10g, rel err %.1e", shape, got_sumsq, sumsq, e_sumsq);
+    /* the gradient norm's passes: the CPU's bits (optim.h, "The gradient norm") */
+    if (n) x[n / 3] = -1e3f;   /* the largest exponent in the middle of a block */
+    dev_from_host(&t->gpu, g_x, x, n * 4);
+    int e = cpu_ops.exp_max(NULL, x, n), got_e = t->gpu.ops->exp_max(&t->gpu, g_x, n);
+    /* any grid will do (this test links no optim.o): 20 bits a part, the
+     * largest square just below 2^20 units */
+    NormGrid grid = {.scale = ldexp(1.0, 20 - (2 * e - 252)), .bits = 20,
+                     .c = {ldexp(1.5, 52), ldexp(1.5, 32), ldexp(1.5, 12)}};
+    double want_acc[3] = {0, 0, 0}, got_acc[3] = {0, 0, 0};
+    cpu_ops.sumsq_grid(NULL, x, n, &grid, want_acc);
+    t->gpu.ops->sumsq_grid(&t->gpu, g_x, n, &grid, got_acc);
+    check(&t->checks, got_e == e && !memcmp(got_acc, want_acc, sizeof got_acc), tagged("sumsq_grid"),
+          "%s: exponent %d (cpu %d), parts %.17g %.17g %.17g (cpu %.17g %.17g %.17g)", shape, got_e, e,
+          got_acc[0], got_acc[1], got_acc[2], want_acc[0], want_acc[1], want_acc[2]);
     gpu_drop(t, g_x, n * 4);
     free(x);
 }
@@ -556,7 +570,10 @@ static void test_zero_sizes(Test *t) {
     o->xent_combine(g, NULL, NULL, NULL, 0, 3);
     o->xent_grad(g, NULL, NULL, NULL, 0, 8, 8, 8, 1.0f);
     o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
-    double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
+    double acc[3] = {0, 0, 0};
+    NormGrid grid = {.scale = 1, .bits = 20, .c = {ldexp(1.5, 52), ldexp(1.5, 32), ldexp(1.5, 12)}};
+    o->sumsq_grid(g, NULL, 0, &grid, acc);
+    double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0) + o->exp_max(g, NULL, 0) + acc[0] + acc[1] + acc[2];
     dev_sync(g);
     check(&t->checks, s == 0.0, tagged("zero sizes"), "every op with n = 0 or N = 0 returned, sums %g", s);
 }
@@ -791,7 +808,7 @@ static void test16_rest(Test *t, Dev *c16, size_t n, int N, int V, int Vp, int C
 
 static const char *groups[] = {
     "encoder", "layernorm", "matmul", "attention", "gelu/add/accumulate",
-    "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq", "zero sizes",
+    "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq/sumsq_grid", "zero sizes",
     "bf16 layernorm", "bf16 matmul", "bf16 attention", "bf16 elementwise/encoder/cross-entropy",
 };
 

@@ -23,6 +23,7 @@
 #include "check.h"
 #include "train_run.h"
 #include "gpt.h"
+#include "optim.h"
 #include "tensor.h"
 
 #define STEPS 10
@@ -140,7 +141,8 @@ static void comm(Checks *c, const Model *md, int tp, int sp) {
     double N = md->N, C = md->cfg.dim, L = md->cfg.layers, f = (double)(tp - 1) / tp;
     double act = N * C * 4;                        /* one B*T*C activation, bytes */
     double stats = f * 3 * N * tp * 4;             /* the loss's 3 numbers a row, gathered */
-    double norm = floor(2 * f * 4);                /* the gradient norm's scalar */
+    /* the gradient norm's exponent and its limbs (optim.h) */
+    double norm = floor(2 * f * 4) + floor(2 * f * 4 * OPTIM_NORM_LIMBS);
     double ar = comm_bytes(r.out, "all_reduce") / 2, ag = comm_bytes(r.out, "all_gather") / 2;
     double rs = comm_bytes(r.out, "reduce_scatter") / 2;
     double want_ar, want_ag, want_rs;  /* compared to a byte: (tp-1)/tp is inexact in binary */

@@ -28,10 +28,11 @@
  * the matching post (the n-th send from A to B matches B's n-th receive from
  * A). Reductions run in member order 0 + 1 + ... + n-1 in float32 (bf16
  * widened, summed, divided for avg, rounded to nearest even once; int32 in
- * wrapping integer arithmetic), so every member gets the same bits. ncclAvg
- * is the sum divided by n (NCCL does not document its rounding). Operations
- * of one communicator run in the order this process issued them, whatever
- * the streams (as NCCL serialises a communicator's work). A group (ncclGroup
+ * wrapping integer arithmetic, or its max for ncclMax, on int32 only), so
+ * every member gets the same bits. ncclAvg is the sum divided by n (NCCL
+ * does not document its rounding). Operations of one communicator run in
+ * the order this process issued them, whatever the streams (as NCCL
+ * serialises a communicator's work). A group (ncclGroup
  * Start/End, nestable) is one stream op, at the outermost End, that posts
  * all its parts at once (collectives of one comm inside it still in order)
  * and completes when every part has.
@@ -293,7 +294,7 @@ const char *dtype_name(int t) {
     }
 }
 size_t dtype_size(int t) { return t == ncclBfloat16 ? 2 : 4; }
-const char *redop_name(int op) { return op == ncclSum ? "sum" : op == ncclAvg ? "avg" : "unsupported op"; }
+const char *redop_name(int op) { return op == ncclSum ? "sum" : op == ncclAvg ? "avg" : op == ncclMax ? "max" : "unsupported op"; }
 
 enum Kind { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_SEND, K_RECV };
 const char *kind_name(int k) {
@@ -586,6 +587,15 @@ uint16_t f_to_bf16(float f) {
 void reduce_into(void *out, const std::vector<const char *> &in, size_t count, int dt, int op) {
     size_t n = in.size();
     for (size_t e = 0; e < count; e++) {
+        if (dt == ncclInt32 && op == ncclMax) {
+            int32_t acc = 0, v;
+            for (size_t j = 0; j < n; j++) {
+                memcpy(&v, in[j] + 4 * e, 4);
+                acc = j == 0 || v > acc ? v : acc;
+            }
+            memcpy((char *)out + 4 * e, &acc, 4);
+            continue;
+        }
         if (dt == ncclInt32) {
             uint32_t acc = 0, v;
             for (size_t j = 0; j < n; j++) {
@@ -988,8 +998,10 @@ ncclResult_t issue(Part p, cudaStream_t s) {
     if (p.dt != ncclFloat32 && p.dt != ncclBfloat16 && p.dt != ncclInt32)
         nccl_fail(c->wrank(), "%s on comm %d: datatype %d is not emulated (float32, bfloat16 and int32 are)", fn, c->uid, p.dt);
     bool reduces = p.kind == K_ALLREDUCE || p.kind == K_REDUCESCATTER || p.kind == K_REDUCE;
-    if (reduces && p.op != ncclSum && p.op != ncclAvg)
-        nccl_fail(c->wrank(), "%s on comm %d: reduction op %d is not emulated (sum and avg are)", fn, c->uid, p.op);
+    if (reduces && p.op != ncclSum && p.op != ncclAvg && p.op != ncclMax)
+        nccl_fail(c->wrank(), "%s on comm %d: reduction op %d is not emulated (sum, avg and max are)", fn, c->uid, p.op);
+    if (reduces && p.op == ncclMax && p.dt != ncclInt32)
+        nccl_fail(c->wrank(), "%s on comm %d: ncclMax on floats is not emulated (int32 only)", fn, c->uid);
     if (reduces && p.op == ncclAvg && p.dt == ncclInt32)
         nccl_fail(c->wrank(), "%s on comm %d: ncclAvg on int32 is not emulated (float types only)", fn, c->uid);
     if (!reduces) p.op = -1;
