@@ -19,10 +19,11 @@
 #    multiplies by how often a step runs it; a table of ops, their share of
 #    the sum and the matmuls' GFLOP/s.
 # A benchmark, not a test: figures depend on the host and its load.
-# STEPS=n (default 4), REPS=n (default 5), DATA=path.
+# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 2), DATA=path.
 cd "$(dirname "$0")/.." || exit 2
 STEPS=${STEPS:-4}
 REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-2}
 DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -f "$DATA" ] || DATA=data/tinyshakespeare_train.txt
 [ -f "$DATA" ] || make -s data/tinyshakespeare_train.txt >/dev/null 2>&1
@@ -60,7 +61,7 @@ export OMP_NUM_THREADS=$THREADS
 out=$(mktemp)
 ./train --version | grep '^CPU GEMM'
 echo "bench-cpu: GEMM at GPT-2 124M's shapes, $THREADS threads, best of $REPS (GFLOP/s)"
-./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$REPS" | tee "$out" || exit 1
+./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$REPS" --rounds "$ROUNDS" | tee "$out" || exit 1
 blas_rate=$(awk '$1 == "step" { print $3 }' "$out")
 ours_rate=$(awk '$1 == "step" { print $2 }' "$out")
 

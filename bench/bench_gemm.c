@@ -1,14 +1,17 @@
 /* bench/bench_gemm.c: our CPU GEMM (gemm.c) beside OpenBLAS's sgemm, at GPT-2 124M's shapes.
  *
- *   bench/bench_gemm --blas /path/to/libopenblas.so [--rows R] [--reps N] [--cpu-clock]
+ *   bench/bench_gemm --blas /path/to/libopenblas.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]
  *
  * For each linear of GPT-2 124M (qkv 768 -> 2304, attproj 768 -> 768, fc
  * 768 -> 3072, fcproj 3072 -> 768, the head 768 -> 50304) at R rows (batch
  * x seq, 256 by default): the forward Y = X W^T, dX += dY W and
  * dW += dY^T X, each timed as our gemm() and as cblas_sgemm on the same
- * buffers, layouts and beta, best of N runs each, in two rounds of ours
- * then OpenBLAS's with a pause between (so that neither library's threads,
- * spinning after a call, take a core from the other's runs). OpenBLAS
+ * buffers, layouts and beta, best of N runs each, in rounds (2 unless
+ * --rounds) of ours then OpenBLAS's with a pause between (so that neither
+ * library's threads, spinning after a call, take a core from the other's
+ * runs). On a VM whose neighbours come and go, more rounds give each
+ * library more chances at a quiet moment: a shape's ratio moves by 0.3
+ * between single runs of two rounds. OpenBLAS
  * is loaded with dlopen (no link-time dependency): Debian's libopenblas or
  * the one inside pip's numpy wheel (its symbols carry a scipy_ prefix and
  * a 64_ suffix, and 64-bit integers). A library without openblas_get_config
@@ -107,7 +110,7 @@ static float *filled(size_t n) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int R = 256, reps = 5;
+    int R = 256, reps = 5, rounds = 2;
     clockid_t clock = CLOCK_MONOTONIC;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu-clock")) { clock = CLOCK_PROCESS_CPUTIME_ID; continue; }
@@ -115,9 +118,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--blas")) path = argv[++i];
         else if (!strcmp(argv[i], "--rows")) R = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
     }
-    if (!path || R < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--cpu-clock]\n");
+    if (!path || R < 1 || reps < 1 || rounds < 1) {
+        fprintf(stderr, "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]\n");
         return 2;
     }
     int threads = omp_get_max_threads();
@@ -145,11 +149,11 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 3; p++) {
             int M = p == 2 ? OC : R, N = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : R;
             double best[2] = {1e30, 1e30};
-            /* Two rounds of: ours reps + 1 times, a pause, OpenBLAS's, a pause.
+            /* Rounds of: ours reps + 1 times, a pause, OpenBLAS's, a pause.
              * A library's threads spin for a while after a call (libgomp's
              * briefly, OpenBLAS's about 2^28 cycles) and would take a core
              * from the other if their runs alternated call by call. */
-            for (int round = 0; round < 2; round++)
+            for (int round = 0; round < rounds; round++)
             for (int side = 0; side < 2; side++, idle(0.3))
                 for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
                     double t0 = now(clock);
