@@ -85,10 +85,10 @@ static void report(T *t, const char *name, long bad, const char *fmt, ...) {
 
 /* ---- every operation on groups of 1..world ranks ------------------------------ */
 
-enum { OP_SUM, OP_AVG, OP_RS, OP_RS_INPLACE, OP_AG, OP_AG_INPLACE, OP_BCAST, OP_REDUCE, OP_BF16, OP_I32, NOPS };
+enum { OP_SUM, OP_AVG, OP_RS, OP_RS_INPLACE, OP_AG, OP_AG_INPLACE, OP_BCAST, OP_REDUCE, OP_BF16, OP_I32, OP_I32_MAX, NOPS };
 static const char *op_names[NOPS] = {
     "all_reduce_sum", "all_reduce_avg", "reduce_scatter", "reduce_scatter_inplace", "all_gather",
-    "all_gather_inplace", "broadcast", "reduce", "all_reduce_bf16", "all_reduce_i32",
+    "all_gather_inplace", "broadcast", "reduce", "all_reduce_bf16", "all_reduce_i32", "all_reduce_i32_max",
 };
 
 /* A non-member's buffer must come back as it went in. */
@@ -115,6 +115,7 @@ static long run_op(T *t, CommGroup *g, int op, size_t n) {
         sentinel(t, n);
         switch (op) {
         case OP_SUM: case OP_BF16: case OP_I32: comm_all_reduce(g, t->d, t->x, n, COMM_F32, COMM_SUM); break;
+        case OP_I32_MAX: comm_all_reduce(g, t->d, t->x, n, COMM_I32, COMM_MAX); break;
         case OP_AVG: comm_all_reduce(g, t->d, t->x, n, COMM_F32, COMM_AVG); break;
         case OP_RS: case OP_RS_INPLACE: comm_reduce_scatter(g, t->d, t->x, t->x, n, COMM_F32, COMM_SUM); break;
         case OP_AG: case OP_AG_INPLACE: comm_all_gather(g, t->d, t->x, t->x, n, COMM_F32); break;
@@ -202,6 +203,19 @@ static long run_op(T *t, CommGroup *g, int op, size_t n) {
             uint32_t s = 0;
             for (int j = 0; j < G; j++) s += (uint32_t)vali(j, k);
             bad += (uint32_t)v[k] != s;
+        }
+        break;
+    }
+    case OP_I32_MAX: {   /* signed: vali wraps to negative values too */
+        int32_t *v = (int32_t *)h;
+        for (size_t k = 0; k < n; k++) v[k] = vali(i, k);
+        put(t, t->x, v, n * 4);
+        comm_all_reduce(g, t->d, t->x, n, COMM_I32, COMM_MAX);
+        get(t, v, t->x, n * 4);
+        for (size_t k = 0; k < n; k++) {
+            int32_t m = vali(0, k);
+            for (int j = 1; j < G; j++) m = vali(j, k) > m ? vali(j, k) : m;
+            bad += v[k] != m;
         }
         break;
     }
