@@ -193,29 +193,19 @@ static long run_op(T *t, CommGroup *g, int op, size_t n) {
         }
         break;
     }
-    case OP_I32: {
-        int32_t *v = (int32_t *)h;
-        for (size_t k = 0; k < n; k++) v[k] = vali(i, k);
-        put(t, t->x, v, n * 4);
-        comm_all_reduce(g, t->d, t->x, n, COMM_I32, COMM_SUM);
-        get(t, v, t->x, n * 4);
-        for (size_t k = 0; k < n; k++) {
-            uint32_t s = 0;
-            for (int j = 0; j < G; j++) s += (uint32_t)vali(j, k);
-            bad += (uint32_t)v[k] != s;
-        }
-        break;
-    }
+    case OP_I32:
     case OP_I32_MAX: {   /* signed: vali wraps to negative values too */
+        int mx = op == OP_I32_MAX;
         int32_t *v = (int32_t *)h;
         for (size_t k = 0; k < n; k++) v[k] = vali(i, k);
         put(t, t->x, v, n * 4);
-        comm_all_reduce(g, t->d, t->x, n, COMM_I32, COMM_MAX);
+        comm_all_reduce(g, t->d, t->x, n, COMM_I32, mx ? COMM_MAX : COMM_SUM);
         get(t, v, t->x, n * 4);
         for (size_t k = 0; k < n; k++) {
-            int32_t m = vali(0, k);
-            for (int j = 1; j < G; j++) m = vali(j, k) > m ? vali(j, k) : m;
-            bad += v[k] != m;
+            uint32_t s = (uint32_t)vali(0, k);
+            for (int j = 1; j < G; j++)
+                s = mx ? (uint32_t)(vali(j, k) > (int32_t)s ? vali(j, k) : (int32_t)s) : s + (uint32_t)vali(j, k);
+            bad += (uint32_t)v[k] != s;
         }
         break;
     }
