@@ -91,7 +91,7 @@ static const ArgsFlag flags[] = {
     {NULL, NULL, 0, "device:"},
     {"device", "cpu|cuda", F_DEVICE, "where to compute (cuda when a GPU is visible)"},
     {"gpu", "N", F_GPU, "the GPU of a single-process run (0)"},
-    {"threads", "N", F_THREADS, "CPU threads a rank (the host's cores / ranks on it)"},
+    {"threads", "N", F_THREADS, "CPU threads a rank (OMP_NUM_THREADS, else the CPUs it may\nrun on / the ranks on the host: taskset and cpusets count)"},
     {"dtype", "bf16|fp32", F_DTYPE, "activations and compute copy of the parameters (bf16 on cuda,\n"
                                     "fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)"},
     {"peak-tflops", "F", F_PEAK, "dense bf16 peak of one device for the step line's MFU\n"

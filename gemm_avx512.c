@@ -7,14 +7,18 @@
  * 512-bit FMA ports of a Skylake-SP or Sapphire Rapids core (one on some
  * client parts) stay the bottleneck rather than the loads.
  *
- * Blocking: kc 128 keeps a B micro-panel (128 x 32 floats, 16 KB) and an A
- * micro-panel (12 x 128, 6 KB) together within a 32 KB or 48 KB L1; the
- * mc x kc block of A (144 x 128 floats, 72 KB) sits in L2.
+ * Blocking: kc 256 keeps a B micro-panel (256 x 32 floats, 32 KB) and an A
+ * micro-panel (12 x 256, 12 KB) within the 48 KB L1 of a Sapphire Rapids
+ * core; the mc x kc block of A (240 x 256 floats, 240 KB) and the kc x nc
+ * panel of B (256 x 1024, 1 MB) sit in its 2 MB L2. Measured on 2 cores of
+ * a Sapphire Rapids Xeon (2026-11-26, bench/NOTES.md): kc 128 (the first
+ * guess) read and wrote C six times for K = 768, and 0.83 of OpenBLAS over
+ * a step's matmuls; kc 256 with mc 240, nc 1024 0.89, the best of six
+ * blockings tried, though the spread among them (0.79-0.89) was within
+ * that machine's run-to-run noise.
  *
- * This kernel was written and compiled on an AVX2 machine and could not be
- * run there: its arithmetic is the AVX2 kernel's, with twice the width and
- * rows, and test_cpu_gemm runs it against the plain loops on any machine
- * that has AVX-512.
+ * test_cpu_gemm runs it against the plain loops on any machine that has
+ * AVX-512 (64 checks passed there).
  */
 #include "gemm_kernel.h"
 
@@ -23,6 +27,17 @@
 
 #define MR 12
 #define NR 32
+/* the blocking (kc, mc, nc); -DAVX512_KC=... on this file's compile line tries
+ * another, and make bench-cpu measures it */
+#ifndef AVX512_KC
+#define AVX512_KC 256
+#endif
+#ifndef AVX512_MC
+#define AVX512_MC 240
+#endif
+#ifndef AVX512_NC
+#define AVX512_NC 1024
+#endif
 
 static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, size_t ldc,
                          int load_c) {
@@ -56,7 +71,8 @@ static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, siz
     }
 }
 
-const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, 128, 144, 3072, avx512_12x32, gemm_avx2_pack_t};
+const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, AVX512_KC, AVX512_MC, AVX512_NC, avx512_12x32,
+                                         gemm_avx2_pack_t};
 #else
-const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 128, 144, 3072, NULL, NULL};
+const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 256, 240, 1024, NULL, NULL};
 #endif

@@ -43,7 +43,8 @@ static void run_open_device(Run *r) {
     Args *a = &r->a;
     char err[512];
     int threads = setup_threads(r);
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int cpus[CPU_SETSIZE];  /* the CPUs this rank may run on, in order */
+    int cores = setup_cpus(cpus, CPU_SETSIZE);
     int local = r->launch.local_size > 0 ? r->launch.local_size : 1;
 #ifdef _OPENMP
     omp_set_num_threads(threads);
@@ -51,7 +52,7 @@ static void run_open_device(Run *r) {
     if (a->pin_cores && local * threads <= cores) {
         cpu_set_t set;
         CPU_ZERO(&set);
-        for (int i = 0; i < threads; i++) CPU_SET(r->launch.local_rank * threads + i, &set);
+        for (int i = 0; i < threads; i++) CPU_SET(cpus[r->launch.local_rank * threads + i], &set);
         if (sched_setaffinity(0, sizeof set, &set) != 0)
             fprintf(stderr, "train: rank %d: could not pin to cores\n", r->launch.rank);
     }

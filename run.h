@@ -65,9 +65,15 @@ void setup_check(Run *r);
 /* setup.c: stage st of P's layers into s (--stage-layers, --virtual, or even). */
 void setup_stage_layers(const Args *a, int L, int P, int st, GPTShard *s);
 
-/* setup.c: the CPU threads a rank uses (--threads, else the host's cores
- * shared by the ranks on it); at least 1. */
+/* setup.c: the CPU threads a rank uses (--threads, else OMP_NUM_THREADS,
+ * else the CPUs this process may run on shared by the ranks on this host);
+ * at least 1. */
 int setup_threads(const Run *r);
+
+/* setup.c: the CPUs this process may run on (its affinity mask: taskset, a
+ * container's cpuset), their ids in order into ids[0..max-1] when ids is
+ * not NULL; all online CPUs where the mask cannot be read. At least 1. */
+int setup_cpus(int *ids, int max);
 
 /* setup.c: --plan-layout: the planner's memory and bytes for this layout,
  * printed; returns the exit status. */

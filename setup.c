@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,37 @@ static void check_resume_batch(Run *r) {
                         r->a.micro_batches, r->a.dp, r->ck.dir, then, l->batch, l->micro_batches, l->dp);
 }
 
+int setup_cpus(int *ids, int max) {
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) {
+                if (ids && n < max) ids[n] = c;
+                n++;
+            }
+    }
+    if (n > 0) return n;
+    n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int c = 0; ids && c < n && c < max; c++) ids[c] = c;
+    return n < 1 ? 1 : n;
+}
+
+/* A rank's threads when local ranks share this host: --threads, else
+ * OMP_NUM_THREADS as PyTorch and torchrun read it (one process's threads),
+ * else the CPUs this process may run on, shared. */
+static int threads_for(const Args *a, int local) {
+    if (a->threads) return a->threads;
+    const char *env = getenv("OMP_NUM_THREADS");
+    char *end = NULL;
+    long v = env ? strtol(env, &end, 10) : 0;
+    if (env && end != env && (*end == 0 || *end == ',') && v >= 1 && v <= 4096) return (int)v;
+    int threads = setup_cpus(NULL, 0) / (local > 0 ? local : 1);
+    return threads < 1 ? 1 : threads;
+}
+
+int setup_threads(const Run *r) { return threads_for(&r->a, r->launch.local_size); }
+
 /* The planner's model of a cluster like this host: CPU ranks (float32,
  * measured rates of a 2-core machine: bench/plan_calibrate.sh), or GPUs
  * taken for plan.c's default GPU preset (PLAN_DEFAULT_GPU: H100s, 8 a node). */
@@ -178,10 +210,8 @@ static PlanCluster host_cluster(const Run *r, int world, int cuda) {
          * 8 GB/s; 14-16 us (make bench-plan). The ranks of this host share
          * its cores, a rank --threads of them (run_build's rule) */
         double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-        int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = c.per_node;
-        int threads = r->a.threads ? r->a.threads : cores / local;
-        if (threads < 1) threads = 1;
-        if (cores < 1) cores = 1;
+        int cores = setup_cpus(NULL, 0), local = c.per_node;
+        int threads = threads_for(&r->a, local);
         c.cpu = 1;
         c.mem_gb = ram / 1e9 / (world > 0 ? world : 1);
         c.tflops = 0.106 * threads;
@@ -446,12 +476,6 @@ int setup_show_schedule(const Args *a) {
     return rc ? 1 : 0;
 }
 
-int setup_threads(const Run *r) {
-    int local = r->launch.local_size > 0 ? r->launch.local_size : 1;
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = r->a.threads ? r->a.threads : cores / local;
-    return threads < 1 ? 1 : threads;
-}
 
 /* Dense bf16 peak of one device in TFLOP/s: --peak-tflops, else known by
  * the GPU's name (SXM figures), else 0 (no MFU printed). */

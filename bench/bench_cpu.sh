@@ -19,7 +19,9 @@
 #    multiplies by how often a step runs it; a table of ops, their share of
 #    the sum and the matmuls' GFLOP/s.
 # A benchmark, not a test: figures depend on the host and its load.
-# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 2), DATA=path.
+# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 2), DATA=path,
+# BLAS=path (an OpenBLAS library to use as it is, such as another numpy's
+# numpy.libs/libscipy_openblas64_*.so; bench_gemm still refuses one that is not OpenBLAS).
 cd "$(dirname "$0")/.." || exit 2
 STEPS=${STEPS:-4}
 REPS=${REPS:-5}
@@ -32,11 +34,11 @@ DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -x bench/bench_ops ] || make -s bench/bench_ops || exit 2
 
 # --- the yardstick
-BLAS=
 for f in /usr/lib/*/openblas-pthread/libopenblas.so.0 /usr/lib/*/openblas-openmp/libopenblas.so.0 \
          /usr/lib/*/libopenblas.so.0; do
-    [ -f "$f" ] && { BLAS=$f; break; }
+    [ -z "$BLAS" ] && [ -f "$f" ] && { BLAS=$f; break; }
 done
+[ -z "$BLAS" ] || [ -f "$BLAS" ] || { echo "bench-cpu: BLAS=$BLAS: no such file"; exit 2; }
 if [ -z "$BLAS" ]; then
     if [ ! -x bench/venv/bin/python ] || ! bench/venv/bin/python -c 'import numpy' 2>/dev/null; then
         echo "bench-cpu: installing numpy (for its OpenBLAS) into bench/venv"

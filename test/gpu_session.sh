@@ -3,7 +3,7 @@
 # most 10 minutes, with every log kept (in $OUT when set, the device tool's
 # folder that comes back; else test/out/gpu).
 #
-#   sh test/gpu_session.sh tests   build with NCCL from PyTorch's wheel, then the GPU
+#   sh test/gpu_session.sh tests   build (with the NCCL the Makefile finds), then the GPU
 #                                  tests in the order to read them: test_gemm (the
 #                                  tensor-core GEMM), test_flash, test_kernels (every
 #                                  op, fp32 and bf16), test_model (CUDA vs PyTorch,
@@ -11,6 +11,8 @@
 #                                  the NCCL backend over every GPU (test_comm)
 #   sh test/gpu_session.sh bench   make bench (kernels vs cuBLAS/SDPA, end to end vs
 #                                  PyTorch); record its table in bench/NOTES.md
+#   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
+#                                  tests 52 s, bench about 90 s), 8 logs
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -18,9 +20,9 @@ cd "$(dirname "$0")/.." || exit 2
 part=${1:-tests}
 logs=${OUT:-test/out/gpu}
 mkdir -p "$logs"
-NCCL_HOME=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)
-[ -n "$NCCL_HOME" ] && [ -d "$NCCL_HOME/include" ] || NCCL_HOME=/usr/local/cuda
-export NCCL_HOME
+# NCCL: the one the Makefile finds (NCCL_HOME, CUDA_HOME, the system's, then
+# PyTorch's wheel; docs/gpu.md), or NCCL_HOME=dir from the caller
+NCCL_ARG=${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
 step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summary line
     name=$1; secs=$2; shift 2
     start=$(date +%s)
@@ -32,24 +34,19 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
     grep -E '^(FAIL|CUDA error|NCCL error)' "$logs/$name.log" | head -20
 }
 
-{ nvidia-smi -L; nvcc --version | tail -1; echo "NCCL_HOME=$NCCL_HOME"; } > "$logs/machine.log" 2>&1
-cat "$logs/machine.log"
-step build 300 make -j16 build tests NCCL_HOME="$NCCL_HOME"
-./train --version >> "$logs/machine.log" 2>&1
-tail -4 "$logs/machine.log"
+case "$part" in tests|bench|all) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all"; exit 2 ;; esac
+# the machine, the build and --version in one log (the device tool brings 8 files back)
+step build 300 sh -c "nvidia-smi -L; nvcc --version | tail -1; make -j16 build tests $NCCL_ARG && ./train --version"
+grep -E '^GPU 0|^Build|^train: NCCL|^CPU GEMM|^CUDA|^GPU arch|^NCCL' "$logs/build.log"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$GPUS" -ge 1 ] || GPUS=1
-case "$part" in
-tests)
+if [ "$part" != bench ]; then
     for t in test_gemm test_flash test_kernels; do step "$t" 120 "./test/$t"; done
     step test_model 120 ./test/test_model
     step test_comm_nccl 60 ./test/test_comm --nccl --ranks "$GPUS"
     step test_3d 240 ./test/test_3d
-    ;;
-bench)
-    step bench 540 make bench NCCL_HOME="$NCCL_HOME"
+fi
+if [ "$part" != tests ]; then
+    step bench 540 make bench $NCCL_ARG
     tail -60 "$logs/bench.log"
-    ;;
-*)
-    echo "usage: sh test/gpu_session.sh tests|bench"; exit 2 ;;
-esac
+fi

@@ -99,3 +99,18 @@ if grep -q '^step 40/40 | loss [0-9.]* | norm [0-9.]* | lr [0-9.e+-]* | [0-9.]* 
 else
     echo "FAIL step line format: $(grep '^step 40' $OUT/learn.log)"
 fi
+
+# threads a rank: --threads, else OMP_NUM_THREADS, else the CPUs this process may run on
+# (taskset, a container's cpuset), never more: 16 threads on 2 allowed cores ran 60% slower
+threads_of() { "$@" --data $DATA $SMALL --steps 0 2>&1 | sed -n 's/.*, \([0-9]*\) threads a rank.*/\1/p'; }
+n=$(OMP_NUM_THREADS=3 threads_of ./train)
+m=$(OMP_NUM_THREADS=3 threads_of ./train --threads 2)
+if [ "$n" = 3 ] && [ "$m" = 2 ]; then echo "PASS threads: OMP_NUM_THREADS=3 gives 3 a rank, --threads 2 overrides it"
+else echo "FAIL threads: OMP_NUM_THREADS=3 gave '$n' (want 3), with --threads 2 '$m' (want 2)"; fi
+if command -v taskset > /dev/null 2>&1; then
+    n=$(env -u OMP_NUM_THREADS taskset -c 0 ./train --data $DATA $SMALL --steps 0 2>&1 | sed -n 's/.*, \([0-9]*\) threads a rank.*/\1/p')
+    if [ "$n" = 1 ]; then echo "PASS threads: under taskset -c 0 (one allowed CPU of $(nproc --all)), 1 a rank"
+    else echo "FAIL threads: under taskset -c 0, '$n' threads a rank (want 1, the CPUs it may run on)"; fi
+else
+    echo "SKIP threads under taskset: no taskset"
+fi

@@ -169,16 +169,19 @@ static void check_training(Checks *c, const Expected *e, const Bounds *bd, const
              e->clip, save, extra);
     FILE *p = popen(cmd, "r");
     char line[1024];
+    char last[256] = "";  /* train's last line that is not a step line: why it failed */
     double losses[16];
     int n = 0, mfu = 0;
     while (p && fgets(line, sizeof line, p)) {
         const char *l = strstr(line, "loss ");
+        if (strncmp(line, "step ", 5)) snprintf(last, sizeof last, "%.*s", (int)strcspn(line, "\n"), line);
         if (!strncmp(line, "step ", 5) && l && n < 16) losses[n++] = atof(l + 5);
         mfu += !strncmp(line, "step ", 5) && strstr(line, "| mfu ") != NULL;
     }
     int rc = p ? pclose(p) : -1;
     snprintf(name, sizeof name, "%s runs", tag);
-    if (!check(c, rc == 0 && n == e->steps, name, "exit %d, %d step lines (want %d)", rc, n, e->steps))
+    if (!check(c, rc == 0 && n == e->steps, name, "exit %d, %d step lines (want %d)%s%s", rc, n,
+               e->steps, rc ? "; last line: " : "", rc ? last : ""))
         return;
 #ifdef MODEL_EMU
     /* the emulated device is no GPU of known peak: no MFU on the step line */
@@ -288,6 +291,8 @@ static void check_reproducible(Checks *c, const Expected *e, const char *tag, co
 int main(void) {
     Checks c = {0};
     Expected e;
+    int made = system("mkdir -p test/out");  /* SAVE's folder: a fresh clone has none */
+    (void)made;
     if (read_expected(&e, FIX "ref_expected.bin") != 0) {
         check(&c, 0, "fixture", "cannot read " FIX "ref_expected.bin");
         return check_done(&c);
