@@ -28,6 +28,7 @@
  * OpenBLAS's).
  */
 #include <dlfcn.h>
+#include <getopt.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,16 +113,37 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     int R = 256, reps = 5, rounds = 2;
     clockid_t clock = CLOCK_MONOTONIC;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--cpu-clock")) { clock = CLOCK_PROCESS_CPUTIME_ID; continue; }
-        if (i + 1 >= argc) break;
-        if (!strcmp(argv[i], "--blas")) path = argv[++i];
-        else if (!strcmp(argv[i], "--rows")) R = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[++i]);
+    static const struct option longopts[] = {
+        {"blas", required_argument, NULL, 'b'}, {"rows", required_argument, NULL, 'r'},
+        {"reps", required_argument, NULL, 'n'}, {"rounds", required_argument, NULL, 'o'},
+        {"cpu-clock", no_argument, NULL, 'c'},  {NULL, 0, NULL, 0}};
+    const char *usage = "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]\n";
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        char *end = NULL;
+        long v = optarg ? strtol(optarg, &end, 10) : 0;
+        int bad_count = optarg && (*end || end == optarg || v < 1 || v > 1000000);
+        switch (ch) {
+        case 'b': path = optarg; break;
+        case 'c': clock = CLOCK_PROCESS_CPUTIME_ID; break;
+        case 'r': case 'n': case 'o':
+            if (bad_count) {
+                fprintf(stderr, "bench_gemm: --%s %s: expected a count >= 1\n",
+                        ch == 'r' ? "rows" : ch == 'n' ? "reps" : "rounds", optarg);
+                return 2;
+            }
+            if (ch == 'r') R = (int)v;
+            else if (ch == 'n') reps = (int)v;
+            else rounds = (int)v;
+            break;
+        case ':': fprintf(stderr, "bench_gemm: %s needs a value\n", argv[optind - 1]); return 2;
+        default: fprintf(stderr, "bench_gemm: unknown flag %s\n%s", argv[optind - 1], usage); return 2;
+        }
     }
-    if (!path || R < 1 || reps < 1 || rounds < 1) {
-        fprintf(stderr, "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]\n");
+    if (optind < argc) { fprintf(stderr, "bench_gemm: unexpected argument '%s'\n%s", argv[optind], usage); return 2; }
+    if (!path) {
+        fprintf(stderr, "%s", usage);
         return 2;
     }
     int threads = omp_get_max_threads();

@@ -46,6 +46,7 @@
  * matmul), ms a call, calls a step, ms a step, its share of the sum,
  * GFLOP/s for the matmuls; then the matmuls' subtotal and, last, the sum.
  */
+#include <getopt.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -460,20 +461,40 @@ int main(int argc, char **argv) {
     Shape s = {.L = 12, .NH = 12, .C = 768, .V = 50257, .B = 4, .T = 64};
     int reps = 3;
     clockid_t clock = CLOCK_MONOTONIC;
-    for (int i = 1; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--cpu-clock")) { clock = CLOCK_PROCESS_CPUTIME_ID; i--; continue; }
-        if (i + 1 >= argc) return usage();
-        const char *f = argv[i];
-        int v = atoi(argv[i + 1]);
-        if (!strcmp(f, "--layers")) s.L = v;
-        else if (!strcmp(f, "--heads")) s.NH = v;
-        else if (!strcmp(f, "--dim")) s.C = v;
-        else if (!strcmp(f, "--vocab")) s.V = v;
-        else if (!strcmp(f, "--max-seq")) s.maxT = v;
-        else if (!strcmp(f, "--batch")) s.B = v;
-        else if (!strcmp(f, "--seq")) s.T = v;
-        else if (!strcmp(f, "--reps")) reps = v;
-        else return usage();
+    static const struct option longopts[] = {
+        {"layers", required_argument, NULL, 'L'}, {"heads", required_argument, NULL, 'H'},
+        {"dim", required_argument, NULL, 'C'},    {"vocab", required_argument, NULL, 'V'},
+        {"max-seq", required_argument, NULL, 'S'}, {"batch", required_argument, NULL, 'B'},
+        {"seq", required_argument, NULL, 'T'},    {"reps", required_argument, NULL, 'r'},
+        {"cpu-clock", no_argument, NULL, 'c'},    {NULL, 0, NULL, 0}};
+    int ch, li = 0;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
+        if (ch == 'c') { clock = CLOCK_PROCESS_CPUTIME_ID; continue; }
+        if (ch == ':' || ch == '?') {
+            fprintf(stderr, "bench_ops: %s %s\n", argv[optind - 1], ch == ':' ? "needs a value" : "is not a flag");
+            return usage();
+        }
+        char *end;
+        long v = strtol(optarg, &end, 10);
+        if (*end || end == optarg || v < 1 || v > 10000000) {
+            fprintf(stderr, "bench_ops: --%s %s: expected a count >= 1\n", longopts[li].name, optarg);
+            return usage();
+        }
+        switch (ch) {
+        case 'L': s.L = (int)v; break;
+        case 'H': s.NH = (int)v; break;
+        case 'C': s.C = (int)v; break;
+        case 'V': s.V = (int)v; break;
+        case 'S': s.maxT = (int)v; break;
+        case 'B': s.B = (int)v; break;
+        case 'T': s.T = (int)v; break;
+        case 'r': reps = (int)v; break;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_ops: unexpected argument '%s'\n", argv[optind]);
+        return usage();
     }
     if (!s.maxT) s.maxT = s.T > 256 ? s.T : 256;
     if (s.B < 1 || s.T < 1 || s.T > s.maxT || reps < 1) return usage();
