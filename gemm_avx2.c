@@ -18,6 +18,17 @@
 
 #define MR 6
 #define NR 16
+/* the blocking (kc, mc, nc); -DAVX2_KC=... on this file's compile line tries
+ * another (bench/gemm_blockings.sh measures several side by side) */
+#ifndef AVX2_KC
+#define AVX2_KC 256
+#endif
+#ifndef AVX2_MC
+#define AVX2_MC 144
+#endif
+#ifndef AVX2_NC
+#define AVX2_NC 3072
+#endif
 
 static void avx2_6x16(int kc, const float *Ap, const float *Bp, float *C, size_t ldc, int load_c) {
     for (int i = 0; i < MR; i++) {  /* C's rows arrive while the k loop runs */
@@ -106,7 +117,7 @@ void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, floa
         for (int x = 0; x < w; x++) dst[(size_t)k * w + x] = x < rows ? src[(size_t)x * ld + k] : 0;
 }
 
-const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, 256, 144, 3072, avx2_6x16, gemm_avx2_pack_t};
+const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, AVX2_KC, AVX2_MC, AVX2_NC, avx2_6x16, gemm_avx2_pack_t};
 #else
 const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, NULL, NULL};
 #endif

@@ -28,7 +28,7 @@
 #define MR 12
 #define NR 32
 /* the blocking (kc, mc, nc); -DAVX512_KC=... on this file's compile line tries
- * another, and make bench-cpu measures it */
+ * another (bench/gemm_blockings.sh measures several side by side) */
 #ifndef AVX512_KC
 #define AVX512_KC 256
 #endif

@@ -33,30 +33,9 @@ DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -x bench/bench_gemm ] || make -s bench/bench_gemm || exit 2
 [ -x bench/bench_ops ] || make -s bench/bench_ops || exit 2
 
-# --- the yardstick
-for f in /usr/lib/*/openblas-pthread/libopenblas.so.0 /usr/lib/*/openblas-openmp/libopenblas.so.0 \
-         /usr/lib/*/libopenblas.so.0; do
-    [ -z "$BLAS" ] && [ -f "$f" ] && { BLAS=$f; break; }
-done
-[ -z "$BLAS" ] || [ -f "$BLAS" ] || { echo "bench-cpu: BLAS=$BLAS: no such file"; exit 2; }
-if [ -z "$BLAS" ]; then
-    if [ ! -x bench/venv/bin/python ] || ! bench/venv/bin/python -c 'import numpy' 2>/dev/null; then
-        echo "bench-cpu: installing numpy (for its OpenBLAS) into bench/venv"
-        python3 -m venv bench/venv && bench/venv/bin/pip install -q numpy ||
-            { echo "bench-cpu: no OpenBLAS: apt-get install libopenblas0-pthread, or give pip a way to PyPI"; exit 2; }
-    fi
-    # numpy's own word on its BLAS: OpenBLAS (scipy-openblas in the wheels), never netlib
-    name=$(bench/venv/bin/python -c '
-import numpy
-cfg = numpy.show_config(mode="dicts")
-print(cfg["Build Dependencies"]["blas"]["name"])' 2>/dev/null)
-    case "$name" in
-        *openblas*) ;;
-        *) echo "bench-cpu: numpy in bench/venv uses '$name', not OpenBLAS: refusing it as the yardstick"; exit 2 ;;
-    esac
-    BLAS=$(ls bench/venv/lib/python3*/site-packages/numpy.libs/libscipy_openblas*.so 2>/dev/null | head -1)
-    [ -n "$BLAS" ] || { echo "bench-cpu: numpy reports $name but its library is not in numpy.libs"; exit 2; }
-fi
+# --- the yardstick: OpenBLAS (bench/blas.sh)
+. bench/blas.sh
+blas_find bench-cpu || exit 2
 
 THREADS=${OMP_NUM_THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$THREADS
