@@ -5,6 +5,7 @@
  * allocated is counted (bytes_live, bytes_peak) so the memory tables of the
  * ZeRO issue measure what was really held, not what a formula says.
  */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,16 @@ void dev_zero(Dev *d, void *p, size_t bytes) {
 #ifdef USE_CUDA
     if (d->kind == DEV_CUDA) { cuda_memset0(p, bytes, d->stream); return; }
 #endif
-    memset(p, 0, bytes);
+    /* A large buffer (the gradients: 500 MB at 124M) a piece a thread: on
+     * server parts one core cannot write at the memory's speed (a 2-core
+     * slice of a Sapphire Rapids Xeon zeroed 124M floats in 43 ms). */
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (bytes < ((size_t)8 << 20) || nt < 2) { memset(p, 0, bytes); return; }
+    #pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t lo = bytes / nt * t & ~(size_t)63, hi = t == nt - 1 ? bytes : bytes / nt * (t + 1) & ~(size_t)63;
+        memset((char *)p + lo, 0, hi - lo);
+    }
 }
 
 void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes) {
