@@ -881,6 +881,7 @@ int main(void) {
     test_crossentropy(&t, 37, 45, 64);
     test_crossentropy(&t, 3, 1000, 1000);
     test_crossentropy(&t, 2, 1, 32);
+    test_crossentropy(&t, 5, 29, 30);        /* a row not whole vectors: the scalar kernel */
 
     test_xent(&t, 37, 70, 3, 37, 0.0f);         /* nvalid 37, 33, 0 */
     test_xent(&t, 37, 70, 3, 37, -200.0f);      /* ... where not skipping rank 2 gives -inf */
