@@ -978,7 +978,8 @@ static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, co
     if (dw)
         tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,
                 DEV_SCRATCH_BYTES / sizeof(float), d->stream);
-    if (dbias) tc_bias_grad(dbias, dout, N, OC, d->stream);
+    if (dbias)
+        tc_bias_grad(dbias, dout, N, OC, (float *)d->scratch, DEV_SCRATCH_BYTES / sizeof(float), d->stream);
 }
 
 /* ---------------------------------------------------------------------------

@@ -55,8 +55,12 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);
 
-/* dbias[N] += sum over m of dout[M][N] (bf16 dout, float32 dbias). */
-void tc_bias_grad(float *dbias, const void *dout, int M, int N, void *stream);
+/* dbias[N] += sum over m of dout[M][N] (bf16 dout, float32 dbias), the same
+ * bits every run. work [work_floats] (may be NULL): scratch for the sums of
+ * chunks of rows, ceil(M / 128) x N floats, which lets the rows be summed in
+ * parallel; stream-ordered, like tc_gemm's. */
+void tc_bias_grad(float *dbias, const void *dout, int M, int N, float *work, size_t work_floats,
+                  void *stream);
 
 /* Causal self-attention, fused (the T x T matrix is never written).
  * qkv [B,T,3C] bf16 holds q, k, v at channel offsets 0, C, 2C; head h uses

@@ -966,6 +966,14 @@ static void bench_run_add(void *arg) {
     BenchMemArgs *x = arg;
     x->ops->add(x->d, x->p[0], x->p[1], x->p[2], x->n);
 }
+static void bench_run_biasg(void *arg) {  /* the linear's backward with only its bias gradient */
+    BenchMemArgs *x = arg;
+    x->ops->matmul_backward(x->d, NULL, NULL, x->p[0], x->p[1], NULL, NULL, x->N, x->C, x->C);
+}
+static void bench_run_biasg4(void *arg) {  /* the same at 4C wide (fc) */
+    BenchMemArgs *x = arg;
+    x->ops->matmul_backward(x->d, NULL, NULL, x->p[0], x->p[1], NULL, NULL, x->N, 4 * x->C, 4 * x->C);
+}
 static void bench_run_xent(void *arg) {
     BenchMemArgs *x = arg;
     x->ops->crossentropy(x->d, x->p[0], x->p[1], x->p[2], x->N, x->V, x->Vp, x->dloss);
@@ -1133,7 +1141,7 @@ static void bench_memory(BenchCtx *c) {
     const int B = 16, T = 1024, N = B * T, C = 768, V = 50257, Vp = 50304, NS = 1024;
     const size_t NC = (size_t)N * C, n4 = (size_t)N * 4 * C, nparams = 124475904;
     const BenchBufKind A = BENCH_BUF_ACT, F = BENCH_BUF_F32, K = BENCH_BUF_TOK;
-    BenchMemCase cases[11];
+    BenchMemCase cases[13];
     memset(cases, 0, sizeof cases);
     int nc = 0;
     BenchMemCase *k;
@@ -1205,6 +1213,19 @@ static void bench_memory(BenchCtx *c) {
     BENCH_BUF(A, NC, -1, 1, 0);      /* a [N,C] */
     BENCH_BUF(A, NC, -1, 1, 0);      /* b [N,C] */
     k->act_elems = 3.0 * NC;
+
+    /* bias gradient (matmul_backward with dinp and dw NULL): read dout N*OC (act); read + write
+     * dbias OC floats; at OC = C (attproj, fcproj) and 4C (fc) */
+    BENCH_CASE("bias_grad", matmul_backward, bench_run_biasg);
+    snprintf(k->shape, sizeof k->shape, "%dx%d", N, C);
+    BENCH_BUF(F, (size_t)C, -1, 1, 1);         /* dbias [C], accumulated */
+    BENCH_BUF(A, NC, -1, 1, 0);                /* dout [N,C] */
+    k->act_elems = (double)NC, k->other_bytes = 8.0 * C;
+    BENCH_CASE("bias_grad", matmul_backward, bench_run_biasg4);
+    snprintf(k->shape, sizeof k->shape, "%dx%d", N, 4 * C);
+    BENCH_BUF(F, (size_t)4 * C, -1, 1, 1);     /* dbias [4C], accumulated */
+    BENCH_BUF(A, 4 * NC, -1, 1, 0);            /* dout [N,4C] */
+    k->act_elems = 4.0 * NC, k->other_bytes = 32.0 * C;
 
     /* crossentropy, dloss != 0: read the N*V real logits, write N*Vp gradients (padding zeroed) (act);
      * read targets N ints, write losses N floats. The CPU reference runs the first NS rows (rows are
