@@ -639,12 +639,24 @@ __global__ void column_sum_kernel(float *partial, const float *x, int N, int C) 
     }
 }
 
-// out [C] += sum over k of partial [chunks, C], k in order
+// out [C] += sum over k of partial [chunks, C] in a fixed order: block 32
+// columns x PA_LANES lanes, lane y adding chunks y, y + PA_LANES, ... in
+// order, then the lanes added in order. (One thread a column walking every
+// chunk, as before, had C threads in all, 768 at GPT-2's width, each with
+// a chain of 256 loads: latency, not bandwidth.)
+#define PA_LANES 16
 __global__ void partials_add_kernel(float *out, const float *partial, int chunks, int C) {
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + c];
-        out[c] += s;
+    __shared__ float lane[PA_LANES][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
+    float s = 0.0f;
+    if (c < C)
+        for (int k = y; k < chunks; k += PA_LANES) s += partial[(size_t)k * C + c];
+    lane[y][threadIdx.x] = s;
+    __syncthreads();
+    if (y == 0 && c < C) {
+        float t = lane[0][threadIdx.x];
+        for (int j = 1; j < PA_LANES; j++) t += lane[j][threadIdx.x];
+        out[c] += t;
     }
 }
 
@@ -670,8 +682,8 @@ static ColSum colsum_plan(Dev *d, int N, int C, int arrays) {
 }
 
 static void colsum_add(Dev *d, const ColSum *p, int array, float *out, int C) {
-    unsigned blocks = (unsigned)ceil_div((size_t)C, 256);
-    partials_add_kernel<<<blocks, 256, 0, STREAM(d)>>>(out, p->partials + (size_t)array * p->grid.y * C,
+    unsigned blocks = (unsigned)ceil_div((size_t)C, 32);
+    partials_add_kernel<<<blocks, dim3(32, PA_LANES), 0, STREAM(d)>>>(out, p->partials + (size_t)array * p->grid.y * C,
                                                       (int)p->grid.y, C);
     LAUNCH_CHECK(partials_add_kernel);
 }
