@@ -476,7 +476,6 @@ int setup_show_schedule(const Args *a) {
     return rc ? 1 : 0;
 }
 
-
 /* Dense bf16 peak of one device in TFLOP/s: --peak-tflops, else known by
  * the GPU's name (SXM figures), else 0 (no MFU printed). */
 double setup_device_peak(Run *r) {
