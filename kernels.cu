@@ -349,11 +349,40 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, i
     }
 }
 
+// The same a 16-byte vector a thread (C % W == 0, the three arrays 16-byte
+// aligned): the scalar kernel's one 2-byte load of each table a thread kept
+// too few bytes in flight (18% of copy on an H200, bench/NOTES.md).
+template <typename T>
+__global__ void encoder_forward_vec_kernel(T *out, const int *tokens, const T *wte, const T *wpe,
+                                           int Tn, int C, size_t total) {
+    constexpr int W = Vec<T>::N;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * W; i < total;
+         i += (size_t)gridDim.x * blockDim.x * W) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % Tn);
+        int tok = tokens[bt];
+        Vec<T> te, pe, o;
+        if (tok >= 0) te = ldv(wte, (size_t)tok * C + c);
+        if (wpe) pe = ldv(wpe, (size_t)t * C + c);
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            vset(o, k, (tok >= 0 ? vget(te, k) : 0.0f) + (wpe ? vget(pe, k) : 0.0f));
+        stv(out, i, o);
+    }
+}
+
 template <typename T>
 static void encoder_forward(Dev *d, void *out, const int *tokens, const void *wte, const void *wpe,
                             int B, int Tn, int C) {
     size_t total = (size_t)B * Tn * C;
     if (!total) return;
+    constexpr int W = Vec<T>::N;
+    if (C % W == 0 && aligned16(out) && aligned16(wte) && (!wpe || aligned16(wpe))) {
+        encoder_forward_vec_kernel<T><<<elementwise_grid(total / W, 256), 256, 0, STREAM(d)>>>(
+            (T *)out, tokens, (const T *)wte, (const T *)wpe, Tn, C, total);
+        LAUNCH_CHECK(encoder_forward_vec_kernel);
+        return;
+    }
     encoder_forward_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
         (T *)out, tokens, (const T *)wte, (const T *)wpe, Tn, C, total);
     LAUNCH_CHECK(encoder_forward_kernel);

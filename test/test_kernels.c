@@ -844,6 +844,7 @@ int main(void) {
     test_encoder(&t, 2, 33, 70, 7, 1, 0);
     test_encoder(&t, 2, 33, 70, 7, 0, 1);
     test_encoder(&t, 4, 256, 768, 16768, 1, 1);
+    test_encoder(&t, 2, 64, 128, 300, 1, 0);   /* whole vectors: tokens -1 with wpe */
 
     test_layernorm(&t, 37, 45);
     test_layernorm(&t, 111, 40);
