@@ -9,9 +9,9 @@
 # with -D<KERNEL>_KC=.. -D.._MC=.. -D.._NC=.. (the defaults are in that
 # file), bench/bench_gemm relinked and run at GPT-2 124M's shapes (256 rows),
 # ROUNDS times (default 2) with the blockings interleaved, so that a slow
-# minute of a shared machine falls on all of them. Then a table: each
-# blocking's ratio to OpenBLAS over a step's matmuls, round by round, its
-# worst shape and our own GFLOP/s. OpenBLAS's rate moves from run to run
+# minute of a shared machine falls on all of them. A line a run (the step's
+# ratio to OpenBLAS over a step's matmuls, our GFLOP/s, the worst shape),
+# then a table: each blocking's ratios and rates, round by round. OpenBLAS's rate moves from run to run
 # on a shared machine; our rate beside the ratio says which side moved.
 # kc changes the order of each sum (a result's bits), mc and nc only speed.
 # The default objects are rebuilt at the end. REPS (default 5), BLAS=path
@@ -38,11 +38,11 @@ case "$kernel" in
 esac
 compile=$(make -s -n -W gemm_$kernel.c gemm_$kernel.o | grep "gemm_$kernel\.c")
 [ -n "$compile" ] || { echo "gemm_blockings: cannot find gemm_$kernel.o's compile line"; exit 2; }
-restore() { rm -f gemm_$kernel.o; make -s build bench/bench_gemm > /dev/null; }
+out=$(mktemp)
+restore() { rm -f "$out" "$out.run" gemm_$kernel.o; make -s build bench/bench_gemm > /dev/null; }
 trap 'restore' EXIT
 trap 'exit 130' INT TERM
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-out=$(mktemp)
 echo "gemm_blockings: the $kernel kernel, $OMP_NUM_THREADS threads, best of $REPS, $ROUNDS rounds; $(./train --version | grep '^CPU GEMM')"
 one() {  # one KC MC NC ROUND: compile, link, measure, keep a line in $out and print it
     eval "$compile -D${P}_KC=$1 -D${P}_MC=$2 -D${P}_NC=$3" && make -s bench/bench_gemm > /dev/null || exit 1
@@ -65,4 +65,3 @@ echo "gemm_blockings: kc mc nc | the step's ratio to OpenBLAS, each round | our 
 awk -F'|' '{ k = $1; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
              ratio[k] = ratio[k] " " $3; ours[k] = ours[k] " " $4 }
      END { for (i = 1; i <= n; i++) printf "  %-16s |%s |%s\n", order[i], ratio[order[i]], ours[order[i]] }' "$out"
-rm -f "$out" "$out.run"
