@@ -13,6 +13,8 @@
 #                                  PyTorch); record its table in bench/NOTES.md
 #   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
 #                                  tests 52 s, bench about 90 s), 8 logs
+#   sh test/gpu_session.sh profile ncu's time a kernel name over 2 training steps of
+#                                  make bench's model (bench/NOTES.md: where the step goes)
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -34,12 +36,23 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
     grep -E '^(FAIL|CUDA error|NCCL error)' "$logs/$name.log" | head -20
 }
 
-case "$part" in tests|bench|all) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all"; exit 2 ;; esac
+case "$part" in tests|bench|all|profile) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|profile"; exit 2 ;; esac
 # the machine, the build and --version in one log (the device tool brings 8 files back)
 step build 300 sh -c "nvidia-smi -L; nvcc --version | tail -1; make -j16 build tests $NCCL_ARG && ./train --version"
 grep -E '^GPU 0|^Build|^train: NCCL|^CPU GEMM|^CUDA|^GPU arch|^NCCL' "$logs/build.log"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$GPUS" -ge 1 ] || GPUS=1
+if [ "$part" = profile ]; then
+    # every kernel of 2 steps of make bench's model, its time summed by name (ncu replays each
+    # kernel once for the one metric; the device image has ncu, not nsys). Written before a
+    # session with a GPU could run it.
+    make -s data/tinyshakespeare.txt > /dev/null
+    step profile 400 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+        ./train --data data/tinyshakespeare.txt --vocab 50257 --layers 12 --heads 12 --dim 768 \
+        --max-seq 1024 --seq 1024 --batch 16 --steps 2 --warmup 0 --dtype bf16 --device cuda
+    grep -E 'gpu__time_duration|^  [a-z_]|Kernel|^ +[A-Za-z_]' "$logs/profile.log" | tail -120
+    exit 0
+fi
 if [ "$part" != bench ]; then
     for t in test_gemm test_flash test_kernels; do step "$t" 120 "./test/$t"; done
     step test_model 120 ./test/test_model
