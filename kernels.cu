@@ -263,20 +263,34 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 /* ---------------------------------------------------------------------------
  * Embedding: token row plus position row. */
 
-// out [B,T,C], tokens [B,T], wte [Vp,C], wpe [maxT,C]; one thread per output.
+// out [B,T,C], tokens [B,T], wte [Vp,C], wpe [maxT,C]; one thread per output,
+// or with V per W = Vec<T>::N consecutive outputs as 16-byte loads and a
+// store (C % W == 0, the three arrays 16-byte aligned: the scalar form's one
+// 2-byte load of each table a thread measured 18% of copy on an H200).
 // A token < 0 (outside this rank's slice of the vocabulary) adds no wte row;
 // wpe NULL adds no position row. Either missing term is a 0, as in ops.c.
-template <typename T>
+template <typename T, bool V>
 __global__ void encoder_forward_kernel(T *out, const int *tokens, const T *wte, const T *wpe,
                                        int Tn, int C, size_t total) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
+    constexpr int W = V ? Vec<T>::N : 1;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * W; i < total;
+         i += (size_t)gridDim.x * blockDim.x * W) {
         size_t bt = i / C;
         int c = (int)(i % C), t = (int)(bt % Tn);
         int tok = tokens[bt];
-        float te = tok >= 0 ? ld(wte, (size_t)tok * C + c) : 0.0f;
-        float pe = wpe ? ld(wpe, (size_t)t * C + c) : 0.0f;
-        st(out, i, te + pe);
+        if (!V) {
+            float te = tok >= 0 ? ld(wte, (size_t)tok * C + c) : 0.0f;
+            float pe = wpe ? ld(wpe, (size_t)t * C + c) : 0.0f;
+            st(out, i, te + pe);
+            continue;
+        }
+        Vec<T> te, pe, o;
+        if (tok >= 0) te = ldv(wte, (size_t)tok * C + c);
+        if (wpe) pe = ldv(wpe, (size_t)t * C + c);
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            vset(o, k, (tok >= 0 ? vget(te, k) : 0.0f) + (wpe ? vget(pe, k) : 0.0f));
+        stv(out, i, o);
     }
 }
 
@@ -349,28 +363,6 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const T *dout, int B, i
     }
 }
 
-// The same a 16-byte vector a thread (C % W == 0, the three arrays 16-byte
-// aligned): the scalar kernel's one 2-byte load of each table a thread kept
-// too few bytes in flight (18% of copy on an H200, bench/NOTES.md).
-template <typename T>
-__global__ void encoder_forward_vec_kernel(T *out, const int *tokens, const T *wte, const T *wpe,
-                                           int Tn, int C, size_t total) {
-    constexpr int W = Vec<T>::N;
-    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * W; i < total;
-         i += (size_t)gridDim.x * blockDim.x * W) {
-        size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % Tn);
-        int tok = tokens[bt];
-        Vec<T> te, pe, o;
-        if (tok >= 0) te = ldv(wte, (size_t)tok * C + c);
-        if (wpe) pe = ldv(wpe, (size_t)t * C + c);
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            vset(o, k, (tok >= 0 ? vget(te, k) : 0.0f) + (wpe ? vget(pe, k) : 0.0f));
-        stv(out, i, o);
-    }
-}
-
 template <typename T>
 static void encoder_forward(Dev *d, void *out, const int *tokens, const void *wte, const void *wpe,
                             int B, int Tn, int C) {
@@ -378,12 +370,12 @@ static void encoder_forward(Dev *d, void *out, const int *tokens, const void *wt
     if (!total) return;
     constexpr int W = Vec<T>::N;
     if (C % W == 0 && aligned16(out) && aligned16(wte) && (!wpe || aligned16(wpe))) {
-        encoder_forward_vec_kernel<T><<<elementwise_grid(total / W, 256), 256, 0, STREAM(d)>>>(
+        encoder_forward_kernel<T, true><<<elementwise_grid(total / W, 256), 256, 0, STREAM(d)>>>(
             (T *)out, tokens, (const T *)wte, (const T *)wpe, Tn, C, total);
-        LAUNCH_CHECK(encoder_forward_vec_kernel);
+        LAUNCH_CHECK(encoder_forward_kernel);
         return;
     }
-    encoder_forward_kernel<T><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
+    encoder_forward_kernel<T, false><<<elementwise_grid(total, 256), 256, 0, STREAM(d)>>>(
         (T *)out, tokens, (const T *)wte, (const T *)wpe, Tn, C, total);
     LAUNCH_CHECK(encoder_forward_kernel);
 }
@@ -1362,9 +1354,16 @@ static void widen(Dev *d, float *dst, const void *src, size_t n) {
 #define CE_THREADS 512
 
 // losses [N], logits [N,Vp] (overwritten with its gradient if dloss != 0), targets [N]
-template <typename T>
-__global__ void crossentropy_kernel(float *losses, T *logits, const int *targets, int V, int Vp,
+// V: each thread takes W = Vec<T>::N consecutive columns at a time with
+// 16-byte loads and stores (Vp % W == 0, logits 16-byte aligned). The scalar
+// form keeps one 2- or 4-byte load a thread in flight and measured 22% of
+// the copy's bandwidth on an H200 (3.6 ms at GPT-2's 16384 x 50304,
+// bench/NOTES.md); a vector a load is W times the bytes in flight. A run of
+// W values' max first, then at most one rescale of the running sum.
+template <typename T, bool V>
+__global__ void crossentropy_kernel(float *losses, T *logits, const int *targets, int Vr, int Vp,
                                     float dloss) {
+    constexpr int W = V ? Vec<T>::N : 1;
     __shared__ float shared_f[32];
     int n = blockIdx.x;
     T *z = logits + (size_t)n * Vp;
@@ -1373,67 +1372,42 @@ __global__ void crossentropy_kernel(float *losses, T *logits, const int *targets
 
     // one pass: a running max and a sum rescaled when the max grows (online softmax)
     float maxv = -INFINITY, sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = ld(z, (size_t)v);
-        if (x > maxv) { sum *= expf(maxv - x); maxv = x; }
-        sum += expf(x - maxv);
-    }
-    float bmax = block_max(maxv, shared_f);
-    sum = block_sum(maxv == -INFINITY ? 0.0f : sum * expf(maxv - bmax), shared_f);
-    float logsum = logf(sum) + bmax;
-    if (threadIdx.x == 0) losses[n] = logsum - zy;
-    if (dloss != 0.0f) {
-        // Each element is read and written by the same thread: no barrier needed.
-        for (int v = threadIdx.x; v < Vp; v += blockDim.x)
-            st(z, (size_t)v, v < V ? dloss * (expf(ld(z, (size_t)v) - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f);
-    }
-}
-
-/* The same with 16-byte loads and stores, where a row is whole vectors (Vp a
- * multiple of W, the logits 16-byte aligned). The scalar kernel keeps one
- * 2- or 4-byte load a thread in flight and measured 22% of the copy's
- * bandwidth on an H200 (3.6 ms at GPT-2's 16384 x 50304, bench/NOTES.md);
- * a vector a load is W times the bytes in flight. A vector's max first,
- * then at most one rescale of the running sum: W + 1 exponentials for W
- * values where the scalar loop may take 2W. */
-template <typename T>
-__global__ void crossentropy_vec_kernel(float *losses, T *logits, const int *targets, int V, int Vp,
-                                        float dloss) {
-    constexpr int W = Vec<T>::N;
-    __shared__ float shared_f[32];
-    int n = blockIdx.x;
-    T *z = logits + (size_t)n * Vp;
-    int y = targets[n];
-    float zy = ld(z, (size_t)y);  // read before any thread overwrites the row
-
-    float maxv = -INFINITY, sum = 0.0f;
-    for (int v0 = threadIdx.x * W; v0 < V; v0 += blockDim.x * W) {
-        const Vec<T> x = ldv(z, (size_t)v0);
+    for (int v0 = threadIdx.x * W; v0 < Vr; v0 += blockDim.x * W) {
+        float x[W];
+        if (V) {
+            const Vec<T> r = ldv(z, (size_t)v0);
+#pragma unroll
+            for (int k = 0; k < W; k++) x[k] = vget(r, k);
+        } else {
+            x[0] = ld(z, (size_t)v0);
+        }
         float m = maxv;
 #pragma unroll
         for (int k = 0; k < W; k++)
-            if (v0 + k < V) m = fmaxf(m, vget(x, k));
+            if (v0 + k < Vr) m = fmaxf(m, x[k]);
         if (m > maxv) { sum *= expf(maxv - m); maxv = m; }
 #pragma unroll
         for (int k = 0; k < W; k++)
-            if (v0 + k < V) sum += expf(vget(x, k) - maxv);
+            if (v0 + k < Vr) sum += expf(x[k] - maxv);
     }
     float bmax = block_max(maxv, shared_f);
     sum = block_sum(maxv == -INFINITY ? 0.0f : sum * expf(maxv - bmax), shared_f);
     float logsum = logf(sum) + bmax;
     if (threadIdx.x == 0) losses[n] = logsum - zy;
-    if (dloss != 0.0f) {
-        // Each vector is read and written by the same thread: no barrier needed.
-        for (int v0 = threadIdx.x * W; v0 < Vp; v0 += blockDim.x * W) {
-            const Vec<T> x = ldv(z, (size_t)v0);
-            Vec<T> g;
+    if (dloss == 0.0f) return;
+    // Each element is read and written by the same thread: no barrier needed.
+    for (int v0 = threadIdx.x * W; v0 < Vp; v0 += blockDim.x * W) {
+        Vec<T> r;
+        if (V) r = ldv(z, (size_t)v0);
 #pragma unroll
-            for (int k = 0; k < W; k++) {
-                int v = v0 + k;
-                vset(g, k, v < V ? dloss * (expf(vget(x, k) - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f);
-            }
-            stv(z, (size_t)v0, g);
+        for (int k = 0; k < W; k++) {
+            int v = v0 + k;
+            float x = V ? vget(r, k) : ld(z, (size_t)v);
+            float g = v < Vr ? dloss * (expf(x - logsum) - (v == y ? 1.0f : 0.0f)) : 0.0f;
+            if (V) vset(r, k, g);
+            else st(z, (size_t)v, g);
         }
+        if (V) stv(z, (size_t)v0, r);
     }
 }
 
@@ -1442,11 +1416,11 @@ static void crossentropy(Dev *d, float *losses, void *logits, const int *targets
                          int Vp, float dloss) {
     if (N <= 0) return;
     if (Vp % Vec<T>::N == 0 && aligned16(logits)) {
-        crossentropy_vec_kernel<T><<<N, CE_THREADS, 0, STREAM(d)>>>(losses, (T *)logits, targets, V, Vp, dloss);
-        LAUNCH_CHECK(crossentropy_vec_kernel);
+        crossentropy_kernel<T, true><<<N, CE_THREADS, 0, STREAM(d)>>>(losses, (T *)logits, targets, V, Vp, dloss);
+        LAUNCH_CHECK(crossentropy_kernel);
         return;
     }
-    crossentropy_kernel<T><<<N, CE_THREADS, 0, STREAM(d)>>>(losses, (T *)logits, targets, V, Vp, dloss);
+    crossentropy_kernel<T, false><<<N, CE_THREADS, 0, STREAM(d)>>>(losses, (T *)logits, targets, V, Vp, dloss);
     LAUNCH_CHECK(crossentropy_kernel);
 }
 
