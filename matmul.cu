@@ -811,8 +811,8 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
  * Split (with a work buffer, N % 8 == 0, dout 16-byte aligned): the rows in
  * chunks of MM_BG_ROWS, a block a chunk and 256 columns (32 x 8 threads, a
  * thread 8 columns as one 16-byte load a row, rows ty, ty+8, ...), its 8 row
- * lanes added in order into work [chunks][N]; then one thread a column adds
- * the chunks in order to dbias. At GPT-2's 16384 rows that is 128 chunks
+ * lanes added in order into work [chunks][N]; then 16 lanes a column add
+ * the chunks, each its share in order, and the lanes in order, to dbias. At GPT-2's 16384 rows that is 128 chunks
  * and 384-1536 blocks.
  *
  * Whole (no work buffer, or an odd N): block 32 (columns) x 16 (row lanes),
@@ -877,13 +877,22 @@ mm_bias_grad_split_kernel(float *work, const bf16 *dout, int M, int N) {
     }
 }
 
-// dbias [N] += sum over k < chunks of work [k][N], k in order
+// dbias [N] += sum over k < chunks of work [k][N] in a fixed order: block 32
+// columns x 16 lanes, lane y adding chunks y, y + 16, ... in order, then the
+// lanes in order (as kernels.cu's partials_add_kernel: one thread a column
+// would walk 128 chunks in a chain of loads).
 __global__ void mm_bias_grad_sum_kernel(float *dbias, const float *work, int chunks, int N) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N) return;
+    __shared__ float lane[16][33];
+    const int n = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
     float t = 0.0f;
-    for (int k = 0; k < chunks; k++) t += work[(size_t)k * N + n];
-    dbias[n] += t;
+    if (n < N)
+        for (int k = y; k < chunks; k += 16) t += work[(size_t)k * N + n];
+    lane[y][threadIdx.x] = t;
+    __syncthreads();
+    if (y == 0 && n < N) {
+        for (int j = 1; j < 16; j++) t += lane[j][threadIdx.x];
+        dbias[n] += t;
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -1235,6 +1244,6 @@ extern "C" void tc_bias_grad(float *dbias, const void *dout, int M, int N, float
     mm_bias_grad_split_kernel<<<dim3((unsigned)mm_ceil_div(N, 256), (unsigned)chunks), dim3(32, 8), 0,
                                 (cudaStream_t)stream>>>(work, (const bf16 *)dout, M, N);
     MM_LAUNCH_CHECK(mm_bias_grad_split_kernel);
-    mm_bias_grad_sum_kernel<<<(unsigned)mm_ceil_div(N, 256), 256, 0, (cudaStream_t)stream>>>(dbias, work, chunks, N);
+    mm_bias_grad_sum_kernel<<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(dbias, work, chunks, N);
     MM_LAUNCH_CHECK(mm_bias_grad_sum_kernel);
 }
