@@ -20,15 +20,17 @@
  * packed panels, and a partial block of C goes through a small buffer, so
  * the micro-kernel (and its arithmetic) is the same for every element.
  *
- * Threads split the output, never K: the team divides M into one
- * contiguous range of rows a thread, packs each panel of B together (each
- * thread a share of its micro-panels, then a barrier) and each thread packs
- * its own rows of A, so nothing is packed twice; no two threads write the
- * same element. (With fewer row blocks than threads, a product of a few
- * rows, the columns are split instead and each thread packs its own.) Each
- * element is summed over the same K blocks in the same order by the same
- * kernel whichever thread has it, so the result is the same bits for 1, 2
- * or 3 threads.
+ * Threads split the output, never K: the team divides either M or N into
+ * one contiguous range of whole micro-blocks a thread. Split by rows, the
+ * team packs each panel of B together (each thread a share of its
+ * micro-panels, then a barrier) and each thread packs its own rows of A;
+ * split by columns, the roles swap: A packed together, each thread its own
+ * B. Nothing is packed twice and no two threads write the same element.
+ * gemm() takes the split that leaves the busiest thread fewer blocks to run
+ * (GPT-2's products of 256 rows split by columns at 2 threads: 43 row
+ * blocks of 6 do not halve). Each element is summed over the same K blocks
+ * in the same order by the same kernel whichever thread has it, so the
+ * result is the same bits for 1, 2 or 3 threads, and for either split.
  *
  * The kernel is chosen once, on the first call: TRAIN_GEMM if set, else
  * AVX-512, else AVX2 with FMA (__builtin_cpu_supports), else the plain C
@@ -206,31 +208,48 @@ typedef struct {
     int accumulate;  /* C holds what the first K block adds to */
 } GemmJob;
 
-/* C[i0:i1, j0:j1] of the job, with buffers Ap [mc*kc], Bp [kc*nc] and a
- * [mr*nr] edge tile. Thread t of a team of nt that share Bp (every member
- * calls this with the same j0, j1): each packs its share of B's micro-panels,
- * and the team waits at a barrier before any reads the panel and again before
- * the next one overwrites it. nt 1: a thread alone, no barriers. */
+/* C[i0:i1, j0:j1] of the job, in jblocks blocks of nc columns, with buffers
+ * Ap [mc*kc], Bp [kc*nc] and a [mr*nr] edge tile. Thread t of a team of nt
+ * shares one packed operand with the others: B when the team splits the rows
+ * (share_a 0: every member has the same j0, j1), A when it splits the
+ * columns (share_a 1: every member has the same i0, i1 and jblocks, some
+ * perhaps with no columns left in the last blocks). Each member packs its
+ * share of the shared operand's micro-panels, and the team waits at a
+ * barrier before any reads it and again before the next one overwrites it;
+ * the other operand is the thread's own. nt 1: a thread alone, no barriers. */
 static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, int j0, int j1,
-                      float *Ap, float *Bp, float *edge, int t, int nt) {
+                      int jblocks, float *Ap, float *Bp, float *edge, int t, int nt, int share_a) {
     const int mr = kn->mr, nr = kn->nr;
-    for (int jc = j0; jc < j1; jc += kn->nc) {
-        int nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
-        int panels = (nc + nr - 1) / nr, p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+    for (int jb = 0; jb < jblocks; jb++) {
+        int jc = j0 + jb * kn->nc, nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
+        if (nc < 0) nc = 0;  /* a member past its columns still packs its share of A */
         for (int pc = 0; pc < g->K; pc += kn->kc) {
             int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
             int load_c = pc > 0 || g->accumulate;
-            if (p0 < p1) {  /* this thread's micro-panels p0..p1-1 of B[pc:pc+kc, jc:jc+nc] */
+            /* micro-panels p0..p1-1 of B[pc:pc+kc, jc:jc+nc]: a share, or all of them */
+            int panels = (nc + nr - 1) / nr;
+            int p0 = share_a ? 0 : panels * t / nt, p1 = share_a ? panels : panels * (t + 1) / nt;
+            if (p0 < p1) {
                 int cols = (p1 * nr < nc ? p1 * nr : nc) - p0 * nr;
                 pack_panels(kn, cols, kc, g->B + pc * g->b_rs + (size_t)(jc + p0 * nr) * g->b_cs,
                             g->b_cs, g->b_rs, nr, Bp + (size_t)p0 * nr * kc);
             }
-            if (nt > 1) {
+            if (nt > 1 && !share_a) {
                 #pragma omp barrier
             }
             for (int ic = i0; ic < i1; ic += kn->mc) {
                 int mc = i1 - ic < kn->mc ? i1 - ic : kn->mc;
-                pack_panels(kn, mc, kc, g->A + ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
+                /* micro-panels q0..q1-1 of A[ic:ic+mc, pc:pc+kc]: a share, or all of them */
+                int apanels = (mc + mr - 1) / mr;
+                int q0 = share_a ? apanels * t / nt : 0, q1 = share_a ? apanels * (t + 1) / nt : apanels;
+                if (q0 < q1) {
+                    int rows = (q1 * mr < mc ? q1 * mr : mc) - q0 * mr;
+                    pack_panels(kn, rows, kc, g->A + (size_t)(ic + q0 * mr) * g->a_rs + pc * g->a_cs,
+                                g->a_rs, g->a_cs, mr, Ap + (size_t)q0 * mr * kc);
+                }
+                if (nt > 1 && share_a) {
+                    #pragma omp barrier
+                }
                 for (int jr = 0; jr < nc; jr += nr) {
                     const float *bp = Bp + (size_t)jr * kc;
                     int cols = nc - jr < nr ? nc - jr : nr;
@@ -246,8 +265,11 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
                         for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
                     }
                 }
+                if (nt > 1 && share_a) {
+                    #pragma omp barrier
+                }
             }
-            if (nt > 1) {
+            if (nt > 1 && !share_a) {
                 #pragma omp barrier
             }
         }
@@ -259,6 +281,12 @@ static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
           size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
+    gemm_split(GEMM_SPLIT_AUTO, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
+}
+
+void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_rs, size_t a_cs,
+                const float *B, size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate,
+                const float *bias) {
     if (M <= 0 || N <= 0) return;
     const GemmKernel *kn = gemm_kernel();
     if (bias || (!accumulate && K <= 0)) {  /* C starts at bias (or 0) and accumulates */
@@ -270,12 +298,17 @@ void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const f
     if (K <= 0) return;
     GemmJob g = {M, N, K, A, B, a_rs, a_cs, b_rs, b_cs, ldc, C, accumulate};
     /* Threads: the rows split in contiguous ranges of whole micro-blocks, one
-     * packed B shared by the team (BLIS's ic loop in parallel); with fewer row
-     * blocks than threads (a few rows: sampling), the columns, each thread
-     * packing its own B and all of the (small) A. */
+     * packed B shared by the team (BLIS's ic loop in parallel), or the columns
+     * split the same way, one packed A shared (its jr loop in parallel).
+     * AUTO takes whichever leaves the busiest thread fewer micro-blocks to
+     * run, the rows on a tie. 256 x 768 with the 6 x 16 kernel on 2 threads:
+     * by rows 22 of 43 row blocks x 48 = 1056, by columns 24 x 43 = 1032
+     * (measured 4-8% faster over a step's products on a Zen 3). A few rows
+     * (sampling) split the columns too. */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     int mblocks = (M + kn->mr - 1) / kn->mr, nblocks = (N + kn->nr - 1) / kn->nr;
-    int split_m = mblocks >= nt || mblocks >= nblocks;
+    long by_rows = (long)((mblocks + nt - 1) / nt) * nblocks, by_cols = (long)((nblocks + nt - 1) / nt) * mblocks;
+    int split_m = split == GEMM_SPLIT_ROWS || (split == GEMM_SPLIT_AUTO && by_rows <= by_cols);
     int blocks = split_m ? mblocks : nblocks;
     if (nt > blocks) nt = blocks;
     int unit = split_m ? kn->mr : kn->nr, len = split_m ? M : N;
@@ -283,26 +316,29 @@ void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const f
     int rows = (int)round_up(split_m ? most : M, kn->mr), cols = (int)round_up(split_m ? N : most, kn->nr);
     int mc = kn->mc < rows ? kn->mc : rows, nc = kn->nc < cols ? kn->nc : cols;  /* a thread's part at most */
     int kc = kn->kc < K ? kn->kc : K;
-    /* one buffer: [shared Bp] then each thread's [Ap, (own Bp), edge], 64-byte aligned parts */
+    int jblocks = (cols + kn->nc - 1) / kn->nc;  /* the same for every member (columns split) */
+    /* one buffer: the shared operand's block (Bp when the rows are split, Ap
+     * when the columns are), then each thread's own block and edge tile,
+     * 64-byte aligned parts */
     size_t a_floats = round_up((size_t)mc * kc, 16), b_floats = round_up((size_t)kc * nc, 16);
-    size_t own = a_floats + (split_m ? 0 : b_floats) + round_up((size_t)kn->mr * kn->nr, 16);
-    size_t floats = (split_m ? b_floats : 0) + nt * own;
+    size_t edge_floats = round_up((size_t)kn->mr * kn->nr, 16);
+    size_t shared_floats = split_m ? b_floats : a_floats, own = (split_m ? a_floats : b_floats) + edge_floats;
+    size_t floats = shared_floats + nt * own;
     void *mem = NULL;
     if (posix_memalign(&mem, 64, floats * sizeof(float))) {
         fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
         exit(1);
     }
-    float *shared = mem, *mine0 = shared + (split_m ? b_floats : 0);
+    float *shared = mem;
     #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num();
         int lo = blocks * t / nt * unit, hi = blocks * (t + 1) / nt * unit;
         if (hi > len) hi = len;
-        float *Ap = mine0 + t * own;                        /* [mc*kc] */
-        float *Bp = split_m ? shared : Ap + a_floats;       /* [kc*nc] */
-        float *edge = Ap + own - round_up((size_t)kn->mr * kn->nr, 16);  /* [mr*nr] */
-        if (split_m) gemm_part(kn, &g, lo, hi, 0, N, Ap, Bp, edge, t, nt);
-        else gemm_part(kn, &g, 0, M, lo, hi, Ap, Bp, edge, 0, 1);
+        float *mine = shared + shared_floats + t * own;  /* [own block] then [edge] */
+        float *edge = mine + own - edge_floats;           /* [mr*nr] */
+        if (split_m) gemm_part(kn, &g, lo, hi, 0, N, (N + kn->nc - 1) / kn->nc, mine, shared, edge, t, nt, 0);
+        else gemm_part(kn, &g, 0, M, lo, hi, jblocks, shared, mine, edge, t, nt, 1);
     }
     free(mem);
 }

@@ -26,6 +26,18 @@
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
           size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias);
 
+/* How gemm() divides C between its threads: by rows, the team sharing each
+ * packed block of B; by columns, sharing each packed block of A; or (AUTO,
+ * what gemm() does) whichever leaves the busiest thread fewer micro-blocks.
+ * The bits are the same every way: the forced forms are for the tests and
+ * bench_gemm --split. */
+typedef enum { GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS } GemmSplit;
+
+/* gemm() with the division of C chosen. */
+void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_rs, size_t a_cs,
+                const float *B, size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate,
+                const float *bias);
+
 /* The same product as plain loops, each element summed in k order in float:
  * the specification the fast kernels are tested against. One thread. */
 void gemm_reference(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs,

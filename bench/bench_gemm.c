@@ -1,6 +1,7 @@
 /* bench/bench_gemm.c: our CPU GEMM (gemm.c) beside OpenBLAS's sgemm, at GPT-2 124M's shapes.
  *
  *   bench/bench_gemm --blas /path/to/libopenblas.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]
+ *                    [--split auto|rows|cols]
  *
  * For each linear of GPT-2 124M (qkv 768 -> 2304, attproj 768 -> 768, fc
  * 768 -> 3072, fcproj 3072 -> 768, the head 768 -> 50304) at R rows (batch
@@ -21,6 +22,10 @@
  * on a loaded machine, with one thread (OMP_NUM_THREADS=1), it counts only
  * the time the product really ran (with more threads it would count their
  * sum, spinning included, so it is refused there).
+ *
+ * --split rows or cols forces how our gemm divides C between its threads
+ * (gemm_split in gemm.h), to compare the two on a machine; auto, the
+ * default, is what training does.
  *
  * Prints one line a product, then a "step" line: the flops of a training
  * step's matmuls (each block linear 12 times, the head once) over their
@@ -112,12 +117,16 @@ static float *filled(size_t n) {
 int main(int argc, char **argv) {
     const char *path = NULL;
     int R = 256, reps = 5, rounds = 2;
+    GemmSplit split = GEMM_SPLIT_AUTO;
+    const char *split_names[] = {"auto", "rows", "cols"};
     clockid_t clock = CLOCK_MONOTONIC;
     static const struct option longopts[] = {
         {"blas", required_argument, NULL, 'b'}, {"rows", required_argument, NULL, 'r'},
         {"reps", required_argument, NULL, 'n'}, {"rounds", required_argument, NULL, 'o'},
-        {"cpu-clock", no_argument, NULL, 'c'},  {NULL, 0, NULL, 0}};
-    const char *usage = "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]\n";
+        {"cpu-clock", no_argument, NULL, 'c'},  {"split", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0}};
+    const char *usage = "usage: bench_gemm --blas LIBOPENBLAS.so [--rows R] [--reps N] [--rounds N] [--cpu-clock]"
+                        " [--split auto|rows|cols]\n";
     int ch;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
@@ -127,6 +136,16 @@ int main(int argc, char **argv) {
         switch (ch) {
         case 'b': path = optarg; break;
         case 'c': clock = CLOCK_PROCESS_CPUTIME_ID; break;
+        case 's': {
+            int i = 0;
+            while (i < 3 && strcmp(optarg, split_names[i])) i++;
+            if (i == 3) {
+                fprintf(stderr, "bench_gemm: --split %s: expected auto, rows or cols\n", optarg);
+                return 2;
+            }
+            split = (GemmSplit)i;
+            break;
+        }
         case 'r': case 'n': case 'o':
             if (bad_count) {
                 fprintf(stderr, "bench_gemm: --%s %s: expected a count >= 1\n",
@@ -156,8 +175,8 @@ int main(int argc, char **argv) {
     char cpu[128];
     const char *isa;
     gemm_cpu_describe(cpu, sizeof cpu, &isa);
-    printf("cpu: %s, %s; our kernel %s, %d threads; %s clock\n", cpu, isa, gemm_kernel_name(), threads,
-           clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
+    printf("cpu: %s, %s; our kernel %s, %d threads, C split %s; %s clock\n", cpu, isa, gemm_kernel_name(),
+           threads, split_names[split], clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
     printf("blas: %s (%s), %d threads\n", blas.config, path, blas.threads);
     printf("%-8s %-5s %6s %6s %6s %9s %9s %6s\n", "linear", "prod", "M", "N", "K", "ours", "openblas", "ratio");
     struct { const char *name; int C, OC; } lin[] = {
@@ -179,11 +198,11 @@ int main(int argc, char **argv) {
             for (int side = 0; side < 2; side++, idle(0.3))
                 for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
                     double t0 = now(clock);
-                    if (p == 0 && side == 0) gemm(R, OC, C, X, C, 1, W, 1, C, Y, OC, 0, NULL);
+                    if (p == 0 && side == 0) gemm_split(split, R, OC, C, X, C, 1, W, 1, C, Y, OC, 0, NULL);
                     if (p == 0 && side == 1) blas_sgemm(&blas, NO_TRANS, TRANS, R, OC, C, X, C, W, C, 0, Y, OC);
-                    if (p == 1 && side == 0) gemm(R, C, OC, Y, OC, 1, W, C, 1, dX, C, 1, NULL);
+                    if (p == 1 && side == 0) gemm_split(split, R, C, OC, Y, OC, 1, W, C, 1, dX, C, 1, NULL);
                     if (p == 1 && side == 1) blas_sgemm(&blas, NO_TRANS, NO_TRANS, R, C, OC, Y, OC, W, C, 1, dX, C);
-                    if (p == 2 && side == 0) gemm(OC, C, R, Y, 1, OC, X, C, 1, dW, C, 1, NULL);
+                    if (p == 2 && side == 0) gemm_split(split, OC, C, R, Y, 1, OC, X, C, 1, dW, C, 1, NULL);
                     if (p == 2 && side == 1) blas_sgemm(&blas, TRANS, NO_TRANS, OC, C, R, Y, OC, X, C, 1, dW, C);
                     double t = now(clock) - t0;
                     if (r > 0 && t < best[side]) best[side] = t;

@@ -8,8 +8,8 @@
  *    in qkv, K not a multiple of the K block, accumulate, bias), each
  *    element within 4 K eps of sum_k |a b| (the two differ only in the
  *    order of rounding);
- *  - the same bits for 1, 2 and 3 threads, on shapes split by rows (B
- *    packed by the team) and a shape of a few rows split by columns;
+ *  - the same bits for 1, 2 and 3 threads, C split by rows (B packed by
+ *    the team), by columns (A packed by the team) and as gemm() chooses;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c.
  * Once, beside the kernels: the gradient norm's sum on its grid (optim.h)
@@ -85,16 +85,16 @@ static double gemm_case(const Shape *s, unsigned long long *seed, double *worst)
     return untouched;
 }
 
-/* gemm of one shape with t threads into a fresh C; the caller frees it. */
-static float *gemm_threads(const Shape *s, int t) {
+/* gemm of one shape with t threads, C split as asked, into a fresh C; the caller frees it. */
+static float *gemm_threads(const Shape *s, int t, GemmSplit split) {
     unsigned long long seed = 7;
     int M = s->M, N = s->N, K = s->K;
     size_t lda = (size_t)(s->at ? M : K), ldb = (size_t)(s->bt ? K : N);
     float *A = urand((size_t)M * K, &seed), *B = urand((size_t)K * N, &seed);
     float *C = urand((size_t)M * N, &seed), *bias = urand((size_t)N, &seed);
     omp_set_num_threads(t);
-    gemm(M, N, K, A, s->at ? 1 : lda, s->at ? lda : 1, B, s->bt ? 1 : ldb, s->bt ? ldb : 1, C, N,
-         s->acc, s->bias ? bias : NULL);
+    gemm_split(split, M, N, K, A, s->at ? 1 : lda, s->at ? lda : 1, B, s->bt ? 1 : ldb, s->bt ? ldb : 1,
+               C, N, s->acc, s->bias ? bias : NULL);
     free(A); free(B); free(bias);
     return C;
 }
@@ -190,19 +190,33 @@ static int run_kernel(Checks *c, const char *want) {
         check(c, worst <= 4 && untouched, name, "largest error %.3g K eps of sum |a b| (bound 4)%s", worst,
               untouched ? "" : "; wrote past N in C's padding");
     }
+    /* Each under both splits and gemm()'s own choice, with 2 and 3 threads,
+     * against one thread's bits. */
     const Shape split[] = {
-        {"rows split, B packed by the team (M > N), 301 x 47 x 300", 301, 47, 300, 1, 0, 0, 1, 0},
-        {"rows split, B packed by the team (N > M), 29 x 517 x 290", 29, 517, 290, 0, 1, 0, 0, 1},
-        {"rows split, two column panels (N > nc), 13 x 3100 x 300", 13, 3100, 300, 0, 1, 0, 1, 0},
-        {"columns split (fewer row blocks than threads), 3 x 517 x 290", 3, 517, 290, 1, 1, 0, 0, 1},
+        {"301 x 47 x 300 (M > N; M past one row block)", 301, 47, 300, 1, 0, 0, 1, 0},
+        {"29 x 517 x 290 (N > M)", 29, 517, 290, 0, 1, 0, 0, 1},
+        {"13 x 3100 x 300 (N past one column block)", 13, 3100, 300, 0, 1, 0, 1, 0},
+        {"3 x 517 x 290 (fewer row blocks than threads)", 3, 517, 290, 1, 1, 0, 0, 1},
+        /* by columns on 2 threads, one thread's columns end on a whole block
+         * (nc 1024, 2048, 3072) and the other's need one more: it packs its
+         * share of A for a block in which it has no columns */
+        {"30 x 2080 x 70 (avx512: one thread's columns end on its nc)", 30, 2080, 70, 0, 1, 0, 0, 0},
+        {"30 x 4112 x 70 (plain: one thread's columns end on its nc)", 30, 4112, 70, 0, 1, 0, 0, 0},
+        {"30 x 6160 x 70 (avx2: one thread's columns end on its nc)", 30, 6160, 70, 0, 1, 0, 0, 0},
     };
+    const GemmSplit splits[] = {GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS};
+    const char *split_names[] = {"gemm()'s choice", "by rows", "by columns"};
     for (size_t i = 0; i < sizeof split / sizeof *split; i++) {
-        float *c1 = gemm_threads(&split[i], 1), *c2 = gemm_threads(&split[i], 2);
-        float *c3 = gemm_threads(&split[i], 3);
+        float *c1 = gemm_threads(&split[i], 1, GEMM_SPLIT_AUTO);
         size_t n = (size_t)split[i].M * split[i].N;
-        snprintf(name, sizeof name, "gemm %s: same bits with 1, 2, 3 threads, %s", kn, split[i].what);
-        check(c, !memcmp(c1, c2, n * 4) && !memcmp(c1, c3, n * 4), name, "%zu elements compared", n);
-        free(c1); free(c2); free(c3);
+        for (int sp = 0; sp < 3; sp++) {
+            float *c2 = gemm_threads(&split[i], 2, splits[sp]), *c3 = gemm_threads(&split[i], 3, splits[sp]);
+            snprintf(name, sizeof name, "gemm %s: same bits with 1, 2, 3 threads, %s, %s", kn, split_names[sp],
+                     split[i].what);
+            check(c, !memcmp(c1, c2, n * 4) && !memcmp(c1, c3, n * 4), name, "%zu elements compared", n);
+            free(c2); free(c3);
+        }
+        free(c1);
     }
     omp_set_num_threads(2);
     check_ops(c, kn);
