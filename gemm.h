@@ -28,7 +28,8 @@ void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const f
 
 /* How gemm() divides C between its threads: by rows, the team sharing each
  * packed block of B; by columns, sharing each packed block of A; or (AUTO,
- * what gemm() does) whichever leaves the busiest thread fewer micro-blocks.
+ * what gemm() does) the split that balances the threads' micro-blocks, and
+ * between near-equals the one that shares the smaller operand (gemm.c).
  * The bits are the same every way: the forced forms are for the tests and
  * bench_gemm --split. */
 typedef enum { GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS } GemmSplit;
