@@ -15,6 +15,11 @@
 #                                  tests 52 s, bench about 90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu's time a kernel name over 2 training steps of
 #                                  make bench's model (bench/NOTES.md: where the step goes)
+#   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
+#                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
+#                                  bench_gemm with C split by rows and by columns, then
+#                                  make bench-cpu; OpenBLAS from the image's numpy (BLAS=path
+#                                  to choose another). Written before a session could run it.
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -36,7 +41,7 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
     grep -E '^(FAIL|CUDA error|NCCL error)' "$logs/$name.log" | head -20
 }
 
-case "$part" in tests|bench|all|profile) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|profile"; exit 2 ;; esac
+case "$part" in tests|bench|all|profile|cpu) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|profile|cpu"; exit 2 ;; esac
 # the machine, the build and --version in one log (the device tool brings 8 files back)
 step build 300 sh -c "nvidia-smi -L; nvcc --version | tail -1; make -j16 build tests $NCCL_ARG && ./train --version"
 grep -E '^GPU 0|^Build|^train: NCCL|^CPU GEMM|^CUDA|^GPU arch|^NCCL' "$logs/build.log"
@@ -51,6 +56,25 @@ if [ "$part" = profile ]; then
         ./train --data data/tinyshakespeare.txt --vocab 50257 --layers 12 --heads 12 --dim 768 \
         --max-seq 1024 --seq 1024 --batch 16 --steps 2 --warmup 0 --dtype bf16 --device cuda
     grep -E 'gpu__time_duration|^  [a-z_]|Kernel|^ +[A-Za-z_]' "$logs/profile.log" | tail -120
+    exit 0
+fi
+if [ "$part" = cpu ]; then
+    # 2 cores, as issue 23's figures are taken; the first two this shell may use
+    cores=$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0))[:2])))')
+    BLAS=${BLAS:-$(python3 -c 'import glob, os, numpy
+d = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), "numpy.libs")
+print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)}
+    echo "cpu: cores $cores; OpenBLAS ${BLAS:-not found}"; grep -m1 'model name' /proc/cpuinfo
+    make -s bench/bench_gemm bench/bench_ops > /dev/null || exit 1
+    pin="env OMP_NUM_THREADS=2 taskset -c $cores"
+    step cpu_gemm_test 120 $pin ./test/test_cpu_gemm
+    [ -n "$BLAS" ] || { echo "cpu: no OpenBLAS in the image's numpy: give BLAS=path"; exit 1; }
+    for sp in rows cols; do
+        step "cpu_split_$sp" 150 $pin ./bench/bench_gemm --blas "$BLAS" --rounds 2 --split $sp
+        tail -17 "$logs/cpu_split_$sp.log"
+    done
+    step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
+    grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
     exit 0
 fi
 if [ "$part" != bench ]; then
