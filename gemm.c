@@ -327,8 +327,9 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
     int jblocks = (cols + kn->nc - 1) / kn->nc;  /* the same for every member (columns split) */
     /* one buffer: the shared operand's block (Bp when the rows are split, Ap
      * when the columns are), then each thread's own block and edge tile,
-     * 64-byte aligned parts */
-    size_t a_floats = round_up((size_t)mc * kc, 16), b_floats = round_up((size_t)kc * nc, 16);
+     * 64-byte aligned parts; whole micro-panels (an mc or nc tried with
+     * -DAVX2_MC=... need not be a multiple of mr or nr) */
+    size_t a_floats = round_up(round_up(mc, kn->mr) * kc, 16), b_floats = round_up(round_up(nc, kn->nr) * kc, 16);
     size_t edge_floats = round_up((size_t)kn->mr * kn->nr, 16);
     size_t shared_floats = split_m ? b_floats : a_floats, own = (split_m ? a_floats : b_floats) + edge_floats;
     size_t floats = shared_floats + nt * own;
