@@ -280,6 +280,57 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
 /* Rounded up to a multiple of m. */
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
+/* How a team of nt threads divides C, and the one buffer it packs into. */
+typedef struct {
+    int nt;            /* threads that take part: at most the team's size and the blocks */
+    int split_m;       /* 1: by rows (B shared), 0: by columns (A shared) */
+    int blocks, unit;  /* micro-blocks of the split dimension, and their size (mr or nr) */
+    int jblocks;       /* blocks of nc columns each thread walks (columns split: the same for all) */
+    size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
+    float *mem;        /* [shared block] then nt x [own block, edge tile] */
+} GemmPlan;
+
+static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K, int nt, GemmPlan *p) {
+    /* The rows split in contiguous ranges of whole micro-blocks, one
+     * packed B shared by the team (BLIS's ic loop in parallel), or the columns
+     * split the same way, one packed A shared (its jr loop in parallel).
+     * AUTO: the split that leaves the busiest thread fewer micro-blocks, when
+     * the other leaves it 1/16 more; between near-equals, the one whose
+     * shared operand is the smaller (by columns when M < N): each thread then
+     * streams its own larger operand against all of the other's micro-panels,
+     * and less crosses between cores. A few rows (sampling) split the columns.
+     * Measured on a Zen 3, 2 threads, in-process A/B over GPT-2's products:
+     * at 256 rows (43 blocks of 6 do not halve; N >= 768) the columns 4-8%
+     * faster over a step; at 264 rows (a tie) still 5%, up to 20% on the
+     * forward, while the dW products with M >= N were 3-8% slower so; at
+     * 1024 rows this rule 1% faster than balance alone. */
+    int mblocks = (M + kn->mr - 1) / kn->mr, nblocks = (N + kn->nr - 1) / kn->nr;
+    long by_rows = (long)((mblocks + nt - 1) / nt) * nblocks, by_cols = (long)((nblocks + nt - 1) / nt) * mblocks;
+    int split_m = split == GEMM_SPLIT_ROWS;
+    if (split == GEMM_SPLIT_AUTO)  /* balance first; between near-equals, share the smaller operand */
+        split_m = 16 * by_cols > 17 * by_rows ? 1 : 16 * by_rows > 17 * by_cols ? 0 : M >= N;
+    int blocks = split_m ? mblocks : nblocks;
+    if (nt > blocks) nt = blocks;
+    int unit = split_m ? kn->mr : kn->nr;
+    int most = (blocks + nt - 1) / nt * unit;  /* elements a thread, at most */
+    int rows = (int)round_up(split_m ? most : M, kn->mr), cols = (int)round_up(split_m ? N : most, kn->nr);
+    int mc = kn->mc < rows ? kn->mc : rows, nc = kn->nc < cols ? kn->nc : cols;  /* a thread's part at most */
+    int kc = kn->kc < K ? kn->kc : K;
+    /* one buffer: the shared operand's block (Bp when the rows are split, Ap
+     * when the columns are), then each thread's own block and edge tile,
+     * 64-byte aligned parts; whole micro-panels (an mc or nc tried with
+     * -DAVX2_MC=... need not be a multiple of mr or nr) */
+    size_t a_floats = round_up(round_up(mc, kn->mr) * kc, 16), b_floats = round_up(round_up(nc, kn->nr) * kc, 16);
+    *p = (GemmPlan){nt, split_m, blocks, unit, split_m ? (N + kn->nc - 1) / kn->nc : (cols + kn->nc - 1) / kn->nc,
+                    split_m ? b_floats : a_floats, 0, round_up((size_t)kn->mr * kn->nr, 16), NULL};
+    p->own = (split_m ? a_floats : b_floats) + p->edge_floats;
+    size_t floats = p->shared_floats + nt * p->own;
+    if (posix_memalign((void **)&p->mem, 64, floats * sizeof(float))) {
+        fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
+        exit(1);
+    }
+}
+
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
           size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
     gemm_split(GEMM_SPLIT_AUTO, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
@@ -298,56 +349,25 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
     }
     if (K <= 0) return;
     GemmJob g = {M, N, K, A, B, a_rs, a_cs, b_rs, b_cs, ldc, C, accumulate};
-    /* Threads: the rows split in contiguous ranges of whole micro-blocks, one
-     * packed B shared by the team (BLIS's ic loop in parallel), or the columns
-     * split the same way, one packed A shared (its jr loop in parallel).
-     * AUTO: the split that leaves the busiest thread fewer micro-blocks, when
-     * the other leaves it 1/16 more; between near-equals, the one whose
-     * shared operand is the smaller (by columns when M < N): each thread then
-     * streams its own larger operand against all of the other's micro-panels,
-     * and less crosses between cores. A few rows (sampling) split the columns.
-     * Measured on a Zen 3, 2 threads, in-process A/B over GPT-2's products:
-     * at 256 rows (43 blocks of 6 do not halve; N >= 768) the columns 4-8%
-     * faster over a step; at 264 rows (a tie) still 5%, up to 20% on the
-     * forward, while the dW products with M >= N were 3-8% slower so; at
-     * 1024 rows this rule 1% faster than balance alone. */
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    int mblocks = (M + kn->mr - 1) / kn->mr, nblocks = (N + kn->nr - 1) / kn->nr;
-    long by_rows = (long)((mblocks + nt - 1) / nt) * nblocks, by_cols = (long)((nblocks + nt - 1) / nt) * mblocks;
-    int split_m = split == GEMM_SPLIT_ROWS;
-    if (split == GEMM_SPLIT_AUTO)  /* balance first; between near-equals, share the smaller operand */
-        split_m = 16 * by_cols > 17 * by_rows ? 1 : 16 * by_rows > 17 * by_cols ? 0 : M >= N;
-    int blocks = split_m ? mblocks : nblocks;
-    if (nt > blocks) nt = blocks;
-    int unit = split_m ? kn->mr : kn->nr, len = split_m ? M : N;
-    int most = (blocks + nt - 1) / nt * unit;  /* elements a thread, at most */
-    int rows = (int)round_up(split_m ? most : M, kn->mr), cols = (int)round_up(split_m ? N : most, kn->nr);
-    int mc = kn->mc < rows ? kn->mc : rows, nc = kn->nc < cols ? kn->nc : cols;  /* a thread's part at most */
-    int kc = kn->kc < K ? kn->kc : K;
-    int jblocks = (cols + kn->nc - 1) / kn->nc;  /* the same for every member (columns split) */
-    /* one buffer: the shared operand's block (Bp when the rows are split, Ap
-     * when the columns are), then each thread's own block and edge tile,
-     * 64-byte aligned parts; whole micro-panels (an mc or nc tried with
-     * -DAVX2_MC=... need not be a multiple of mr or nr) */
-    size_t a_floats = round_up(round_up(mc, kn->mr) * kc, 16), b_floats = round_up(round_up(nc, kn->nr) * kc, 16);
-    size_t edge_floats = round_up((size_t)kn->mr * kn->nr, 16);
-    size_t shared_floats = split_m ? b_floats : a_floats, own = (split_m ? a_floats : b_floats) + edge_floats;
-    size_t floats = shared_floats + nt * own;
-    void *mem = NULL;
-    if (posix_memalign(&mem, 64, floats * sizeof(float))) {
-        fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
-        exit(1);
-    }
-    float *shared = mem;
-    #pragma omp parallel num_threads(nt)
+    GemmPlan p;
+    gemm_plan(kn, split, M, N, K, omp_in_parallel() ? 1 : omp_get_max_threads(), &p);
+    const int asked = p.nt;
+    #pragma omp parallel num_threads(asked)
     {
-        int t = omp_get_thread_num();
-        int lo = blocks * t / nt * unit, hi = blocks * (t + 1) / nt * unit;
+        if (omp_get_num_threads() != asked) {  /* fewer than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC) */
+            #pragma omp single
+            {
+                free(p.mem);
+                gemm_plan(kn, split, M, N, K, omp_get_num_threads(), &p);
+            }  /* (a barrier: every thread sees the new plan) */
+        }
+        int t = omp_get_thread_num(), len = p.split_m ? M : N;
+        int lo = p.blocks * t / p.nt * p.unit, hi = p.blocks * (t + 1) / p.nt * p.unit;
         if (hi > len) hi = len;
-        float *mine = shared + shared_floats + t * own;  /* [own block] then [edge] */
-        float *edge = mine + own - edge_floats;           /* [mr*nr] */
-        if (split_m) gemm_part(kn, &g, lo, hi, 0, N, (N + kn->nc - 1) / kn->nc, mine, shared, edge, t, nt, 0);
-        else gemm_part(kn, &g, 0, M, lo, hi, jblocks, shared, mine, edge, t, nt, 1);
+        float *shared = p.mem, *mine = shared + p.shared_floats + t * p.own;  /* [own block] then [edge] */
+        float *edge = mine + p.own - p.edge_floats;                            /* [mr*nr] */
+        if (p.split_m) gemm_part(kn, &g, lo, hi, 0, N, p.jblocks, mine, shared, edge, t, p.nt, 0);
+        else gemm_part(kn, &g, 0, M, lo, hi, p.jblocks, shared, mine, edge, t, p.nt, 1);
     }
-    free(mem);
+    free(p.mem);
 }
