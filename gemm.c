@@ -181,12 +181,19 @@ static void pack_panels(const GemmKernel *kn, int n, int kc, const float *src, s
                         size_t sk, int w, float *dst) {
     int full = sx == 1 ? n / w * w : 0;
     /* x contiguous (dY^T as A; dY, W and X as B): a row of storage feeds 16
-     * panels in one sweep (a panel alone would read one short run a page) */
+     * panels in one sweep (a panel alone would read one short run a page),
+     * the row 8 ahead asked for meanwhile: each run is 16 panels wide (a KB
+     * or two) and the rows are far apart, too short a stream for the
+     * hardware's prefetcher to find (1.7-3.5% over a step's products on
+     * the Zen 3, in-process A/B; 4 rows ahead 0.4-1.9%) */
     for (int x0 = 0; x0 < full; x0 += 16 * w) {
         int x1 = x0 + 16 * w < full ? x0 + 16 * w : full;
-        for (int k = 0; k < kc; k++)
+        for (int k = 0; k < kc; k++) {
+            if (k + 8 < kc)
+                for (int x = x0; x < x1; x += 16) __builtin_prefetch(src + x + (size_t)(k + 8) * sk);
             for (int p = x0; p < x1; p += w)
                 copy_row(dst + (size_t)p * kc + (size_t)k * w, src + p + k * sk, w);
+        }
     }
     dst += (size_t)full * kc;
     for (int x0 = full; x0 < n; x0 += w, dst += (size_t)w * kc) {
