@@ -18,8 +18,10 @@
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
 #                                  bench_gemm with C split by rows and by columns, then
-#                                  make bench-cpu; OpenBLAS from the image's numpy (BLAS=path
-#                                  to choose another). Written before a session could run it.
+#                                  make bench-cpu, then perf's samples by symbol over
+#                                  bench_gemm (where perf is); OpenBLAS from the image's
+#                                  numpy (BLAS=path to choose another). Written before a
+#                                  session could run it; run here on the Zen 3 in 3 minutes.
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -75,6 +77,14 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     done
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
+    # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
+    if command -v perf > /dev/null; then
+        step cpu_perf 120 sh -c "$pin perf record -q -o /tmp/bench_gemm.perf ./bench/bench_gemm --blas '$BLAS' \
+            --rounds 1 > /dev/null && perf report -i /tmp/bench_gemm.perf --stdio --sort dso,sym | grep -v '^#' | head -40"
+        head -25 "$logs/cpu_perf.log"
+    else
+        echo "cpu: no perf here: no profile"
+    fi
     exit 0
 fi
 if [ "$part" != bench ]; then
