@@ -521,14 +521,15 @@ __global__ void layernorm_backward_dinp_kernel(T *dinp, const T *dout, const T *
     }
 }
 
-/* Column sums over rows, shared by LayerNorm's dw, db and the matmul's dbias,
- * in a fixed order (no atomics: the same inputs give the same bits on every
- * run). A block of 32 x 8 threads takes 32 columns (a warp reads 32
- * contiguous elements of a row) and every gridDim.y-th chunk of COLSUM_ROWS
- * rows, sums them in registers and shared memory, and writes its partial
- * to partials [gridDim.y, C]; a second kernel adds the partials to the
- * output in chunk order. The partials live in the Dev's scratch when they
- * fit (gridDim.y is capped so they do), else in a buffer of their own. */
+/* LayerNorm's dw and db: column sums over rows in a fixed order (no atomics:
+ * the same inputs give the same bits on every run). A block of 32 x 8
+ * threads takes 32 columns (a warp reads 32 contiguous elements of a row)
+ * and every gridDim.y-th chunk of COLSUM_ROWS rows, sums them in registers
+ * and shared memory, and writes its partial to partials [gridDim.y, C];
+ * tc_partials_add (matmul.cu, which sums the matmul's dbias the same way)
+ * adds the partials to the output in chunk order. The partials live in the
+ * Dev's scratch when they fit (gridDim.y is capped so they do), else in a
+ * buffer of their own. */
 #define COLSUM_ROWS 256
 
 // partial_w, partial_b [gridDim.y, C]: sums over this block's rows of
@@ -641,46 +642,6 @@ __global__ void layernorm_backward_fused_kernel(T *dinp, float *partial_w, float
     }
 }
 
-// partial [gridDim.y, C]: column sums of x [N,C] over this block's rows
-__global__ void column_sum_kernel(float *partial, const float *x, int N, int C) {
-    __shared__ float part[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float s = 0.0f;
-    if (c < C) {
-        for (int r0 = blockIdx.y * COLSUM_ROWS; r0 < N; r0 += gridDim.y * COLSUM_ROWS) {
-            int r1 = min(N, r0 + COLSUM_ROWS);
-            for (int n = r0 + threadIdx.y; n < r1; n += 8) s += x[(size_t)n * C + c];
-        }
-    }
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int y = 1; y < 8; y++) s += part[y][threadIdx.x];
-        partial[(size_t)blockIdx.y * C + c] = s;
-    }
-}
-
-// out [C] += sum over k of partial [chunks, C] in a fixed order: block 32
-// columns x PA_LANES lanes, lane y adding chunks y, y + PA_LANES, ... in
-// order, then the lanes added in order. (One thread a column walking every
-// chunk, as before, had C threads in all, 768 at GPT-2's width, each with
-// a chain of 256 loads: latency, not bandwidth.)
-#define PA_LANES 16
-__global__ void partials_add_kernel(float *out, const float *partial, int chunks, int C) {
-    __shared__ float lane[PA_LANES][33];
-    const int c = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
-    float s = 0.0f;
-    if (c < C)
-        for (int k = y; k < chunks; k += PA_LANES) s += partial[(size_t)k * C + c];
-    lane[y][threadIdx.x] = s;
-    __syncthreads();
-    if (y == 0 && c < C) {
-        float t = lane[0][threadIdx.x];
-        for (int j = 1; j < PA_LANES; j++) t += lane[j][threadIdx.x];
-        out[c] += t;
-    }
-}
-
 /* Where `arrays` arrays of partial column sums [chunks, C] go: the grid
  * (chunks capped so they fit the scratch when they can) and the buffer. */
 typedef struct ColSum {
@@ -702,11 +663,9 @@ static ColSum colsum_plan(Dev *d, int N, int C, int arrays) {
     return p;
 }
 
+/* out [C] += the chunks of partial array `array`, in chunk order (tc.h) */
 static void colsum_add(Dev *d, const ColSum *p, int array, float *out, int C) {
-    unsigned blocks = (unsigned)ceil_div((size_t)C, 32);
-    partials_add_kernel<<<blocks, dim3(32, PA_LANES), 0, STREAM(d)>>>(out, p->partials + (size_t)array * p->grid.y * C,
-                                                      (int)p->grid.y, C);
-    LAUNCH_CHECK(partials_add_kernel);
+    tc_partials_add(out, p->partials + (size_t)array * p->grid.y * C, (int)p->grid.y, C, d->stream);
 }
 
 static void colsum_done(Dev *d, ColSum *p) {
@@ -985,13 +944,7 @@ static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, con
     if (dinp) matmul_tiled<true, false>(d, (float *)dinp, g, (const float *)w, NULL, N, C, OC, OC, C, C, 1);
     // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
     if (dw) matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
-    if (dbias && N > 0 && OC > 0) {
-        ColSum p = colsum_plan(d, N, OC, 1);
-        column_sum_kernel<<<p.grid, dim3(32, 8), 0, STREAM(d)>>>(p.partials, g, N, OC);
-        LAUNCH_CHECK(column_sum_kernel);
-        colsum_add(d, &p, 0, dbias, OC);
-        colsum_done(d, &p);
-    }
+    if (dbias) tc_bias_grad(dbias, g, 1, N, OC, (float *)d->scratch, DEV_SCRATCH_BYTES / sizeof(float), d->stream);
 }
 
 /* The bf16 table's linear layer: matmul.cu's tensor-core GEMM (tc.h maps
@@ -1012,7 +965,7 @@ static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, co
         tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,
                 DEV_SCRATCH_BYTES / sizeof(float), d->stream);
     if (dbias)
-        tc_bias_grad(dbias, dout, N, OC, (float *)d->scratch, DEV_SCRATCH_BYTES / sizeof(float), d->stream);
+        tc_bias_grad(dbias, dout, 0, N, OC, (float *)d->scratch, DEV_SCRATCH_BYTES / sizeof(float), d->stream);
 }
 
 /* ---------------------------------------------------------------------------

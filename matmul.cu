@@ -128,10 +128,11 @@
  * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and
  * the shape is aligned; else TC_SIMPLE.
  *
- * tc_bias_grad: dbias[N] += column sums of dout [M][N], in a fixed order (no
- * atomics, the same bits every run): with a work buffer, chunks of rows in
- * parallel, then the chunks added in order; without, a block a 32 columns
- * over all rows.
+ * tc_bias_grad: dbias[N] += column sums of dout [M][N] (bf16 or float32), in
+ * a fixed order (no atomics, the same bits every run): with a work buffer,
+ * chunks of rows in parallel, then the chunks added in order by
+ * tc_partials_add (which kernels.cu's LayerNorm backward uses too);
+ * without, a block a 32 columns over all rows.
  *
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
@@ -806,14 +807,15 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
 }
 
 /* ---------------------------------------------------------------------------
- * tc_bias_grad: dbias[N] += sum over m of dout[M][N], deterministic.
+ * tc_bias_grad: dbias[N] += sum over m of dout[M][N], deterministic, dout
+ * bf16 or float32 (T).
  *
  * Split (with a work buffer, N % 8 == 0, dout 16-byte aligned): the rows in
  * chunks of MM_BG_ROWS, a block a chunk and 256 columns (32 x 8 threads, a
- * thread 8 columns as one 16-byte load a row, rows ty, ty+8, ...), its 8 row
- * lanes added in order into work [chunks][N]; then 16 lanes a column add
- * the chunks, each its share in order, and the lanes in order, to dbias. At GPT-2's 16384 rows that is 128 chunks
- * and 384-1536 blocks.
+ * thread 8 columns, one 16-byte load a row in bf16, two in float32; rows
+ * ty, ty+8, ...), its 8 row lanes added in order into work [chunks][N];
+ * then tc_partials_add adds the chunks to dbias. At GPT-2's 16384 rows that
+ * is 128 chunks and 384-1536 blocks.
  *
  * Whole (no work buffer, or an odd N): block 32 (columns) x 16 (row lanes),
  * all rows; each thread keeps 4 partial sums (rows y, y+16, y+32, y+48 of
@@ -821,8 +823,12 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
  * order. Its grid is N / 32 blocks, 24 at N = 768: on an H200 the bias
  * gradients took an estimated 7 ms of a 56 ms step this way. */
 
+__device__ __forceinline__ float mm_to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float mm_to_f32(float x) { return x; }
+
+template <typename T>
 __global__ void __launch_bounds__(512)
-mm_bias_grad_kernel(float *dbias, const bf16 *dout, int M, int N) {
+mm_bias_grad_kernel(float *dbias, const T *dout, int M, int N) {
     __shared__ float part[16][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int n = blockIdx.x * 32 + tx;
@@ -831,12 +837,12 @@ mm_bias_grad_kernel(float *dbias, const bf16 *dout, int M, int N) {
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         int m = ty;
         for (; m + 48 < M; m += 64) {
-            s0 += __bfloat162float(dout[(size_t)m * N + n]);
-            s1 += __bfloat162float(dout[(size_t)(m + 16) * N + n]);
-            s2 += __bfloat162float(dout[(size_t)(m + 32) * N + n]);
-            s3 += __bfloat162float(dout[(size_t)(m + 48) * N + n]);
+            s0 += mm_to_f32(dout[(size_t)m * N + n]);
+            s1 += mm_to_f32(dout[(size_t)(m + 16) * N + n]);
+            s2 += mm_to_f32(dout[(size_t)(m + 32) * N + n]);
+            s3 += mm_to_f32(dout[(size_t)(m + 48) * N + n]);
         }
-        for (; m < M; m += 16) s0 += __bfloat162float(dout[(size_t)m * N + n]);
+        for (; m < M; m += 16) s0 += mm_to_f32(dout[(size_t)m * N + n]);
         s = (s0 + s1) + (s2 + s3);
     }
     part[ty][tx] = s;
@@ -851,8 +857,9 @@ mm_bias_grad_kernel(float *dbias, const bf16 *dout, int M, int N) {
 #define MM_BG_ROWS 128
 
 // work [gridDim.y][N]: the column sums of dout's rows [y * MM_BG_ROWS, +MM_BG_ROWS)
+template <typename T>
 __global__ void __launch_bounds__(256)
-mm_bias_grad_split_kernel(float *work, const bf16 *dout, int M, int N) {
+mm_bias_grad_split_kernel(float *work, const T *dout, int M, int N) {
     __shared__ float part[8][256 + 4];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int n0 = blockIdx.x * 256 + tx * 8;
@@ -860,10 +867,18 @@ mm_bias_grad_split_kernel(float *work, const bf16 *dout, int M, int N) {
     float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (n0 < N) {
         for (int m = m0 + ty; m < m1; m += 8) {
-            const uint4 u = *reinterpret_cast<const uint4 *>(dout + (size_t)m * N + n0);
-            const bf16 *h = reinterpret_cast<const bf16 *>(&u);
+            const T *row = dout + (size_t)m * N + n0;  // 8 values, 16 or 32 bytes
+            if constexpr (sizeof(T) == 2) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(row);
+                const bf16 *h = reinterpret_cast<const bf16 *>(&u);
 #pragma unroll
-            for (int k = 0; k < 8; k++) s[k] += __bfloat162float(h[k]);
+                for (int k = 0; k < 8; k++) s[k] += __bfloat162float(h[k]);
+            } else {
+                const float4 a = *reinterpret_cast<const float4 *>(row);
+                const float4 b = *reinterpret_cast<const float4 *>(row + 4);
+                s[0] += a.x; s[1] += a.y; s[2] += a.z; s[3] += a.w;
+                s[4] += b.x; s[5] += b.y; s[6] += b.z; s[7] += b.w;
+            }
         }
     }
 #pragma unroll
@@ -877,21 +892,21 @@ mm_bias_grad_split_kernel(float *work, const bf16 *dout, int M, int N) {
     }
 }
 
-// dbias [N] += sum over k < chunks of work [k][N] in a fixed order: block 32
+// out [n] += sum over k < chunks of partial [k][n] in a fixed order: block 32
 // columns x 16 lanes, lane y adding chunks y, y + 16, ... in order, then the
-// lanes in order (as kernels.cu's partials_add_kernel: one thread a column
-// would walk 128 chunks in a chain of loads).
-__global__ void mm_bias_grad_sum_kernel(float *dbias, const float *work, int chunks, int N) {
+// lanes in order (one thread a column would walk every chunk in a chain of
+// loads: latency, not bandwidth, with 768 threads in all at GPT-2's width).
+__global__ void mm_partials_add_kernel(float *out, const float *partial, int chunks, int n_cols) {
     __shared__ float lane[16][33];
     const int n = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
     float t = 0.0f;
-    if (n < N)
-        for (int k = y; k < chunks; k += 16) t += work[(size_t)k * N + n];
+    if (n < n_cols)
+        for (int k = y; k < chunks; k += 16) t += partial[(size_t)k * n_cols + n];
     lane[y][threadIdx.x] = t;
     __syncthreads();
-    if (y == 0 && n < N) {
+    if (y == 0 && n < n_cols) {
         for (int j = 1; j < 16; j++) t += lane[j][threadIdx.x];
-        dbias[n] += t;
+        out[n] += t;
     }
 }
 
@@ -1229,21 +1244,33 @@ extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmaj
     return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
 }
 
-extern "C" void tc_bias_grad(float *dbias, const void *dout, int M, int N, float *work,
-                             size_t work_floats, void *stream) {
-    if (M <= 0 || N <= 0) return;
+extern "C" void tc_partials_add(float *out, const float *partial, int chunks, int n, void *stream) {
+    if (chunks <= 0 || n <= 0) return;
+    mm_partials_add_kernel<<<(unsigned)mm_ceil_div(n, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(out, partial,
+                                                                                                   chunks, n);
+    MM_LAUNCH_CHECK(mm_partials_add_kernel);
+}
+
+template <typename T>
+static void bias_grad(float *dbias, const T *dout, int M, int N, float *work, size_t work_floats,
+                      cudaStream_t stream) {
     const int chunks = mm_ceil_div(M, MM_BG_ROWS);
     const bool split = work && N % 8 == 0 && ((uintptr_t)dout & 15) == 0 && chunks > 1 &&
                        chunks <= 65535 && (size_t)chunks * N <= work_floats;
     if (!split) {
-        mm_bias_grad_kernel<<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(
-            dbias, (const bf16 *)dout, M, N);
+        mm_bias_grad_kernel<T><<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, stream>>>(dbias, dout, M, N);
         MM_LAUNCH_CHECK(mm_bias_grad_kernel);
         return;
     }
-    mm_bias_grad_split_kernel<<<dim3((unsigned)mm_ceil_div(N, 256), (unsigned)chunks), dim3(32, 8), 0,
-                                (cudaStream_t)stream>>>(work, (const bf16 *)dout, M, N);
+    mm_bias_grad_split_kernel<T><<<dim3((unsigned)mm_ceil_div(N, 256), (unsigned)chunks), dim3(32, 8), 0, stream>>>(
+        work, dout, M, N);
     MM_LAUNCH_CHECK(mm_bias_grad_split_kernel);
-    mm_bias_grad_sum_kernel<<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(dbias, work, chunks, N);
-    MM_LAUNCH_CHECK(mm_bias_grad_sum_kernel);
+    tc_partials_add(dbias, work, chunks, N, stream);
+}
+
+extern "C" void tc_bias_grad(float *dbias, const void *dout, int dout_fp32, int M, int N, float *work,
+                             size_t work_floats, void *stream) {
+    if (M <= 0 || N <= 0) return;
+    if (dout_fp32) bias_grad(dbias, (const float *)dout, M, N, work, work_floats, (cudaStream_t)stream);
+    else bias_grad(dbias, (const bf16 *)dout, M, N, work, work_floats, (cudaStream_t)stream);
 }

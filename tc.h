@@ -55,12 +55,18 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);
 
-/* dbias[N] += sum over m of dout[M][N] (bf16 dout, float32 dbias), the same
- * bits every run. work [work_floats] (may be NULL): scratch for the sums of
- * chunks of rows, ceil(M / 128) x N floats, which lets the rows be summed in
- * parallel; stream-ordered, like tc_gemm's. */
-void tc_bias_grad(float *dbias, const void *dout, int M, int N, float *work, size_t work_floats,
-                  void *stream);
+/* dbias[N] += sum over m of dout[M][N] (dout bf16, or float32 when dout_fp32;
+ * dbias float32), the same bits every run. work [work_floats] (may be NULL):
+ * scratch for the sums of chunks of rows, ceil(M / 128) x N floats, which
+ * lets the rows be summed in parallel; stream-ordered, like tc_gemm's. */
+void tc_bias_grad(float *dbias, const void *dout, int dout_fp32, int M, int N, float *work,
+                  size_t work_floats, void *stream);
+
+/* out[n] += sum over k < chunks of partial[k][n], for n < n_cols, in a fixed
+ * order (16 lanes a column, each its share of the chunks in order, then the
+ * lanes in order): the second half of every column sum here and in
+ * kernels.cu. partial [chunks][n_cols], float32; stream-ordered. */
+void tc_partials_add(float *out, const float *partial, int chunks, int n_cols, void *stream);
 
 /* Causal self-attention, fused (the T x T matrix is never written).
  * qkv [B,T,3C] bf16 holds q, k, v at channel offsets 0, C, 2C; head h uses

@@ -290,33 +290,39 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
 }
 
 /* ---------------------------------------------------------------------------
- * Bias gradient: dbias[N] += column sums of dout [M][N], without a work
- * buffer (a block a 32 columns over all rows) and with one (chunks of 128
- * rows in parallel, then the chunks in order, where N % 8 == 0), each twice
+ * Bias gradient: dbias[N] += column sums of dout [M][N], dout bf16 (the bf16
+ * table's) or float32 (the fp32 table's), without a work buffer (a block a
+ * 32 columns over all rows) and with one (chunks of 128 rows in parallel,
+ * then the chunks in order by tc_partials_add, where N % 8 == 0), each twice
  * from the same start to check the result is the same bits (no atomics). */
 
-static void test_bias_grad(Test *t, int M, int N) {
-    char shape[64], name[160];
-    const size_t MN = (size_t)M * N;
-    uint16_t *dout = host_bf16(t, MN);
+static void test_bias_grad(Test *t, int M, int N, int fp32) {
+    char shape[80], name[160];
+    const size_t MN = (size_t)M * N, esz = fp32 ? 4 : 2;
+    uint16_t *dout16 = fp32 ? NULL : host_bf16(t, MN);
+    float *dout32 = fp32 ? xmalloc(MN * 4) : NULL;
+    for (size_t i = 0; fp32 && i < MN; i++) dout32[i] = urand(t);
     float *db0 = xmalloc((size_t)N * 4), *got = xmalloc((size_t)N * 4), *again = xmalloc((size_t)N * 4);
     double *ref = xmalloc((size_t)N * sizeof(double));
     for (int n = 0; n < N; n++) ref[n] = db0[n] = urand(t);
     for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) ref[n] += bf16_to_f32(dout[(size_t)m * N + n]);
+        for (int n = 0; n < N; n++) {
+            size_t i = (size_t)m * N + n;
+            ref[n] += fp32 ? dout32[i] : bf16_to_f32(dout16[i]);
+        }
 
     size_t work_floats = (size_t)((M + 127) / 128) * N;
-    void *gdout = gpu_put(t, dout, MN * 2);
+    void *gdout = gpu_put(t, fp32 ? (void *)dout32 : (void *)dout16, MN * esz);
     float *gdb = gpu_put(t, db0, (size_t)N * 4), *gwork = dev_alloc(&t->gpu, work_floats * 4);
     for (int split = 0; split < 2; split++) {
         float *w = split ? gwork : NULL;
         const char *how = split ? (N % 8 == 0 && M > 128 ? ", rows in chunks" : ", work unused") : "";
-        snprintf(shape, sizeof shape, "M=%d N=%d%s", M, N, how);
+        snprintf(shape, sizeof shape, "%s M=%d N=%d%s", fp32 ? "fp32" : "bf16", M, N, how);
         dev_from_host(&t->gpu, gdb, db0, (size_t)N * 4);
-        tc_bias_grad(gdb, gdout, M, N, w, work_floats, t->gpu.stream);
+        tc_bias_grad(gdb, gdout, fp32, M, N, w, work_floats, t->gpu.stream);
         dev_to_host(&t->gpu, got, gdb, (size_t)N * 4);
         dev_from_host(&t->gpu, gdb, db0, (size_t)N * 4);
-        tc_bias_grad(gdb, gdout, M, N, w, work_floats, t->gpu.stream);
+        tc_bias_grad(gdb, gdout, fp32, M, N, w, work_floats, t->gpu.stream);
         dev_to_host(&t->gpu, again, gdb, (size_t)N * 4);
 
         double diff = 0.0, scale = 1e-6;
@@ -333,10 +339,10 @@ static void test_bias_grad(Test *t, int M, int N) {
               memcmp(got, again, (size_t)N * 4) == 0 ? "bitwise equal" : "differ");
     }
 
-    dev_free(&t->gpu, gdout, MN * 2);
+    dev_free(&t->gpu, gdout, MN * esz);
     dev_free(&t->gpu, gdb, (size_t)N * 4);
     dev_free(&t->gpu, gwork, work_floats * 4);
-    free(dout); free(db0); free(got); free(again); free(ref);
+    free(dout16); free(dout32); free(db0); free(got); free(again); free(ref);
 }
 
 #endif /* USE_CUDA */
@@ -379,11 +385,13 @@ int main(void) {
     test_gemm(&t, &products[2], 768, 768, 16384, 1);
 #endif
 
-    test_bias_grad(&t, 37, 77);
-    test_bias_grad(&t, 1, 5);
-    test_bias_grad(&t, 1024, 3072);
-    test_bias_grad(&t, 8192, 768);
-    test_bias_grad(&t, 200, 64);  /* 2 chunks, the last part-filled */
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        test_bias_grad(&t, 37, 77, fp32);
+        test_bias_grad(&t, 1, 5, fp32);
+        test_bias_grad(&t, 1024, 3072, fp32);
+        test_bias_grad(&t, 8192, 768, fp32);
+        test_bias_grad(&t, 200, 64, fp32);  /* 2 chunks, the last part-filled */
+    }
 
     char leaks[96];
     snprintf(leaks, sizeof leaks, "gemm no leaks" GEMM_TAG_FMT, GEMM_TAG);
