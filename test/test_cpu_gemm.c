@@ -291,7 +291,7 @@ int main(int argc, char **argv) {
     /* Once a kernel, each in a process of its own (the choice is made once a
      * process); then the best kernel again under OMP_THREAD_LIMIT=2, so that
      * the split checks' 3 threads get a team of 2 (gemm must plan again for
-     * the team it got: it split for 3 and computed a third of C wrongly). */
+     * the team it got: split for 3, it left a third of C uncomputed). */
     const char *kernels[] = {"avx512", "avx2", "plain", gemm_kernel_name()};
     int bad = 0;
     for (int i = 0; i < 4; i++) {
