@@ -1,6 +1,6 @@
 /* bench/gemm_ab.c: two builds of our CPU GEMM in one process, called in turn.
  *
- *   bench/gemm_ab [--pairs N] [--rows R]        (built and run by bench/gemm_ab.sh)
+ *   bench/gemm_ab [--pairs N] [--rows R] [--splits]   (built and run by bench/gemm_ab.sh)
  *
  * A is gemm() as linked in (gemm.c at some git revision, or built with other
  * flags), B is gemm_b(): the same source files compiled again with every
@@ -13,6 +13,9 @@
  * a 3% change from the noise, while calls a few milliseconds apart share the
  * machine's state: an A against A run (gemm_ab.sh HEAD with a clean tree)
  * gave 0.95-1.08 shape by shape and 1.01 over the step on the Zen 3.
+ *
+ * --splits: A and B are both the second build, C split between the threads
+ * by rows (A) and by columns (B) (gemm_split), whatever gemm() would choose.
  *
  * Prints a line a product (A's GFLOP/s, B's, B over A) and a step line: the
  * flops of a training step's matmuls (each block linear 12 times, the head
@@ -27,6 +30,19 @@
 typedef void Gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
                   size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias);
 Gemm gemm_b;  /* B: the second build (gemm_ab.sh renames its symbols) */
+void gemm_b_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_rs, size_t a_cs,
+                  const float *B, size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate,
+                  const float *bias);
+
+/* --splits: the second build, by rows and by columns */
+static void by_rows(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
+                    size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
+    gemm_b_split(GEMM_SPLIT_ROWS, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
+}
+static void by_cols(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
+                    size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
+    gemm_b_split(GEMM_SPLIT_COLS, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
+}
 
 static float *filled(size_t n) {
     float *p = malloc(n * sizeof(float));
@@ -36,9 +52,10 @@ static float *filled(size_t n) {
 }
 
 int main(int argc, char **argv) {
-    int pairs = 10, R = 256;
+    int pairs = 10, R = 256, splits = 0;
     static const struct option longopts[] = {{"pairs", required_argument, NULL, 'p'},
                                               {"rows", required_argument, NULL, 'r'},
+                                              {"splits", no_argument, NULL, 's'},
                                               {NULL, 0, NULL, 0}};
     int ch;
     opterr = 0;
@@ -51,17 +68,20 @@ int main(int argc, char **argv) {
         }
         if (ch == 'p') pairs = (int)v;
         else if (ch == 'r') R = (int)v;
+        else if (ch == 's') splits = 1;
         else {
-            fprintf(stderr, "gemm_ab: bad flag %s\nusage: gemm_ab [--pairs N] [--rows R]\n", argv[optind - 1]);
+            fprintf(stderr, "gemm_ab: bad flag %s\nusage: gemm_ab [--pairs N] [--rows R] [--splits]\n",
+                    argv[optind - 1]);
             return 2;
         }
     }
-    printf("gemm_ab: A gemm(), B gemm_b(), %d threads, %d pairs, kernel %s\n", omp_get_max_threads(), pairs,
-           gemm_kernel_name());
+    printf("gemm_ab: %s, %d threads, %d pairs, kernel %s\n",
+           splits ? "A the second build by rows, B by columns" : "A gemm(), B gemm_b()", omp_get_max_threads(),
+           pairs, gemm_kernel_name());
     struct { const char *name; int C, OC; } lin[] = {
         {"qkv", 768, 2304}, {"attproj", 768, 768}, {"fc", 768, 3072}, {"fcproj", 3072, 768}, {"head", 768, 50304},
     };
-    Gemm *g[2] = {gemm, gemm_b};
+    Gemm *g[2] = {splits ? by_rows : gemm, splits ? by_cols : gemm_b};
     double T[2] = {0, 0}, F = 0;
     for (int l = 0; l < 5; l++) {
         int C = lin[l].C, OC = lin[l].OC;

@@ -8,22 +8,28 @@
 #                                     B: the working tree's
 #   B_FLAGS='-DAVX2_MC=264' sh bench/gemm_ab.sh HEAD
 #                                     B built with more flags (a blocking, say)
+#   sh bench/gemm_ab.sh --splits [PAIRS]
+#                                     the working tree's gemm with C split by rows (A)
+#                                     and by columns (B); needs no git history
 #
 # PAIRS (default 10) calls of each a product; ROWS (default 256) and
 # OMP_NUM_THREADS as for bench_gemm; CC and ARCH (default -march=native) as
 # for make. Builds in a temporary folder: the project's objects stay as they
 # are.
 cd "$(dirname "$0")/.." || exit 2
-[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: sh bench/gemm_ab.sh REV [PAIRS]"; exit 2; }
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: sh bench/gemm_ab.sh REV|--splits [PAIRS]"; exit 2; }
 rev=$1
 pairs=${2:-10}
-git rev-parse --verify -q "$rev^{commit}" > /dev/null || { echo "gemm_ab: '$rev' is not a revision here"; exit 2; }
+[ "$rev" = --splits ] || git rev-parse --verify -q "$rev^{commit}" > /dev/null ||
+    { echo "gemm_ab: '$rev' is not a revision here"; exit 2; }
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 mkdir "$tmp/a" "$tmp/b"
 for f in gemm.c gemm.h gemm_kernel.h gemm_avx2.c gemm_avx512.c; do
-    git show "$rev:$f" > "$tmp/a/$f" 2> /dev/null || { echo "gemm_ab: $rev has no $f"; exit 2; }
+    if [ "$rev" = --splits ]; then cp "$f" "$tmp/a/$f" || exit 2
+    else git show "$rev:$f" > "$tmp/a/$f" 2> /dev/null || { echo "gemm_ab: $rev has no $f"; exit 2; }
+    fi
     cp "$f" "$tmp/b/$f" || exit 2
 done
 CC=${CC:-gcc}
@@ -43,5 +49,10 @@ build() {  # build DIR FLAGS...: DIR's gemm objects, each kernel with its ISA fl
 # shellcheck disable=SC2086 # RENAME and B_FLAGS are lists of flags
 build "$tmp/a" && build "$tmp/b" $RENAME ${B_FLAGS:-} &&
     $CC $CFLAGS -I"$tmp/b" bench/gemm_ab.c "$tmp"/a/*.o "$tmp"/b/*.o -o "$tmp/gemm_ab" || exit 1
-echo "gemm_ab: A is $rev ($(git rev-parse --short "$rev")), B the working tree${B_FLAGS:+ with $B_FLAGS}"
-"$tmp/gemm_ab" --pairs "$pairs" --rows "${ROWS:-256}"
+if [ "$rev" = --splits ]; then
+    echo "gemm_ab: the working tree${B_FLAGS:+ with $B_FLAGS}, C split by rows (A) and by columns (B)"
+    "$tmp/gemm_ab" --pairs "$pairs" --rows "${ROWS:-256}" --splits
+else
+    echo "gemm_ab: A is $rev ($(git rev-parse --short "$rev")), B the working tree${B_FLAGS:+ with $B_FLAGS}"
+    "$tmp/gemm_ab" --pairs "$pairs" --rows "${ROWS:-256}"
+fi

@@ -17,7 +17,8 @@
 #                                  make bench's model (bench/NOTES.md: where the step goes)
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
-#                                  bench_gemm with C split by rows and by columns, then
+#                                  our GEMM with C split by rows against by columns
+#                                  (bench/gemm_ab.sh --splits), then
 #                                  make bench-cpu, then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
 #                                  numpy (BLAS=path to choose another). Written before a
@@ -71,10 +72,9 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     pin="env OMP_NUM_THREADS=2 taskset -c $cores"
     step cpu_gemm_test 120 $pin ./test/test_cpu_gemm
     [ -n "$BLAS" ] || { echo "cpu: no OpenBLAS in the image's numpy: give BLAS=path"; exit 1; }
-    for sp in rows cols; do
-        step "cpu_split_$sp" 150 $pin ./bench/bench_gemm --blas "$BLAS" --rounds 2 --split $sp
-        tail -17 "$logs/cpu_split_$sp.log"
-    done
+    # C split by rows against by columns, in one process, calls in turn (bench/gemm_ab.c)
+    step cpu_splits 150 $pin sh bench/gemm_ab.sh --splits 10
+    tail -17 "$logs/cpu_splits.log"
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
     # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
