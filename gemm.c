@@ -226,8 +226,23 @@ typedef struct {
  * barrier before any reads it and again before the next one overwrites it;
  * the other operand is the thread's own. nt 1: a thread alone, no barriers. */
 static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, int j0, int j1,
-                      int jblocks, float *Ap, float *Bp, float *edge, int t, int nt, int share_a) {
-    const int mr = kn->mr, nr = kn->nr;
+                      int jblocks, float *Ap, float *Bp, float *edge, int t, int nt, int share_a,
+                      int a_whole) {
+    const int mr = kn->mr, nr = kn->nr, mpad = (g->M + mr - 1) / mr * mr;
+    int mc_step = kn->mc;
+    if (a_whole) {  /* all of A once, before any column: each member packs its share of every K block */
+        int panels = mpad / mr, q0 = panels * t / nt, q1 = panels * (t + 1) / nt;
+        for (int pc = 0; pc < g->K && q0 < q1; pc += kn->kc) {
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
+            int rows = (q1 * mr < g->M ? q1 * mr : g->M) - q0 * mr;
+            pack_panels(kn, rows, kc, g->A + (size_t)q0 * mr * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs,
+                        mr, Ap + (size_t)mpad * pc + (size_t)q0 * mr * kc);
+        }
+        if (nt > 1) {
+            #pragma omp barrier
+        }
+        mc_step = kn->mc / mr > 1 ? kn->mc / mr * mr : mr;  /* blocks of whole micro-panels */
+    }
     for (int jb = 0; jb < jblocks; jb++) {
         int jc = j0 + jb * kn->nc, nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
         if (nc < 0) nc = 0;  /* a member past its columns still packs its share of A */
@@ -245,24 +260,26 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
             if (nt > 1 && !share_a) {
                 #pragma omp barrier
             }
-            for (int ic = i0; ic < i1; ic += kn->mc) {
-                int mc = i1 - ic < kn->mc ? i1 - ic : kn->mc;
+            for (int ic = i0; ic < i1; ic += mc_step) {
+                int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
+                const float *ablock = Ap + (a_whole ? (size_t)mpad * pc + (size_t)ic * kc : 0);
+                if (a_whole && nc == 0) break;  /* nothing to pack, nothing of C left */
                 /* micro-panels q0..q1-1 of A[ic:ic+mc, pc:pc+kc]: a share, or all of them */
                 int apanels = (mc + mr - 1) / mr;
                 int q0 = share_a ? apanels * t / nt : 0, q1 = share_a ? apanels * (t + 1) / nt : apanels;
-                if (q0 < q1) {
+                if (!a_whole && q0 < q1) {
                     int rows = (q1 * mr < mc ? q1 * mr : mc) - q0 * mr;
                     pack_panels(kn, rows, kc, g->A + (size_t)(ic + q0 * mr) * g->a_rs + pc * g->a_cs,
                                 g->a_rs, g->a_cs, mr, Ap + (size_t)q0 * mr * kc);
                 }
-                if (nt > 1 && share_a) {
+                if (nt > 1 && share_a && !a_whole) {
                     #pragma omp barrier
                 }
                 for (int jr = 0; jr < nc; jr += nr) {
                     const float *bp = Bp + (size_t)jr * kc;
                     int cols = nc - jr < nr ? nc - jr : nr;
                     for (int ir = 0; ir < mc; ir += mr) {
-                        const float *ap = Ap + (size_t)ir * kc;
+                        const float *ap = ablock + (size_t)ir * kc;
                         int rows = mc - ir < mr ? mc - ir : mr;
                         float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + jr;
                         if (rows == mr && cols == nr) { kn->run(kc, ap, bp, c, g->ldc, load_c); continue; }
@@ -273,7 +290,7 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
                         for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
                     }
                 }
-                if (nt > 1 && share_a) {
+                if (nt > 1 && share_a && !a_whole) {
                     #pragma omp barrier
                 }
             }
@@ -284,6 +301,12 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
     }
 }
 
+/* The most bytes of A packed whole (gemm_plan): 4 MB, GPT-2 124M's forward
+ * up to 1365 rows (K 768); -DGEMM_A_WHOLE_BYTES=0 turns it off. */
+#ifndef GEMM_A_WHOLE_BYTES
+#define GEMM_A_WHOLE_BYTES (4u << 20)
+#endif
+
 /* Rounded up to a multiple of m. */
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -293,6 +316,7 @@ typedef struct {
     int split_m;       /* 1: by rows (B shared), 0: by columns (A shared) */
     int blocks, unit;  /* micro-blocks of the split dimension, and their size (mr or nr) */
     int jblocks;       /* blocks of nc columns each thread walks (columns split: the same for all) */
+    int a_whole;       /* columns split: A packed whole, once (it is small), not again for each nc block */
     size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
     float *mem;        /* [shared block] then nt x [own block, edge tile] */
 } GemmPlan;
@@ -328,8 +352,16 @@ static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K
      * 64-byte aligned parts; whole micro-panels (an mc or nc tried with
      * -DAVX2_MC=... need not be a multiple of mr or nr) */
     size_t a_floats = round_up(round_up(mc, kn->mr) * kc, 16), b_floats = round_up(round_up(nc, kn->nr) * kc, 16);
+    /* Split by columns, each thread walks its columns in blocks of nc, and A
+     * was packed again for each (the head's forward: 17 times over at nc
+     * 3072, with two barriers each time). When all of A packed is small
+     * (GPT-2's forward at 256 rows: 768 KB), the team packs it once, with
+     * one barrier, and the threads run apart after it. */
+    size_t whole = round_up(round_up(M, kn->mr) * (size_t)K, 16);
+    int a_whole = !split_m && split != GEMM_SPLIT_COLS_BLOCKS && whole * sizeof(float) <= GEMM_A_WHOLE_BYTES;
     *p = (GemmPlan){nt, split_m, blocks, unit, split_m ? (N + kn->nc - 1) / kn->nc : (cols + kn->nc - 1) / kn->nc,
-                    split_m ? b_floats : a_floats, 0, round_up((size_t)kn->mr * kn->nr, 16), NULL};
+                    a_whole, split_m ? b_floats : a_whole ? whole : a_floats, 0,
+                    round_up((size_t)kn->mr * kn->nr, 16), NULL};
     p->own = (split_m ? a_floats : b_floats) + p->edge_floats;
     size_t floats = p->shared_floats + nt * p->own;
     if (posix_memalign((void **)&p->mem, 64, floats * sizeof(float))) {
@@ -373,8 +405,8 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
         if (hi > len) hi = len;
         float *shared = p.mem, *mine = shared + p.shared_floats + t * p.own;  /* [own block] then [edge] */
         float *edge = mine + p.own - p.edge_floats;                            /* [mr*nr] */
-        if (p.split_m) gemm_part(kn, &g, lo, hi, 0, N, p.jblocks, mine, shared, edge, t, p.nt, 0);
-        else gemm_part(kn, &g, 0, M, lo, hi, p.jblocks, shared, mine, edge, t, p.nt, 1);
+        if (p.split_m) gemm_part(kn, &g, lo, hi, 0, N, p.jblocks, mine, shared, edge, t, p.nt, 0, 0);
+        else gemm_part(kn, &g, 0, M, lo, hi, p.jblocks, shared, mine, edge, t, p.nt, 1, p.a_whole);
     }
     free(p.mem);
 }

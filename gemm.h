@@ -32,7 +32,12 @@ void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const f
  * between near-equals the one that shares the smaller operand (gemm.c).
  * The bits are the same every way: the forced forms are for the tests and
  * bench_gemm --split. */
-typedef enum { GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS } GemmSplit;
+typedef enum {
+    GEMM_SPLIT_AUTO,
+    GEMM_SPLIT_ROWS,
+    GEMM_SPLIT_COLS,        /* A packed whole once where it is small, else for each block of columns */
+    GEMM_SPLIT_COLS_BLOCKS  /* by columns, A packed for each block of columns however small */
+} GemmSplit;
 
 /* gemm() with the division of C chosen. */
 void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_rs, size_t a_cs,

@@ -9,7 +9,8 @@
  *    element within 4 K eps of sum_k |a b| (the two differ only in the
  *    order of rounding);
  *  - the same bits for 1, 2 and 3 threads, C split by rows (B packed by
- *    the team), by columns (A packed by the team) and as gemm() chooses;
+ *    the team), by columns (A packed by the team: whole, once, or again
+ *    for each block of columns) and as gemm() chooses;
  *    once more under OMP_THREAD_LIMIT=2, where 3 threads asked are 2 given;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c.
@@ -194,8 +195,9 @@ static int run_kernel(Checks *c, const char *want) {
         check(c, worst <= 4 && untouched, name, "largest error %.3g K eps of sum |a b| (bound 4)%s", worst,
               untouched ? "" : "; wrote past N in C's padding");
     }
-    /* Each under both splits and gemm()'s own choice, with 2 and 3 threads,
-     * against one thread's bits. */
+    /* Each under both splits (by columns, A packed whole and a block at a
+     * time) and gemm()'s own choice, with 2 and 3 threads, against one
+     * thread's bits (gemm()'s choice). */
     const Shape split[] = {
         {"301 x 47 x 300 (M > N; M past one row block)", 301, 47, 300, 1, 0, 0, 1, 0},
         {"29 x 517 x 290 (N > M)", 29, 517, 290, 0, 1, 0, 0, 1},
@@ -208,12 +210,12 @@ static int run_kernel(Checks *c, const char *want) {
         {"30 x 4112 x 70 (plain: one thread's columns end on its nc)", 30, 4112, 70, 0, 1, 0, 0, 0},
         {"30 x 6160 x 70 (avx2: one thread's columns end on its nc)", 30, 6160, 70, 0, 1, 0, 0, 0},
     };
-    const GemmSplit splits[] = {GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS};
-    const char *split_names[] = {"gemm()'s choice", "by rows", "by columns"};
+    const GemmSplit splits[] = {GEMM_SPLIT_AUTO, GEMM_SPLIT_ROWS, GEMM_SPLIT_COLS, GEMM_SPLIT_COLS_BLOCKS};
+    const char *split_names[] = {"gemm()'s choice", "by rows", "by columns", "by columns, A packed a block at a time"};
     for (size_t i = 0; i < sizeof split / sizeof *split; i++) {
         float *c1 = gemm_threads(&split[i], 1, GEMM_SPLIT_AUTO);
         size_t n = (size_t)split[i].M * split[i].N;
-        for (int sp = 0; sp < 3; sp++) {
+        for (int sp = 0; sp < 4; sp++) {
             float *c2 = gemm_threads(&split[i], 2, splits[sp]), *c3 = gemm_threads(&split[i], 3, splits[sp]);
             snprintf(name, sizeof name, "gemm %s: same bits with 1, 2, 3 threads, %s, %s", kn, split_names[sp],
                      split[i].what);
