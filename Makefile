@@ -239,6 +239,22 @@ test/test_ops: test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o te
 test/test_cpu_gemm: test/test_cpu_gemm.c ops64.o $(OBJS) test/check.h
 	$(CC) $(CFLAGS) -I. -o $@ $< ops64.o $(OBJS) $(LDLIBS)
 
+# the same checks of the AVX-512 kernel on a CPU without it (test/test_cpu_gemm_simde.sh):
+# gemm_avx512.c compiled over SIMDe's AVX-512 header with the AVX2 flags, and a gemm.c that
+# counts it runnable there; built on x86-64 where Debian's libsimde-dev is installed
+SIMDE_H := $(wildcard /usr/include/simde/x86/avx512.h)
+ifneq ($(and $(SIMDE_H),$(GEMM_AVX2_FLAGS)),)
+TESTS += test/test_cpu_gemm_simde
+endif
+SIMDE_OBJS := test/emu/simde/gemm.o gemm_avx2.o test/emu/simde/gemm_avx512.o
+test/emu/simde/%.o: %.c *.h .flags-c
+	@mkdir -p test/emu/simde
+	$(CC) $(CFLAGS) -c $< -o $@
+test/emu/simde/gemm.o: override CFLAGS += -DGEMM_AVX512_EMULATED
+test/emu/simde/gemm_avx512.o: override CFLAGS += $(GEMM_AVX2_FLAGS) -DGEMM_AVX512_SIMDE
+test/test_cpu_gemm_simde: test/test_cpu_gemm.c ops64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) test/check.h
+	$(CC) $(CFLAGS) -DGEMM_AVX512_EMULATED -I. -o $@ $< ops64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) $(LDLIBS)
+
 test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
 
@@ -297,6 +313,7 @@ compare-layouts: build
 clean:
 	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_ops bench/bench_data
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
+	rm -rf test/emu/simde test/test_cpu_gemm_simde
 	rm -rf test/out .flags-c .flags-cu .flags-version
 
 # make fuzz, make sanitize

@@ -104,6 +104,9 @@ static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 static int kernel_runs(const GemmKernel *k) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (!k->run) return 0;
+#ifdef GEMM_AVX512_EMULATED  /* test/test_cpu_gemm_simde: gemm_avx512.c over SIMDe, on AVX2 */
+    if (k == &gemm_avx512_kernel) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
     if (k == &gemm_avx512_kernel) return __builtin_cpu_supports("avx512f");
     if (k == &gemm_avx2_kernel) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     return 1;

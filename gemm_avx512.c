@@ -19,11 +19,25 @@
  *
  * test_cpu_gemm runs it against the plain loops on any machine that has
  * AVX-512 (64 checks passed there).
+ *
+ * Built with -DGEMM_AVX512_SIMDE (and AVX2/FMA flags, not -mavx512f), the
+ * same source is compiled over SIMDe's AVX-512 header (Debian's
+ * libsimde-dev), whose native aliases make each _mm512_ intrinsic a
+ * function on two ymm halves (_mm512_fmadd_ps two fused _mm256_fmadd_ps):
+ * that build is for test/test_cpu_gemm_simde, which runs test_cpu_gemm's
+ * checks of this kernel and its 12 x 32 blocking on a machine without
+ * AVX-512. It tests the code, not its speed.
  */
 #include "gemm_kernel.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__)
+#if defined(GEMM_AVX512_SIMDE)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#elif defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+
+#if defined(GEMM_AVX512_SIMDE) || (defined(__x86_64__) && defined(__AVX512F__))
 
 #define MR 12
 #define NR 32

@@ -14,6 +14,9 @@
  *    once more under OMP_THREAD_LIMIT=2, where 3 threads asked are 2 given;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c.
+ * Built as test_cpu_gemm_simde (Makefile), the avx512 kernel runs over
+ * SIMDe on any AVX2 machine; test/test_cpu_gemm_simde.sh runs it with
+ * TRAIN_GEMM=avx512, and its names say "(SIMDe emulation)".
  * Once, beside the kernels: the gradient norm's sum on its grid (optim.h)
  * gives the same bits over 1, 2 and 3 threads and cut into pieces as ranks
  * cut it (their limbs summed as int32), and lies within 1e-15 of a long
@@ -163,8 +166,13 @@ static void check_ops(Checks *c, const char *kn) {
 static int run_kernel(Checks *c, const char *want) {
     char name[200], label[64];
     const char *limit = getenv("OMP_THREAD_LIMIT");
-    snprintf(label, sizeof label, "%s%s%s", gemm_kernel_name(), limit ? " under OMP_THREAD_LIMIT=" : "",
-             limit ? limit : "");
+#ifdef GEMM_AVX512_EMULATED  /* test_cpu_gemm_simde: its avx512 kernel runs over SIMDe */
+    int emulated = !strcmp(gemm_kernel_name(), "avx512");
+#else
+    int emulated = 0;
+#endif
+    snprintf(label, sizeof label, "%s%s%s%s", gemm_kernel_name(), emulated ? " (SIMDe emulation)" : "",
+             limit ? " under OMP_THREAD_LIMIT=" : "", limit ? limit : "");
     const char *kn = label;
     if (strcmp(gemm_kernel_name(), want)) {
         snprintf(name, sizeof name, "gemm %s", want);
