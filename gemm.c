@@ -20,12 +20,14 @@
  * packed panels, and a partial block of C goes through a small buffer, so
  * the micro-kernel (and its arithmetic) is the same for every element.
  *
- * Threads split the output, never K: the team divides either M or N into
- * one contiguous range of whole micro-blocks a thread. Split by rows, the
- * team packs each panel of B together (each thread a share of its
- * micro-panels, then a barrier) and each thread packs its own rows of A;
- * split by columns, the roles swap: A packed together, each thread its own
- * B. Nothing is packed twice and no two threads write the same element.
+ * Threads split the output, never K. Split by rows, each thread has one
+ * contiguous range of whole micro-blocks; the team packs each panel of B
+ * together (each thread a share of its micro-panels, then a barrier) and
+ * each thread packs its own rows of A. Split by columns, the roles swap: A
+ * packed together, each thread its own B; where A is small the team packs
+ * all of it once, and the threads then take chunks of columns as they come
+ * (a dynamic schedule), else each has one range of columns. Nothing is
+ * packed twice and no two threads write the same element.
  * gemm() takes the split that balances the threads' blocks, and between
  * near-equals the one whose shared operand is the smaller (GPT-2's products
  * of 256 rows split by columns: 43 row blocks of 6 do not halve, and A is
@@ -209,7 +211,7 @@ static void pack_panels(const GemmKernel *kn, int n, int kc, const float *src, s
 }
 
 /* ---------------------------------------------------------------------------
- * The five loops, over one thread's part of C. */
+ * The five loops, shared by a team. */
 
 typedef struct {
     int M, N, K;
@@ -219,85 +221,132 @@ typedef struct {
     int accumulate;  /* C holds what the first K block adds to */
 } GemmJob;
 
-/* C[i0:i1, j0:j1] of the job, in jblocks blocks of nc columns, with buffers
- * Ap [mc*kc], Bp [kc*nc] and a [mr*nr] edge tile. Thread t of a team of nt
- * shares one packed operand with the others: B when the team splits the rows
- * (share_a 0: every member has the same j0, j1), A when it splits the
- * columns (share_a 1: every member has the same i0, i1 and jblocks, some
- * perhaps with no columns left in the last blocks). Each member packs its
- * share of the shared operand's micro-panels, and the team waits at a
- * barrier before any reads it and again before the next one overwrites it;
- * the other operand is the thread's own. nt 1: a thread alone, no barriers. */
-static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, int j0, int j1,
-                      int jblocks, float *Ap, float *Bp, float *edge, int t, int nt, int share_a,
-                      int a_whole) {
-    const int mr = kn->mr, nr = kn->nr, mpad = (g->M + mr - 1) / mr * mr;
-    int mc_step = kn->mc;
-    if (a_whole) {  /* all of A once, before any column: each member packs its share of every K block */
-        int panels = mpad / mr, q0 = panels * t / nt, q1 = panels * (t + 1) / nt;
-        for (int pc = 0; pc < g->K && q0 < q1; pc += kn->kc) {
-            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
-            int rows = (q1 * mr < g->M ? q1 * mr : g->M) - q0 * mr;
-            pack_panels(kn, rows, kc, g->A + (size_t)q0 * mr * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs,
-                        mr, Ap + (size_t)mpad * pc + (size_t)q0 * mr * kc);
+/* How a team of nt threads divides C, and the one buffer it packs into. */
+typedef struct {
+    int nt;            /* threads that take part: at most the team's size and the blocks */
+    int how;           /* GEMM_BY_ROWS, GEMM_BY_COLS_WHOLE or GEMM_BY_COLS_BLOCKS (below) */
+    int chunk;         /* by columns, A whole: columns a chunk of C */
+    int blocks, unit;  /* otherwise: micro-blocks of the split dimension, and their size (mr or nr) */
+    int jblocks;       /* by columns, A a block at a time: blocks of nc columns each thread walks */
+    size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
+    float *mem;        /* [shared block] then nt x [own block, edge tile] */
+} GemmPlan;
+
+enum { GEMM_BY_ROWS, GEMM_BY_COLS_WHOLE, GEMM_BY_COLS_BLOCKS };
+
+/* Rounded up to a multiple of m. */
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* C[ic:ic+mc, jc:jc+nc] (+)= A's packed mc x kc block at ap times B's packed
+ * kc x nc block at bp, micro-block by micro-block; a partial block goes
+ * through the [mr*nr] edge tile, with the same arithmetic. */
+static void run_block(const GemmKernel *kn, const GemmJob *g, const float *ap, const float *bp, int ic, int mc,
+                      int jc, int nc, int kc, int load_c, float *edge) {
+    const int mr = kn->mr, nr = kn->nr;
+    for (int jr = 0; jr < nc; jr += nr) {
+        const float *b = bp + (size_t)jr * kc;
+        int cols = nc - jr < nr ? nc - jr : nr;
+        for (int ir = 0; ir < mc; ir += mr) {
+            const float *a = ap + (size_t)ir * kc;
+            int rows = mc - ir < mr ? mc - ir : mr;
+            float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + jr;
+            if (rows == mr && cols == nr) { kn->run(kc, a, b, c, g->ldc, load_c); continue; }
+            for (int i = 0; i < rows; i++)
+                if (load_c) memcpy(edge + i * nr, c + i * g->ldc, cols * sizeof(float));
+            kn->run(kc, a, b, edge, nr, load_c);
+            for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
         }
-        if (nt > 1) {
+    }
+}
+
+/* Member t's share (of nt) of the micro-panels of an operand's n x kc block:
+ * the operand is A (w = mr) or B (w = nr), its element (x, k) at src[x * sx +
+ * k * sk]; panels [n0, n1) of the block go to dst + n0 * w * kc. */
+static void pack_share(const GemmKernel *kn, int n, int kc, const float *src, size_t sx, size_t sk, int w,
+                       float *dst, int t, int nt) {
+    int panels = (n + w - 1) / w, q0 = panels * t / nt, q1 = panels * (t + 1) / nt;
+    if (q0 >= q1) return;
+    int len = (q1 * w < n ? q1 * w : n) - q0 * w;
+    pack_panels(kn, len, kc, src + (size_t)q0 * w * sx, sx, sk, w, dst + (size_t)q0 * w * kc);
+}
+
+/* Split by rows: member t has one contiguous range of rows [i0, i1); for each
+ * kc x nc block of B the team packs it together and waits at a barrier
+ * before any reads it, then each member packs its rows of A, mc at a time,
+ * and runs them against the block, and the team waits again before the next
+ * block overwrites it. */
+static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int i0, int i1, float *Ap,
+                      float *Bp, float *edge, int t) {
+    for (int jc = 0; jc < g->N; jc += kn->nc) {
+        int nc = g->N - jc < kn->nc ? g->N - jc : kn->nc;
+        for (int pc = 0; pc < g->K; pc += kn->kc) {
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+            pack_share(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp, t,
+                       p->nt);
+            #pragma omp barrier
+            for (int ic = i0; ic < i1; ic += kn->mc) {
+                int mc = i1 - ic < kn->mc ? i1 - ic : kn->mc;
+                pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, kn->mr, Ap);
+                run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
+            }
             #pragma omp barrier
         }
-        mc_step = kn->mc / mr > 1 ? kn->mc / mr * mr : mr;  /* blocks of whole micro-panels */
     }
-    for (int jb = 0; jb < jblocks; jb++) {
+}
+
+/* Split by columns, A small (GEMM_A_WHOLE_BYTES): the team packs all of A
+ * once, every K block of it (K block pc at Ap + mpad * pc), then each member
+ * takes the next chunk of columns not yet taken (OpenMP's dynamic schedule),
+ * and packs and runs it K block by K block against A in blocks of mc rows.
+ * Chunks as they come, not a fixed share each: after the one barrier the
+ * threads run apart, and on a shared VM one core can run at half speed for
+ * milliseconds; with fixed halves the other then sat idle, 4-25% of a
+ * forward product's thread time (Zen 3, 2 threads). */
+static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, float *Ap, float *Bp,
+                            float *edge, int t) {
+    const int mr = kn->mr, mpad = (int)round_up(g->M, mr);
+    const int mc_step = kn->mc / mr > 1 ? kn->mc / mr * mr : mr;  /* whole micro-panels */
+    for (int pc = 0; pc < g->K; pc += kn->kc) {
+        int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
+        pack_share(kn, g->M, kc, g->A + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap + (size_t)mpad * pc, t, p->nt);
+    }
+    #pragma omp barrier
+    int chunks = (g->N + p->chunk - 1) / p->chunk;
+    #pragma omp for schedule(dynamic, 1)
+    for (int ch = 0; ch < chunks; ch++) {
+        int jc = ch * p->chunk, nc = g->N - jc < p->chunk ? g->N - jc : p->chunk;
+        for (int pc = 0; pc < g->K; pc += kn->kc) {
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+            pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
+            for (int ic = 0; ic < g->M; ic += mc_step) {
+                int mc = g->M - ic < mc_step ? g->M - ic : mc_step;
+                run_block(kn, g, Ap + (size_t)mpad * pc + (size_t)ic * kc, Bp, ic, mc, jc, nc, kc, load_c, edge);
+            }
+        }
+    }
+}
+
+/* Split by columns, A too large to pack whole (the head's dX: dY is 256 x
+ * 50304): each member has one contiguous range of columns [j0, j1), walked in
+ * jblocks blocks of nc (the same count for every member, some perhaps with no
+ * columns left in the last ones); for each mc x kc block of A the team packs
+ * it together, waits at a barrier before any reads it and again before the
+ * next one overwrites it, and each member packs its own B. */
+static void gemm_cols_blocks(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int j0, int j1,
+                             float *Ap, float *Bp, float *edge, int t) {
+    for (int jb = 0; jb < p->jblocks; jb++) {
         int jc = j0 + jb * kn->nc, nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
         if (nc < 0) nc = 0;  /* a member past its columns still packs its share of A */
         for (int pc = 0; pc < g->K; pc += kn->kc) {
-            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
-            int load_c = pc > 0 || g->accumulate;
-            /* micro-panels p0..p1-1 of B[pc:pc+kc, jc:jc+nc]: a share, or all of them */
-            int panels = (nc + nr - 1) / nr;
-            int p0 = share_a ? 0 : panels * t / nt, p1 = share_a ? panels : panels * (t + 1) / nt;
-            if (p0 < p1) {
-                int cols = (p1 * nr < nc ? p1 * nr : nc) - p0 * nr;
-                pack_panels(kn, cols, kc, g->B + pc * g->b_rs + (size_t)(jc + p0 * nr) * g->b_cs,
-                            g->b_cs, g->b_rs, nr, Bp + (size_t)p0 * nr * kc);
-            }
-            if (nt > 1 && !share_a) {
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+            if (nc > 0)
+                pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
+            for (int ic = 0; ic < g->M; ic += kn->mc) {
+                int mc = g->M - ic < kn->mc ? g->M - ic : kn->mc;
+                pack_share(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, kn->mr, Ap,
+                           t, p->nt);
                 #pragma omp barrier
-            }
-            for (int ic = i0; ic < i1; ic += mc_step) {
-                int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
-                const float *ablock = Ap + (a_whole ? (size_t)mpad * pc + (size_t)ic * kc : 0);
-                if (a_whole && nc == 0) break;  /* nothing to pack, nothing of C left */
-                /* micro-panels q0..q1-1 of A[ic:ic+mc, pc:pc+kc]: a share, or all of them */
-                int apanels = (mc + mr - 1) / mr;
-                int q0 = share_a ? apanels * t / nt : 0, q1 = share_a ? apanels * (t + 1) / nt : apanels;
-                if (!a_whole && q0 < q1) {
-                    int rows = (q1 * mr < mc ? q1 * mr : mc) - q0 * mr;
-                    pack_panels(kn, rows, kc, g->A + (size_t)(ic + q0 * mr) * g->a_rs + pc * g->a_cs,
-                                g->a_rs, g->a_cs, mr, Ap + (size_t)q0 * mr * kc);
-                }
-                if (nt > 1 && share_a && !a_whole) {
-                    #pragma omp barrier
-                }
-                for (int jr = 0; jr < nc; jr += nr) {
-                    const float *bp = Bp + (size_t)jr * kc;
-                    int cols = nc - jr < nr ? nc - jr : nr;
-                    for (int ir = 0; ir < mc; ir += mr) {
-                        const float *ap = ablock + (size_t)ir * kc;
-                        int rows = mc - ir < mr ? mc - ir : mr;
-                        float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + jr;
-                        if (rows == mr && cols == nr) { kn->run(kc, ap, bp, c, g->ldc, load_c); continue; }
-                        /* a partial block: through the edge tile, same arithmetic */
-                        for (int i = 0; i < rows; i++)
-                            if (load_c) memcpy(edge + i * nr, c + i * g->ldc, cols * sizeof(float));
-                        kn->run(kc, ap, bp, edge, nr, load_c);
-                        for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
-                    }
-                }
-                if (nt > 1 && share_a && !a_whole) {
-                    #pragma omp barrier
-                }
-            }
-            if (nt > 1 && !share_a) {
+                run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
                 #pragma omp barrier
             }
         }
@@ -305,67 +354,76 @@ static void gemm_part(const GemmKernel *kn, const GemmJob *g, int i0, int i1, in
 }
 
 /* The most bytes of A packed whole (gemm_plan): 4 MB, GPT-2 124M's forward
- * up to 1365 rows (K 768); -DGEMM_A_WHOLE_BYTES=0 turns it off. */
+ * up to 1365 rows (K 768). */
 #ifndef GEMM_A_WHOLE_BYTES
 #define GEMM_A_WHOLE_BYTES (4u << 20)
 #endif
 
-/* Rounded up to a multiple of m. */
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-
-/* How a team of nt threads divides C, and the one buffer it packs into. */
-typedef struct {
-    int nt;            /* threads that take part: at most the team's size and the blocks */
-    int split_m;       /* 1: by rows (B shared), 0: by columns (A shared) */
-    int blocks, unit;  /* micro-blocks of the split dimension, and their size (mr or nr) */
-    int jblocks;       /* blocks of nc columns each thread walks (columns split: the same for all) */
-    int a_whole;       /* columns split: A packed whole, once (it is small), not again for each nc block */
-    size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
-    float *mem;        /* [shared block] then nt x [own block, edge tile] */
-} GemmPlan;
+/* The columns of a chunk when the threads take them as they come: about
+ * GEMM_CHUNKS a thread, at least 4 micro-blocks, at most cap (nc); one
+ * thread alone takes cap. Smaller chunks balance better and reuse less:
+ * each chunk reads all of packed A again. 2 a thread was 1.02-1.03 over a
+ * step's products at 256 rows and 1.05 at 1024 against fixed halves (mean
+ * times, in-process A/B, Zen 3); 4 and 8 a thread no better, and chunks
+ * of rows for the rows split slower (the dW products 0.88-0.95). */
+#ifndef GEMM_CHUNKS
+#define GEMM_CHUNKS 2
+#endif
+static int chunk_of(int len, int unit, int cap, int nt) {
+    int units = (len + unit - 1) / unit, most = cap / unit > 1 ? cap / unit : 1;
+    int per = nt > 1 ? (units + GEMM_CHUNKS * nt - 1) / (GEMM_CHUNKS * nt) : most;
+    if (per < 4) per = 4;
+    if (per > most) per = most;
+    return per * unit;
+}
 
 static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K, int nt, GemmPlan *p) {
-    /* The rows split in contiguous ranges of whole micro-blocks, one
-     * packed B shared by the team (BLIS's ic loop in parallel), or the columns
-     * split the same way, one packed A shared (its jr loop in parallel).
-     * AUTO: the split that leaves the busiest thread fewer micro-blocks, when
-     * the other leaves it 1/16 more; between near-equals, the one whose
-     * shared operand is the smaller (by columns when M < N): each thread then
-     * streams its own larger operand against all of the other's micro-panels,
-     * and less crosses between cores. A few rows (sampling) split the columns.
-     * Measured on a Zen 3, 2 threads, in-process A/B over GPT-2's products:
-     * at 256 rows (43 blocks of 6 do not halve; N >= 768) the columns 4-8%
-     * faster over a step; at 264 rows (a tie) still 5%, up to 20% on the
-     * forward, while the dW products with M >= N were 3-8% slower so; at
-     * 1024 rows this rule 1% faster than balance alone. */
+    /* The rows split, one packed B shared by the team (BLIS's ic loop in
+     * parallel), or the columns, one packed A shared (its jr loop in
+     * parallel). AUTO: the split that leaves the busiest thread fewer
+     * micro-blocks, when the other leaves it 1/16 more; between near-equals,
+     * the one whose shared operand is the smaller (by columns when M < N):
+     * each thread then streams its own larger operand against all of the
+     * other's micro-panels, and less crosses between cores. A few rows
+     * (sampling) split the columns. Measured on a Zen 3, 2 threads,
+     * in-process A/B over GPT-2's products (with fixed halves, before the
+     * dynamic chunks): at 256 rows (43 blocks of 6 do not halve; N >= 768)
+     * the columns 4-8% faster over a step; at 264 rows (a tie) still 5%, up
+     * to 20% on the forward, while the dW products with M >= N were 3-8%
+     * slower so; at 1024 rows this rule 1% faster than balance alone. */
     int mblocks = (M + kn->mr - 1) / kn->mr, nblocks = (N + kn->nr - 1) / kn->nr;
     long by_rows = (long)((mblocks + nt - 1) / nt) * nblocks, by_cols = (long)((nblocks + nt - 1) / nt) * mblocks;
     int split_m = split == GEMM_SPLIT_ROWS;
     if (split == GEMM_SPLIT_AUTO)  /* balance first; between near-equals, share the smaller operand */
         split_m = 16 * by_cols > 17 * by_rows ? 1 : 16 * by_rows > 17 * by_cols ? 0 : M >= N;
+    size_t whole = round_up(round_up(M, kn->mr) * (size_t)K, 16);
+    int how = split_m ? GEMM_BY_ROWS
+              : split != GEMM_SPLIT_COLS_BLOCKS && whole * sizeof(float) <= GEMM_A_WHOLE_BYTES ? GEMM_BY_COLS_WHOLE
+              : GEMM_BY_COLS_BLOCKS;
+    int kc = kn->kc < K ? kn->kc : K;
     int blocks = split_m ? mblocks : nblocks;
     if (nt > blocks) nt = blocks;
-    int unit = split_m ? kn->mr : kn->nr;
-    int most = (blocks + nt - 1) / nt * unit;  /* elements a thread, at most */
-    int rows = (int)round_up(split_m ? most : M, kn->mr), cols = (int)round_up(split_m ? N : most, kn->nr);
-    int mc = kn->mc < rows ? kn->mc : rows, nc = kn->nc < cols ? kn->nc : cols;  /* a thread's part at most */
-    int kc = kn->kc < K ? kn->kc : K;
-    /* one buffer: the shared operand's block (Bp when the rows are split, Ap
-     * when the columns are), then each thread's own block and edge tile,
-     * 64-byte aligned parts; whole micro-panels (an mc or nc tried with
-     * -DAVX2_MC=... need not be a multiple of mr or nr) */
-    size_t a_floats = round_up(round_up(mc, kn->mr) * kc, 16), b_floats = round_up(round_up(nc, kn->nr) * kc, 16);
-    /* Split by columns, each thread walks its columns in blocks of nc, and A
-     * was packed again for each (the head's forward: 17 times over at nc
-     * 3072, with two barriers each time). When all of A packed is small
-     * (GPT-2's forward at 256 rows: 768 KB), the team packs it once, with
-     * one barrier, and the threads run apart after it. */
-    size_t whole = round_up(round_up(M, kn->mr) * (size_t)K, 16);
-    int a_whole = !split_m && split != GEMM_SPLIT_COLS_BLOCKS && whole * sizeof(float) <= GEMM_A_WHOLE_BYTES;
-    *p = (GemmPlan){nt, split_m, blocks, unit, split_m ? (N + kn->nc - 1) / kn->nc : (cols + kn->nc - 1) / kn->nc,
-                    a_whole, split_m ? b_floats : a_whole ? whole : a_floats, 0,
-                    round_up((size_t)kn->mr * kn->nr, 16), NULL};
-    p->own = (split_m ? a_floats : b_floats) + p->edge_floats;
+    *p = (GemmPlan){nt, how, 0, nblocks, kn->nr, 1, 0, 0, round_up((size_t)kn->mr * kn->nr, 16), NULL};
+    /* one buffer: the shared operand's block, then each thread's own block
+     * and edge tile, 64-byte aligned parts; whole micro-panels (an mc or nc
+     * tried with -DAVX2_MC=... need not be a multiple of mr or nr) */
+    if (how == GEMM_BY_ROWS) {
+        int most = (mblocks + nt - 1) / nt * kn->mr;  /* a thread's rows, at most */
+        p->blocks = mblocks, p->unit = kn->mr;
+        p->shared_floats = round_up(round_up(kn->nc < N ? kn->nc : N, kn->nr) * kc, 16);
+        p->own = round_up(round_up(kn->mc < most ? kn->mc : most, kn->mr) * kc, 16);
+    } else if (how == GEMM_BY_COLS_WHOLE) {
+        p->chunk = chunk_of(N, kn->nr, kn->nc, nt);
+        p->shared_floats = whole;
+        p->own = round_up(round_up(p->chunk, kn->nr) * kc, 16);
+    } else {
+        int most = (nblocks + nt - 1) / nt * kn->nr;  /* a thread's columns, at most */
+        int nc = kn->nc < most ? kn->nc : most, mc = kn->mc < M ? kn->mc : M;
+        p->jblocks = (most + kn->nc - 1) / kn->nc;
+        p->shared_floats = round_up(round_up(mc, kn->mr) * kc, 16);
+        p->own = round_up(round_up(nc, kn->nr) * kc, 16);
+    }
+    p->own += p->edge_floats;
     size_t floats = p->shared_floats + nt * p->own;
     if (posix_memalign((void **)&p->mem, 64, floats * sizeof(float))) {
         fprintf(stderr, "error: out of host memory (gemm buffers, %zu floats)\n", floats);
@@ -403,13 +461,13 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
                 gemm_plan(kn, split, M, N, K, omp_get_num_threads(), &p);
             }  /* (a barrier: every thread sees the new plan) */
         }
-        int t = omp_get_thread_num(), len = p.split_m ? M : N;
-        int lo = p.blocks * t / p.nt * p.unit, hi = p.blocks * (t + 1) / p.nt * p.unit;
-        if (hi > len) hi = len;
+        int t = omp_get_thread_num();
         float *shared = p.mem, *mine = shared + p.shared_floats + t * p.own;  /* [own block] then [edge] */
         float *edge = mine + p.own - p.edge_floats;                            /* [mr*nr] */
-        if (p.split_m) gemm_part(kn, &g, lo, hi, 0, N, p.jblocks, mine, shared, edge, t, p.nt, 0, 0);
-        else gemm_part(kn, &g, 0, M, lo, hi, p.jblocks, shared, mine, edge, t, p.nt, 1, p.a_whole);
+        int lo = p.blocks * t / p.nt * p.unit, hi = p.blocks * (t + 1) / p.nt * p.unit;  /* a fixed range */
+        if (p.how == GEMM_BY_ROWS) gemm_rows(kn, &g, &p, lo, hi < M ? hi : M, mine, shared, edge, t);
+        else if (p.how == GEMM_BY_COLS_WHOLE) gemm_cols_whole(kn, &g, &p, shared, mine, edge, t);
+        else gemm_cols_blocks(kn, &g, &p, lo, hi < N ? hi : N, shared, mine, edge, t);
     }
     free(p.mem);
 }

@@ -7,7 +7,9 @@
  * exported name given a _b (gemm_ab.sh does both). At GPT-2 124M's shapes
  * (the four linears and the head, forward, dX and dW at R rows, 256 by
  * default) each product runs 2N + 2 times, A and B in the order A B B A A B
- * ..., the first two of each warming up; the best time of each counts. On a
+ * ..., the first two of each warming up; the best time of each counts (and,
+ * after "mean", the ratio of the mean times: what a step pays when one
+ * thread is slowed, which the best call hides). On a
  * shared VM whose speed moves by 10-20% from minute to minute (the 2-core
  * machines of this project), two runs of bench_gemm minutes apart cannot tell
  * a 3% change from the noise, while calls a few milliseconds apart share the
@@ -82,7 +84,7 @@ int main(int argc, char **argv) {
         {"qkv", 768, 2304}, {"attproj", 768, 768}, {"fc", 768, 3072}, {"fcproj", 3072, 768}, {"head", 768, 50304},
     };
     Gemm *g[2] = {splits ? by_rows : gemm, splits ? by_cols : gemm_b};
-    double T[2] = {0, 0}, F = 0;
+    double T[2] = {0, 0}, Tm[2] = {0, 0}, F = 0;  /* best and mean times, weighted as a step */
     for (int l = 0; l < 5; l++) {
         int C = lin[l].C, OC = lin[l].OC;
         float *X = filled((size_t)R * C), *W = filled((size_t)OC * C), *Y = filled((size_t)R * OC);  /* [R,C] [OC,C] [R,OC] */
@@ -90,7 +92,7 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 3; p++) {
             int M = p == 2 ? OC : R, N = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : R;
             int n = l == 4 ? pairs / 2 + 2 : pairs;  /* the head's products are 20 times a layer's */
-            double best[2] = {1e30, 1e30};
+            double best[2] = {1e30, 1e30}, sum[2] = {0, 0};
             for (int r = 0; r < 2 * n + 2; r++) {
                 int s = (r & 1) ^ ((r >> 1) & 1);  /* A B B A A B B A ... */
                 double t = omp_get_wtime();
@@ -99,17 +101,22 @@ int main(int argc, char **argv) {
                 if (p == 2) g[s](OC, C, R, Y, 1, OC, X, C, 1, dW, C, 1, NULL);  /* dW += dY^T X */
                 t = omp_get_wtime() - t;
                 if (r >= 2 && t < best[s]) best[s] = t;
+                if (r >= 2) sum[s] += t;
             }
             double f = 2.0 * M * N * K, times = l < 4 ? 12 : 1;
             T[0] += times * best[0];
             T[1] += times * best[1];
+            Tm[0] += times * sum[0] / n;
+            Tm[1] += times * sum[1] / n;
             F += times * f;
-            printf("%-8s %-4s A %7.1f  B %7.1f  B/A %.3f\n", lin[l].name, p == 0 ? "fwd" : p == 1 ? "dX" : "dW",
-                   f / best[0] / 1e9, f / best[1] / 1e9, best[0] / best[1]);
+            printf("%-8s %-4s A %7.1f  B %7.1f  B/A %.3f  mean %.3f\n", lin[l].name,
+                   p == 0 ? "fwd" : p == 1 ? "dX" : "dW", f / best[0] / 1e9, f / best[1] / 1e9, best[0] / best[1],
+                   sum[0] / sum[1]);
             fflush(stdout);
         }
         free(X); free(W); free(Y); free(dX); free(dW);
     }
-    printf("%-13s A %7.1f  B %7.1f  B/A %.3f\n", "step", F / T[0] / 1e9, F / T[1] / 1e9, T[0] / T[1]);
+    printf("%-13s A %7.1f  B %7.1f  B/A %.3f  mean %.3f\n", "step", F / T[0] / 1e9, F / T[1] / 1e9, T[0] / T[1],
+           Tm[0] / Tm[1]);
     return 0;
 }
