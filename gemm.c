@@ -305,7 +305,11 @@ static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p,
 static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, float *Ap, float *Bp,
                             float *edge, int t) {
     const int mr = kn->mr, mpad = (int)round_up(g->M, mr);
-    const int mc_step = kn->mc / mr > 1 ? kn->mc / mr * mr : mr;  /* whole micro-panels */
+    /* A's rows in blocks of at most mc, of whole micro-panels, as equal as
+     * they go: 256 rows at mc 240 and mr 12 are two blocks of 132, not 240
+     * and 16 (a block of 16 would read each B micro-panel for two calls) */
+    const int mblocks = (g->M + kn->mc - 1) / kn->mc, panels = mpad / mr;
+    const int mc_step = (panels + mblocks - 1) / mblocks * mr;
     for (int pc = 0; pc < g->K; pc += kn->kc) {
         int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
         pack_share(kn, g->M, kc, g->A + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap + (size_t)mpad * pc, t, p->nt);
