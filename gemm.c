@@ -277,6 +277,8 @@ static void pack_share(const GemmKernel *kn, int n, int kc, const float *src, si
  * block overwrites it. */
 static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int i0, int i1, float *Ap,
                       float *Bp, float *edge, int t) {
+    const int mr = kn->mr, panels = (i1 - i0 + mr - 1) / mr, mblocks = (i1 - i0 + kn->mc - 1) / kn->mc;
+    const int mc_step = mblocks ? (panels + mblocks - 1) / mblocks * mr : mr;  /* as equal as they go */
     for (int jc = 0; jc < g->N; jc += kn->nc) {
         int nc = g->N - jc < kn->nc ? g->N - jc : kn->nc;
         for (int pc = 0; pc < g->K; pc += kn->kc) {
@@ -284,9 +286,9 @@ static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p,
             pack_share(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp, t,
                        p->nt);
             #pragma omp barrier
-            for (int ic = i0; ic < i1; ic += kn->mc) {
-                int mc = i1 - ic < kn->mc ? i1 - ic : kn->mc;
-                pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, kn->mr, Ap);
+            for (int ic = i0; ic < i1; ic += mc_step) {
+                int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
+                pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
                 run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
             }
             #pragma omp barrier
