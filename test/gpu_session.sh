@@ -18,7 +18,8 @@
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
 #                                  our GEMM with C split by rows against by columns
-#                                  (bench/gemm_ab.sh --splits), then
+#                                  (bench/gemm_ab.sh --splits), A packed a block at a
+#                                  time against whole (--flags), then
 #                                  make bench-cpu, then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
 #                                  numpy (BLAS=path to choose another). Written before a
@@ -75,6 +76,10 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     # C split by rows against by columns, in one process, calls in turn (bench/gemm_ab.c)
     step cpu_splits 150 $pin sh bench/gemm_ab.sh --splits 10
     tail -17 "$logs/cpu_splits.log"
+    # A packed for each block of columns (as before 2026-11-26's third session) against
+    # packed whole once with the columns taken in chunks as they come (gemm.c)
+    step cpu_whole 150 $pin env A_FLAGS=-DGEMM_A_WHOLE_BYTES=0 sh bench/gemm_ab.sh --flags 10
+    tail -17 "$logs/cpu_whole.log"
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
     # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
