@@ -46,9 +46,10 @@ static void by_cols(int M, int N, int K, const float *A, size_t a_rs, size_t a_c
     gemm_b_split(GEMM_SPLIT_COLS, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
 }
 
+/* On a 64-byte line, as train's host buffers are (tensor.c) */
 static float *filled(size_t n) {
-    float *p = malloc(n * sizeof(float));
-    if (!p) { fprintf(stderr, "gemm_ab: out of memory\n"); exit(2); }
+    float *p = NULL;
+    if (posix_memalign((void **)&p, 64, n * sizeof(float))) { fprintf(stderr, "gemm_ab: out of memory\n"); exit(2); }
     for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     return p;
 }
