@@ -259,9 +259,9 @@ static void run_block(const GemmKernel *kn, const GemmJob *g, const float *ap, c
     }
 }
 
-/* Member t's share (of nt) of the micro-panels of an operand's n x kc block:
- * the operand is A (w = mr) or B (w = nr), its element (x, k) at src[x * sx +
- * k * sk]; panels [n0, n1) of the block go to dst + n0 * w * kc. */
+/* Member t's share (of nt) of the micro-panels of an operand's n x kc block,
+ * packed: the operand is A (w = mr) or B (w = nr), its element (x, k) at
+ * src[x * sx + k * sk]; the share, panels [q0, q1), goes to dst + q0 * w * kc. */
 static void pack_share(const GemmKernel *kn, int n, int kc, const float *src, size_t sx, size_t sk, int w,
                        float *dst, int t, int nt) {
     int panels = (n + w - 1) / w, q0 = panels * t / nt, q1 = panels * (t + 1) / nt;
