@@ -20,11 +20,13 @@
  * Once, beside the kernels: the gradient norm's sum on its grid (optim.h)
  * gives the same bits over 1, 2 and 3 threads and cut into pieces as ranks
  * cut it (their limbs summed as int32), and lies within 1e-15 of a long
- * double sum.
+ * double sum; and dev_alloc's host buffers, the operands, start on a
+ * 64-byte line.
  */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +293,25 @@ static void test_norm(Checks *c) {
     free(x);
 }
 
+/* dev_alloc's host buffers (tensor.c) start on a 64-byte line, zeroed, and
+ * go back through dev_free: every row the GEMM reads starts where a line does
+ * when the row's length is a multiple of 16 floats. */
+static void test_host_alloc(Checks *c) {
+    Dev d = {0};
+    const size_t sizes[] = {1, 100, 4096, 1 << 20, 3 << 22};
+    int aligned = 1, zero = 1;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *p = dev_alloc(&d, sizes[i]);
+        aligned &= ((uintptr_t)p & 63) == 0;
+        for (size_t k = 0; k < sizes[i]; k += 997) zero &= p[k] == 0;
+        zero &= p[sizes[i] - 1] == 0;
+        memset(p, 0xab, sizes[i]);  /* all of it is ours */
+        dev_free(&d, p, sizes[i]);
+    }
+    check(c, aligned && zero && d.bytes_live == 0, "host buffers: on a 64-byte line, zeroed, all freed",
+          "5 sizes, 1 B to 12 MB: aligned %d, zeroed %d, %zu bytes live after", aligned, zero, d.bytes_live);
+}
+
 int main(int argc, char **argv) {
     Checks c = {0};
     const char *want = getenv("TRAIN_GEMM");
@@ -323,5 +344,6 @@ int main(int argc, char **argv) {
     }
     (void)argc;
     test_norm(&c);
+    test_host_alloc(&c);
     return check_done(&c) || bad;
 }
