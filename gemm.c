@@ -94,7 +94,9 @@ static void plain_pack_t(int rows, int w, int kc, const float *src, size_t ld, f
         for (int k = 0; k < kc; k++) dst[(size_t)k * w + x] = 0;
 }
 
-static const GemmKernel plain_kernel = {"plain", PLAIN_MR, PLAIN_NR, 256, 128, 2048, plain_4x16,
+/* a_outer 1: the plain kernel, which is not about speed, keeps the other loop
+ * order of run_block tested */
+static const GemmKernel plain_kernel = {"plain", PLAIN_MR, PLAIN_NR, 256, 128, 2048, 1, plain_4x16,
                                         plain_pack_t};
 
 /* ---------------------------------------------------------------------------
@@ -238,25 +240,30 @@ enum { GEMM_BY_ROWS, GEMM_BY_COLS_WHOLE, GEMM_BY_COLS_BLOCKS };
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 /* C[ic:ic+mc, jc:jc+nc] (+)= A's packed mc x kc block at ap times B's packed
- * kc x nc block at bp, micro-block by micro-block; a partial block goes
- * through the [mr*nr] edge tile, with the same arithmetic. */
+ * kc x nc block at bp, micro-block by micro-block (run_tile: the one at rows
+ * ir, columns jr of the block); a partial block goes through the [mr*nr]
+ * edge tile, with the same arithmetic. */
+static void run_tile(const GemmKernel *kn, const GemmJob *g, const float *ap, const float *bp, int ic, int mc,
+                     int jc, int nc, int kc, int load_c, float *edge, int ir, int jr) {
+    const int mr = kn->mr, nr = kn->nr;
+    const float *a = ap + (size_t)ir * kc, *b = bp + (size_t)jr * kc;
+    int rows = mc - ir < mr ? mc - ir : mr, cols = nc - jr < nr ? nc - jr : nr;
+    float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + jr;
+    if (rows == mr && cols == nr) { kn->run(kc, a, b, c, g->ldc, load_c); return; }
+    for (int i = 0; i < rows; i++)
+        if (load_c) memcpy(edge + i * nr, c + i * g->ldc, cols * sizeof(float));
+    kn->run(kc, a, b, edge, nr, load_c);
+    for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
+}
+
 static void run_block(const GemmKernel *kn, const GemmJob *g, const float *ap, const float *bp, int ic, int mc,
                       int jc, int nc, int kc, int load_c, float *edge) {
-    const int mr = kn->mr, nr = kn->nr;
-    for (int jr = 0; jr < nc; jr += nr) {
-        const float *b = bp + (size_t)jr * kc;
-        int cols = nc - jr < nr ? nc - jr : nr;
-        for (int ir = 0; ir < mc; ir += mr) {
-            const float *a = ap + (size_t)ir * kc;
-            int rows = mc - ir < mr ? mc - ir : mr;
-            float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + jr;
-            if (rows == mr && cols == nr) { kn->run(kc, a, b, c, g->ldc, load_c); continue; }
-            for (int i = 0; i < rows; i++)
-                if (load_c) memcpy(edge + i * nr, c + i * g->ldc, cols * sizeof(float));
-            kn->run(kc, a, b, edge, nr, load_c);
-            for (int i = 0; i < rows; i++) memcpy(c + i * g->ldc, edge + i * nr, cols * sizeof(float));
-        }
-    }
+    if (kn->a_outer)  /* an A micro-panel in L1, B's from L2 */
+        for (int ir = 0; ir < mc; ir += kn->mr)
+            for (int jr = 0; jr < nc; jr += kn->nr) run_tile(kn, g, ap, bp, ic, mc, jc, nc, kc, load_c, edge, ir, jr);
+    else              /* a B micro-panel in L1, A's from L2 */
+        for (int jr = 0; jr < nc; jr += kn->nr)
+            for (int ir = 0; ir < mc; ir += kn->mr) run_tile(kn, g, ap, bp, ic, mc, jc, nc, kc, load_c, edge, ir, jr);
 }
 
 /* Member t's share (of nt) of the micro-panels of an operand's n x kc block,

@@ -29,6 +29,9 @@
 #ifndef AVX2_NC
 #define AVX2_NC 3072
 #endif
+#ifndef AVX2_A_OUTER  /* 1: the A micro-panel stays in L1, B's stream (GemmKernel.a_outer) */
+#define AVX2_A_OUTER 0
+#endif
 
 static void avx2_6x16(int kc, const float *Ap, const float *Bp, float *C, size_t ldc, int load_c) {
     for (int i = 0; i < MR; i++) {  /* C's rows arrive while the k loop runs */
@@ -117,7 +120,8 @@ void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, floa
         for (int x = 0; x < w; x++) dst[(size_t)k * w + x] = x < rows ? src[(size_t)x * ld + k] : 0;
 }
 
-const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, AVX2_KC, AVX2_MC, AVX2_NC, avx2_6x16, gemm_avx2_pack_t};
+const GemmKernel gemm_avx2_kernel = {"avx2", MR, NR, AVX2_KC, AVX2_MC, AVX2_NC, AVX2_A_OUTER, avx2_6x16,
+                                     gemm_avx2_pack_t};
 #else
-const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, NULL, NULL};
+const GemmKernel gemm_avx2_kernel = {"avx2", 6, 16, 256, 144, 3072, 0, NULL, NULL};
 #endif

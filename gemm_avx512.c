@@ -52,6 +52,14 @@
 #ifndef AVX512_NC
 #define AVX512_NC 1024
 #endif
+/* -DAVX512_A_OUTER=1: the 12-wide A micro-panel (12 KB at kc 256) stays in L1
+ * and the 32-wide B micro-panels stream from L2, as BLIS orders its loops
+ * on Skylake-X; by default the B micro-panel (32 KB) stays, beside 12 KB of
+ * streaming A in a 48 KB L1. Not yet measured on an AVX-512 machine
+ * (test/gpu_session.sh cpu compares the two). */
+#ifndef AVX512_A_OUTER
+#define AVX512_A_OUTER 0
+#endif
 
 static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, size_t ldc,
                          int load_c) {
@@ -85,8 +93,8 @@ static void avx512_12x32(int kc, const float *Ap, const float *Bp, float *C, siz
     }
 }
 
-const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, AVX512_KC, AVX512_MC, AVX512_NC, avx512_12x32,
-                                         gemm_avx2_pack_t};
+const GemmKernel gemm_avx512_kernel = {"avx512", MR, NR, AVX512_KC, AVX512_MC, AVX512_NC, AVX512_A_OUTER,
+                                         avx512_12x32, gemm_avx2_pack_t};
 #else
-const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 256, 240, 1024, NULL, NULL};
+const GemmKernel gemm_avx512_kernel = {"avx512", 12, 32, 256, 240, 1024, 0, NULL, NULL};
 #endif

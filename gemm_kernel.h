@@ -34,6 +34,8 @@ typedef struct GemmKernel {
     const char *name;  /* "avx512", "avx2", "plain" */
     int mr, nr;        /* the register block */
     int kc, mc, nc;    /* K per block (fixed), rows of A and columns of B packed at once */
+    int a_outer;       /* 1: an A micro-panel stays in L1 while B's stream past it (BLIS's
+                        * order for Skylake-X); 0: a B micro-panel stays while A's stream */
     GemmMicro *run;
     GemmPackT *pack_t; /* the transposing pack for this ISA */
 } GemmKernel;

@@ -19,7 +19,8 @@
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
 #                                  our GEMM with C split by rows against by columns
 #                                  (bench/gemm_ab.sh --splits), A packed a block at a
-#                                  time against whole (--flags), then
+#                                  time against whole (--flags), the AVX-512 kernel's
+#                                  other loop order (-DAVX512_A_OUTER=1), then
 #                                  make bench-cpu, then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
 #                                  numpy (BLAS=path to choose another). Written before a
@@ -80,6 +81,12 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     # packed whole once with the columns taken in chunks as they come (gemm.c)
     step cpu_whole 150 $pin env A_FLAGS=-DGEMM_A_WHOLE_BYTES=0 sh bench/gemm_ab.sh --flags 10
     tail -17 "$logs/cpu_whole.log"
+    # the AVX-512 kernel's loops as BLIS orders them on Skylake-X (an A micro-panel in L1,
+    # B's streaming), at kc 256 and 384, against the default (gemm_avx512.c)
+    step cpu_a_outer 150 $pin env B_FLAGS=-DAVX512_A_OUTER=1 sh bench/gemm_ab.sh --flags 10
+    tail -1 "$logs/cpu_a_outer.log"
+    step cpu_a_outer_kc384 150 $pin env B_FLAGS='-DAVX512_A_OUTER=1 -DAVX512_KC=384' sh bench/gemm_ab.sh --flags 10
+    tail -17 "$logs/cpu_a_outer_kc384.log"
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
     # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
