@@ -24,7 +24,8 @@
 #                                  make bench-cpu, then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
 #                                  numpy (BLAS=path to choose another). Written before a
-#                                  session could run it; run here on the Zen 3 in 3 minutes.
+#                                  session could run it; run here on the Zen 3 in 4.5 minutes
+#                                  (8 logs, the most the device tool brings back).
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
