@@ -14,18 +14,19 @@
 #    (median of the steps after the first), each beside the BLAS-bound step:
 #    (6N + 6LCT) flops a token, the step line's MFU count, at OpenBLAS's
 #    rate over a step's matmuls from 2.
+#    Then issue 23's two speed targets, MET or MISS, from these figures.
 # 4. Where a step's time goes: bench/bench_ops times each float32 op of the
 #    124M step at batch 4 x seq 64 (best of REPS, the same threads) and
 #    multiplies by how often a step runs it; a table of ops, their share of
 #    the sum and the matmuls' GFLOP/s.
 # A benchmark, not a test: figures depend on the host and its load.
-# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 2), DATA=path,
+# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 3: each library's best of 12 timed calls a shape), DATA=path,
 # BLAS=path (an OpenBLAS library to use as it is, such as another numpy's
 # numpy.libs/libscipy_openblas64_*.so; bench_gemm still refuses one that is not OpenBLAS).
 cd "$(dirname "$0")/.." || exit 2
 STEPS=${STEPS:-4}
 REPS=${REPS:-5}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -f "$DATA" ] || DATA=data/tinyshakespeare_train.txt
 [ -f "$DATA" ] || make -s data/tinyshakespeare_train.txt >/dev/null 2>&1
@@ -45,6 +46,7 @@ echo "bench-cpu: GEMM at GPT-2 124M's shapes, $THREADS threads, best of $REPS (G
 ./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$REPS" --rounds "$ROUNDS" | tee "$out" || exit 1
 blas_rate=$(awk '$1 == "step" { print $3 }' "$out")
 ours_rate=$(awk '$1 == "step" { print $2 }' "$out")
+worst=$(awk 'NF == 8 && ($2 == "fwd" || $2 == "dX" || $2 == "dW") { print $8, $1, $2 }' "$out" | sort -n | head -n 1)
 
 # --- the steps
 step() {   # batch seq: median ms of the steps after the first
@@ -54,15 +56,24 @@ step() {   # batch seq: median ms of the steps after the first
         awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
 }
 N=124475904   # GPT-2 124M's parameters with vocabulary 50304 (the header's count)
+steps=""
 for bt in "4 64" "1 1024"; do
     set -- $bt
     ms=$(step "$1" "$2")
-    awk -v ms="$ms" -v B="$1" -v T="$2" -v N=$N -v r="$blas_rate" -v o="$ours_rate" 'BEGIN {
+    line=$(awk -v ms="$ms" -v B="$1" -v T="$2" -v N=$N -v r="$blas_rate" -v o="$ours_rate" 'BEGIN {
         tok = B * T; f = (6 * N + 6 * 12 * 768 * T) * tok;
         bound = f / (r * 1e9) * 1e3;
         printf "bench-cpu: GPT-2 124M batch %d x seq %d: %.0f ms a step, %.0f tokens/s, %.1f GFLOP/s;", B, T, ms, tok / (ms / 1e3), f / (ms / 1e3) / 1e9;
-        printf " BLAS-bound step %.0f ms (%.1f GFLOP at OpenBLAS %.1f GFLOP/s): %.2f of it\n", bound, f / 1e9, r, bound / ms }'
+        printf " BLAS-bound step %.0f ms (%.1f GFLOP at OpenBLAS %.1f GFLOP/s): %.2f of it\n", bound, f / 1e9, r, bound / ms }')
+    echo "$line"
+    steps="$steps $(echo "$line" | sed 's/.*: \([0-9.]*\) of it$/\1/')"
 done
+# issue 23's two speed targets, read off the figures above (a benchmark's verdict, not a test)
+set -- $worst
+echo "$steps" | awk -v w="$1" -v wn="$2 $3" '{
+    s0 = $1; s1 = $2;   # the ratios of the two steps: 4 x 64, then 1 x 1024
+    printf "bench-cpu: targets: our GEMM >= 0.85 of OpenBLAS on every shape: %s (worst %s, %s);", (w >= 0.85) ? "MET" : "MISS", w, wn;
+    printf " the 124M step >= 0.70 of the BLAS-bound step: %s (4 x 64 %s, 1 x 1024 %s)\n", (s0 >= 0.70 && s1 >= 0.70) ? "MET" : "MISS", s0, s1 }'
 
 # --- where a step's time goes
 echo "bench-cpu: GPT-2 124M's step op by op, batch 4 x seq 64, $THREADS threads, best of $REPS"
