@@ -32,7 +32,7 @@ fuzz: build fuzz-build
 # its test/run.sh runs the CPU suite there.
 SANITIZE_DIR := build/sanitize
 SANITIZE_TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d \
-                  test/test_data
+                  test/test_data $(if $(SIMDE_H),test/test_cpu_gemm_simde)
 SANITIZE_CC  := gcc -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
 	@rm -rf $(SANITIZE_DIR) && mkdir -p $(SANITIZE_DIR)
@@ -40,6 +40,6 @@ sanitize:
 	    test/fixtures | tar -cf - -T - | tar -xf - -C $(SANITIZE_DIR)
 	@ln -s $(abspath ../shared) $(SANITIZE_DIR)/../shared 2>/dev/null || true
 	$(MAKE) --no-print-directory -C $(SANITIZE_DIR) -j$(NPROC) NO_CUDA=1 CC="$(SANITIZE_CC)" \
-	    CFLAGS="-O1 -g -fopenmp -Wall -Wno-unused-parameter -std=gnu11" build $(SANITIZE_TESTS)
+	    CFLAGS="-O1 -g -fopenmp -Wall -Wno-unused-parameter -Wno-psabi -std=gnu11" build $(SANITIZE_TESTS)
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    sh fuzz/sanitize_run.sh

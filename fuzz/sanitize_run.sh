@@ -7,8 +7,8 @@
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p test/out
 passed=0; failed=0
-for t in test/test_ops test/test_cpu_gemm test/test_model test/test_comm test/test_dp test/test_tp test/test_pp test/test_3d test/test_data \
-         test/test_cli.sh test/test_hostile.sh test/test_launch.sh test/test_fault.sh; do
+for t in test/test_ops test/test_cpu_gemm test/test_cpu_gemm_simde.sh test/test_model test/test_comm test/test_dp test/test_tp \
+         test/test_pp test/test_3d test/test_data test/test_cli.sh test/test_hostile.sh test/test_launch.sh test/test_fault.sh; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
     log=test/out/$name.log
