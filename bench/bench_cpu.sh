@@ -4,7 +4,8 @@
 # 1. The CPU, its ISA and the GEMM kernel train uses (./train --version).
 # 2. bench/bench_gemm: our GEMM and OpenBLAS's sgemm at GPT-2 124M's
 #    matmul shapes (4 linears + the head, forward, dX, dW; 256 rows, the
-#    training shapes of batch 4 x seq 64), interleaved, best of REPS, with
+#    training shapes of batch 4 x seq 64), in ROUNDS turns of GEMM_REPS
+#    timed calls each, the two libraries taking turns, each one's best, with
 #    the same thread count (OMP_NUM_THREADS, default all cores). OpenBLAS is
 #    Debian's libopenblas if installed, else the one in pip's numpy wheel,
 #    installed into bench/venv on first use (needs PyPI). numpy is checked
@@ -20,13 +21,15 @@
 #    multiplies by how often a step runs it; a table of ops, their share of
 #    the sum and the matmuls' GFLOP/s.
 # A benchmark, not a test: figures depend on the host and its load.
-# STEPS=n (default 4), REPS=n (default 5), ROUNDS=n (bench_gemm's rounds, default 3: each library's best of 12 timed calls a shape), DATA=path,
+# STEPS=n (default 6), REPS=n (bench_ops's, default 5), ROUNDS=n and GEMM_REPS=n (bench_gemm's
+# turns and timed calls a turn, default 10 and 2: each library's best of 20 calls a shape), DATA=path,
 # BLAS=path (an OpenBLAS library to use as it is, such as another numpy's
 # numpy.libs/libscipy_openblas64_*.so; bench_gemm still refuses one that is not OpenBLAS).
 cd "$(dirname "$0")/.." || exit 2
-STEPS=${STEPS:-4}
+STEPS=${STEPS:-6}
 REPS=${REPS:-5}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-10}
+GEMM_REPS=${GEMM_REPS:-2}
 DATA=${DATA:-../shared/data/tinyshakespeare.txt}
 [ -f "$DATA" ] || DATA=data/tinyshakespeare_train.txt
 [ -f "$DATA" ] || make -s data/tinyshakespeare_train.txt >/dev/null 2>&1
@@ -42,8 +45,8 @@ THREADS=${OMP_NUM_THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$THREADS
 out=$(mktemp)
 ./train --version | grep '^CPU GEMM'
-echo "bench-cpu: GEMM at GPT-2 124M's shapes, $THREADS threads, best of $REPS (GFLOP/s)"
-./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$REPS" --rounds "$ROUNDS" | tee "$out" || exit 1
+echo "bench-cpu: GEMM at GPT-2 124M's shapes, $THREADS threads, best of $ROUNDS turns x $GEMM_REPS calls (GFLOP/s)"
+./bench/bench_gemm --blas "$BLAS" --rows 256 --reps "$GEMM_REPS" --rounds "$ROUNDS" | tee "$out" || exit 1
 blas_rate=$(awk '$1 == "step" { print $3 }' "$out")
 ours_rate=$(awk '$1 == "step" { print $2 }' "$out")
 worst=$(awk 'NF == 8 && ($2 == "fwd" || $2 == "dX" || $2 == "dW") { print $8, $1, $2 }' "$out" | sort -n | head -n 1)

@@ -7,12 +7,16 @@
  * 768 -> 3072, fcproj 3072 -> 768, the head 768 -> 50304) at R rows (batch
  * x seq, 256 by default): the forward Y = X W^T, dX += dY W and
  * dW += dY^T X, each timed as our gemm() and as cblas_sgemm on the same
- * buffers, layouts and beta, best of N runs each, in rounds (2 unless
- * --rounds) of ours then OpenBLAS's with a pause between (so that neither
- * library's threads, spinning after a call, take a core from the other's
- * runs). On a VM whose neighbours come and go, more rounds give each
- * library more chances at a quiet moment: a shape's ratio moves by 0.3
- * between single runs of two rounds. OpenBLAS
+ * buffers, layouts and beta, best of all its timed runs, in rounds (10
+ * unless --rounds) of N runs (2 unless --reps) of each library after one
+ * untimed, the two taking turns to go first, with a pause after each
+ * (so that neither library's threads, spinning after a call, take a core
+ * from the other's runs). On a VM whose neighbours come and go, a library's
+ * speed moves by 10-40% over seconds (2026-11-26: the same shape's ratio
+ * 0.49-0.99 over five runs of 2 rounds x 5 on an AVX-512 host); many short
+ * turns give both libraries chances at the same quiet moments (on the Zen 3
+ * VM, a run's worst shape 0.85-0.88 with 3 rounds x 5 and 0.88-0.94 with
+ * 10 x 2, three runs each, the means alike). OpenBLAS
  * is loaded with dlopen (no link-time dependency): Debian's libopenblas or
  * the one inside pip's numpy wheel (its symbols carry a scipy_ prefix and
  * a 64_ suffix, and 64-bit integers). A library without openblas_get_config
@@ -117,7 +121,7 @@ static float *filled(size_t n) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int R = 256, reps = 5, rounds = 2;
+    int R = 256, reps = 2, rounds = 10;
     GemmSplit split = GEMM_SPLIT_AUTO;
     const char *split_names[] = {"auto", "rows", "cols"};
     clockid_t clock = CLOCK_MONOTONIC;
@@ -191,12 +195,15 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 3; p++) {
             int M = p == 2 ? OC : R, N = p == 0 ? OC : C, K = p == 0 ? C : p == 1 ? OC : R;
             double best[2] = {1e30, 1e30};
-            /* Rounds of: ours reps + 1 times, a pause, OpenBLAS's, a pause.
-             * A library's threads spin for a while after a call (libgomp's
-             * briefly, OpenBLAS's about 2^28 cycles) and would take a core
-             * from the other if their runs alternated call by call. */
+            /* Rounds of: one library reps + 1 times, a pause, the other's,
+             * a pause; the first to go alternates. A library's threads spin
+             * for a while after a call (libgomp's briefly, OpenBLAS's about
+             * 2^28 cycles) and would take a core from the other if their
+             * runs alternated call by call: the pause after OpenBLAS is the
+             * longer. */
             for (int round = 0; round < rounds; round++)
-            for (int side = 0; side < 2; side++, idle(0.3))
+            for (int turn = 0; turn < 2; turn++) {
+                int side = (round + turn) % 2;  /* 0 ours, 1 OpenBLAS */
                 for (int r = 0; r < reps + 1; r++) {  /* the first run of each warms up */
                     double t0 = now(clock);
                     if (p == 0 && side == 0) gemm_split(split, R, OC, C, X, C, 1, W, 1, C, Y, OC, 0, NULL);
@@ -208,6 +215,8 @@ int main(int argc, char **argv) {
                     double t = now(clock) - t0;
                     if (r > 0 && t < best[side]) best[side] = t;
                 }
+                idle(side == 1 ? 0.3 : 0.05);
+            }
             double flops = 2.0 * M * N * K;
             double times = l < 4 ? 12 : 1;  /* 12 layers, one head */
             t_ours += times * best[0];

@@ -12,7 +12,7 @@
 #   sh test/gpu_session.sh bench   make bench (kernels vs cuBLAS/SDPA, end to end vs
 #                                  PyTorch); record its table in bench/NOTES.md
 #   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
-#                                  tests 52 s, bench about 90 s), 8 logs
+#                                  tests 52-56 s, bench 69-90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu's time a kernel name over 2 training steps of
 #                                  make bench's model (bench/NOTES.md: where the step goes)
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
@@ -24,8 +24,9 @@
 #                                  make bench-cpu, then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
 #                                  numpy (BLAS=path to choose another). Written before a
-#                                  session could run it; run here on the Zen 3 in 4.5 minutes
-#                                  (8 logs, the most the device tool brings back).
+#                                  session could run it; on the Xeon host of 2026-11-26's
+#                                  fourth session 126 s (the Zen 3: 4.5 minutes); 7 logs
+#                                  (the device tool brings back 8 at most).
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
