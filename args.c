@@ -97,7 +97,8 @@ static const ArgsFlag flags[] = {
     {"peak-tflops", "F", F_PEAK, "dense bf16 peak of one device for the step line's MFU\n"
                                  "(known for H100/H200/A100; otherwise MFU is not printed)"},
     {"deterministic", NULL, F_DETERMINISTIC, "GPU runs give the same bits every time: attention's backward\n"
-                                             "sums dq without atomics (slower); the rest always does"},
+                                             "sums dq without atomics (on an H200 also the faster); the\n"
+                                             "rest always does"},
     {"no-self-test", NULL, F_NOSELFTEST, "skip the check of every GPU kernel against the CPU before step 1"},
     {"backend", "nccl|shm|auto", F_BACKEND, "how ranks exchange: NCCL, or host shared memory (auto: NCCL\n"
                                             "when every rank has a GPU of its own and NCCL is built in)"},

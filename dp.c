@@ -107,6 +107,7 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
              char *err, size_t errlen) {
     CommGroup *g = &mesh->dp_group;
     memset(dp, 0, sizeof *dp);
+    dp->norm_e = -1;   /* the first step's norm finds its grid first */
     dp->cfg = *cfg;
     dp->m = m;
     dp->dev = m->dev;
@@ -183,7 +184,8 @@ void dp_micro_batch(DP *dp, int last) {
 /* One pass of the norm over what this rank holds (zero_norm's contract):
  * with DP_PS only the master has the summed gradients, the others nothing;
  * with ZeRO each element is owned by exactly one dp rank. */
-static int norm_pass(DP *dp, const NormGrid *g, double acc[3]) {
+static int norm_pass(void *ctx, const NormGrid *g, double acc[3]) {
+    DP *dp = ctx;
     if (dp->cfg.mode == DP_PS && dp->rank != 0) return 0;
     if (dp->cfg.zero) return zero_owned_norm(&dp->z, g, acc);
     return zero_norm(&dp->z, dp->m->grads, 0, dp->m->num_params, g, acc);
@@ -192,7 +194,9 @@ static int norm_pass(DP *dp, const NormGrid *g, double acc[3]) {
 /* Combines n int32s over the ranks that hold parts of the gradients: the
  * master's to its dp group (DP_PS), every owner's (ZeRO), nothing over dp
  * when each dp rank holds them all; then over tp and pp. */
-static void norm_reduce(DP *dp, int32_t *x, int n, CommRed op) {
+static void norm_reduce(void *ctx, int32_t *x, int n, int max) {
+    DP *dp = ctx;
+    CommRed op = max ? COMM_MAX : COMM_SUM;
     if (dp->cfg.mode == DP_PS) comm_broadcast(dp->g, NULL, x, n, COMM_I32, 0);
     else if (dp->cfg.zero) comm_all_reduce(dp->g, NULL, x, n, COMM_I32, op);
     if (dp->tp) comm_all_reduce(dp->tp, NULL, x, n, COMM_I32, op);
@@ -201,17 +205,10 @@ static void norm_reduce(DP *dp, int32_t *x, int n, CommRed op) {
 
 /* The global gradient norm: each distinct gradient element counted once,
  * whichever ranks hold it (dp owners, tp shards, tp-replicated tensors),
- * with the same bits on every layout (optim.h, "The gradient norm"). */
+ * with the same bits on every layout (optim.h, "The gradient norm"), on a
+ * grid guessed from the last step's. */
 static double global_norm(DP *dp) {
-    int32_t e = norm_pass(dp, NULL, NULL), limbs[OPTIM_NORM_LIMBS];
-    norm_reduce(dp, &e, 1, COMM_MAX);
-    if (e == 255) return NAN;   /* an Inf or NaN gradient somewhere */
-    NormGrid g = optim_norm_grid(e, gpt_total_params(&dp->m->cfg));
-    double acc[3] = {0, 0, 0};
-    norm_pass(dp, &g, acc);
-    optim_norm_pack(acc, &g, limbs);
-    norm_reduce(dp, limbs, OPTIM_NORM_LIMBS, COMM_SUM);
-    return sqrt(optim_norm_unpack(limbs, &g));
+    return optim_norm(&dp->norm_e, gpt_total_params(&dp->m->cfg), norm_pass, norm_reduce, dp);
 }
 
 /* The tied embedding: the first stage's wte and the last stage's copy got

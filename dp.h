@@ -52,6 +52,7 @@ typedef struct DP {
     Zero z;                    /* ownership and the optimizer */
     float *stage;              /* ps rank 0: [largest bucket] received gradients */
     size_t stage_n;
+    int norm_e;                /* the last step's largest gradient exponent, the next grid's guess (-1: none) */
 } DP;
 
 /* Sets up data parallelism over the mesh's dp group for model m (built

@@ -1584,7 +1584,7 @@ static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float b
  * the Dev's scratch, the host adds the partials in block order. */
 
 #define SUM_THREADS 256
-#define SUM_BLOCKS 1024  /* up to 24 KiB of partials, well inside DEV_SCRATCH_BYTES */
+#define SUM_BLOCKS 1024  /* up to 32 KiB of partials, well inside DEV_SCRATCH_BYTES */
 
 // partials [gridDim.x] = per-block sum of x[i] (or x[i]^2) over x [n]
 __global__ void sum_partials_kernel(double *partials, const float *x, size_t n, int squares) {
@@ -1646,12 +1646,16 @@ static int exp_max(Dev *d, const float *x, size_t n) {
     return e;
 }
 
-// partials [3, gridDim.x] = per-block sums of the parts of x^2 * g.scale (x [n])
+// partials [4, gridDim.x] = per-block sums of the parts of x^2 * g.scale (x [n]),
+// then the block's largest biased exponent (exact as a double)
 __global__ void sumsq_grid_kernel(double *partials, const float *x, size_t n, NormGrid g) {
     __shared__ double shared_d[32];
+    __shared__ float shared_f[32];
     double s0 = 0, s1 = 0, s2 = 0;
+    unsigned e = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
+        e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
         double y = (double)x[i] * x[i] * g.scale;
         double p0 = (y + g.c[0]) - g.c[0];
         y -= p0;
@@ -1664,24 +1668,29 @@ __global__ void sumsq_grid_kernel(double *partials, const float *x, size_t n, No
     s0 = block_sum(s0, shared_d);
     s1 = block_sum(s1, shared_d);
     s2 = block_sum(s2, shared_d);
+    float b = block_max((float)e, shared_f);
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = s0;
         partials[gridDim.x + blockIdx.x] = s1;
         partials[2 * gridDim.x + blockIdx.x] = s2;
+        partials[3 * gridDim.x + blockIdx.x] = b;
     }
 }
 
-static void sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]) {
-    if (!n) return;
+static int sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]) {
+    if (!n) return 0;
     unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
     if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
     double *partials = (double *)d->scratch;
     sumsq_grid_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, *g);
     LAUNCH_CHECK(sumsq_grid_kernel);
-    double host[3 * SUM_BLOCKS];
-    cuda_copy_d2h(host, partials, 3 * blocks * sizeof(double), d->stream);  // waits for the stream
+    double host[4 * SUM_BLOCKS];
+    cuda_copy_d2h(host, partials, 4 * blocks * sizeof(double), d->stream);  // waits for the stream
     for (int k = 0; k < 3; k++)
         for (unsigned i = 0; i < blocks; i++) acc[k] += host[k * blocks + i];
+    int e = 0;
+    for (unsigned i = 0; i < blocks; i++) e = host[3 * blocks + i] > e ? (int)host[3 * blocks + i] : e;
+    return e;
 }
 
 /* ---------------------------------------------------------------------------

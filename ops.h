@@ -42,7 +42,7 @@ double OP(sum)(Dev *d, const real *x, size_t n);
 size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);
 /* The float32 table's exp_max and sumsq_grid (the bf16 table's too). */
 int cpu_exp_max(Dev *d, const float *x, size_t n);
-void cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
+int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
 /* adamw over each of nsegs segments (the float32 table's adamw_segs). */
 void cpu_adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
                     float eps, float bc1, float bc2, float grad_scale);

@@ -51,6 +51,26 @@ double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *
     return s / g->scale;
 }
 
+double optim_norm(int *guess, size_t n, OptimNormPass *pass, OptimNormReduce *reduce, void *ctx) {
+    /* Every rank takes the same branch: the guess and the exponent found
+     * (after the max over ranks) are the same on all of them. */
+    int g0 = *guess;
+    NormGrid g = optim_norm_grid(g0, n);
+    double acc[3] = {0, 0, 0};
+    int32_t e = pass(ctx, g0 >= 0 ? &g : NULL, acc), limbs[OPTIM_NORM_LIMBS];
+    reduce(ctx, &e, 1, 1);
+    *guess = e;
+    if (e == 255) return NAN;   /* an Inf or NaN gradient somewhere */
+    if (e != g0) {              /* no guess, or a wrong one: again on the right grid */
+        g = optim_norm_grid(e, n);
+        acc[0] = acc[1] = acc[2] = 0;
+        pass(ctx, &g, acc);
+    }
+    optim_norm_pack(acc, &g, limbs);
+    reduce(ctx, limbs, OPTIM_NORM_LIMBS, 0);
+    return sqrt(optim_norm_unpack(limbs, &g));
+}
+
 void adam_build(Adam *a, Dev *dev, size_t n) {
     memset(a, 0, sizeof *a);
     a->dev = dev;

@@ -45,7 +45,12 @@ float optim_clip_scale(const OptConfig *o, double norm);
  * grid (Ops.sumsq_grid), whose sums are whole numbers of units, exact in
  * double in any order; a rank's three sums travel as OPTIM_NORM_LIMBS int32
  * limbs, whose all-reduce is exact too. What the grid drops lies 69 bits
- * (124M elements; fewer for more) below the largest square. */
+ * (124M elements; fewer for more) below the largest square. The grid pass
+ * finds the largest exponent as well, so optim_norm guesses the grid from
+ * the last step's exponent and sums on it in the first pass; only when the
+ * exponent found differs (the first step, or the largest gradient crossing
+ * a power of 2) does it read the gradients again. The bits are those of the
+ * two passes either way. */
 #define OPTIM_NORM_LIMBS 12   /* 3 parts x 4 limbs of 16 bits */
 
 /* The grid for e, the largest biased float exponent (0..254) among all the
@@ -56,6 +61,18 @@ NormGrid optim_norm_grid(int e, size_t n);
 void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM_NORM_LIMBS]);
 /* The sum of squares from the limbs summed over every rank. */
 double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *g);
+
+/* How a rank reads its gradients for the norm: adds their squares' parts on
+ * grid g to acc (g NULL: none) and returns their largest biased exponent. */
+typedef int OptimNormPass(void *ctx, const NormGrid *g, double acc[3]);
+/* How it combines n int32s with the other ranks holding gradients: their
+ * largest (max 1) or their sum (max 0). */
+typedef void OptimNormReduce(void *ctx, int32_t *x, int n, int max);
+/* The global gradient norm of n elements in all (NAN when one is Inf or
+ * NaN), with a grid guessed from *guess, the last call's exponent (-1 for
+ * none), which it updates: one pass where the guess holds, else two. The
+ * same bits on every rank and layout. */
+double optim_norm(int *guess, size_t n, OptimNormPass *pass, OptimNormReduce *reduce, void *ctx);
 
 void adam_build(Adam *a, Dev *dev, size_t n);
 void adam_free(Adam *a);

@@ -194,12 +194,13 @@ struct Ops {
      * returned to the host. */
     double (*sumsq)(Dev *d, const float *x, size_t n);
     double (*sum)(Dev *d, const float *x, size_t n);
-    /* The global gradient norm's two passes (optim.h, "The gradient norm"):
+    /* The global gradient norm's passes (optim.h, "The gradient norm"):
      * the largest biased exponent (0..255) among x[n]'s floats, 255 when
      * one is Inf or NaN, 0 when n is 0; then acc[k] += the sum over x[n]
-     * of part k of x^2 on grid g, exact, so any order gives the same bits. */
+     * of part k of x^2 on grid g, exact, so any order gives the same bits,
+     * returning that largest exponent too (what checks a guessed grid). */
     int (*exp_max)(Dev *d, const float *x, size_t n);
-    void (*sumsq_grid)(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
+    int (*sumsq_grid)(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
 };
 
 extern const Ops cpu_ops;        /* ops.c: the float32 reference */

@@ -159,9 +159,9 @@ typedef struct NormPass {
     const Zero *z;
     const float *grads;
     size_t offset;
-    const NormGrid *g;   /* NULL: the exponent pass */
+    const NormGrid *g;   /* NULL: the exponent alone */
     double *acc;
-    int e;
+    int e;               /* the largest exponent so far */
 } NormPass;
 
 static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
@@ -169,12 +169,8 @@ static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
     Dev *d = q->z->dev;
     if (!gpt_tensor_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
     const float *x = q->grads + (off - q->offset);
-    if (q->g) {
-        d->ops->sumsq_grid(d, x, n, q->g, q->acc);
-    } else {
-        int e = d->ops->exp_max(d, x, n);
-        if (e > q->e) q->e = e;
-    }
+    int e = q->g ? d->ops->sumsq_grid(d, x, n, q->g, q->acc) : d->ops->exp_max(d, x, n);
+    if (e > q->e) q->e = e;
 }
 
 int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,

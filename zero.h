@@ -100,8 +100,9 @@ void zero_free(Zero *z);
 /* One pass of the gradient norm (optim.h, "The gradient norm") over
  * grads[k] = gradient of element offset + k, k < count, counting a tensor
  * every tp rank holds whole only on tp rank 0, and the tied wte only on the
- * first stage: g NULL returns the largest biased exponent among them (Ops
- * exp_max); else adds their squares' parts on grid g to acc and returns 0.
+ * first stage: returns the largest biased exponent among them (Ops exp_max)
+ * and, g not NULL, adds their squares' parts on grid g to acc (Ops
+ * sumsq_grid, which finds that exponent in the same read).
  * zero_owned_norm: the same over this rank's owned gradients. */
 int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
               double acc[3]);

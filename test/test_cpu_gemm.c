@@ -262,6 +262,39 @@ static double norm_pieces(const float *x, size_t n, const size_t *cuts, int ncut
     return optim_norm_unpack(sum, &g);
 }
 
+/* optim_norm's guessed grid (one rank; the reduce leaves x as it is): a
+ * run of gradients whose largest exponent stays, jumps up 40 binades, and
+ * down 80, each norm the same bits as the two passes', with one pass where
+ * the guess holds and two where it does not. */
+typedef struct { const float *x; size_t n; int passes; } GuessCtx;
+static int guess_pass(void *ctx, const NormGrid *g, double acc[3]) {
+    GuessCtx *q = ctx;
+    q->passes++;
+    return g ? cpu_sumsq_grid(NULL, q->x, q->n, g, acc) : cpu_exp_max(NULL, q->x, q->n);
+}
+static void guess_reduce(void *ctx, int32_t *x, int n, int max) { (void)ctx, (void)x, (void)n, (void)max; }
+
+static void test_norm_guess(Checks *c, const float *x, size_t n) {
+    float *up = malloc(n * sizeof *up), *down = malloc(n * sizeof *down);
+    for (size_t i = 0; i < n; i++) up[i] = ldexpf(x[i], 40), down[i] = ldexpf(x[i], -40);
+    const float *run[] = {x, x, up, down, down, x};
+    const int want_passes[] = {2, 1, 2, 2, 1, 2};
+    int guess = -1, same = 1, passes_ok = 1;
+    char got_passes[32] = "";
+    for (int k = 0; k < 6; k++) {
+        GuessCtx q = {run[k], n, 0};
+        double got = optim_norm(&guess, n, guess_pass, guess_reduce, &q);
+        double want = sqrt(norm_pieces(run[k], n, NULL, 0, 2));
+        same &= !memcmp(&got, &want, sizeof got);
+        passes_ok &= q.passes == want_passes[k];
+        snprintf(got_passes + strlen(got_passes), sizeof got_passes - strlen(got_passes), " %d", q.passes);
+    }
+    check(c, same && passes_ok, "norm: a guessed grid, right or wrong, gives the two passes' bits",
+          "6 steps, the exponent kept, up 40, down 80: same bits %d, passes%s (want 2 1 2 2 1 2)", same, got_passes);
+    free(up);
+    free(down);
+}
+
 static void test_norm(Checks *c) {
     size_t n = 100003;
     unsigned long long seed = 11;
@@ -290,6 +323,9 @@ static void test_norm(Checks *c) {
     double want = 2.0 * ((double)big[0] * big[0]) + 1.0;
     double got = norm_pieces(big, 3, NULL, 0, 1);
     check(c, fabs(got - want) / want <= 1e-15, "norm: squares near FLT_MAX", "%.17g, want %.17g", got, want);
+    int grid_e = cpu_sumsq_grid(NULL, x, n, &(NormGrid){0}, (double[3]){0});
+    check(c, grid_e == want_e, "norm: the grid pass finds the largest exponent too", "%d, want %d", grid_e, want_e);
+    test_norm_guess(c, x, n);
     free(x);
 }
 
