@@ -17,16 +17,14 @@
 #                                  make bench's model (bench/NOTES.md: where the step goes)
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
-#                                  our GEMM with C split by rows against by columns
-#                                  (bench/gemm_ab.sh --splits), A packed a block at a
-#                                  time against whole (--flags), the AVX-512 kernel's
-#                                  other loop order (-DAVX512_A_OUTER=1), then
-#                                  make bench-cpu, then perf's samples by symbol over
+#                                  the AVX-512 kernel's other loop order
+#                                  (-DAVX512_A_OUTER=1) in one process (bench/gemm_ab.sh
+#                                  --flags), make bench-cpu, the 124M step's spans
+#                                  (--trace), then perf's samples by symbol over
 #                                  bench_gemm (where perf is); OpenBLAS from the image's
-#                                  numpy (BLAS=path to choose another). Written before a
-#                                  session could run it; on the Xeon host of 2026-11-26's
-#                                  fourth session 126 s (the Zen 3: 4.5 minutes); 7 logs
-#                                  (the device tool brings back 8 at most).
+#                                  numpy (BLAS=path to choose another). 4m10s on the
+#                                  Zen 3 (bench-cpu 167 s; 124 s on the Xeon); 5 or 6
+#                                  logs (the device tool brings back 8 at most).
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -76,21 +74,21 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     pin="env OMP_NUM_THREADS=2 taskset -c $cores"
     step cpu_gemm_test 120 $pin ./test/test_cpu_gemm
     [ -n "$BLAS" ] || { echo "cpu: no OpenBLAS in the image's numpy: give BLAS=path"; exit 1; }
-    # C split by rows against by columns, in one process, calls in turn (bench/gemm_ab.c)
-    step cpu_splits 150 $pin sh bench/gemm_ab.sh --splits 10
-    tail -17 "$logs/cpu_splits.log"
-    # A packed for each block of columns (as before 2026-11-26's third session) against
-    # packed whole once with the columns taken in chunks as they come (gemm.c)
-    step cpu_whole 150 $pin env A_FLAGS=-DGEMM_A_WHOLE_BYTES=0 sh bench/gemm_ab.sh --flags 10
-    tail -17 "$logs/cpu_whole.log"
-    # the AVX-512 kernel's loops as BLIS orders them on Skylake-X (an A micro-panel in L1,
-    # B's streaming), at kc 256 and 384, against the default (gemm_avx512.c)
-    step cpu_a_outer 150 $pin env B_FLAGS=-DAVX512_A_OUTER=1 sh bench/gemm_ab.sh --flags 10
-    tail -1 "$logs/cpu_a_outer.log"
-    step cpu_a_outer_kc384 150 $pin env B_FLAGS='-DAVX512_A_OUTER=1 -DAVX512_KC=384' sh bench/gemm_ab.sh --flags 10
-    tail -17 "$logs/cpu_a_outer_kc384.log"
+    # The AVX-512 kernel's loops as BLIS orders them on Skylake-X (an A micro-panel in L1,
+    # B's streaming) against the default (gemm_avx512.c), in one process, calls in turn
+    # (bench/gemm_ab.c): 1.017 in 10 pairs on 2026-11-26 (fourth session); 20 pairs to settle it.
+    # (That session also settled the split, by rows or columns, and A packed whole: NOTES.)
+    step cpu_a_outer 200 $pin env B_FLAGS=-DAVX512_A_OUTER=1 sh bench/gemm_ab.sh --flags 20
+    tail -17 "$logs/cpu_a_outer.log"
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
-    grep -E '^(CPU GEMM|step |bench-cpu: GPT|matmuls|sum)' "$logs/bench_cpu.log"
+    grep -E '^(CPU GEMM|step |bench-cpu: GPT|bench-cpu: targets|matmuls|sum)' "$logs/bench_cpu.log"
+    # The 4 x 64 step spent 210 ms more than bench_ops' ops (2026-11-26): its forward,
+    # backward and optimizer spans (--trace), step by step, beside bench_ops' rows
+    step cpu_step 120 sh -c "$pin ./train --data data/tinyshakespeare_train.txt --vocab 50257 --layers 12 \
+        --heads 12 --dim 768 --max-seq 1024 --batch 4 --seq 64 --steps 6 --device cpu --trace /tmp/step.json &&
+        python3 -c 'import json; d = json.load(open(\"/tmp/step.json\")); e = d[\"traceEvents\"] if isinstance(d, dict) else d
+print(\" \".join(\"%s %.0f\" % (x[\"name\"], x[\"dur\"] / 1e3) for x in e if x.get(\"ph\") == \"X\"))'"
+    tail -3 "$logs/cpu_step.log"
     # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
     if command -v perf > /dev/null; then
         step cpu_perf 120 sh -c "$pin perf record -q -o /tmp/bench_gemm.perf ./bench/bench_gemm --blas '$BLAS' \
