@@ -162,21 +162,34 @@ typedef struct NormPass {
     const NormGrid *g;   /* NULL: the exponent alone */
     double *acc;
     int e;               /* the largest exponent so far */
+    size_t run_off, run_n;   /* counted elements not yet read, in one run */
 } NormPass;
+
+/* Reads the pending run: one call for as many tensors as lie end to end
+ * (all of them on one rank without tp), so a GPU reads its partials back
+ * once a pass, not once a tensor. The sums are exact: runs change no bit. */
+static void norm_flush(NormPass *q) {
+    if (!q->run_n) return;
+    Dev *d = q->z->dev;
+    const float *x = q->grads + (q->run_off - q->offset);
+    int e = q->g ? d->ops->sumsq_grid(d, x, q->run_n, q->g, q->acc) : d->ops->exp_max(d, x, q->run_n);
+    if (e > q->e) q->e = e;
+    q->run_n = 0;
+}
 
 static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
     NormPass *q = ctx;
-    Dev *d = q->z->dev;
     if (!gpt_tensor_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
-    const float *x = q->grads + (off - q->offset);
-    int e = q->g ? d->ops->sumsq_grid(d, x, n, q->g, q->acc) : d->ops->exp_max(d, x, n);
-    if (e > q->e) q->e = e;
+    if (q->run_n && off != q->run_off + q->run_n) norm_flush(q);
+    if (!q->run_n) q->run_off = off;
+    q->run_n += n;
 }
 
 int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
               double acc[3]) {
-    NormPass q = {z, grads, offset, g, acc, 0};
+    NormPass q = {z, grads, offset, g, acc, 0, 0, 0};
     gpt_segments(z->m, offset, count, norm_segment, &q);
+    norm_flush(&q);
     return q.e;
 }
 
