@@ -19,12 +19,13 @@
  *    dx themselves: there is no accumulate on one rank), the memsets of the
  *    backward's scratch, and the embedding's backward;
  *  - the optimizer: the gradients zeroed at the step's start, the global
- *    norm's passes, each a row, tensor by tensor (exp_max, then sumsq_grid
- *    on the grid of optim.h, which finds the exponent too: a step whose
- *    grid, guessed from the last step's, holds pays only the second; each
- *    is one read of the gradients, so their times say how fast one stream
- *    of reads goes), and adamw_segs over every parameter, one
- *    segment a tensor of gpt.h's layout with its weight decay.
+ *    norm's passes, a row each, each one call over all the gradients as on
+ *    one rank (exp_max, then sumsq_grid on the grid of optim.h, which finds
+ *    the exponent too: a step whose grid, guessed from the last step's,
+ *    holds pays only the second; each is one read of the gradients, the
+ *    first as one stream a thread, the second as four), and adamw_segs over
+ *    every parameter, one segment a tensor of gpt.h's layout with its
+ *    weight decay.
  * Left out: the loss's mean (a sum of N floats) and the data loader.
  *
  * Each op runs once to warm up, then N times; the best wall-clock time
@@ -334,8 +335,8 @@ static void build_rows(Bench *b) {
     add_row(b, K_ENCODER_BWD, -1, "encoder bwd", 1, 0, "[%ld,%d] -> wte, wpe", N, C);
     /* 0 calls a step: only a step whose guessed grid misses (the first, or
      * the largest gradient crossing a power of 2) reads the gradients again */
-    add_row(b, K_NORM_EXP, -1, "grad norm: exponent pass", 0, 0, "%zu in %d", s->params, b->nsegs);
-    add_row(b, K_NORM_GRID, -1, "grad norm: grid pass", 1, 0, "%zu in %d", s->params, b->nsegs);
+    add_row(b, K_NORM_EXP, -1, "grad norm: exponent pass", 0, 0, "%zu", s->params);
+    add_row(b, K_NORM_GRID, -1, "grad norm: grid pass", 1, 0, "%zu", s->params);
     add_row(b, K_ADAMW, -1, "adamw_segs", 1, 0, "%zu in %d", s->params, b->nsegs);
 }
 
@@ -391,19 +392,13 @@ static void op_run(Bench *b, const Row *r) {
     case K_ENCODER_BWD:
         cpu_encoder_backward(d, g + b->off[GPT_WTE], g + b->off[GPT_WPE], b->dx, b->tokens, s->B, s->T, C);
         break;
-    case K_NORM_EXP: {  /* dp.c's global_norm through zero_norm: two passes, a call a tensor */
-        int e = 0;
-        for (int k = 0; k < b->nsegs; k++) {
-            int te = cpu_exp_max(d, b->segs[k].grad, b->segs[k].n);
-            e = te > e ? te : e;
-        }
-        b->norm_e = e;
+    case K_NORM_EXP:  /* dp.c's global_norm through zero_norm: on one rank, one call a pass over all */
+        b->norm_e = cpu_exp_max(d, b->grads, s->params);
         break;
-    }
     case K_NORM_GRID: {
         NormGrid grid = optim_norm_grid(b->norm_e, s->params);
         double acc[3] = {0, 0, 0};
-        for (int k = 0; k < b->nsegs; k++) cpu_sumsq_grid(d, b->segs[k].grad, b->segs[k].n, &grid, acc);
+        cpu_sumsq_grid(d, b->grads, s->params, &grid, acc);
         b->sink += acc[0] + acc[1] + acc[2];
         break;
     }
