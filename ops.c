@@ -595,13 +595,18 @@ double OP(sum)(Dev *d, const real *x, size_t n) {
  * on memory: a step whose grid, guessed from the last step's, proves right
  * reads the gradients once. */
 
+/* v's exponent field, in place (bits 23..30): compared as is, shifted once at the end */
+static inline uint32_t exp_field(float v) {
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return b & 0x7f800000u;
+}
+
 int cpu_exp_max(Dev *d, const float *x, size_t n) {
     uint32_t e = 0;
     #pragma omp parallel for simd reduction(max:e)
     for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, x + i, sizeof b);
-        b &= 0x7f800000u;
+        uint32_t b = exp_field(x[i]);
         e = b > e ? b : e;
     }
     return (int)(e >> 23);
@@ -615,9 +620,7 @@ typedef struct NormParts {
 } NormParts;
 
 static inline void norm_grid_add(NormParts *p, float v, double scale, double c0, double c1, double c2) {
-    uint32_t b;
-    memcpy(&b, &v, sizeof b);
-    b &= 0x7f800000u;
+    uint32_t b = exp_field(v);
     p->e = b > p->e ? b : p->e;
     double y = (double)v * v * scale;   /* exact: 48 bits, a power of 2 */
     double p0 = (y + c0) - c0;
