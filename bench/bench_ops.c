@@ -1,7 +1,7 @@
 /* bench/bench_ops.c: where a CPU training step's time goes, op by op.
  *
  *   bench/bench_ops [--layers L] [--heads H] [--dim C] [--vocab V] [--max-seq S]
- *                   [--batch B] [--seq T] [--reps N] [--cpu-clock]
+ *                   [--batch B] [--seq T] [--reps N] [--cpu-clock] [--cold]
  *
  * Times each float32 op (ops.c's cpu_*, what `train --device cpu` runs on
  * one rank) of one training step of a GPT-2 of that shape, on buffers of
@@ -35,7 +35,11 @@
  * more it would count their sum, spinning included, so it is refused).
  * An op's inputs are warm in cache from its run before, as a layer's
  * activations are in a step but its weights are not, so the sum can come
- * out under a real step's time. Values are small and deterministic
+ * out under a real step's time. --cold reads and writes a 512 MB buffer
+ * (more than any L3 this runs on) with every thread before each call,
+ * untimed, so that each op starts with its operands in memory, as a
+ * step's weights, gradients and moments are: the two tables side by side
+ * say which ops a step's cold caches cost. Values are small and deterministic
  * (tokens and targets below V; LayerNorm's statistics and attention's
  * probabilities made by their forward). Threads: OpenMP's, OMP_NUM_THREADS
  * (default all cores). The default model is GPT-2 124M (V 50257, padded to
@@ -104,11 +108,13 @@ typedef struct {
 } Row;
 
 #define MAX_ROWS 40
+#define FLUSH_FLOATS ((size_t)128 << 20)  /* --cold's buffer: 512 MB */
 
 typedef struct {
     Shape s;
     Dev dev;
     int reps;
+    float *flush;                    /* [FLUSH_FLOATS] with --cold, else NULL */
     clockid_t clock;                 /* CLOCK_MONOTONIC, or the process's CPU clock */
     /* parameters, gradients and AdamW's moments in gpt.h's layout:
      * [wte Vp,C] [wpe maxT,C] [layer 0: ln1w .. fcprojb] ... [lnfw C] [lnfb C] */
@@ -257,6 +263,7 @@ static void bench_free(Bench *b) {
     size_t N = s->N, NC = N * s->C, att = (size_t)s->B * s->NH * s->T * s->T;
     Dev *d = &b->dev;
     gpt_free(&b->model);
+    if (b->flush) dev_free(d, b->flush, FLUSH_FLOATS * sizeof(float));
     dev_free(d, b->m, s->params * sizeof(float));
     dev_free(d, b->v, s->params * sizeof(float));
     struct { float *p; size_t n; } a[] = {
@@ -408,6 +415,14 @@ static void op_run(Bench *b, const Row *r) {
     }
 }
 
+/* --cold: every thread reads and writes its share of the flush buffer, a
+ * line at a time, so every cache level holds it and nothing of the op's. */
+static void flush_caches(Bench *b) {
+    float *f = b->flush;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < FLUSH_FLOATS; i += 16) f[i] += 1;
+}
+
 /* Times every row: a warm-up run, then the best of reps, in ms a call. */
 static void time_rows(Bench *b) {
     for (int i = 0; i < b->nrows; i++) {
@@ -415,6 +430,7 @@ static void time_rows(Bench *b) {
         double best = 1e30;
         for (int rep = 0; rep <= b->reps; rep++) {
             op_prepare(b, r);
+            if (b->flush) flush_caches(b);
             double t0 = now(b->clock);
             op_run(b, r);
             double t = now(b->clock) - t0;
@@ -435,7 +451,8 @@ static void print_table(const Bench *b, int threads) {
     getloadavg(&load, 1);
     printf("cpu: %s, %s; gemm kernel %s; %d thread%s; load average %.2f on %d cores;", cpu, isa,
            gemm_kernel_name(), threads, threads == 1 ? "" : "s", load, omp_get_num_procs());
-    printf(" best of %d after a warm-up, %s clock\n", b->reps, b->clock == CLOCK_MONOTONIC ? "wall" : "process CPU");
+    printf(" best of %d after a warm-up, %s clock%s\n", b->reps, b->clock == CLOCK_MONOTONIC ? "wall" : "process CPU",
+           b->flush ? "; caches flushed before each call (--cold)" : "");
     double sum = 0, mm_ms = 0, mm_flops = 0;
     for (int i = 0; i < b->nrows; i++) sum += b->rows[i].ms * b->rows[i].calls;
     printf("%-26s %-22s %10s %6s %10s %6s %8s\n", "op", "shape (matmul MxNxK)", "ms a call", "calls",
@@ -459,7 +476,7 @@ static void print_table(const Bench *b, int threads) {
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_ops [--layers L] [--heads H] [--dim C] [--vocab V] [--max-seq S]"
-                    " [--batch B] [--seq T] [--reps N] [--cpu-clock]\n"
+                    " [--batch B] [--seq T] [--reps N] [--cpu-clock] [--cold]\n"
                     "  (defaults: GPT-2 124M, 12 12 768 50257, max-seq T or 256, batch 4, seq 64, 3 reps)\n");
     return 2;
 }
@@ -473,11 +490,14 @@ int main(int argc, char **argv) {
         {"dim", required_argument, NULL, 'C'},    {"vocab", required_argument, NULL, 'V'},
         {"max-seq", required_argument, NULL, 'S'}, {"batch", required_argument, NULL, 'B'},
         {"seq", required_argument, NULL, 'T'},    {"reps", required_argument, NULL, 'r'},
-        {"cpu-clock", no_argument, NULL, 'c'},    {NULL, 0, NULL, 0}};
+        {"cpu-clock", no_argument, NULL, 'c'},    {"cold", no_argument, NULL, 'k'},
+        {NULL, 0, NULL, 0}};
+    int cold = 0;
     int ch, li = 0;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
         if (ch == 'c') { clock = CLOCK_PROCESS_CPUTIME_ID; continue; }
+        if (ch == 'k') { cold = 1; continue; }
         if (ch == ':' || ch == '?') {
             fprintf(stderr, "bench_ops: %s %s\n", argv[optind - 1], ch == ':' ? "needs a value" : "is not a flag");
             return usage();
@@ -519,6 +539,7 @@ int main(int argc, char **argv) {
     s.N = (size_t)s.B * s.T;
     Bench b;
     bench_build(&b, &s, reps, clock);
+    if (cold) b.flush = filled(&b, FLUSH_FLOATS, 0, 1);
     build_rows(&b);
     time_rows(&b);
     print_table(&b, omp_get_max_threads());

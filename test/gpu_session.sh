@@ -19,12 +19,13 @@
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
 #                                  the AVX-512 kernel's other loop order
 #                                  (-DAVX512_A_OUTER=1) in one process (bench/gemm_ab.sh
-#                                  --flags), make bench-cpu, the 124M step's spans
-#                                  (--trace), then perf's samples by symbol over
-#                                  bench_gemm (where perf is); OpenBLAS from the image's
-#                                  numpy (BLAS=path to choose another). 4m10s on the
-#                                  Zen 3 (bench-cpu 167 s; 124 s on the Xeon); 5 or 6
-#                                  logs (the device tool brings back 8 at most).
+#                                  --flags), make bench-cpu, bench_ops with cold
+#                                  caches (--cold), the 124M step's spans (--trace),
+#                                  then perf's samples by symbol over the step (where
+#                                  perf is); OpenBLAS from the image's numpy (BLAS=path
+#                                  to choose another). About 6 minutes on the Zen 3
+#                                  (bench-cpu 167 s; 124 s on the Xeon); 6 or 7 logs
+#                                  (the device tool brings back 8 at most).
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -82,17 +83,26 @@ print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)
     tail -17 "$logs/cpu_a_outer.log"
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|bench-cpu: targets|matmuls|sum)' "$logs/bench_cpu.log"
-    # The 4 x 64 step spent 210 ms more than bench_ops' ops (2026-11-26): its forward,
-    # backward and optimizer spans (--trace), step by step, beside bench_ops' rows
+    # The 4 x 64 step spent 210 ms more than bench_ops' ops (2026-11-26). bench_ops again
+    # with every cache flushed before each call (--cold), as a step's weights and
+    # gradients come from memory: which ops the cold caches cost (on the Zen 3, 2026-11-26:
+    # the matmuls alike, the small ops' sum 20-25 ms more)
+    step cpu_ops_cold 150 $pin ./bench/bench_ops --layers 12 --heads 12 --dim 768 --vocab 50257 \
+        --max-seq 1024 --batch 4 --seq 64 --cold
+    tail -34 "$logs/cpu_ops_cold.log"
+    # the step's forward, backward and optimizer spans (--trace), step by step
     step cpu_step 120 sh -c "$pin ./train --data data/tinyshakespeare_train.txt --vocab 50257 --layers 12 \
         --heads 12 --dim 768 --max-seq 1024 --batch 4 --seq 64 --steps 6 --device cpu --trace /tmp/step.json &&
         python3 -c 'import json; d = json.load(open(\"/tmp/step.json\")); e = d[\"traceEvents\"] if isinstance(d, dict) else d
 print(\" \".join(\"%s %.0f\" % (x[\"name\"], x[\"dur\"] / 1e3) for x in e if x.get(\"ph\") == \"X\"))'"
     tail -3 "$logs/cpu_step.log"
-    # where each library's time goes over all the shapes (kernel, packing, waiting), if perf is there
+    # where the step's time goes by symbol (kernel, packing, OpenMP's waits, the
+    # optimizer), from 12 s in (past the start and the first step), if perf is there
     if command -v perf > /dev/null; then
-        step cpu_perf 120 sh -c "$pin perf record -q -o /tmp/bench_gemm.perf ./bench/bench_gemm --blas '$BLAS' \
-            --rounds 1 > /dev/null && perf report -i /tmp/bench_gemm.perf --stdio --sort dso,sym | grep -v '^#' | head -40"
+        step cpu_perf 150 sh -c "$pin perf record -q -D 12000 -o /tmp/step.perf ./train --data \
+            data/tinyshakespeare_train.txt --vocab 50257 --layers 12 --heads 12 --dim 768 --max-seq 1024 \
+            --batch 4 --seq 64 --steps 16 --device cpu > /dev/null &&
+            perf report -i /tmp/step.perf --stdio --sort dso,sym | grep -v '^#' | head -40"
         head -25 "$logs/cpu_perf.log"
     else
         echo "cpu: no perf here: no profile"
