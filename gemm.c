@@ -277,6 +277,15 @@ static void pack_share(const GemmKernel *kn, int n, int kc, const float *src, si
     pack_panels(kn, len, kc, src + (size_t)q0 * w * sx, sx, sk, w, dst + (size_t)q0 * w * kc);
 }
 
+/* The team's barrier; a team of one (a product called inside another
+ * parallel region, attention's, or too small to split) has none to wait
+ * at, and opens no OpenMP region at all (gemm_split). */
+static inline void team_wait(int nt) {
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+}
+
 /* Split by rows: member t has one contiguous range of rows [i0, i1); for each
  * kc x nc block of B the team packs it together and waits at a barrier
  * before any reads it, then each member packs its rows of A, mc at a time,
@@ -292,13 +301,28 @@ static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p,
             int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
             pack_share(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp, t,
                        p->nt);
-            #pragma omp barrier
+            team_wait(p->nt);
             for (int ic = i0; ic < i1; ic += mc_step) {
                 int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
                 pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
                 run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
             }
-            #pragma omp barrier
+            team_wait(p->nt);
+        }
+    }
+}
+
+/* Chunk ch of gemm_cols_whole's columns: B's columns packed K block by K
+ * block and run against all of packed A (mpad rows), mc_step rows a block. */
+static void cols_chunk(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, const float *Ap, float *Bp,
+                       float *edge, int mpad, int mc_step, int ch) {
+    int jc = ch * p->chunk, nc = g->N - jc < p->chunk ? g->N - jc : p->chunk;
+    for (int pc = 0; pc < g->K; pc += kn->kc) {
+        int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+        pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
+        for (int ic = 0; ic < g->M; ic += mc_step) {
+            int mc = g->M - ic < mc_step ? g->M - ic : mc_step;
+            run_block(kn, g, Ap + (size_t)mpad * pc + (size_t)ic * kc, Bp, ic, mc, jc, nc, kc, load_c, edge);
         }
     }
 }
@@ -323,20 +347,14 @@ static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPl
         int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc;
         pack_share(kn, g->M, kc, g->A + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap + (size_t)mpad * pc, t, p->nt);
     }
-    #pragma omp barrier
+    team_wait(p->nt);
     int chunks = (g->N + p->chunk - 1) / p->chunk;
-    #pragma omp for schedule(dynamic, 1)
-    for (int ch = 0; ch < chunks; ch++) {
-        int jc = ch * p->chunk, nc = g->N - jc < p->chunk ? g->N - jc : p->chunk;
-        for (int pc = 0; pc < g->K; pc += kn->kc) {
-            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
-            pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
-            for (int ic = 0; ic < g->M; ic += mc_step) {
-                int mc = g->M - ic < mc_step ? g->M - ic : mc_step;
-                run_block(kn, g, Ap + (size_t)mpad * pc + (size_t)ic * kc, Bp, ic, mc, jc, nc, kc, load_c, edge);
-            }
-        }
+    if (p->nt == 1) {
+        for (int ch = 0; ch < chunks; ch++) cols_chunk(kn, g, p, Ap, Bp, edge, mpad, mc_step, ch);
+        return;
     }
+    #pragma omp for schedule(dynamic, 1)
+    for (int ch = 0; ch < chunks; ch++) cols_chunk(kn, g, p, Ap, Bp, edge, mpad, mc_step, ch);
 }
 
 /* Split by columns, A too large to pack whole (the head's dX: dY is 256 x
@@ -358,9 +376,9 @@ static void gemm_cols_blocks(const GemmKernel *kn, const GemmJob *g, const GemmP
                 int mc = g->M - ic < kn->mc ? g->M - ic : kn->mc;
                 pack_share(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, kn->mr, Ap,
                            t, p->nt);
-                #pragma omp barrier
+                team_wait(p->nt);
                 run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
-                #pragma omp barrier
+                team_wait(p->nt);
             }
         }
     }
@@ -444,6 +462,17 @@ static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K
     }
 }
 
+/* Member t's part of the product: its own packing buffer and edge tile
+ * from the plan's one buffer, its range of rows or columns, the split's loops. */
+static void gemm_member(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int t) {
+    float *shared = p->mem, *mine = shared + p->shared_floats + t * p->own;  /* [own block] then [edge] */
+    float *edge = mine + p->own - p->edge_floats;                            /* [mr*nr] */
+    int lo = p->blocks * t / p->nt * p->unit, hi = p->blocks * (t + 1) / p->nt * p->unit;  /* a fixed range */
+    if (p->how == GEMM_BY_ROWS) gemm_rows(kn, g, p, lo, hi < g->M ? hi : g->M, mine, shared, edge, t);
+    else if (p->how == GEMM_BY_COLS_WHOLE) gemm_cols_whole(kn, g, p, shared, mine, edge, t);
+    else gemm_cols_blocks(kn, g, p, lo, hi < g->N ? hi : g->N, shared, mine, edge, t);
+}
+
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
           size_t b_rs, size_t b_cs, float *C, size_t ldc, int accumulate, const float *bias) {
     gemm_split(GEMM_SPLIT_AUTO, M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, bias);
@@ -465,6 +494,11 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
     GemmPlan p;
     gemm_plan(kn, split, M, N, K, omp_in_parallel() ? 1 : omp_get_max_threads(), &p);
     const int asked = p.nt;
+    if (asked == 1) {  /* no region to open (inside attention's, a product too small to split) */
+        gemm_member(kn, &g, &p, 0);
+        free(p.mem);
+        return;
+    }
     #pragma omp parallel num_threads(asked)
     {
         if (omp_get_num_threads() != asked) {  /* fewer than asked (OMP_THREAD_LIMIT, OMP_DYNAMIC) */
@@ -474,13 +508,7 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
                 gemm_plan(kn, split, M, N, K, omp_get_num_threads(), &p);
             }  /* (a barrier: every thread sees the new plan) */
         }
-        int t = omp_get_thread_num();
-        float *shared = p.mem, *mine = shared + p.shared_floats + t * p.own;  /* [own block] then [edge] */
-        float *edge = mine + p.own - p.edge_floats;                            /* [mr*nr] */
-        int lo = p.blocks * t / p.nt * p.unit, hi = p.blocks * (t + 1) / p.nt * p.unit;  /* a fixed range */
-        if (p.how == GEMM_BY_ROWS) gemm_rows(kn, &g, &p, lo, hi < M ? hi : M, mine, shared, edge, t);
-        else if (p.how == GEMM_BY_COLS_WHOLE) gemm_cols_whole(kn, &g, &p, shared, mine, edge, t);
-        else gemm_cols_blocks(kn, &g, &p, lo, hi < N ? hi : N, shared, mine, edge, t);
+        gemm_member(kn, &g, &p, omp_get_thread_num());
     }
     free(p.mem);
 }
