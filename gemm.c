@@ -220,8 +220,22 @@ typedef struct {
     const float *A, *B;
     size_t a_rs, a_cs, b_rs, b_cs, ldc;
     float *C;
-    int accumulate;  /* C holds what the first K block adds to */
+    int accumulate;     /* C holds what the product adds to */
+    const float *bias;  /* [N] or NULL: added to C (or 0) before the product */
 } GemmJob;
+
+/* C[i0:i1, j0:j1] <- (C or 0) + bias, by the member that owns that part,
+ * before its first K block; the kernel then adds to C (from_c). */
+static void start_c(const GemmJob *g, int i0, int i1, int j0, int j1) {
+    if (!g->bias) return;
+    for (int i = i0; i < i1; i++) {
+        float *c = g->C + (size_t)i * g->ldc;
+        for (int j = j0; j < j1; j++) c[j] = (g->accumulate ? c[j] : 0) + g->bias[j];
+    }
+}
+
+/* The first K block adds to what C holds (else it overwrites C). */
+static int from_c(const GemmJob *g) { return g->accumulate || g->bias; }
 
 /* How a team of nt threads divides C, and the one buffer it packs into. */
 typedef struct {
@@ -295,10 +309,11 @@ static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p,
                       float *Bp, float *edge, int t) {
     const int mr = kn->mr, panels = (i1 - i0 + mr - 1) / mr, mblocks = (i1 - i0 + kn->mc - 1) / kn->mc;
     const int mc_step = mblocks ? (panels + mblocks - 1) / mblocks * mr : mr;  /* as equal as they go */
+    start_c(g, i0, i1, 0, g->N);
     for (int jc = 0; jc < g->N; jc += kn->nc) {
         int nc = g->N - jc < kn->nc ? g->N - jc : kn->nc;
         for (int pc = 0; pc < g->K; pc += kn->kc) {
-            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || from_c(g);
             pack_share(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp, t,
                        p->nt);
             team_wait(p->nt);
@@ -317,8 +332,9 @@ static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p,
 static void cols_chunk(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, const float *Ap, float *Bp,
                        float *edge, int mpad, int mc_step, int ch) {
     int jc = ch * p->chunk, nc = g->N - jc < p->chunk ? g->N - jc : p->chunk;
+    start_c(g, 0, g->M, jc, jc + nc);
     for (int pc = 0; pc < g->K; pc += kn->kc) {
-        int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+        int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || from_c(g);
         pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
         for (int ic = 0; ic < g->M; ic += mc_step) {
             int mc = g->M - ic < mc_step ? g->M - ic : mc_step;
@@ -365,11 +381,12 @@ static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPl
  * next one overwrites it, and each member packs its own B. */
 static void gemm_cols_blocks(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int j0, int j1,
                              float *Ap, float *Bp, float *edge, int t) {
+    if (j1 > j0) start_c(g, 0, g->M, j0, j1);
     for (int jb = 0; jb < p->jblocks; jb++) {
         int jc = j0 + jb * kn->nc, nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
         if (nc < 0) nc = 0;  /* a member past its columns still packs its share of A */
         for (int pc = 0; pc < g->K; pc += kn->kc) {
-            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || g->accumulate;
+            int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || from_c(g);
             if (nc > 0)
                 pack_panels(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp);
             for (int ic = 0; ic < g->M; ic += kn->mc) {
@@ -483,14 +500,13 @@ void gemm_split(GemmSplit split, int M, int N, int K, const float *A, size_t a_r
                 const float *bias) {
     if (M <= 0 || N <= 0) return;
     const GemmKernel *kn = gemm_kernel();
-    if (bias || (!accumulate && K <= 0)) {  /* C starts at bias (or 0) and accumulates */
+    if (K <= 0) {  /* no product: C is (C or 0) + bias */
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
                 C[(size_t)i * ldc + j] = (accumulate ? C[(size_t)i * ldc + j] : 0) + (bias ? bias[j] : 0);
-        accumulate = 1;
+        return;
     }
-    if (K <= 0) return;
-    GemmJob g = {M, N, K, A, B, a_rs, a_cs, b_rs, b_cs, ldc, C, accumulate};
+    GemmJob g = {M, N, K, A, B, a_rs, a_cs, b_rs, b_cs, ldc, C, accumulate, bias};
     GemmPlan p;
     gemm_plan(kn, split, M, N, K, omp_in_parallel() ? 1 : omp_get_max_threads(), &p);
     const int asked = p.nt;
