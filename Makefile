@@ -323,6 +323,7 @@ $(FUZZ_DIR)/gemm_avx512.o: FUZZ_CFLAGS += $(GEMM_AVX512_FLAGS)
 
 # The pictures and the generated part of the docs (docs/README.md says which
 # are exact and which are illustrations): the --help block of docs/cli.md,
-# the 1F1B schedule, a short run's loss curve and trace.
+# the 1F1B schedule; with FIGURES=1 also a short run's loss curve and trace,
+# which differ on every run.
 docs: build data/tinyshakespeare_train.txt data/tinyshakespeare_val.txt
-	@sh tools/make_docs.sh
+	@sh tools/make_docs.sh $(if $(FIGURES),--figures)
