@@ -27,7 +27,10 @@
  * packed together, each thread its own B; where A is small the team packs
  * all of it once, and the threads then take chunks of columns as they come
  * (a dynamic schedule), else each has one range of columns. Nothing is
- * packed twice and no two threads write the same element.
+ * packed twice and no two threads write the same element (a forward's bias
+ * included: each member writes it into its own part of C before its first
+ * K block). A product one thread runs (attention's, each inside attention's
+ * own parallel region) opens no region and waits at no barrier.
  * gemm() takes the split that balances the threads' blocks, and between
  * near-equals the one whose shared operand is the smaller (GPT-2's products
  * of 256 rows split by columns: 43 row blocks of 6 do not halve, and A is
