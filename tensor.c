@@ -133,7 +133,7 @@ void dev_zero(Dev *d, void *p, size_t bytes) {
      * cannot write at the memory's speed (a 2-core slice of a Sapphire
      * Rapids Xeon zeroed 124M floats in 43 ms), and the backward's scratch
      * (14 buffers of 0.8-3 MB a layer of GPT-2 124M at 4 x 64) was zeroed
-     * by one thread while the other waited: 1.4-2x faster split (Zen 3). */
+     * by one thread while the other waited: 1.2-2x faster split (Zen 3). */
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (bytes < ((size_t)1 << 20) || nt < 2) { memset(p, 0, bytes); return; }
     #pragma omp parallel for num_threads(nt) schedule(static)
