@@ -56,9 +56,11 @@ blas_rate=$(awk '$1 == "step" { print $3 }' "$out")
 worst=$(awk 'NF == 8 && ($2 == "fwd" || $2 == "dX" || $2 == "dW") { print $8, $1, $2 }' "$out" | sort -n | head -n 1)
 
 # --- the steps
-step() {   # batch seq: the best and the median ms of the steps after the first
+step() {   # batch seq: trains, its log in $out
     ./train --data "$DATA" --vocab 50257 --layers 12 --heads 12 --dim 768 --max-seq 1024 \
         --batch "$1" --seq "$2" --steps "$STEPS" --device cpu --lr 1e-4 > "$out" 2>&1 || { cat "$out"; exit 1; }
+}
+step_ms() {   # the best and the median ms of the steps after the first, from $out
     grep '^step ' "$out" | tail -n +2 | sed 's/.*| \([0-9.]*\) ms.*/\1/' | sort -n |
         awk '{v[NR]=$1} END {print v[1], (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
 }
@@ -66,7 +68,9 @@ N=124475904   # GPT-2 124M's parameters with vocabulary 50304 (the header's coun
 steps=""
 for bt in "4 64" "1 1024"; do
     set -- $bt
-    set -- "$1" "$2" $(step "$1" "$2")
+    step "$1" "$2"
+    set -- "$1" "$2" $(step_ms)
+    [ $# = 4 ] || { echo "bench-cpu: STEPS=$STEPS leaves no step after the first to time"; exit 2; }
     line=$(awk -v ms="$3" -v med="$4" -v B="$1" -v T="$2" -v N=$N -v r="$blas_rate" 'BEGIN {
         tok = B * T; f = (6 * N + 6 * 12 * 768 * T) * tok;
         bound = f / (r * 1e9) * 1e3;
