@@ -384,7 +384,7 @@ static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPl
  * next one overwrites it, and each member packs its own B. */
 static void gemm_cols_blocks(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int j0, int j1,
                              float *Ap, float *Bp, float *edge, int t) {
-    if (j1 > j0) start_c(g, 0, g->M, j0, j1);
+    start_c(g, 0, g->M, j0, j1);
     for (int jb = 0; jb < p->jblocks; jb++) {
         int jc = j0 + jb * kn->nc, nc = j1 - jc < kn->nc ? j1 - jc : kn->nc;
         if (nc < 0) nc = 0;  /* a member past its columns still packs its share of A */
