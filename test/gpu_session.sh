@@ -15,6 +15,11 @@
 #                                  tests 52-56 s, bench 69-90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu's time a kernel name over 2 training steps of
 #                                  make bench's model (bench/NOTES.md: where the step goes)
+#   sh test/gpu_session.sh lease   what a lease of 15 minutes runs, in one call of about 8
+#                                  minutes: all, then cpu without its A/B of loop orders;
+#                                  its logs packed into one gpu_logs.tar.gz (under $OUT the
+#                                  device tool brings back 8 files at most), packed again
+#                                  after each step, so a call cut short keeps what ran
 #   sh test/gpu_session.sh cpu     the host's CPU, for issue 23 (an AVX-512 Xeon on the H200
 #                                  host of 2026-11-26), on 2 pinned cores: test_cpu_gemm,
 #                                  the AVX-512 kernel's other loop order
@@ -32,6 +37,10 @@
 cd "$(dirname "$0")/.." || exit 2
 part=${1:-tests}
 logs=${OUT:-test/out/gpu}
+pack=""
+if [ "$part" = lease ]; then  # every log in one archive where the logs would have gone
+    pack=$logs/gpu_logs.tar.gz; logs=$(mktemp -d)
+fi
 mkdir -p "$logs"
 # NCCL: the one the Makefile finds (NCCL_HOME, CUDA_HOME, the system's, then
 # PyTorch's wheel; docs/gpu.md), or NCCL_HOME=dir from the caller
@@ -45,9 +54,10 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
     s=$(grep -c '^SKIP ' "$logs/$name.log")
     echo "$name: exit $rc, $p passed, $f failed, $s skipped ($(( $(date +%s) - start )) s)"
     grep -E '^(FAIL|CUDA error|NCCL error)' "$logs/$name.log" | head -20
+    [ -z "$pack" ] || tar czf "$pack" -C "$logs" .
 }
 
-case "$part" in tests|bench|all|profile|cpu) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|profile|cpu"; exit 2 ;; esac
+case "$part" in tests|bench|all|lease|profile|cpu) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|lease|profile|cpu"; exit 2 ;; esac
 # the machine, the build and --version in one log (the device tool brings 8 files back)
 step build 300 sh -c "nvidia-smi -L; nvcc --version | tail -1; make -j16 build tests $NCCL_ARG && ./train --version"
 grep -E '^GPU 0|^Build|^train: NCCL|^CPU GEMM|^CUDA|^GPU arch|^NCCL' "$logs/build.log"
@@ -64,23 +74,25 @@ if [ "$part" = profile ]; then
     grep -E 'gpu__time_duration|^  [a-z_]|Kernel|^ +[A-Za-z_]' "$logs/profile.log" | tail -120
     exit 0
 fi
-if [ "$part" = cpu ]; then
+cpu() {
     # 2 cores, as issue 23's figures are taken; the first two this shell may use
     cores=$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0))[:2])))')
     BLAS=${BLAS:-$(python3 -c 'import glob, os, numpy
 d = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), "numpy.libs")
 print((sorted(glob.glob(d + "/libscipy_openblas*.so")) + [""])[0])' 2>/dev/null)}
     echo "cpu: cores $cores; OpenBLAS ${BLAS:-not found}"; grep -m1 'model name' /proc/cpuinfo
-    make -s bench/bench_gemm bench/bench_ops > /dev/null || exit 1
+    make -s bench/bench_gemm bench/bench_ops > /dev/null || return 1
     pin="env OMP_NUM_THREADS=2 taskset -c $cores"
     step cpu_gemm_test 120 $pin ./test/test_cpu_gemm
-    [ -n "$BLAS" ] || { echo "cpu: no OpenBLAS in the image's numpy: give BLAS=path"; exit 1; }
+    [ -n "$BLAS" ] || { echo "cpu: no OpenBLAS in the image's numpy: give BLAS=path"; return 1; }
     # The AVX-512 kernel's loops as BLIS orders them on Skylake-X (an A micro-panel in L1,
     # B's streaming) against the default (gemm_avx512.c), in one process, calls in turn
     # (bench/gemm_ab.c): 1.017 in 10 pairs on 2026-11-26 (fourth session); 20 pairs to settle it.
     # (That session also settled the split, by rows or columns, and A packed whole: NOTES.)
-    step cpu_a_outer 200 $pin env B_FLAGS=-DAVX512_A_OUTER=1 sh bench/gemm_ab.sh --flags 20
-    tail -17 "$logs/cpu_a_outer.log"
+    if [ "$part" = cpu ]; then
+        step cpu_a_outer 200 $pin env B_FLAGS=-DAVX512_A_OUTER=1 sh bench/gemm_ab.sh --flags 20
+        tail -17 "$logs/cpu_a_outer.log"
+    fi
     step bench_cpu 300 $pin env BLAS="$BLAS" make bench-cpu
     grep -E '^(CPU GEMM|step |bench-cpu: GPT|bench-cpu: targets|matmuls|sum)' "$logs/bench_cpu.log"
     # The 4 x 64 step spent 210 ms more than bench_ops' ops (2026-11-26). bench_ops again
@@ -107,8 +119,8 @@ print(\" \".join(\"%s %.0f\" % (x[\"name\"], x[\"dur\"] / 1e3) for x in e if x.g
     else
         echo "cpu: no perf here: no profile"
     fi
-    exit 0
-fi
+}
+if [ "$part" = cpu ]; then cpu; exit 0; fi
 if [ "$part" != bench ]; then
     for t in test_gemm test_flash test_kernels; do step "$t" 120 "./test/$t"; done
     step test_model 120 ./test/test_model
@@ -119,3 +131,4 @@ if [ "$part" != tests ]; then
     step bench 540 make bench $NCCL_ARG
     tail -60 "$logs/bench.log"
 fi
+if [ "$part" = lease ]; then cpu; echo "logs: $pack"; fi
