@@ -20,13 +20,14 @@
  * packed panels, and a partial block of C goes through a small buffer, so
  * the micro-kernel (and its arithmetic) is the same for every element.
  *
- * Threads split the output, never K. Split by rows, each thread has one
- * contiguous range of whole micro-blocks; the team packs each panel of B
- * together (each thread a share of its micro-panels, then a barrier) and
- * each thread packs its own rows of A. Split by columns, the roles swap: A
- * packed together, each thread its own B; where A is small the team packs
- * all of it once, and the threads then take chunks of columns as they come
- * (a dynamic schedule), else each has one range of columns. Nothing is
+ * Threads split the output, never K. Split by rows, the team packs each
+ * panel of B together (each thread a share of its micro-panels, then a
+ * barrier), and the threads take chunks of rows as they come (a guided
+ * schedule: the chunks shrink as the panel's rows run out), each packing
+ * its own rows of A. Split by columns, the roles swap: A packed together,
+ * each thread its own B; where A is small the team packs all of it once,
+ * and the threads then take chunks of columns as they come (guided too),
+ * else each has one range of columns. Nothing is
  * packed twice and no two threads write the same element (a forward's bias
  * included: each member writes it into its own part of C before its first
  * K block). A product one thread runs (attention's, each inside attention's
@@ -244,7 +245,8 @@ static int from_c(const GemmJob *g) { return g->accumulate || g->bias; }
 typedef struct {
     int nt;            /* threads that take part: at most the team's size and the blocks */
     int how;           /* GEMM_BY_ROWS, GEMM_BY_COLS_WHOLE or GEMM_BY_COLS_BLOCKS (below) */
-    int chunk;         /* by columns, A whole: columns a chunk of C */
+    int chunk;         /* by rows, or by columns with A whole: the widest chunk a member takes */
+    int next;          /* there: the first row or column no member has taken yet (take_chunk) */
     int blocks, unit;  /* otherwise: micro-blocks of the split dimension, and their size (mr or nr) */
     int jblocks;       /* by columns, A a block at a time: blocks of nc columns each thread walks */
     size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
@@ -303,38 +305,82 @@ static inline void team_wait(int nt) {
     }
 }
 
-/* Split by rows: member t has one contiguous range of rows [i0, i1); for each
- * kc x nc block of B the team packs it together and waits at a barrier
- * before any reads it, then each member packs its rows of A, mc at a time,
- * and runs them against the block, and the team waits again before the next
- * block overwrites it. */
-static void gemm_rows(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int i0, int i1, float *Ap,
-                      float *Bp, float *edge, int t) {
-    const int mr = kn->mr, panels = (i1 - i0 + mr - 1) / mr, mblocks = (i1 - i0 + kn->mc - 1) / kn->mc;
-    const int mc_step = mblocks ? (panels + mblocks - 1) / mblocks * mr : mr;  /* as equal as they go */
-    start_c(g, i0, i1, 0, g->N);
+/* Chunks of rows (gemm_rows) or of columns (gemm_cols_whole) as the threads
+ * take them: the first a guided schedule hands out is what is left over
+ * twice the team, then each the rest over twice the team, down to
+ * GEMM_CHUNK_MIN micro-panels, none wider than the plan's chunk; a thread
+ * alone takes the plan's chunk at a time. The chunks shrink as the product
+ * ends, so the members finish within a small chunk of each other.
+ * Measured (in-process A/B, Zen 3, 2 threads): fixed chunks of columns,
+ * about 2 a thread, were 1.02-1.03 over a step's products at 256 rows and
+ * 1.05 at 1024 against fixed halves (mean times); 4 and 8 a thread no
+ * better. */
+#ifndef GEMM_CHUNK_MIN
+#define GEMM_CHUNK_MIN 2
+#endif
+
+/* The widest chunk of columns, which the plan's buffer holds: the first. */
+static int chunk_of(int len, int unit, int cap, int nt) {
+    int units = (len + unit - 1) / unit, most = cap / unit > 1 ? cap / unit : 1;
+    int per = nt > 1 ? (units + 2 * nt - 1) / (2 * nt) : most;
+    if (per < GEMM_CHUNK_MIN) per = GEMM_CHUNK_MIN;
+    if (per > most) per = most;
+    return per * unit;
+}
+
+/* The next chunk of n rows or columns, in micro-panels of unit: its first,
+ * and its width in *len; -1 when none is left. */
+static int take_chunk(GemmPlan *p, int n, int unit, int *len) {
+    int j = __atomic_load_n(&p->next, __ATOMIC_RELAXED);
+    for (;;) {
+        if (j >= n) return -1;
+        int w = p->nt > 1 ? (int)round_up((size_t)(n - j + 2 * p->nt - 1) / (2 * p->nt), unit) : p->chunk;
+        if (w < GEMM_CHUNK_MIN * unit) w = GEMM_CHUNK_MIN * unit;
+        if (w > p->chunk) w = p->chunk;
+        if (w > n - j) w = n - j;
+        if (__atomic_compare_exchange_n(&p->next, &j, j + w, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            *len = w;
+            return j;
+        }
+    }
+}
+
+/* Split by rows: for each kc x nc block of B the team packs it together and
+ * waits at a barrier before any reads it; then each member takes the next
+ * chunk of rows not yet taken (take_chunk), packs them mc at a time and runs
+ * them against the block, and the team waits again before the next block
+ * overwrites it. */
+static void gemm_rows(const GemmKernel *kn, const GemmJob *g, GemmPlan *p, float *Ap, float *Bp, float *edge,
+                      int t) {
+    const int mr = kn->mr;
     for (int jc = 0; jc < g->N; jc += kn->nc) {
         int nc = g->N - jc < kn->nc ? g->N - jc : kn->nc;
         for (int pc = 0; pc < g->K; pc += kn->kc) {
             int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || from_c(g);
+            if (t == 0) __atomic_store_n(&p->next, 0, __ATOMIC_RELAXED);  /* all took their last before the barrier */
             pack_share(kn, nc, kc, g->B + pc * g->b_rs + (size_t)jc * g->b_cs, g->b_cs, g->b_rs, kn->nr, Bp, t,
                        p->nt);
             team_wait(p->nt);
-            for (int ic = i0; ic < i1; ic += mc_step) {
-                int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
-                pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
-                run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
+            for (int i0, rows; (i0 = take_chunk(p, g->M, mr, &rows)) >= 0;) {
+                /* the chunk's rows in blocks of at most mc, as equal as they go */
+                const int panels = (rows + mr - 1) / mr, mblocks = (rows + kn->mc - 1) / kn->mc;
+                const int mc_step = (panels + mblocks - 1) / mblocks * mr, i1 = i0 + rows;
+                if (pc == 0) start_c(g, i0, i1, jc, jc + nc);
+                for (int ic = i0; ic < i1; ic += mc_step) {
+                    int mc = i1 - ic < mc_step ? i1 - ic : mc_step;
+                    pack_panels(kn, mc, kc, g->A + (size_t)ic * g->a_rs + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap);
+                    run_block(kn, g, Ap, Bp, ic, mc, jc, nc, kc, load_c, edge);
+                }
             }
             team_wait(p->nt);
         }
     }
 }
 
-/* Chunk ch of gemm_cols_whole's columns: B's columns packed K block by K
- * block and run against all of packed A (mpad rows), mc_step rows a block. */
-static void cols_chunk(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, const float *Ap, float *Bp,
-                       float *edge, int mpad, int mc_step, int ch) {
-    int jc = ch * p->chunk, nc = g->N - jc < p->chunk ? g->N - jc : p->chunk;
+/* Columns [jc, jc + nc) of gemm_cols_whole's: B's columns packed K block by
+ * K block and run against all of packed A (mpad rows), mc_step rows a block. */
+static void cols_chunk(const GemmKernel *kn, const GemmJob *g, const float *Ap, float *Bp, float *edge, int mpad,
+                       int mc_step, int jc, int nc) {
     start_c(g, 0, g->M, jc, jc + nc);
     for (int pc = 0; pc < g->K; pc += kn->kc) {
         int kc = g->K - pc < kn->kc ? g->K - pc : kn->kc, load_c = pc > 0 || from_c(g);
@@ -348,13 +394,13 @@ static void cols_chunk(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p
 
 /* Split by columns, A small (GEMM_A_WHOLE_BYTES): the team packs all of A
  * once, every K block of it (K block pc at Ap + mpad * pc), then each member
- * takes the next chunk of columns not yet taken (OpenMP's dynamic schedule),
- * and packs and runs it K block by K block against A in blocks of mc rows.
- * Chunks as they come, not a fixed share each: after the one barrier the
- * threads run apart, and on a shared VM one core can run at half speed for
+ * takes the next chunk of columns not yet taken (take_chunk), and packs and
+ * runs it K block by K block against A in blocks of mc rows. Chunks as they
+ * come, not a fixed share each: after the one barrier the threads run
+ * apart, and on a shared VM one core can run at half speed for
  * milliseconds; with fixed halves the other then sat idle, 4-25% of a
  * forward product's thread time (Zen 3, 2 threads). */
-static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, float *Ap, float *Bp,
+static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, GemmPlan *p, float *Ap, float *Bp,
                             float *edge, int t) {
     const int mr = kn->mr, mpad = (int)round_up(g->M, mr);
     /* A's rows in blocks of at most mc, of whole micro-panels, as equal as
@@ -367,13 +413,8 @@ static void gemm_cols_whole(const GemmKernel *kn, const GemmJob *g, const GemmPl
         pack_share(kn, g->M, kc, g->A + pc * g->a_cs, g->a_rs, g->a_cs, mr, Ap + (size_t)mpad * pc, t, p->nt);
     }
     team_wait(p->nt);
-    int chunks = (g->N + p->chunk - 1) / p->chunk;
-    if (p->nt == 1) {
-        for (int ch = 0; ch < chunks; ch++) cols_chunk(kn, g, p, Ap, Bp, edge, mpad, mc_step, ch);
-        return;
-    }
-    #pragma omp for schedule(dynamic, 1)
-    for (int ch = 0; ch < chunks; ch++) cols_chunk(kn, g, p, Ap, Bp, edge, mpad, mc_step, ch);
+    for (int jc, nc; (jc = take_chunk(p, g->N, kn->nr, &nc)) >= 0;)
+        cols_chunk(kn, g, Ap, Bp, edge, mpad, mc_step, jc, nc);
 }
 
 /* Split by columns, A too large to pack whole (the head's dX: dY is 256 x
@@ -410,24 +451,6 @@ static void gemm_cols_blocks(const GemmKernel *kn, const GemmJob *g, const GemmP
 #define GEMM_A_WHOLE_BYTES (4u << 20)
 #endif
 
-/* The columns of a chunk when the threads take them as they come: about
- * GEMM_CHUNKS a thread, at least 4 micro-blocks, at most cap (nc); one
- * thread alone takes cap. Smaller chunks balance better and reuse less:
- * each chunk reads all of packed A again. 2 a thread was 1.02-1.03 over a
- * step's products at 256 rows and 1.05 at 1024 against fixed halves (mean
- * times, in-process A/B, Zen 3); 4 and 8 a thread no better, and chunks
- * of rows for the rows split slower (the dW products 0.88-0.95). */
-#ifndef GEMM_CHUNKS
-#define GEMM_CHUNKS 2
-#endif
-static int chunk_of(int len, int unit, int cap, int nt) {
-    int units = (len + unit - 1) / unit, most = cap / unit > 1 ? cap / unit : 1;
-    int per = nt > 1 ? (units + GEMM_CHUNKS * nt - 1) / (GEMM_CHUNKS * nt) : most;
-    if (per < 4) per = 4;
-    if (per > most) per = most;
-    return per * unit;
-}
-
 static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K, int nt, GemmPlan *p) {
     /* The rows split, one packed B shared by the team (BLIS's ic loop in
      * parallel), or the columns, one packed A shared (its jr loop in
@@ -454,15 +477,14 @@ static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K
     int kc = kn->kc < K ? kn->kc : K;
     int blocks = split_m ? mblocks : nblocks;
     if (nt > blocks) nt = blocks;
-    *p = (GemmPlan){nt, how, 0, nblocks, kn->nr, 1, 0, 0, round_up((size_t)kn->mr * kn->nr, 16), NULL};
+    *p = (GemmPlan){nt, how, 0, 0, nblocks, kn->nr, 1, 0, 0, round_up((size_t)kn->mr * kn->nr, 16), NULL};
     /* one buffer: the shared operand's block, then each thread's own block
      * and edge tile, 64-byte aligned parts; whole micro-panels (an mc or nc
      * tried with -DAVX2_MC=... need not be a multiple of mr or nr) */
     if (how == GEMM_BY_ROWS) {
-        int most = (mblocks + nt - 1) / nt * kn->mr;  /* a thread's rows, at most */
-        p->blocks = mblocks, p->unit = kn->mr;
+        p->chunk = (int)round_up(M, kn->mr);  /* no wider than all of them */
         p->shared_floats = round_up(round_up(kn->nc < N ? kn->nc : N, kn->nr) * kc, 16);
-        p->own = round_up(round_up(kn->mc < most ? kn->mc : most, kn->mr) * kc, 16);
+        p->own = round_up(round_up(kn->mc < M ? kn->mc : M, kn->mr) * kc, 16);
     } else if (how == GEMM_BY_COLS_WHOLE) {
         p->chunk = chunk_of(N, kn->nr, kn->nc, nt);
         p->shared_floats = whole;
@@ -484,11 +506,11 @@ static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K
 
 /* Member t's part of the product: its own packing buffer and edge tile
  * from the plan's one buffer, its range of rows or columns, the split's loops. */
-static void gemm_member(const GemmKernel *kn, const GemmJob *g, const GemmPlan *p, int t) {
+static void gemm_member(const GemmKernel *kn, const GemmJob *g, GemmPlan *p, int t) {
     float *shared = p->mem, *mine = shared + p->shared_floats + t * p->own;  /* [own block] then [edge] */
     float *edge = mine + p->own - p->edge_floats;                            /* [mr*nr] */
     int lo = p->blocks * t / p->nt * p->unit, hi = p->blocks * (t + 1) / p->nt * p->unit;  /* a fixed range */
-    if (p->how == GEMM_BY_ROWS) gemm_rows(kn, g, p, lo, hi < g->M ? hi : g->M, mine, shared, edge, t);
+    if (p->how == GEMM_BY_ROWS) gemm_rows(kn, g, p, mine, shared, edge, t);
     else if (p->how == GEMM_BY_COLS_WHOLE) gemm_cols_whole(kn, g, p, shared, mine, edge, t);
     else gemm_cols_blocks(kn, g, p, lo, hi < g->N ? hi : g->N, shared, mine, edge, t);
 }
