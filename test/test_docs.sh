@@ -28,7 +28,8 @@ grep -o -- '--[a-z][a-z0-9-]*' $OUT/help.txt | sort -u > $OUT/train_flags.txt
 sed -n '/static const struct option opts\[\] = {/,/{0, 0, 0, 0}/p' plan.c | grep -o '{"[a-z0-9-]*"' |
     sed 's/{"/--/; s/"//' | sort -u > $OUT/plan_flags.txt
 # flags of other programs that the pages show (sbatch, srun, torchrun, make, duplicates; test_comm's --nccl;
-# the CPU benchmarks' --cpu-clock, bench_ops' --cold, bench_gemm's --rounds and --split, gemm_ab.sh's --splits and --flags)
+# the CPU benchmarks' --cpu-clock, bench_ops' --cold, bench_gemm's --rounds and --split, gemm_ab.sh's --splits and --flags,
+# perf report's --sort)
 cat > $OUT/foreign_flags.txt <<'EOF'
 --signal
 --open-mode
@@ -53,6 +54,7 @@ cat > $OUT/foreign_flags.txt <<'EOF'
 --split
 --splits
 --flags
+--sort
 EOF
 sort -u $OUT/train_flags.txt $OUT/plan_flags.txt $OUT/foreign_flags.txt > $OUT/known_flags.txt
 grep -o -h -- '--[a-z][a-z0-9-]*' README.md docs/*.md | sort -u > $OUT/doc_flags.txt
