@@ -26,11 +26,12 @@
 #                                  (-DAVX512_A_OUTER=1) in one process (bench/gemm_ab.sh
 #                                  --flags), make bench-cpu, bench_ops with cold
 #                                  caches (--cold), the 124M step's spans (--trace),
-#                                  then perf's samples by symbol over the step (where
+#                                  then perf's samples by symbol over the step and its
+#                                  page faults, context switches and migrations (where
 #                                  perf is); OpenBLAS from the image's numpy (BLAS=path
-#                                  to choose another). About 6 minutes on the Zen 3
-#                                  (bench-cpu 167 s; 124 s on the Xeon); 6 or 7 logs
-#                                  (the device tool brings back 8 at most).
+#                                  to choose another). About 5 minutes on the Zen 3
+#                                  (bench-cpu 149 s; 124 s on the Xeon); 8 logs at most
+#                                  (the device tool brings back 8).
 #
 # Nothing here changes the card's clocks, power or modes. Each step has a time
 # limit, so one hang cannot eat the session's device time.
@@ -116,6 +117,13 @@ print(\" \".join(\"%s %.0f\" % (x[\"name\"], x[\"dur\"] / 1e3) for x in e if x.g
             --batch 4 --seq 64 --steps 16 --device cpu > /dev/null &&
             perf report -i /tmp/step.perf --stdio --sort dso,sym | grep -v '^#' | head -40"
         head -25 "$logs/cpu_perf.log"
+        # what the OS does to a step: page faults, context switches and migrations over 3
+        # steps and over 8 (the difference, over 5 steps, is what a step pays; on the Zen 3,
+        # 2026-11-26: 196 faults for 5 steps, all else the first step's)
+        step cpu_os 120 sh -c "for s in 3 8; do $pin perf stat -e page-faults,context-switches,cpu-migrations \
+            ./train --data data/tinyshakespeare_train.txt --vocab 50257 --layers 12 --heads 12 --dim 768 \
+            --max-seq 1024 --batch 4 --seq 64 --steps \$s --device cpu 2>&1 | grep -E 'steps|faults|switches|migrations|elapsed'; done"
+        cat "$logs/cpu_os.log"
     else
         echo "cpu: no perf here: no profile"
     fi
