@@ -40,7 +40,8 @@ part=${1:-tests}
 logs=${OUT:-test/out/gpu}
 pack=""
 if [ "$part" = lease ]; then  # every log in one archive where the logs would have gone
-    pack=$logs/gpu_logs.tar.gz; logs=$(mktemp -d)
+    mkdir -p "$logs"; pack=$logs/gpu_logs.tar.gz; logs=$(mktemp -d) || exit 2
+    trap 'rm -rf "$logs"' EXIT
 fi
 mkdir -p "$logs"
 # NCCL: the one the Makefile finds (NCCL_HOME, CUDA_HOME, the system's, then
@@ -119,7 +120,7 @@ print(\" \".join(\"%s %.0f\" % (x[\"name\"], x[\"dur\"] / 1e3) for x in e if x.g
         head -25 "$logs/cpu_perf.log"
         # what the OS does to a step: page faults, context switches and migrations over 3
         # steps and over 8 (the difference, over 5 steps, is what a step pays; on the Zen 3,
-        # 2026-11-26: 196 faults for 5 steps, all else the first step's)
+        # 2026-11-26: the two runs' faults within 200 of each other, about 60 switches a step)
         step cpu_os 120 sh -c "for s in 3 8; do $pin perf stat -e page-faults,context-switches,cpu-migrations \
             ./train --data data/tinyshakespeare_train.txt --vocab 50257 --layers 12 --heads 12 --dim 768 \
             --max-seq 1024 --batch 4 --seq 64 --steps \$s --device cpu 2>&1 | grep -E 'steps|faults|switches|migrations|elapsed'; done"
