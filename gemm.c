@@ -247,7 +247,7 @@ typedef struct {
     int how;           /* GEMM_BY_ROWS, GEMM_BY_COLS_WHOLE or GEMM_BY_COLS_BLOCKS (below) */
     int chunk;         /* by rows, or by columns with A whole: the widest chunk a member takes */
     int next;          /* there: the first row or column no member has taken yet (take_chunk) */
-    int blocks, unit;  /* otherwise: micro-blocks of the split dimension, and their size (mr or nr) */
+    int blocks, unit;  /* by columns, A a block at a time: micro-blocks of N, and their size (nr) */
     int jblocks;       /* by columns, A a block at a time: blocks of nc columns each thread walks */
     size_t shared_floats, own, edge_floats;  /* the buffer's parts (below) */
     float *mem;        /* [shared block] then nt x [own block, edge tile] */
@@ -505,14 +505,15 @@ static void gemm_plan(const GemmKernel *kn, GemmSplit split, int M, int N, int K
 }
 
 /* Member t's part of the product: its own packing buffer and edge tile
- * from the plan's one buffer, its range of rows or columns, the split's loops. */
+ * from the plan's one buffer, then the split's loops (chunks taken as they
+ * come, or with A a block at a time, one fixed range of columns). */
 static void gemm_member(const GemmKernel *kn, const GemmJob *g, GemmPlan *p, int t) {
     float *shared = p->mem, *mine = shared + p->shared_floats + t * p->own;  /* [own block] then [edge] */
     float *edge = mine + p->own - p->edge_floats;                            /* [mr*nr] */
-    int lo = p->blocks * t / p->nt * p->unit, hi = p->blocks * (t + 1) / p->nt * p->unit;  /* a fixed range */
-    if (p->how == GEMM_BY_ROWS) gemm_rows(kn, g, p, mine, shared, edge, t);
-    else if (p->how == GEMM_BY_COLS_WHOLE) gemm_cols_whole(kn, g, p, shared, mine, edge, t);
-    else gemm_cols_blocks(kn, g, p, lo, hi < g->N ? hi : g->N, shared, mine, edge, t);
+    if (p->how == GEMM_BY_ROWS) { gemm_rows(kn, g, p, mine, shared, edge, t); return; }
+    if (p->how == GEMM_BY_COLS_WHOLE) { gemm_cols_whole(kn, g, p, shared, mine, edge, t); return; }
+    int lo = p->blocks * t / p->nt * p->unit, hi = p->blocks * (t + 1) / p->nt * p->unit;
+    gemm_cols_blocks(kn, g, p, lo, hi < g->N ? hi : g->N, shared, mine, edge, t);
 }
 
 void gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_cs, const float *B,
