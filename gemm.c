@@ -88,7 +88,7 @@ static void plain_4x16(int kc, const float *Ap, const float *Bp, float *C, size_
 
 /* The transposing pack in C: 8 k of each row at a time (one cache line read,
  * then written across the panel). */
-static void plain_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst) {
+static void plain_pack_t(int rows, int w, int kc, const float *src, size_t ld, int ahead, float *dst) {
     for (int k0 = 0; k0 < kc; k0 += 8) {
         int kn = kc - k0 < 8 ? kc - k0 : 8;
         for (int x = 0; x < rows; x++)
@@ -210,7 +210,7 @@ static void pack_panels(const GemmKernel *kn, int n, int kc, const float *src, s
     for (int x0 = full; x0 < n; x0 += w, dst += (size_t)w * kc) {
         int rows = n - x0 < w ? n - x0 : w;
         const float *s = src + (size_t)x0 * sx;
-        if (sk == 1) { kn->pack_t(rows, w, kc, s, sx, dst); continue; }  /* k contiguous: a transpose */
+        if (sk == 1) { kn->pack_t(rows, w, kc, s, sx, n - x0 - rows, dst); continue; }  /* k contiguous: a transpose */
         for (int k = 0; k < kc; k++)
             for (int x = 0; x < w; x++) dst[(size_t)k * w + x] = x < rows ? s[x * sx + k * sk] : 0;
     }

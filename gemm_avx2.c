@@ -87,13 +87,20 @@ static inline void transpose8(__m256 r[8]) {
 
 /* GemmPackT: groups of 8 rows x 8 k, loaded as 8 rows, transposed, stored as
  * 8 k-rows of the panel (8, or the 6 or 4 left of a panel 6 or 12 wide);
- * the last kc % 8 values one at a time. */
-void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst) {
+ * the last kc % 8 values one at a time. Each row is one run of kc floats
+ * (a KB at kc 256), too short for the hardware's prefetcher to find before
+ * it ends, so while a group is transposed the next 8 rows (this panel's or
+ * the next one's) are asked for, a line of each every 16 k: a group ahead. */
+void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, int ahead, float *dst) {
     int k8 = kc / 8 * 8;
     for (int x0 = 0; x0 < w; x0 += 8) {
         int n = w - x0 < 8 ? w - x0 : 8;                             /* panel columns this group fills */
         int valid = rows - x0 < 0 ? 0 : rows - x0 < 8 ? rows - x0 : 8;  /* of them, rows that exist */
+        int next = x0 + n, more = rows + ahead - next;                /* the next group's rows, how many */
+        if (more > 8) more = 8;
         for (int k0 = 0; k0 < k8; k0 += 8) {
+            if (k0 % 16 == 0)
+                for (int x = 0; x < more; x++) _mm_prefetch((const char *)(src + (size_t)(next + x) * ld + k0), _MM_HINT_T0);
             __m256 r[8];
             for (int x = 0; x < 8; x++)
                 r[x] = x < valid ? _mm256_loadu_ps(src + (size_t)(x0 + x) * ld + k0) : _mm256_setzero_ps();

@@ -27,8 +27,10 @@ typedef void GemmMicro(int kc, const float *Ap, const float *Bp, float *C, size_
 /* dst[k * w + x] = src[x * ld + k] for x < rows, k < kc, and 0 for rows <= x < w:
  * one micro-panel w wide packed from an operand whose k is contiguous (X and
  * W^T in the forward, dY as A in dX), a transpose. Copies only: it cannot
- * change a bit of the product. */
-typedef void GemmPackT(int rows, int w, int kc, const float *src, size_t ld, float *dst);
+ * change a bit of the product. The ahead rows after the panel's (src[(rows +
+ * y) * ld + k], y < ahead) are the next panel's: a pack may ask for them
+ * early, and must not read them. */
+typedef void GemmPackT(int rows, int w, int kc, const float *src, size_t ld, int ahead, float *dst);
 
 typedef struct GemmKernel {
     const char *name;  /* "avx512", "avx2", "plain" */
@@ -46,6 +48,6 @@ extern const GemmKernel gemm_avx2_kernel;    /* gemm_avx2.c: 6 x 16, ymm */
 
 /* gemm_avx2.c: GemmPackT in 8 x 8 ymm transposes (the AVX-512 kernel uses it
  * too: every AVX-512 CPU has AVX2). Defined only on x86-64. */
-void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, float *dst);
+void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, int ahead, float *dst);
 
 #endif
