@@ -100,7 +100,8 @@ void gemm_avx2_pack_t(int rows, int w, int kc, const float *src, size_t ld, int 
         if (more > 8) more = 8;
         for (int k0 = 0; k0 < k8; k0 += 8) {
             if (k0 % 16 == 0)
-                for (int x = 0; x < more; x++) _mm_prefetch((const char *)(src + (size_t)(next + x) * ld + k0), _MM_HINT_T0);
+                for (int x = 0; x < more; x++)
+                    _mm_prefetch((const char *)(src + (size_t)(next + x) * ld + k0), _MM_HINT_T0);
             __m256 r[8];
             for (int x = 0; x < 8; x++)
                 r[x] = x < valid ? _mm256_loadu_ps(src + (size_t)(x0 + x) * ld + k0) : _mm256_setzero_ps();
