@@ -31,7 +31,7 @@ enum {
     F_TEMP, F_HELP, F_RANKS, F_DP, F_TP, F_PP, F_DPMODE, F_ZERO, F_OFFLOAD, F_BUCKET, F_COMMSTATS,
     F_SP, F_DUMPGRADS, F_SCHEDULE, F_VIRTUAL, F_STAGELAYERS, F_RECOMPUTE, F_SHOWSCHED, F_TRACE, F_PIN,
     F_PLANLAYOUT, F_LAYOUT, F_GLOBALBATCH, F_ALLSCHED, F_PLAN,
-    F_TOKENIZER, F_DTYPE, F_PEAK, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
+    F_TOKENIZER, F_DTYPE, F_PEAK, F_ATOMICDQ, F_DETERMINISTIC, F_VERSION, F_NOSELFTEST, F_BACKEND, F_COMMTIMEOUT,
     F_CKPTDIR, F_CKPTEVERY, F_KEEP, F_RESUME, F_PLOT, F_SCHEDSVG, F_TIMELIMIT, F_CKPTASYNC, F_LOG, F_CHECKDATA, F_MODEL, F_HELLASWAG,
 };
 
@@ -96,9 +96,10 @@ static const ArgsFlag flags[] = {
                                     "fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)"},
     {"peak-tflops", "F", F_PEAK, "dense bf16 peak of one device for the step line's MFU\n"
                                  "(known for H100/H200/A100; otherwise MFU is not printed)"},
-    {"deterministic", NULL, F_DETERMINISTIC, "GPU runs give the same bits every time: attention's backward\n"
-                                             "sums dq without atomics (on an H200 also the faster); the\n"
-                                             "rest always does"},
+    {"atomic-dq", NULL, F_ATOMICDQ, "attention's backward on a GPU sums dq with atomics, as flash\n"
+                                    "attention does: runs may then differ in their last bits (on an\n"
+                                    "H200 the slower). Without it every GPU run gives the same bits"},
+    {"deterministic", NULL, F_DETERMINISTIC, "the default, kept for older commands: undoes --atomic-dq"},
     {"no-self-test", NULL, F_NOSELFTEST, "skip the check of every GPU kernel against the CPU before step 1"},
     {"backend", "nccl|shm|auto", F_BACKEND, "how ranks exchange: NCCL, or host shared memory (auto: NCCL\n"
                                             "when every rank has a GPU of its own and NCCL is built in)"},
@@ -292,7 +293,8 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
             break;
         case F_PEAK: if (parse_float("--peak-tflops", optarg, 1e-3, 1e6, &fv, err, errlen)) return -1;
             a->peak_tflops = fv; break;
-        case F_DETERMINISTIC: a->deterministic = 1; break;
+        case F_ATOMICDQ: a->atomic_dq = 1; break;
+        case F_DETERMINISTIC: a->atomic_dq = 0; break;
         case F_NOSELFTEST: a->no_self_test = 1; break;
         case F_BACKEND:
             if (!strcmp(optarg, "nccl")) a->backend = COMM_NCCL;

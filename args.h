@@ -30,7 +30,7 @@ typedef struct Args {
     const char *device;       /* "cpu", "cuda" or NULL = cuda if a GPU is visible */
     const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu */
     double peak_tflops;       /* the device's dense bf16 peak for MFU; 0 = from its name */
-    int deterministic;        /* --deterministic: no GPU kernel sums with atomics */
+    int atomic_dq;            /* --atomic-dq: attention's dq summed with atomics on a GPU */
     int no_self_test;         /* --no-self-test: skip the kernels' check against the CPU */
     int backend;              /* --backend: -1 auto, else COMM_SHM or COMM_NCCL */
     double comm_timeout;      /* --comm-timeout: seconds an NCCL operation may take (0: 300) */

@@ -1180,7 +1180,7 @@ static void attention_backward_bf16(Dev *d, void *dqkv, float *scratch, const vo
                                     int Tn, int C, int NH) {
     if (B <= 0 || Tn <= 0 || C <= 0) return;
     if (use_flash(C, NH) &&
-        tc_flash_backward(dqkv, scratch, dout, qkv, out, state, B, Tn, C, NH, d->deterministic,
+        tc_flash_backward(dqkv, scratch, dout, qkv, out, state, B, Tn, C, NH, !d->atomic_dq,
                           d->stream) == 0)
         return;
     attention_plain_backward<bf16>(d, (bf16 *)dqkv, scratch, (const bf16 *)dout,

@@ -60,7 +60,7 @@ static void run_open_device(Run *r) {
                                      : r->launch.local_rank % r->gpus) : 0;
     if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) setup_die_usage("%s", err);
     dev_set_dtype(&r->dev, r->dtype);
-    r->dev.deterministic = a->deterministic;
+    r->dev.atomic_dq = a->atomic_dq;
     /* every kernel against the CPU on a tiny model, before anything is built */
     if (r->kind == DEV_CUDA && !a->no_self_test && selftest_startup(&r->dev, r->launch.rank == 0) != 0)
         exit(1);

@@ -81,7 +81,8 @@ typedef struct Dev {
     const Ops *ops;        /* cpu_ops, cpu_bf16_ops, cuda_ops or cuda_bf16_ops */
     DType dtype;           /* ops->dtype: activations and the compute copy of parameters */
     int pinned;            /* CPU only: allocate page-locked memory (host side of a GPU's copies) */
-    int deterministic;     /* CUDA: no kernel sums with atomics (--deterministic; slower attention backward) */
+    int atomic_dq;         /* CUDA: attention's backward sums dq with atomics (--atomic-dq): the
+                            * one kernel whose bits may change run to run; 0, the default: none */
     size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
     size_t bytes_peak;     /* high-water mark of bytes_live */
 } Dev;

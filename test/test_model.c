@@ -250,23 +250,12 @@ static void check_training(Checks *c, const Expected *e, const Bounds *bd, const
     free(saved);
 }
 
-/* Two runs of the same training with --deterministic: their saved models
- * must be the same bytes (on a GPU, any kernel that sums with atomics would
- * show here). */
-static void check_reproducible(Checks *c, const Expected *e, const char *tag, const char *extra) {
-    char cmd[2048], name[128];
-    const char *files[2] = {SAVE ".run1", SAVE ".run2"};
-    int rc[2];
-    for (int k = 0; k < 2; k++) {
-        remove(files[k]);
-        snprintf(cmd, sizeof cmd,
-                 TRAIN_BIN " --data " FIX "ref_tokens.bin --init " FIX "ref_model.bin --seq %d "
-                 "--steps %d --lr %.9g --warmup %d --save %s --deterministic %s > /dev/null 2>&1",
-                 e->T, e->steps, e->lr, e->warmup, files[k], extra);
-        rc[k] = system(cmd);
-    }
-    size_t n[2] = {0, 0}, differ = 0, total = 0;
-    FILE *f0 = fopen(files[0], "rb"), *f1 = fopen(files[1], "rb");
+/* Bytes that differ between files a and b (1 more where one is longer or
+ * either is missing); *total: the bytes compared. */
+static size_t bytes_differ(const char *a, const char *b, size_t *total) {
+    size_t n[2] = {0, 0}, differ = 0;
+    FILE *f0 = fopen(a, "rb"), *f1 = fopen(b, "rb");
+    *total = 0;
     if (f0 && f1) {
         char b0[4096], b1[4096];
         for (;;) {
@@ -275,17 +264,120 @@ static void check_reproducible(Checks *c, const Expected *e, const char *tag, co
             if (n[0] != n[1]) { differ++; break; }
             if (!n[0]) break;
             for (size_t i = 0; i < n[0]; i++) differ += b0[i] != b1[i];
-            total += n[0];
+            *total += n[0];
         }
+    } else {
+        differ++;
     }
     if (f0) fclose(f0);
     if (f1) fclose(f1);
+    return differ;
+}
+
+/* Two runs of the same training, as train runs by default: their saved
+ * models must be the same bytes (on a GPU, any kernel that sums with
+ * atomics would show here; --atomic-dq is the one that may). */
+static void check_reproducible(Checks *c, const Expected *e, const char *tag, const char *extra) {
+    char cmd[2048], name[128];
+    const char *files[2] = {SAVE ".run1", SAVE ".run2"};
+    int rc[2];
+    for (int k = 0; k < 2; k++) {
+        remove(files[k]);
+        snprintf(cmd, sizeof cmd,
+                 TRAIN_BIN " --data " FIX "ref_tokens.bin --init " FIX "ref_model.bin --seq %d "
+                 "--steps %d --lr %.9g --warmup %d --save %s %s > /dev/null 2>&1",
+                 e->T, e->steps, e->lr, e->warmup, files[k], extra);
+        rc[k] = system(cmd);
+    }
+    size_t total, differ = bytes_differ(files[0], files[1], &total);
     snprintf(name, sizeof name, "%s reproducible", tag);
-    check(c, rc[0] == 0 && rc[1] == 0 && f0 && f1 && total > 0 && differ == 0, name,
-          "two --deterministic runs of %d steps (exit %d, %d): %zu of %zu saved bytes differ", e->steps,
+    check(c, rc[0] == 0 && rc[1] == 0 && total > 0 && differ == 0, name,
+          "two runs of %d steps (exit %d, %d): %zu of %zu saved bytes differ", e->steps,
           rc[0], rc[1], differ, total);
     remove(files[0]);
     remove(files[1]);
+}
+
+/* ./train (TRAIN_BIN) on the fixture's tokens with flags: 1 when it exits 0. */
+static int train_ok(const char *flags) {
+    char cmd[3072];
+    snprintf(cmd, sizeof cmd, TRAIN_BIN " --data " FIX "ref_tokens.bin %s > /dev/null 2>&1", flags);
+    return system(cmd) == 0;
+}
+
+/* The parameters (or gradients) of an llm.c model file: [n] floats, or NULL. */
+static float *model_floats(const char *path, size_t n) {
+    float *x = malloc(n * 4);
+    FILE *f = fopen(path, "rb");
+    size_t got = f && fseek(f, 1024, SEEK_SET) == 0 ? fread(x, 4, n, f) : 0;
+    if (f) fclose(f);
+    if (got != n) { free(x); return NULL; }
+    return x;
+}
+
+/* Attention's flash kernels take heads of 32, 64 and 128 and the fixture's
+ * have 8, so its runs above take the plain kernels. Here a model of 32-wide
+ * heads (2 layers, 2 heads, 64 wide, from train's own initialisation) over
+ * 128 positions, two of the backward's 64-key blocks: its first step's
+ * gradients on the GPU in bf16, with either flash backward (dq in a fixed
+ * order, the default, and summed with atomics, --atomic-dq), against the
+ * CPU's in float32, tensor by tensor and qkv's weight by its Q, K and V
+ * parts (a wrong dq shows in Q's alone: the losses of a few steps, where
+ * attention is still near uniform, do not see it); and two default GPU runs
+ * of 2 steps save the same bytes. */
+static void check_flash_training(Checks *c) {
+    const char *model = "--layers 2 --heads 2 --dim 64 --vocab 61 --max-seq 128 --seq 128 --batch 1 --lr 3e-3 "
+                        "--clip 1";
+    const char *grads[3] = {SAVE ".g0", SAVE ".g1", SAVE ".g2"}, *save[2] = {SAVE ".f0", SAVE ".f1"};
+    char flags[4][512], name[128], err[512];
+    snprintf(flags[0], 512, "%s --steps 1 --device cpu --dump-grads %s", model, grads[0]);
+    snprintf(flags[1], 512, "%s --steps 2 --device cuda --dtype bf16 --dump-grads %s --save %s", model, grads[1],
+             save[0]);
+    snprintf(flags[2], 512, "%s --steps 1 --device cuda --dtype bf16 --atomic-dq --dump-grads %s", model, grads[2]);
+    snprintf(flags[3], 512, "%s --steps 2 --device cuda --dtype bf16 --save %s", model, save[1]);
+    int ok = 1;
+    for (int r = 0; r < 4; r++) ok &= train_ok(flags[r]);
+    GPTConfig cfg;
+    if (!check(c, ok && ckpt_read_config(grads[0], &cfg, err, sizeof err) == 0, CUDA_TAG("flash train runs"),
+               "the four runs at heads of 32 exit 0 and dump their gradients"))
+        return;
+    Dev cpu;
+    dev_open(&cpu, DEV_CPU, 0, err, sizeof err);
+    GPT m;  /* for the tensor sizes */
+    GPTShard whole = gpt_whole(&cfg);
+    gpt_build(&m, &cfg, &cpu, &whole);
+    float *want = model_floats(grads[0], m.num_params);
+    for (int r = 1; r <= 2; r++) {
+        float *got = model_floats(grads[r], m.num_params);
+        double worst = 0, q = 0;
+        const char *at = "";
+        size_t off = 0, C = (size_t)cfg.dim;
+        for (int i = 0; got && want && i < GPT_NTENSORS; off += m.sizes[i], i++) {
+            double e = rel_err(got + off, want + off, m.sizes[i]);
+            if (i == GPT_QKVW)  /* [L, 3C, C]: each layer's Q, K and V rows apart */
+                for (int l = 0; l < cfg.layers; l++)
+                    for (int part = 0; part < 3; part++) {
+                        size_t o = off + ((size_t)l * 3 + part) * C * C;
+                        double ep = rel_err(got + o, want + o, C * C);
+                        if (part == 0) q = fmax(q, ep);
+                        e = fmax(e, ep);
+                    }
+            if (e > worst || isnan(e)) worst = e, at = gpt_tensor_name(i);
+        }
+        snprintf(name, sizeof name, CUDA_TAG("flash train%s gradients"), r == 2 ? " --atomic-dq" : "");
+        check(c, got && want && worst <= BF16.grad, name,
+              "first step at heads of 32, T 128, against the cpu's float32: worst tensor %.2e (%s), Q's part "
+              "of qkv %.2e (bound %.0e)", worst, at, q, BF16.grad);
+        free(got);
+    }
+    size_t total, differ = bytes_differ(save[0], save[1], &total);
+    check(c, total > 0 && differ == 0, CUDA_TAG("flash train reproducible"),
+          "two default runs of 2 steps at heads of 32: %zu of %zu saved bytes differ", differ, total);
+    free(want);
+    gpt_free(&m);
+    dev_close(&cpu);
+    for (int r = 0; r < 3; r++) remove(grads[r]);
+    remove(save[0]), remove(save[1]);
 }
 
 int main(void) {
@@ -318,6 +410,7 @@ int main(void) {
         check_gradients(&c, &e, DEV_CUDA, DT_BF16, &BF16, CUDA_TAG("cuda bf16"));
         check_training(&c, &e, &BF16, CUDA_TAG("cuda bf16 train"), batch1);
         check_reproducible(&c, &e, CUDA_TAG("cuda bf16 train"), batch1);
+        check_flash_training(&c);
     } else {
         check_skip(&c, "cuda model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         check_skip(&c, "cuda bf16 model vs torch", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
