@@ -155,6 +155,24 @@ static void check_gradients(Checks *c, const Expected *e, DevKind kind, DType dt
     dev_close(&dev);
 }
 
+/* The parameters (or gradients) of an llm.c model file: [n] floats, or NULL. */
+static float *model_floats(const char *path, size_t n) {
+    float *x = malloc(n * 4);
+    FILE *f = fopen(path, "rb");
+    size_t got = f && fseek(f, 1024, SEEK_SET) == 0 ? fread(x, 4, n, f) : 0;
+    if (f) fclose(f);
+    if (got != n) { free(x); return NULL; }
+    return x;
+}
+
+/* m: a model of cfg's shape on the CPU (cpu), for its tensor sizes. */
+static void model_shape(GPT *m, Dev *cpu, const GPTConfig *cfg) {
+    char err[256];
+    dev_open(cpu, DEV_CPU, 0, err, sizeof err);
+    GPTShard whole = gpt_whole(cfg);
+    gpt_build(m, cfg, cpu, &whole);
+}
+
 /* The 5 steps through ./train (TRAIN_BIN); extra adds flags (micro-batches, device). */
 static void check_training(Checks *c, const Expected *e, const Bounds *bd, const char *tag,
                            const char *extra) {
@@ -204,20 +222,13 @@ static void check_training(Checks *c, const Expected *e, const Bounds *bd, const
         return;
     }
     /* the file is in llm.c's order, as the fixture */
-    float *saved = malloc((size_t)e->num_params * 4);
-    FILE *f = fopen(save, "rb");
-    size_t got = f && fseek(f, 1024, SEEK_SET) == 0 ? fread(saved, 4, e->num_params, f) : 0;
-    if (f) fclose(f);
+    float *saved = model_floats(save, (size_t)e->num_params);
     snprintf(name, sizeof name, "%s saved model", tag);
-    if (!check(c, got == (size_t)e->num_params, name, "read %zu of %d saved parameters", got, e->num_params)) {
-        free(saved);
+    if (!check(c, saved != NULL, name, "%d saved parameters %s", e->num_params, saved ? "read" : "not all read"))
         return;
-    }
     Dev cpu;
-    dev_open(&cpu, DEV_CPU, 0, err, sizeof err);
     GPT m;  /* for the tensor sizes */
-    GPTShard whole = gpt_whole(&cfg);
-    gpt_build(&m, &cfg, &cpu, &whole);
+    model_shape(&m, &cpu, &cfg);
     /* The key bias is left out: it shifts every score of a query by the
      * same amount, which the softmax ignores, so its gradient is zero in
      * exact arithmetic: ~1e-19 in torch's float64, ~1e-9 of rounding in our
@@ -305,16 +316,6 @@ static int train_ok(const char *flags) {
     return system(cmd) == 0;
 }
 
-/* The parameters (or gradients) of an llm.c model file: [n] floats, or NULL. */
-static float *model_floats(const char *path, size_t n) {
-    float *x = malloc(n * 4);
-    FILE *f = fopen(path, "rb");
-    size_t got = f && fseek(f, 1024, SEEK_SET) == 0 ? fread(x, 4, n, f) : 0;
-    if (f) fclose(f);
-    if (got != n) { free(x); return NULL; }
-    return x;
-}
-
 /* Attention's flash kernels take heads of 32, 64 and 128 and the fixture's
  * have 8, so its runs above take the plain kernels. Here a model of 32-wide
  * heads (2 layers, 2 heads, 64 wide, from train's own initialisation) over
@@ -342,10 +343,8 @@ static void check_flash_training(Checks *c) {
                "the four runs at heads of 32 exit 0 and dump their gradients"))
         return;
     Dev cpu;
-    dev_open(&cpu, DEV_CPU, 0, err, sizeof err);
     GPT m;  /* for the tensor sizes */
-    GPTShard whole = gpt_whole(&cfg);
-    gpt_build(&m, &cfg, &cpu, &whole);
+    model_shape(&m, &cpu, &cfg);
     float *want = model_floats(grads[0], m.num_params);
     for (int r = 1; r <= 2; r++) {
         float *got = model_floats(grads[r], m.num_params);
