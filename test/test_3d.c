@@ -131,6 +131,21 @@ static void compare_bf16(Checks *c, const Model *md, const char *name, const cha
     train_run_free(&r);
 }
 
+typedef struct Bf16Layout { const char *name, *flags; int gpu; } Bf16Layout;
+
+/* compare_bf16 over a table of layouts against ref; a GPU layout only
+ * where a GPU is (under the emulation, the GPU layouts alone). */
+static void bf16_layouts(Checks *c, const Model *md, const Bf16Layout *lay, size_t n, const Result *ref,
+                         double bound) {
+    char name[256];
+    for (size_t i = 0; i < n; i++) {
+        if (EMU && !lay[i].gpu) continue;
+        snprintf(name, sizeof name, "%s%s", lay[i].name, lay[i].gpu ? EMU_TAG : "");
+        if (!lay[i].gpu || dev_gpu_count() > 0) compare_bf16(c, md, name, lay[i].flags, ref, bound);
+        else check_skip(c, name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
+    }
+}
+
 /* flags for `steps` steps against one rank's run of as many (ref, pref). */
 static void compare_steps(Checks *c, const Model *md, const char *name, const char *flags,
                           const Result *ref, const float *pref, int steps) {
@@ -363,7 +378,7 @@ int main(void) {
     run(&ref, &big, "--dtype bf16 --batch 8", OUT "/bf16_ref.bin");
     if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, 8 layers", "exit %d, %d steps",
               ref.rc, ref.nsteps)) {
-        static const struct { const char *name, *flags; int gpu; } bf[] = {
+        static const Bf16Layout bf[] = {
             {"bf16: dp 2, zero 1", "--ranks 2 --batch 4 --zero 1", 0},
             {"bf16: dp 2, zero 3, offload", "--ranks 2 --batch 4 --zero 3 --offload", 0},
             {"bf16: pp 2, 1f1b, recompute", "--ranks 2 --pp 2 --batch 2 --micro-batches 4 --recompute", 0},
@@ -374,12 +389,7 @@ int main(void) {
             {"cuda bf16: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 8", 1},
             {"cuda bf16: dp 2 x tp 2 x pp 2, zero 1", "--device cuda --ranks 8 --dp 2 --tp 2 --pp 2 --batch 2 --micro-batches 2 --zero 1", 1},
         };
-        for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++) {
-            if (EMU && !bf[i].gpu) continue;
-            snprintf(name, sizeof name, "%s%s", bf[i].name, bf[i].gpu ? EMU_TAG : "");
-            if (!bf[i].gpu || dev_gpu_count() > 0) compare_bf16(&c, &big, name, bf[i].flags, &ref, 1e-3);
-            else check_skip(&c, name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
-        }
+        bf16_layouts(&c, &big, bf, sizeof bf / sizeof bf[0], &ref, 1e-3);
     }
     train_run_free(&ref);
 
@@ -399,17 +409,12 @@ int main(void) {
     run(&ref, &flash, "--dtype bf16 --batch 2", OUT "/flash_ref.bin");
     if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 32", "exit %d, %d steps", ref.rc,
               ref.nsteps)) {
-        static const struct { const char *name, *flags; int gpu; } fl[] = {
+        static const Bf16Layout fl[] = {
             {"bf16, heads of 32: tp 2 sp", "--ranks 2 --tp 2 --sp --batch 2", 0},
             {"cuda bf16, flash attention: one rank", "--device cuda --batch 2", 1},
             {"cuda bf16, flash attention: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 2", 1},
         };
-        for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
-            if (EMU && !fl[i].gpu) continue;
-            snprintf(name, sizeof name, "%s%s", fl[i].name, fl[i].gpu ? EMU_TAG : "");
-            if (!fl[i].gpu || dev_gpu_count() > 0) compare_bf16(&c, &flash, name, fl[i].flags, &ref, 4e-3);
-            else check_skip(&c, name, "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
-        }
+        bf16_layouts(&c, &flash, fl, sizeof fl / sizeof fl[0], &ref, 4e-3);
     }
     train_run_free(&ref);
     return check_done(&c);
