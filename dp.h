@@ -20,8 +20,8 @@
 #include "gpt.h"
 #include "optim.h"
 #include "zero.h"
+#include "layout.h"   /* DPMode */
 
-typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
 
 typedef struct DPConfig {
     DPMode mode;
