@@ -227,8 +227,9 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 %.o: %.cu tensor.h tc.h .flags-cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-# The float64 build of the CPU reference, for finite differences.
-ops64.o: ops.c tensor.h .flags-c
+# The float64 build of the CPU reference's plain loops, for finite
+# differences: ops.c with real = double, exporting cpu64_ops alone (ops64.h).
+ops64.o: ops.c *.h .flags-c
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
 test/test_ops: test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o test/check.h \

@@ -1,18 +1,36 @@
 /* ops.c: the plain-C reference of every op of the GPT-2 (CPU, OpenMP).
  *
  * This file is the specification: kernels.cu is tested against it, and it is
- * tested against finite differences (test/test_ops.c, from a float64 build
- * of this same file) and, through the whole model, against PyTorch
- * (test/reference.py). It is also what CI trains with and what people
- * without a GPU use, so in the float32 build every matrix product (the
- * linears, and attention's Q K^T, P V and their gradients) goes to gemm.c's
- * packed, register-blocked GEMM, while the float64 build keeps plain loops
- * that say what each product is. Every loop that writes a shared output
- * is split so that each output element is summed by one thread in a fixed
- * order: the result does not depend on the thread count, which is what lets
- * the parallel layouts of the articles be compared with one rank exactly.
+ * tested against finite differences (test/test_ops.c) and, through the whole
+ * model, against PyTorch (test/reference.py). It is also what CI trains with
+ * and what people without a GPU use. Forward and backward of each op sit
+ * side by side, as in llm.c, each op as the loops that say what it computes.
  *
- * Forward and backward of each op sit side by side, as in llm.c.
+ * The matrix products are the exception, where a plain loop is 10-50 times
+ * slower than it needs to be: the linear layer and attention each have their
+ * plain loops, cpu_matmul_forward_naive and friends (llm.c's
+ * matmul_forward_naive), written first, and beside them the op `train` runs,
+ * cpu_matmul_forward and friends, which hands the same products to gemm.c's
+ * packed, register-blocked GEMM as strided views (nothing is transposed in
+ * memory). test/test_cpu_gemm.c holds each fast op to its plain loops.
+ *
+ * Every function is named as its callers name it: grep finds the definition
+ * of cpu_layernorm_forward at "void cpu_layernorm_forward(". The table
+ * gpt.c calls through (cpu_ops, at the end; tensor.h's Ops) points at them.
+ *
+ * Two builds of this one file (the Makefile's ops.o and ops64.o):
+ *  - float32, `real` = float: what `train` runs; the functions are
+ *    extern (ops.h), and cpu_ops and ops_bf16.c's cpu_bf16_ops wrap them;
+ *  - float64, -DOPS_REAL=double: the same loops in double, for the
+ *    finite-difference tests, whose differences are then accurate to ~1e-9.
+ *    Its functions are static (OPS_PUBLIC below), so the two builds link
+ *    into one test program; its one export is the table cpu64_ops (ops64.h),
+ *    whose linear layer and attention are the plain loops. The fast paths and
+ *    the gradient norm's float32 bit passes are left out of it.
+ * Every loop that writes a shared output is split so that each output
+ * element is summed by one thread in a fixed order: the result does not
+ * depend on the thread count, which is what lets the parallel layouts of
+ * the articles be compared with one rank exactly.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,45 +41,13 @@
 
 #ifdef OPS_REAL
 typedef OPS_REAL real;
-#define OP(name) cpu64_##name
+#define OPS_PUBLIC static  /* ops64.o: reached through cpu64_ops alone */
+#include "ops64.h"
 #else
 typedef float real;
-#define OP(name) cpu_##name
-#endif
+#define OPS_PUBLIC         /* ops.o: extern, as ops.h declares */
 #include "ops.h"
-
-/* e^x in float as plain arithmetic, so that a loop calling it vectorises
- * (libm's expf does not without -ffast-math, nor does a float comparison
- * under the default trapping math: the clamp and the rounding are integer
- * operations on the bits). x is clamped to [-87.33, 88.37] (e^-100 gives
- * 2^-126, not a subnormal; e^100 about 2.4e38, not inf), a NaN stays NaN;
- * x = n ln2 + r with n rounded by the 1.5 * 2^23 trick, e^r by Cephes'
- * polynomial, times 2^n built in the exponent bits. Within 2 ulp of expf. */
-static inline float exp_f32(float x) {
-    int b, m, lim;
-    __builtin_memcpy(&b, &x, 4);
-    m = b & 0x7fffffff;
-    lim = b < 0 ? 0x42aea8f6 : 0x42b0bd71;            /* 87.33f, 88.37f */
-    m = m > lim && m <= 0x7f800000 ? lim : m;          /* a NaN (above inf) passes */
-    b = (int)((unsigned)b & 0x80000000u) | m;
-    __builtin_memcpy(&x, &b, 4);
-    float t = x * 1.44269504088896341f + 12582912.0f;  /* round(x log2 e) in t's low bits */
-    float n = t - 12582912.0f;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1;
-    int k;
-    __builtin_memcpy(&k, &t, 4);
-    k = (k - 0x4b400000 + 127) << 23;                  /* 2^n */
-    float two_n;
-    __builtin_memcpy(&two_n, &k, 4);
-    return p * two_n;
-}
+#endif
 
 /* Type-generic math for the two builds: float calls stay float. */
 #ifdef OPS_REAL
@@ -69,7 +55,7 @@ static inline float exp_f32(float x) {
 #define R_SQRT(x) ((real)sqrt((double)(x)))
 #define R_FMA(a, b, c) fma(a, b, c)
 #else
-#define R_EXP(x)  exp_f32((float)(x))
+#define R_EXP(x)  exp_f32((float)(x))  /* below, before attention */
 #define R_SQRT(x) sqrtf((float)(x))   /* one instruction: ops.o is built with -fno-math-errno */
 #define R_FMA(a, b, c) fmaf(a, b, c)
 #endif
@@ -77,7 +63,8 @@ static inline float exp_f32(float x) {
 /* ---------------------------------------------------------------------------
  * Embedding: token row plus position row. */
 
-void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, const real *wpe,
+OPS_PUBLIC
+void cpu_encoder_forward(Dev *d, real *out, const int *tokens, const real *wte, const real *wpe,
                          int B, int T, int C) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
@@ -93,7 +80,8 @@ void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, 
 
 /* Several positions may hold the same token, so threads split the channels,
  * never the positions: each dwte element is summed by one thread in order. */
-void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, const int *tokens,
+OPS_PUBLIC
+void cpu_encoder_backward(Dev *d, real *dwte, real *dwpe, const real *dout, const int *tokens,
                           int B, int T, int C) {
     #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += 16) {
@@ -118,7 +106,8 @@ void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, cons
 /* ---------------------------------------------------------------------------
  * LayerNorm over the channels of each row, eps 1e-5, biased variance. */
 
-void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real *inp,
+OPS_PUBLIC
+void cpu_layernorm_forward(Dev *d, real *out, real *mean, real *rstd, const real *inp,
                            const real *w, const real *b, int N, int C) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -139,7 +128,8 @@ void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real
     }
 }
 
-void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *dout,
+OPS_PUBLIC
+void cpu_layernorm_backward(Dev *d, real *dinp, real *dw, real *db, const real *dout,
                             const real *inp, const real *w, const real *mean, const real *rstd,
                             int N, int C) {
     /* dinp: rows are independent. NULL: the weights' gradients alone. */
@@ -184,14 +174,12 @@ void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *
 /* ---------------------------------------------------------------------------
  * Linear layer: out[N,OC] = inp[N,C] @ w[OC,C]^T + bias, and its backward
  * dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
- *
- * The float32 build (what `train` runs) hands the three products to gemm.c,
- * as strided views: no operand is ever transposed in memory. The float64
- * build keeps the plain loops below, which say what the products are. */
+ * First the plain loops, which say what the products are; then the op
+ * `train` runs, the same products by gemm.c. */
 
-#ifdef OPS_REAL
-void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
-                        int N, int C, int OC) {
+OPS_PUBLIC
+void cpu_matmul_forward_naive(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+                              int N, int C, int OC) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -201,8 +189,23 @@ void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const
         }
 }
 
-static void mm_backward_products(real *dinp, real *dw, const real *dout, const real *inp,
-                                 const real *w, int N, int C, int OC) {
+/* dbias[OC] += the column sums of dout [N,OC], both versions' (no product
+ * to speed up): threads split the columns in 64s; each sums its rows in order. */
+static void matmul_dbias(real *dbias, const real *dout, int N, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        real s[64] = {0};
+        for (int n = 0; n < N; n++)
+            #pragma omp simd
+            for (int o = o0; o < o1; o++) s[o - o0] += dout[(size_t)n * OC + o];
+        for (int o = o0; o < o1; o++) dbias[o] += s[o - o0];
+    }
+}
+
+OPS_PUBLIC
+void cpu_matmul_backward_naive(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
+                               const real *inp, const real *w, int N, int C, int OC) {
     if (dinp) {
         #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
@@ -221,48 +224,77 @@ static void mm_backward_products(real *dinp, real *dw, const real *dout, const r
                 dw[(size_t)o * C + c] += s;
             }
     }
+    if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
-#else
-void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+
+#ifndef OPS_REAL
+/* What runs: each product one gemm() call, C = A B (+ C) (+ bias), whose
+ * operands are strided views (row stride, column stride): w [OC,C] read as
+ * w^T [C,OC] is w with strides (1, C), dout [N,OC] read as dout^T is dout
+ * with strides (1, OC). */
+void cpu_matmul_forward(Dev *d, float *out, const float *inp, const float *w, const float *bias,
                         int N, int C, int OC) {
     gemm(N, OC, C, inp, C, 1, w, 1, C, out, OC, 0, bias);  /* inp [N,C] times w^T [C,OC] */
 }
 
-static void mm_backward_products(real *dinp, real *dw, const real *dout, const real *inp,
-                                 const real *w, int N, int C, int OC) {
+void cpu_matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC) {
     if (dinp) gemm(N, C, OC, dout, OC, 1, w, C, 1, dinp, C, 1, NULL);  /* dout [N,OC] w [OC,C] */
     if (dw) gemm(OC, C, N, dout, 1, OC, inp, C, 1, dw, C, 1, NULL);    /* dout^T [OC,N] inp [N,C] */
+    if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
 #endif
 
-void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
-                         const real *inp, const real *w, int N, int C, int OC) {
-    mm_backward_products(dinp, dw, dout, inp, w, N, C, OC);
-    /* dbias: threads split the columns in 64s; each sums its rows in order */
-    if (dbias) {
-        #pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int o1 = o0 + 64 < OC ? o0 + 64 : OC;
-            real s[64] = {0};
-            for (int n = 0; n < N; n++)
-                #pragma omp simd
-                for (int o = o0; o < o1; o++) s[o - o0] += dout[(size_t)n * OC + o];
-            for (int o = o0; o < o1; o++) dbias[o] += s[o - o0];
-        }
-    }
+/* ---------------------------------------------------------------------------
+ * e^x in float as plain arithmetic, so that a loop calling it vectorises
+ * (libm's expf does not without -ffast-math, nor does a float comparison
+ * under the default trapping math: the clamp and the rounding are integer
+ * operations on the bits). x is clamped to [-87.33, 88.37] (e^-100 gives
+ * 2^-126, not a subnormal; e^100 about 2.4e38, not inf), a NaN stays NaN;
+ * x = n ln2 + r with n rounded by the 1.5 * 2^23 trick, e^r by Cephes'
+ * polynomial, times 2^n built in the exponent bits. Within 2 ulp of expf.
+ * Only the clamp's sign and the exponent touch a sign bit, the exponent on
+ * unsigned arithmetic: a NaN's t reaches it with any bits, and shifting
+ * those left as an int overflowed (undefined behaviour) where as uint32_t
+ * they wrap; the result is the NaN either way, and for every other input
+ * the bits are those of the int version (all 2^32 inputs compared). */
+static inline float exp_f32(float x) {
+    int32_t b, m, lim;
+    __builtin_memcpy(&b, &x, 4);
+    m = b & 0x7fffffff;                                /* |x|'s bits */
+    lim = b < 0 ? 0x42aea8f6 : 0x42b0bd71;             /* 87.33f, 88.37f */
+    m = m > lim && m <= 0x7f800000 ? lim : m;          /* a NaN (above inf) passes */
+    b = (b & INT32_MIN) | m;                           /* x's sign back */
+    __builtin_memcpy(&x, &b, 4);
+    float t = x * 1.44269504088896341f + 12582912.0f;  /* round(x log2 e) in t's low bits */
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1;
+    uint32_t k;                                        /* 2^n: n + 127 into the exponent field */
+    __builtin_memcpy(&k, &t, 4);
+    k = (k - 0x4b400000u + 127u) << 23;                /* unsigned: a NaN's bits wrap, harmlessly */
+    float two_n;
+    __builtin_memcpy(&two_n, &k, 4);
+    return p * two_n;
 }
 
 /* ---------------------------------------------------------------------------
- * Causal self-attention. The float64 build is the specification: one
- * (batch, head, query position) row at a time, in plain loops. The float32
- * build does the same per (batch, head) pair as matrix products over qkv's
+ * Causal self-attention. First the plain loops: one (batch, head, query
+ * position) row at a time, scores, softmax, the weighted sum of values. Then
+ * what runs: the same per (batch, head) pair as matrix products over qkv's
  * strided rows (Q K^T, then P V; backward dP = dO V^T, dV += P^T dO,
- * dQ += dS K, dK += dS^T Q), in blocks of AT_ROWS query rows so that
- * the products skip most of the masked upper triangle. */
+ * dQ += dS K, dK += dS^T Q), in blocks of AT_ROWS query rows so that the
+ * products skip most of the masked upper triangle. */
 
-#ifdef OPS_REAL
-void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B, int T, int C,
-                           int NH) {
+OPS_PUBLIC
+void cpu_attention_forward_naive(Dev *d, real *out, real *att, const real *qkv, int B, int T,
+                                 int C, int NH) {
     int hs = C / NH;
     real scale = (real)(1.0 / sqrt((double)hs));
     #pragma omp parallel for collapse(3)
@@ -297,8 +329,9 @@ void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B,
 
 /* A (batch, head) pair owns its channels of dqkv at every position, so the
  * threads split pairs and no two ever write the same element. */
-void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, const real *qkv,
-                            const real *att, int B, int T, int C, int NH) {
+OPS_PUBLIC
+void cpu_attention_backward_naive(Dev *d, real *dqkv, real *datt, const real *dout,
+                                  const real *qkv, const real *att, int B, int T, int C, int NH) {
     int hs = C / NH;
     real scale = (real)(1.0 / sqrt((double)hs));
     #pragma omp parallel for collapse(2)
@@ -333,7 +366,7 @@ void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, co
     }
 }
 
-#else
+#ifndef OPS_REAL
 #define AT_ROWS 96  /* query rows a block: the products stop at the block's last column */
 
 /* Rows [r0, r1) of one (batch, head) pair's probabilities: s [r1 - r0, T]
@@ -357,7 +390,7 @@ static void at_softmax_rows(float *s, int r0, int r1, int T, float scale) {
     }
 }
 
-void OP(attention_forward)(Dev *d, float *out, float *att, const float *qkv, int B, int T, int C,
+void cpu_attention_forward(Dev *d, float *out, float *att, const float *qkv, int B, int T, int C,
                            int NH) {
     int hs = C / NH;
     size_t ld = 3 * (size_t)C;  /* a row of qkv */
@@ -379,7 +412,7 @@ void OP(attention_forward)(Dev *d, float *out, float *att, const float *qkv, int
 
 /* A (batch, head) pair owns its channels of dqkv at every position, so the
  * threads split pairs and no two ever write the same element. */
-void OP(attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
+void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH) {
     int hs = C / NH;
     size_t ld = 3 * (size_t)C;
@@ -431,7 +464,8 @@ void OP(attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout,
  * absolute error near 0 is ~1e-7, and GELU multiplies tanh by x/2. */
 static inline real fast_tanh(real u) { return 1 - 2 / (R_EXP(2 * u) + 1); }
 
-void OP(gelu_forward)(Dev *d, real *out, const real *inp, size_t n) {
+OPS_PUBLIC
+void cpu_gelu_forward(Dev *d, real *out, const real *inp, size_t n) {
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         real x = inp[i];
@@ -439,7 +473,8 @@ void OP(gelu_forward)(Dev *d, real *out, const real *inp, size_t n) {
     }
 }
 
-void OP(gelu_backward)(Dev *d, real *dinp, const real *inp, const real *dout, size_t n) {
+OPS_PUBLIC
+void cpu_gelu_backward(Dev *d, real *dinp, const real *inp, const real *dout, size_t n) {
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         real x = inp[i];
@@ -454,12 +489,14 @@ void OP(gelu_backward)(Dev *d, real *dinp, const real *inp, const real *dout, si
 /* ---------------------------------------------------------------------------
  * The residual connection and its backward. */
 
-void OP(add)(Dev *d, real *out, const real *a, const real *b, size_t n) {
+OPS_PUBLIC
+void cpu_add(Dev *d, real *out, const real *a, const real *b, size_t n) {
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n) {
+OPS_PUBLIC
+void cpu_accumulate(Dev *d, real *dst, const real *src, size_t n) {
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
@@ -468,7 +505,8 @@ void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n) {
  * Softmax + cross-entropy, fused: the probabilities are never stored apart,
  * the logits row becomes its own gradient. Padded columns are not classes. */
 
-void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
+OPS_PUBLIC
+void cpu_crossentropy(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
                       real dloss) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -495,7 +533,8 @@ void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, in
  * vocab-parallel cross-entropy): no rank ever holds a whole row of logits;
  * three numbers a row travel instead. */
 
-void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets, int N, int v0,
+OPS_PUBLIC
+void cpu_xent_stats(Dev *d, real *stats, const real *logits, const int *targets, int N, int v0,
                     int nvalid, int Vl) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -513,7 +552,8 @@ void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets,
     }
 }
 
-void OP(xent_combine)(Dev *d, real *losses, real *lse, const real *gathered, int N, int R) {
+OPS_PUBLIC
+void cpu_xent_combine(Dev *d, real *losses, real *lse, const real *gathered, int N, int R) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         real maxv = -INFINITY, zy = 0;
@@ -532,7 +572,8 @@ void OP(xent_combine)(Dev *d, real *losses, real *lse, const real *gathered, int
     }
 }
 
-void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, int N, int v0,
+OPS_PUBLIC
+void cpu_xent_grad(Dev *d, real *logits, const real *lse, const int *targets, int N, int v0,
                    int nvalid, int Vl, real dloss) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -553,7 +594,8 @@ void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, in
  * remainder may fuse differently, and an element's update would then depend
  * on where its shard starts, which ZeRO stages and offload cut differently. */
 
-void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
+OPS_PUBLIC
+void cpu_adamw(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
                real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale) {
     real step = lr / bc1, rbc2 = 1 / R_SQRT(bc2), decay = 1 - lr * wd;
     real omb1 = 1 - beta1, omb2 = 1 - beta2;
@@ -572,14 +614,16 @@ void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n
 /* ---------------------------------------------------------------------------
  * Reductions for the gradient norm and the loss, in double. */
 
-double OP(sumsq)(Dev *d, const real *x, size_t n) {
+OPS_PUBLIC
+double cpu_sumsq(Dev *d, const real *x, size_t n) {
     double s = 0.0;
     #pragma omp parallel for simd reduction(+:s)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
-double OP(sum)(Dev *d, const real *x, size_t n) {
+OPS_PUBLIC
+double cpu_sum(Dev *d, const real *x, size_t n) {
     double s = 0.0;
     #pragma omp parallel for simd reduction(+:s)
     for (size_t i = 0; i < n; i++) s += x[i];
@@ -773,5 +817,32 @@ const Ops cpu_ops = {
     .sum = cpu_sum,
     .exp_max = cpu_exp_max,
     .sumsq_grid = cpu_sumsq_grid,
+};
+
+#else
+/* ---------------------------------------------------------------------------
+ * The float64 reference set (ops64.h), for the finite-difference tests: the
+ * plain loops of every op above, in double. */
+
+const Ops64 cpu64_ops = {
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward_naive,
+    .matmul_backward = cpu_matmul_backward_naive,
+    .attention_forward = cpu_attention_forward_naive,
+    .attention_backward = cpu_attention_backward_naive,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .crossentropy = cpu_crossentropy,
+    .xent_stats = cpu_xent_stats,
+    .xent_combine = cpu_xent_combine,
+    .xent_grad = cpu_xent_grad,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
 };
 #endif

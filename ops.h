@@ -1,48 +1,68 @@
-/* ops.h: the plain-C reference ops, declared for one precision.
+/* ops.h: ops.c's float32 functions, the CPU reference `train` runs.
  *
- * ops.c is compiled twice: as float (`real` = float, names cpu_*), which is
- * what `train` runs and what the cpu_ops table points to, and as double
- * (-DOPS_REAL=double, names cpu64_*), which only the finite-difference tests
- * link. So this header has no include guard: the includer defines `real` and
- * OP(name) first. Contracts are the Ops comments in tensor.h.
+ * The cpu_ops table (tensor.h) wraps them for gpt.c, and ops_bf16.c's
+ * cpu_bf16_ops calls them on widened copies; the tests call them directly.
+ * Contracts are the Ops comments in tensor.h; the activations typed `void *`
+ * there are float here. A *_naive function is the plain loops of the op of
+ * the same name, the specification its gemm.c version is tested against
+ * (test/test_cpu_gemm.c). The float64 build of the same loops is ops64.h's
+ * cpu64_ops.
  */
-void OP(encoder_forward)(Dev *d, real *out, const int *tokens, const real *wte, const real *wpe,
+#ifndef OPS_H
+#define OPS_H
+
+#include "tensor.h"
+
+void cpu_encoder_forward(Dev *d, float *out, const int *tokens, const float *wte, const float *wpe,
                          int B, int T, int C);
-void OP(encoder_backward)(Dev *d, real *dwte, real *dwpe, const real *dout, const int *tokens,
+void cpu_encoder_backward(Dev *d, float *dwte, float *dwpe, const float *dout, const int *tokens,
                           int B, int T, int C);
-void OP(layernorm_forward)(Dev *d, real *out, real *mean, real *rstd, const real *inp,
-                           const real *w, const real *b, int N, int C);
-void OP(layernorm_backward)(Dev *d, real *dinp, real *dw, real *db, const real *dout,
-                            const real *inp, const real *w, const real *mean, const real *rstd,
+void cpu_layernorm_forward(Dev *d, float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C);
+void cpu_layernorm_backward(Dev *d, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean, const float *rstd,
                             int N, int C);
-void OP(matmul_forward)(Dev *d, real *out, const real *inp, const real *w, const real *bias,
+void cpu_matmul_forward_naive(Dev *d, float *out, const float *inp, const float *w,
+                              const float *bias, int N, int C, int OC);
+void cpu_matmul_forward(Dev *d, float *out, const float *inp, const float *w, const float *bias,
                         int N, int C, int OC);
-void OP(matmul_backward)(Dev *d, real *dinp, real *dw, real *dbias, const real *dout,
-                         const real *inp, const real *w, int N, int C, int OC);
-void OP(attention_forward)(Dev *d, real *out, real *att, const real *qkv, int B, int T, int C,
+void cpu_matmul_backward_naive(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, int N, int C, int OC);
+void cpu_matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC);
+/* att [B,NH,T,T]: the probabilities (forward's output, backward's input);
+ * datt [B,NH,T,T]: backward's scratch. */
+void cpu_attention_forward_naive(Dev *d, float *out, float *att, const float *qkv, int B, int T,
+                                 int C, int NH);
+void cpu_attention_forward(Dev *d, float *out, float *att, const float *qkv, int B, int T, int C,
                            int NH);
-void OP(attention_backward)(Dev *d, real *dqkv, real *datt, const real *dout, const real *qkv,
-                            const real *att, int B, int T, int C, int NH);
-void OP(gelu_forward)(Dev *d, real *out, const real *inp, size_t n);
-void OP(gelu_backward)(Dev *d, real *dinp, const real *inp, const real *dout, size_t n);
-void OP(add)(Dev *d, real *out, const real *a, const real *b, size_t n);
-void OP(accumulate)(Dev *d, real *dst, const real *src, size_t n);
-void OP(crossentropy)(Dev *d, real *losses, real *logits, const int *targets, int N, int V, int Vp,
-                      real dloss);
-void OP(xent_stats)(Dev *d, real *stats, const real *logits, const int *targets, int N, int v0,
+void cpu_attention_backward_naive(Dev *d, float *dqkv, float *datt, const float *dout,
+                                  const float *qkv, const float *att, int B, int T, int C, int NH);
+void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int C, int NH);
+void cpu_gelu_forward(Dev *d, float *out, const float *inp, size_t n);
+void cpu_gelu_backward(Dev *d, float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_add(Dev *d, float *out, const float *a, const float *b, size_t n);
+void cpu_accumulate(Dev *d, float *dst, const float *src, size_t n);
+void cpu_crossentropy(Dev *d, float *losses, float *logits, const int *targets, int N, int V,
+                      int Vp, float dloss);
+void cpu_xent_stats(Dev *d, float *stats, const float *logits, const int *targets, int N, int v0,
                     int nvalid, int Vl);
-void OP(xent_combine)(Dev *d, real *losses, real *lse, const real *gathered, int N, int R);
-void OP(xent_grad)(Dev *d, real *logits, const real *lse, const int *targets, int N, int v0,
-                   int nvalid, int Vl, real dloss);
-void OP(adamw)(Dev *d, real *param, const real *grad, real *m, real *v, size_t n, real lr,
-               real beta1, real beta2, real eps, real wd, real bc1, real bc2, real grad_scale);
-double OP(sumsq)(Dev *d, const real *x, size_t n);
-double OP(sum)(Dev *d, const real *x, size_t n);
-/* Float32 elements of the reference attention's state and scratch (both [B,NH,T,T]). */
-size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);
-/* The float32 table's exp_max and sumsq_grid (the bf16 table's too). */
-int cpu_exp_max(Dev *d, const float *x, size_t n);
-int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
-/* adamw over each of nsegs segments (the float32 table's adamw_segs). */
+void cpu_xent_combine(Dev *d, float *losses, float *lse, const float *gathered, int N, int R);
+void cpu_xent_grad(Dev *d, float *logits, const float *lse, const int *targets, int N, int v0,
+                   int nvalid, int Vl, float dloss);
+void cpu_adamw(Dev *d, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+               float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+               float grad_scale);
+/* adamw over each of nsegs segments (the table's adamw_segs). */
 void cpu_adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
                     float eps, float bc1, float bc2, float grad_scale);
+double cpu_sumsq(Dev *d, const float *x, size_t n);
+double cpu_sum(Dev *d, const float *x, size_t n);
+/* The gradient norm's two passes (the table's exp_max and sumsq_grid). */
+int cpu_exp_max(Dev *d, const float *x, size_t n);
+int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
+/* Float32 elements of the reference attention's state and scratch (both [B,NH,T,T]). */
+size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);
+
+#endif

@@ -20,10 +20,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include "tensor.h"
-
-typedef float real;
-#define OP(name) cpu_##name
 #include "ops.h"
 
 /* n bf16 values widened into a new float32 buffer (NULL stays NULL). */

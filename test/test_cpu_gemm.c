@@ -13,12 +13,14 @@
  *    for each block of columns) and as gemm() chooses;
  *    once more under OMP_THREAD_LIMIT=2, where 3 threads asked are 2 given;
  *  - the float32 ops built on it (matmul forward and backward, attention
- *    forward and backward) against the float64 plain loops of ops.c.
+ *    forward and backward) against the float64 plain loops of ops.c
+ *    (ops64.h's cpu64_ops).
  * Built as test_cpu_gemm_simde (Makefile), the avx512 kernel runs over
  * SIMDe on any AVX2 machine; test/test_cpu_gemm_simde.sh runs it with
  * TRAIN_GEMM=avx512, and its names say "(SIMDe emulation)".
- * Once, beside the kernels: the gradient norm's sum on its grid (optim.h)
- * gives the same bits over 1, 2 and 3 threads and cut into pieces as ranks
+ * Once, beside the kernels: the float32 plain loops of the same ops
+ * (cpu_*_naive, their specification) against float64 likewise; the
+ * gradient norm's sum on its grid (optim.h) gives the same bits over 1, 2 and 3 threads and cut into pieces as ranks
  * cut it (their limbs summed as int32), and lies within 1e-15 of a long
  * double sum; and dev_alloc's host buffers, the operands, start on a
  * 64-byte line.
@@ -34,19 +36,9 @@
 #include <unistd.h>
 #include "check.h"
 #include "gemm.h"
+#include "ops.h"
+#include "ops64.h"
 #include "optim.h"
-#include "tensor.h"
-
-#define real float
-#define OP(name) cpu_##name
-#include "ops.h"
-#undef real
-#undef OP
-#define real double
-#define OP(name) cpu64_##name
-#include "ops.h"
-#undef real
-#undef OP
 
 static float *urand(size_t n, unsigned long long *s) {
     float *x = check_xmalloc(n * sizeof(float));
@@ -121,8 +113,25 @@ static double *widen(const float *f, size_t n) {
     return d;
 }
 
-/* The float32 ops built on gemm() against the float64 plain loops. */
-static void check_ops(Checks *c, const char *kn) {
+/* The float32 linear layer and attention of ops.c: the ones built on
+ * gemm(), or their plain loops (the *_naive functions). */
+typedef struct {
+    void (*matmul_forward)(Dev *d, float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC);
+    void (*matmul_backward)(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+    void (*attention_forward)(Dev *d, float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(Dev *d, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH);
+} F32Ops;
+static const F32Ops on_gemm = {cpu_matmul_forward, cpu_matmul_backward, cpu_attention_forward,
+                               cpu_attention_backward};
+static const F32Ops plain_loops = {cpu_matmul_forward_naive, cpu_matmul_backward_naive,
+                                   cpu_attention_forward_naive, cpu_attention_backward_naive};
+
+/* The float32 ops f (named kn) against the float64 plain loops. */
+static void check_ops(Checks *c, const char *kn, const F32Ops *f) {
     unsigned long long seed = 11;
     char name[200];
     Dev d = {0};
@@ -135,10 +144,10 @@ static void check_ops(Checks *c, const char *kn) {
     double *G = widen(g, (size_t)N * OC);
     double *OUT = calloc((size_t)N * OC, 8), *DX = calloc((size_t)N * Cn, 8);
     double *DW = calloc((size_t)OC * Cn, 8), *DB = calloc(OC, 8);
-    cpu_matmul_forward(&d, out, x, w, b, N, Cn, OC);
-    cpu64_matmul_forward(&d, OUT, X, W, Bi, N, Cn, OC);
-    cpu_matmul_backward(&d, dx, dw, db, g, x, w, N, Cn, OC);
-    cpu64_matmul_backward(&d, DX, DW, DB, G, X, W, N, Cn, OC);
+    f->matmul_forward(&d, out, x, w, b, N, Cn, OC);
+    cpu64_ops.matmul_forward(&d, OUT, X, W, Bi, N, Cn, OC);
+    f->matmul_backward(&d, dx, dw, db, g, x, w, N, Cn, OC);
+    cpu64_ops.matmul_backward(&d, DX, DW, DB, G, X, W, N, Cn, OC);
     double e1 = rel_err(out, OUT, (size_t)N * OC), e2 = rel_err(dx, DX, (size_t)N * Cn);
     double e3 = rel_err(dw, DW, (size_t)OC * Cn), e4 = rel_err(db, DB, OC);
     snprintf(name, sizeof name, "%s: matmul forward, dinp, dw, dbias against float64", kn);
@@ -153,10 +162,10 @@ static void check_ops(Checks *c, const char *kn) {
     float *o = calloc(no, 4), *att = calloc(na, 4), *scr = calloc(na, 4);
     double *QKV = widen(qkv, nq), *GO = widen(go, no), *DQ = widen(dq, nq);
     double *O = calloc(no, 8), *ATT = calloc(na, 8), *SCR = calloc(na, 8);
-    cpu_attention_forward(&d, o, att, qkv, B, T, C, NH);
-    cpu64_attention_forward(&d, O, ATT, QKV, B, T, C, NH);
-    cpu_attention_backward(&d, dq, scr, go, qkv, att, B, T, C, NH);
-    cpu64_attention_backward(&d, DQ, SCR, GO, QKV, ATT, B, T, C, NH);
+    f->attention_forward(&d, o, att, qkv, B, T, C, NH);
+    cpu64_ops.attention_forward(&d, O, ATT, QKV, B, T, C, NH);
+    f->attention_backward(&d, dq, scr, go, qkv, att, B, T, C, NH);
+    cpu64_ops.attention_backward(&d, DQ, SCR, GO, QKV, ATT, B, T, C, NH);
     double a1 = rel_err(o, O, no), a2 = rel_err(dq, DQ, nq);
     snprintf(name, sizeof name, "%s: attention forward and backward against float64", kn);
     check(c, a1 < 1e-5 && a2 < 1e-5, name, "B 2, T 45, C 48, 3 heads: relative errors %.2g %.2g (bound 1e-5)",
@@ -235,7 +244,7 @@ static int run_kernel(Checks *c, const char *want) {
         free(c1);
     }
     omp_set_num_threads(2);
-    check_ops(c, kn);
+    check_ops(c, kn, &on_gemm);
     return 0;
 }
 
@@ -379,6 +388,7 @@ int main(int argc, char **argv) {
         }
     }
     (void)argc;
+    check_ops(&c, "float32 plain loops", &plain_loops);
     test_norm(&c);
     test_host_alloc(&c);
     return check_done(&c) || bad;
