@@ -10,7 +10,9 @@
 #   6. every `sh` block of README.md and docs/*.md runs and exits 0, in a scratch
 #      directory, with --steps above 10 cut to 3 (training commands at a few steps),
 #      unless its first line is "# needs: ..." (a GPU, a download, a cluster, a
-#      benchmark's time), which is reported as a SKIP.
+#      benchmark's time), which is reported as a SKIP;
+#   7. docs/files.md's table names every file git tracks outside test/, bench/, fuzz/ and
+#      docs/, and every top-level folder (`folder/`); and each name there exists.
 . "$(dirname "$0")/lib.sh"
 t_init docs
 t_need_python3 "docs" "to read the markdown"
@@ -151,4 +153,33 @@ for b in $OUT/block*.txt; do
     if (cd $RUN && timeout 300 sh -e $b.sh > $b.log 2>&1); then ok "$where runs ($(grep -c . $b.sh) lines)"
     else bad "$where: exit $?: $(tail -n 2 $b.log | tr '\n' ' ')"; fi
 done
+
+# 7. docs/files.md against git ls-files: a file added without its row fails here
+if git ls-files > $OUT/tracked.txt 2> /dev/null && [ -s $OUT/tracked.txt ]; then
+    python3 - docs/files.md $OUT/tracked.txt > $OUT/files_md.txt 2>&1 <<'PY'
+import os, re, sys
+named = set()  # the backquoted names of the table's first column
+for line in open(sys.argv[1]):
+    if line.startswith('| `'):
+        named.update(re.findall(r'`([^`]+)`', line.strip().strip('|').split('|')[0]))
+want = set()
+for f in (l.rstrip('\n') for l in open(sys.argv[2])):
+    if not f or not os.path.exists(f): continue  # deleted in the working tree
+    top = f.split('/')[0]
+    if '/' in f: want.add(top + '/')
+    if top not in ('test', 'bench', 'fuzz', 'docs'): want.add(f)
+missing = sorted(want - named)
+stale = sorted(n for n in named if not os.path.exists(n))
+print(len(want), len(missing), len(stale))
+for m in missing: print('no row for ' + m)
+for s in stale: print('a row for ' + s + ', which does not exist')
+PY
+    read nwant nmiss nstale < $OUT/files_md.txt
+    if [ "$nmiss" = 0 ] && [ "$nstale" = 0 ]; then
+        ok "docs/files.md names every tracked file outside test/, bench/, fuzz/, docs/ and every top-level folder ($nwant names)"
+    else bad "docs/files.md: $(tail -n +2 $OUT/files_md.txt | tr '\n' ';' | sed 's/;$//; s/;/; /g')"; fi
+else
+    echo "SKIP docs/files.md against git ls-files: not a git checkout"
+fi
+
 t_end docs
