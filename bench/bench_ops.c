@@ -63,14 +63,9 @@
 #include <time.h>
 #include "gemm.h"
 #include "gpt.h"
+#include "ops.h"
 #include "optim.h"
 #include "tensor.h"
-
-#define real float
-#define OP(name) cpu_##name
-#include "ops.h"
-#undef real
-#undef OP
 
 /* The model and the batch. */
 typedef struct {
