@@ -7,8 +7,8 @@
  * over every element of small random inputs of awkward sizes. Backward ops
  * accumulate, so their gradient buffers start from random values that are
  * subtracted after, which checks the += as well. AdamW is checked against
- * torch's formula written out by hand, and the float32 table against the
- * float64 one.
+ * torch's formula written out by hand, the float32 table against the
+ * float64 one, and the float32 e^x on NaN and infinite inputs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -213,6 +213,28 @@ static void test_f32_matches_f64(Checks *c) {
     free(x); free(w); free(b); free(y); free(xf); free(wf); free(bf); free(yf);
 }
 
+/* Non-finite and huge inputs through the float32 ops that call e^x (GELU,
+ * the loss): a NaN gives a NaN, a huge finite value a finite result (e^x
+ * clamps its argument). Under make sanitize this is also the check that
+ * e^x's bit tricks are defined behaviour on a NaN (issue 40: the exponent's
+ * shift overflowed an int there). */
+static void test_nonfinite(Checks *c) {
+    const float x[8] = {NAN, -NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 88.5f, -100.0f};
+    float y[8];
+    cpu_ops.gelu_forward(NULL, y, x, 8);
+    int gelu_ok = isnan(y[0]) && isnan(y[1]) && y[2] == INFINITY;
+    for (int i = 4; i < 8; i++) gelu_ok &= isfinite(y[i]);
+    /* row 0 holds a NaN logit; row 1 logits 1e30 apart, its target the largest */
+    float z[8] = {0, NAN, 1, 2, 1e30f, -1e30f, -INFINITY, 5}, loss[2];
+    int tg[2] = {2, 0};
+    cpu_ops.crossentropy(NULL, loss, z, tg, 2, 4, 4, 0.5f);
+    int xent_ok = isnan(loss[0]) && loss[1] == 0;
+    for (int v = 4; v < 8; v++) xent_ok &= isfinite(z[v]);
+    check(c, gelu_ok && xent_ok, "float32 e^x on NaN, infinities and huge values",
+          "gelu(NaN, -NaN, inf) = %g %g %g, gelu(+-1e30, 88.5, -100) finite; loss of a NaN row %g, "
+          "of a row 1e30 apart %g with a finite gradient", y[0], y[1], y[2], loss[0], loss[1]);
+}
+
 /* Table t's buffer of n elements of its dtype holding x (float32 or bf16). */
 static void *act_buf(const Ops *t, const double *x, size_t n) {
     void *p = malloc(n * 4 + 4);
@@ -346,6 +368,7 @@ int main(void) {
 
     test_adamw(&c);
     test_f32_matches_f64(&c);
+    test_nonfinite(&c);
     test_split_backward(&c);
     return check_done(&c);
 }
