@@ -37,7 +37,9 @@ void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM
     for (int k = 0; k < 3; k++) {
         int64_t v = (int64_t)ldexp(acc[k], k * g->bits);   /* whole units, |v| < 2^50 */
         for (int j = 0; j < 3; j++) limbs[4 * k + j] = (int32_t)((uint64_t)v >> (16 * j) & 0xffff);
-        limbs[4 * k + 3] = (int32_t)(v >> 48);              /* the sign: -4..3 */
+        /* the rest, floor(v / 2^48) in -4..3: shifted while non-negative (>> of a
+         * negative int is implementation-defined) */
+        limbs[4 * k + 3] = (int32_t)(((v + ((int64_t)1 << 50)) >> 48) - 4);
     }
 }
 

@@ -44,7 +44,8 @@ float optim_clip_scale(const OptConfig *o, double norm);
  * max), which fixes a grid; each square is cut into three parts on that
  * grid (Ops.sumsq_grid), whose sums are whole numbers of units, exact in
  * double in any order; a rank's three sums travel as OPTIM_NORM_LIMBS int32
- * limbs, whose all-reduce is exact too. What the grid drops lies 69 bits
+ * limbs, whose all-reduce is exact too (a low limb is below 2^16, so their
+ * int32 sums hold for up to 32,768 ranks). What the grid drops lies 69 bits
  * (124M elements; fewer for more) below the largest square. The grid pass
  * finds the largest exponent as well, so optim_norm guesses the grid from
  * the last step's exponent and sums on it in the first pass; only when the
