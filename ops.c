@@ -6,13 +6,14 @@
  * and what people without a GPU use. Forward and backward of each op sit
  * side by side, as in llm.c, each op as the loops that say what it computes.
  *
- * The matrix products are the exception, where a plain loop is 10-50 times
- * slower than it needs to be: the linear layer and attention each have their
- * plain loops, cpu_matmul_forward_naive and friends (llm.c's
- * matmul_forward_naive), written first, and beside them the op `train` runs,
- * cpu_matmul_forward and friends, which hands the same products to gemm.c's
- * packed, register-blocked GEMM as strided views (nothing is transposed in
- * memory). test/test_cpu_gemm.c holds each fast op to its plain loops.
+ * The matrix products are the exception, being most of a step's time (the
+ * linears' 86% of GPT-2 124M's step: docs/cpu.md): the linear layer and
+ * attention each have their plain loops, cpu_matmul_forward_naive and friends
+ * (llm.c's matmul_forward_naive), written first, and beside them the op
+ * `train` runs, cpu_matmul_forward and friends, which hands the same products
+ * to gemm.c's packed, register-blocked GEMM as strided views (nothing is
+ * transposed in memory). test/test_cpu_gemm.c holds each fast op to its
+ * plain loops.
  *
  * Every function is named as its callers name it: grep finds the definition
  * of cpu_layernorm_forward at "void cpu_layernorm_forward(". The table
@@ -253,11 +254,10 @@ void cpu_matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const flo
  * 2^-126, not a subnormal; e^100 about 2.4e38, not inf), a NaN stays NaN;
  * x = n ln2 + r with n rounded by the 1.5 * 2^23 trick, e^r by Cephes'
  * polynomial, times 2^n built in the exponent bits. Within 2 ulp of expf.
- * Only the clamp's sign and the exponent touch a sign bit, the exponent on
- * unsigned arithmetic: a NaN's t reaches it with any bits, and shifting
- * those left as an int overflowed (undefined behaviour) where as uint32_t
- * they wrap; the result is the NaN either way, and for every other input
- * the bits are those of the int version (all 2^32 inputs compared). */
+ * The exponent is built on unsigned arithmetic: a NaN's t has any bits,
+ * which shifted left as an int overflowed (undefined behaviour); as uint32_t
+ * they wrap, the product is still the NaN, and every other input gives the
+ * bits of the int version (all 2^32 inputs compared). */
 static inline float exp_f32(float x) {
     int32_t b, m, lim;
     __builtin_memcpy(&b, &x, 4);
