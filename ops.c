@@ -246,6 +246,7 @@ void cpu_matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const flo
 }
 #endif
 
+#ifndef OPS_REAL  /* the float64 build calls exp() */
 /* ---------------------------------------------------------------------------
  * e^x in float as plain arithmetic, so that a loop calling it vectorises
  * (libm's expf does not without -ffast-math, nor does a float comparison
@@ -283,6 +284,7 @@ static inline float exp_f32(float x) {
     __builtin_memcpy(&two_n, &k, 4);
     return p * two_n;
 }
+#endif
 
 /* ---------------------------------------------------------------------------
  * Causal self-attention. First the plain loops: one (batch, head, query
