@@ -1,0 +1,236 @@
+/* cp.c: context parallelism: the sequence split across the ranks of a cp
+ * group, attention as a ring (beyond the two articles: the fourth dimension
+ * of picotron's 4D, Megatron-LM's --context-parallel-size, ring attention).
+ *
+ * Everything in a GPT-2 layer but attention works token by token, so a rank
+ * that holds a part of each sequence can run the layernorms, the linears,
+ * the MLP and the residual adds on its part alone. Attention is where
+ * tokens meet: a query needs the keys and values of every earlier position.
+ * The ring brings them: each rank keeps its own queries and passes its keys
+ * and values to the next rank, N - 1 times, so that every rank sees every
+ * block once. Each block gives a partial softmax over the keys it holds;
+ * partials merge exactly by their log-sum-exp, as flash attention merges
+ * its tiles. In backward the blocks travel the ring again, and the
+ * gradients of their keys and values travel with them, one more hop taking
+ * each home.
+ *
+ * Why the sequence is dealt in pairs of chunks. Under the causal mask a
+ * query at position p scores p + 1 keys: the end of a sequence costs more
+ * than its start. Cut into N equal runs, rank N-1 would do about 2N - 1
+ * times the work of rank 0 and the ring would wait for it. Cut into 2N
+ * chunks and rank r given chunks r and 2N-1-r, each rank holds one cheap
+ * and one dear chunk, and the work is equal exactly:
+ *   Tc^2 (2N - 1) + Tc (Tc + 1) scores for every r  (Tc = T / 2N).
+ *
+ * The functions below are written as plain loops over (row, head, key):
+ * they are the specification, checked against ops.c's attention over the
+ * whole sequence by test/test_cp.c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cp.h"
+#include "safe.h"
+
+int cp_chunk(int N, int r, int half) { return half ? 2 * N - 1 - r : r; }
+
+int cp_position(int N, int r, int T, int i) {
+    int Tc = T / (2 * N);
+    if (N == 1) return i;
+    return cp_chunk(N, r, i / Tc) * Tc + i % Tc;
+}
+
+/* The causal mask on the sequence's positions: rank r's query row t sees
+ * row j of rank s's block when that key's position is not after the query's. */
+static inline int cp_visible(int N, int T, int r, int t, int s, int j) {
+    return cp_position(N, s, T, j) <= cp_position(N, r, T, t);
+}
+
+int cp_check(int N, int T, char *err, size_t errlen) {
+    if (N > 1 && T % (2 * N)) {
+        snprintf(err, errlen, "--cp %d: --seq %d is not a multiple of 2 x %d = %d (each rank holds two of "
+                 "the sequence's %d chunks)", N, T, N, 2 * N, 2 * N);
+        return -1;
+    }
+    return 0;
+}
+
+void cp_block_forward(float *out, float *lse, const float *qkv, const float *kv, int B, int T, int C,
+                      int NH, int N, int r, int s, uint64_t *pairs) {
+    int Tl = T / N, hs = C / NH;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    uint64_t count = 0;
+    #pragma omp parallel reduction(+:count)
+    {
+        float *score = safe_malloc((size_t)Tl * sizeof(float), "cp scores");  /* [Tl] */
+        float *ob = safe_malloc((size_t)hs * sizeof(float), "cp partial");    /* [hs] */
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < Tl; t++) {
+                    const float *q = qkv + ((size_t)b * Tl + t) * 3 * C + h * hs;   /* [hs] */
+                    float m = -INFINITY;
+                    for (int j = 0; j < Tl; j++) {
+                        if (!cp_visible(N, T, r, t, s, j)) { score[j] = -INFINITY; continue; }
+                        const float *k = kv + ((size_t)b * Tl + j) * 2 * C + h * hs;  /* [hs] */
+                        float dot = 0;
+                        for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                        score[j] = dot * scale;
+                        if (score[j] > m) m = score[j];
+                        count++;
+                    }
+                    if (m == -INFINITY) continue;   /* no key of this block is visible */
+                    double sum = 0;
+                    for (int i = 0; i < hs; i++) ob[i] = 0;
+                    for (int j = 0; j < Tl; j++) {
+                        if (score[j] == -INFINITY) continue;
+                        float e = expf(score[j] - m);
+                        const float *v = kv + ((size_t)b * Tl + j) * 2 * C + C + h * hs;  /* [hs] */
+                        for (int i = 0; i < hs; i++) ob[i] += e * v[i];
+                        sum += e;
+                    }
+                    float lse_b = m + (float)log(sum);
+                    /* the merge: both partials rescaled to the new log-sum-exp */
+                    float *l = lse + ((size_t)b * NH + h) * Tl + t;
+                    float *o = out + ((size_t)b * Tl + t) * C + h * hs;   /* [hs] */
+                    float hi = *l > lse_b ? *l : lse_b;
+                    float merged = hi + logf(expf(*l - hi) + expf(lse_b - hi));
+                    float keep = expf(*l - merged), add = expf(lse_b - merged) / (float)sum;
+                    for (int i = 0; i < hs; i++) o[i] = o[i] * keep + ob[i] * add;
+                    *l = merged;
+                }
+        free(score);
+        free(ob);
+    }
+    if (pairs) *pairs += count;
+}
+
+void cp_backward_prep(float *D, const float *out, const float *dout, int B, int Tl, int C, int NH) {
+    int hs = C / NH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < Tl; t++) {
+                const float *o = out + ((size_t)b * Tl + t) * C + h * hs, *g = dout + ((size_t)b * Tl + t) * C + h * hs;
+                float dot = 0;
+                for (int i = 0; i < hs; i++) dot += o[i] * g[i];
+                D[((size_t)b * NH + h) * Tl + t] = dot;
+            }
+}
+
+/* A (batch, head) pair owns its channels of dqkv and dkv, so the threads
+ * split pairs and no two write the same element. */
+void cp_block_backward(float *dqkv, float *dkv, const float *qkv, const float *kv, const float *out,
+                       const float *lse, const float *D, const float *dout, int B, int T, int C, int NH,
+                       int N, int r, int s) {
+    int Tl = T / N, hs = C / NH;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    (void)out;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < Tl; t++) {
+                size_t row = (size_t)b * Tl + t;
+                const float *q = qkv + row * 3 * C + h * hs;   /* [hs] */
+                const float *g = dout + row * C + h * hs;      /* [hs] */
+                float *dq = dqkv + row * 3 * C + h * hs;       /* [hs] */
+                float l = lse[((size_t)b * NH + h) * Tl + t], d = D[((size_t)b * NH + h) * Tl + t];
+                for (int j = 0; j < Tl; j++) {
+                    if (!cp_visible(N, T, r, t, s, j)) continue;
+                    size_t krow = (size_t)b * Tl + j;
+                    const float *k = kv + krow * 2 * C + h * hs, *v = k + C;   /* [hs] each */
+                    float *dk = dkv + krow * 2 * C + h * hs, *dv = dk + C;     /* [hs] each */
+                    float dot = 0, dp = 0;
+                    for (int i = 0; i < hs; i++) { dot += q[i] * k[i]; dp += g[i] * v[i]; }
+                    float p = expf(dot * scale - l);
+                    float ds = p * (dp - d) * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += ds * k[i];
+                        dk[i] += ds * q[i];
+                        dv[i] += p * g[i];
+                    }
+                }
+            }
+}
+
+void cp_pack_kv(float *kv, const float *qkv, int B, int Tl, int C) {
+    for (size_t row = 0; row < (size_t)B * Tl; row++)
+        memcpy(kv + row * 2 * C, qkv + row * 3 * C + C, 2 * (size_t)C * sizeof(float));
+}
+
+void cp_unpack_dkv(float *dqkv, const float *dkv, int B, int Tl, int C) {
+    for (size_t row = 0; row < (size_t)B * Tl; row++)
+        memcpy(dqkv + row * 3 * C + C, dkv + row * 2 * C, 2 * (size_t)C * sizeof(float));
+}
+
+void cp_init(CP *cp, CommGroup *g, Dev *dev) {
+    memset(cp, 0, sizeof *cp);
+    cp->g = g;
+    cp->dev = dev;
+    cp->N = g && g->size > 0 ? g->size : 1;
+    cp->rank = g && g->size > 0 ? g->index : 0;
+}
+
+void cp_free(CP *cp) {
+    for (int i = 0; i < 2; i++) { free(cp->kv[i]); free(cp->dkv[i]); }
+    free(cp->D);
+    memset(cp, 0, sizeof *cp);
+}
+
+/* The ring's buffers for blocks of n floats and a D of nd. */
+static void cp_reserve(CP *cp, size_t n, size_t nd) {
+    if (n + nd <= cp->cap) return;
+    for (int i = 0; i < 2; i++) { free(cp->kv[i]); free(cp->dkv[i]); }
+    free(cp->D);
+    for (int i = 0; i < 2; i++) {
+        cp->kv[i] = safe_malloc(n * sizeof(float), "the cp ring's keys and values");
+        cp->dkv[i] = safe_malloc(n * sizeof(float), "the cp ring's key and value gradients");
+    }
+    cp->D = safe_malloc(nd * sizeof(float), "the cp ring's row dots");
+    cp->cap = n + nd;
+}
+
+/* The block in hand goes to rank + 1 while the next arrives from rank - 1. */
+static void cp_pass(CP *cp, float *send, float *recv, size_t n) {
+    int N = cp->N;
+    comm_sendrecv(cp->g, cp->dev, send, (cp->rank + 1) % N, recv, (cp->rank + N - 1) % N, n, COMM_F32);
+}
+
+void cp_attention_forward(CP *cp, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int N = cp->N, Tl = T / N;
+    size_t n = (size_t)B * Tl * 2 * C;
+    cp_reserve(cp, n, (size_t)B * NH * Tl);
+    memset(out, 0, (size_t)B * Tl * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)B * NH * Tl; i++) lse[i] = -INFINITY;
+    cp_pack_kv(cp->kv[0], qkv, B, Tl, C);
+    int cur = 0;
+    for (int step = 0; step < N; step++) {
+        int src = (cp->rank + N - step) % N;   /* whose block is in hand */
+        if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n);
+        cp_block_forward(out, lse, qkv, cp->kv[cur], B, T, C, NH, N, cp->rank, src, NULL);
+        cur ^= 1;
+    }
+}
+
+void cp_attention_backward(CP *cp, float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH) {
+    int N = cp->N, Tl = T / N;
+    size_t n = (size_t)B * Tl * 2 * C;
+    cp_reserve(cp, n, (size_t)B * NH * Tl);
+    cp_backward_prep(cp->D, out, dout, B, Tl, C, NH);
+    memset(dqkv, 0, (size_t)B * Tl * 3 * C * sizeof(float));
+    cp_pack_kv(cp->kv[0], qkv, B, Tl, C);
+    memset(cp->dkv[0], 0, n * sizeof(float));
+    int cur = 0;
+    for (int step = 0; step < N; step++) {
+        int src = (cp->rank + N - step) % N;
+        cp_block_backward(dqkv, cp->dkv[cur], qkv, cp->kv[cur], out, lse, cp->D, dout, B, T, C, NH, N,
+                          cp->rank, src);
+        if (N > 1) {   /* the block and its gradient move on; after the last step, the gradient goes home */
+            if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n);
+            cp_pass(cp, cp->dkv[cur], cp->dkv[cur ^ 1], n);
+            cur ^= 1;
+        }
+    }
+    cp_unpack_dkv(dqkv, cp->dkv[cur], B, Tl, C);
+}
