@@ -35,6 +35,15 @@
 #define SAFE_MAX_ROWS (1 << 24)
 #define SAFE_MAX_STEP_TOKENS 0x7fffffff
 
+/* Exit statuses: 0 done, 1 a failure, 2 bad input (a flag, a file, a layout). */
+#define EXIT_USAGE 2
+
+/* Bad input the user can fix, found by the program itself (not a parser
+ * that returns err): one line on stderr, "train: " and the message, and
+ * exit EXIT_USAGE. */
+__attribute__((noreturn, format(printf, 1, 2)))
+void safe_die_usage(const char *fmt, ...);
+
 /* *out = a * b (or a + b); 0, or -1 when it does not fit in size_t. */
 int safe_mul(size_t a, size_t b, size_t *out);
 int safe_add(size_t a, size_t b, size_t *out);
