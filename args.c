@@ -1,17 +1,21 @@
 /* args.c: the command line of `train`: one table of flags, the parser and `--help`.
  *
  * The table below is the only list of train's flags. Each row gives the
- * flag, the placeholder of its value (NULL for a switch) and its help; a
- * row without a name is a heading of --help. args_parse builds
- * getopt_long's options from it, args_usage prints it, and docs/cli.md
- * embeds that print (test/test_docs.sh checks the two are equal, and that
- * every flag the docs name exists). The planner's flags (./train --plan
- * ...) are plan.c's and documented beside these in docs/cli.md.
+ * flag, the placeholder of its value (NULL for a switch), what the value is
+ * and which field of Args it sets (its kind: an integer or a number in a
+ * range, one of the placeholder's words, a text, a switch), and its help;
+ * a row without a name is a heading of --help. args_parse builds
+ * getopt_long's options from it and flag_set reads each value by its row
+ * (the messages "--batch must be between 1 and 1048576, got 0" are made
+ * there, from the row); args_usage prints it, and docs/cli.md embeds that
+ * print (test/test_docs.sh checks the two are equal, and that every flag
+ * the docs name exists). The planner's flags (./train --plan ...) are
+ * plan.c's and documented beside these in docs/cli.md.
  *
  * Checks here are the ones the flags make among themselves ("--resume needs
- * --checkpoint-dir"); whatever needs a file, the model or the ranks is
- * setup.c's. Every problem is one line in err; nothing here exits but
- * args_parse_or_exit.
+ * --checkpoint-dir"); the layout's rules are layout.c's, and whatever needs
+ * a file, the model or the ranks is setup.c's. Every problem is one line in
+ * err; nothing here exits but args_parse_or_exit.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -80,25 +84,25 @@ static const int dp_mode_values[] = {DP_ALLREDUCE, DP_PS};          /* ddp|ps */
 static const ArgsFlag flags[] = {
     {NULL, NULL, HEADING, "data and files:"},
     {"data", "SPEC", TEXT(data), "training tokens: a file, a quoted glob or a comma list of llm.c token\n"
-                             "files (shards, in name order), or any file read as bytes"},
+                                 "files (shards, in name order), or any file read as bytes"},
     {"val", "SPEC", TEXT(val), "validation tokens (same forms)"},
     {"check-data", NULL, SWITCH(check_data, 1), "read every token of --data and --val, check it against the\n"
-                                      "vocabulary, and exit (files above 64M tokens are else checked\n"
-                                      "as they are read)"},
+                                                "vocabulary, and exit (files above 64M tokens are else checked\n"
+                                                "as they are read)"},
     {"init", "FILE", TEXT(init), "start from an llm.c model file (float32)"},
     {"save", "FILE", TEXT(save), "write an llm.c model file at the end"},
     {"eval-hellaswag", "FILE", TEXT(eval_hellaswag), "llm.c's HellaSwag file (hellaswag_val.bin), scored at --val-every\n"
-                                            "and at the end: one line, hellaswag: C/N correct (acc_norm P%)"},
+                                                     "and at the end: one line, hellaswag: C/N correct (acc_norm P%)"},
     {"tokenizer", "FILE", TEXT(tokenizer), "llm.c's gpt2_tokenizer.bin: print samples of token data as text"},
     {"plot", "FILE.svg", TEXT(plot), "train and val loss and the learning rate against steps, as SVG,\n"
-                                 "rewritten every few steps (open it mid-run)"},
+                                     "rewritten every few steps (open it mid-run)"},
     {"log", "FILE", TEXT(log), "the run as JSON lines: a record a step and an evaluation, appended\n"
-                           "across restarts (cut back to the resumed step); --plot draws it all"},
+                               "across restarts (cut back to the resumed step); --plot draws it all"},
     {"version", NULL, ACTION(ARGS_VERSION), "the build: commit, CUDA runtime and driver, GPU architectures, NCCL"},
     {"help", NULL, ACTION(ARGS_HELP), "this table"},
     {NULL, NULL, HEADING, "model, when there is no --init:"},
     {"model", "NAME", TEXT(model_preset), "gpt2, gpt2-medium, gpt2-large, gpt2-xl (or llm.c's d12, d24, d36,\n"
-                               "d48): layers, heads, width, 1024 positions, 50257 tokens"},
+                                          "d48): layers, heads, width, 1024 positions, 50257 tokens"},
     {"layers", "L", INT(model.layers, 1, SAFE_MAX_LAYERS), "transformer blocks (4)"},
     {"heads", "H", INT(model.heads, 1, SAFE_MAX_HEADS), "attention heads (4)"},
     {"dim", "C", INT(model.dim, 1, SAFE_MAX_DIM), "width (128)"},
@@ -127,16 +131,16 @@ static const ArgsFlag flags[] = {
     {"gpu", "N", INT(gpu, 0, 1023), "the GPU of a single-process run (0)"},
     {"threads", "N", INT(threads, 1, 4096), "CPU threads a rank (OMP_NUM_THREADS, else the CPUs it may\nrun on / the ranks on the host: taskset and cpusets count)"},
     {"dtype", "bf16|fp32", WORD(dtype), "activations and compute copy of the parameters (bf16 on cuda,\n"
-                                    "fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)"},
+                                        "fp32 on the cpu; bf16 on the cpu emulates the rounding, slowly)"},
     {"peak-tflops", "F", REAL64(peak_tflops, 1e-3, 1e6), "dense bf16 peak of one device for the step line's MFU\n"
-                                 "(known for H100/H200/A100; otherwise MFU is not printed)"},
+                                                         "(known for H100/H200/A100; otherwise MFU is not printed)"},
     {"atomic-dq", NULL, SWITCH(atomic_dq, 1), "attention's backward on a GPU sums dq with atomics, as flash\n"
-                                    "attention does: runs may then differ in their last bits (on an\n"
-                                    "H200 the slower). Without it every GPU run gives the same bits"},
+                                              "attention does: runs may then differ in their last bits (on an\n"
+                                              "H200 the slower). Without it every GPU run gives the same bits"},
     {"deterministic", NULL, SWITCH(atomic_dq, 0), "the default, kept for older commands: undoes --atomic-dq"},
     {"no-self-test", NULL, SWITCH(no_self_test, 1), "skip the check of every GPU kernel against the CPU before step 1"},
     {"backend", "nccl|shm|auto", CHOICE(backend, backend_values), "how ranks exchange: NCCL, or host shared memory (auto: NCCL\n"
-                                            "when every rank has a GPU of its own and NCCL is built in)"},
+                                                                  "when every rank has a GPU of its own and NCCL is built in)"},
     {"comm-timeout", "S", REAL64(comm_timeout, 0.01, 1e6), "stop a rank whose NCCL operation takes longer than S seconds (300)"},
     {NULL, NULL, HEADING, "generation:"},
     {"sample", "N", INT(sample, 0, 1 << 24), "generate N tokens at the end"},
@@ -154,27 +158,27 @@ static const ArgsFlag flags[] = {
     {"comm-stats", NULL, SWITCH(comm_stats, 1), "print each rank's bytes moved, by operation and group"},
     {"dump-grads", "FILE", TEXT(dump_grads), "write step 1's reduced gradients as an llm.c model file (tests)"},
     {"layout", "auto", OWN(parse_layout_auto), "the planner chooses --dp --tp --pp --zero --micro-batches --batch\n"
-                                 "--schedule --recompute --sp for --global-batch N sequences (else\n"
-                                 "batch x micro-batches x ranks) and prints its choice"},
+                                               "--schedule --recompute --sp for --global-batch N sequences (else\n"
+                                               "batch x micro-batches x ranks) and prints its choice"},
     {"global-batch", "N", INT(global_batch, 1, 1 << 20), "sequences a step for --layout auto"},
     {"all-schedules", NULL, SWITCH(all_schedules, 1), "--layout auto may choose interleaved and zb-h1/zb-h2 too"},
     {"plan-layout", NULL, SWITCH(plan_layout, 1), "print the planner's memory and --comm-stats rows for this layout\n"
-                                        "and exit (no data needed)"},
+                                                  "and exit (no data needed)"},
     {"plan", NULL, OWN(parse_plan), "plan for a model and cluster without training: its own flags\n"
-                           "(docs/cli.md, \"The planner\")"},
+                                    "(docs/cli.md, \"The planner\")"},
     {NULL, NULL, HEADING, "pipeline:"},
     {"schedule", "NAME", OWN(parse_schedule), "naive|gpipe|1f1b|interleaved|zb-h1|zb-h2: the order of the\n"
-                                     "micro-batches' forwards and backwards (1f1b); interleaved:\n"
-                                     "Megatron's, V chunks a stage; zb-h1, zb-h2: zero bubble, each\n"
-                                     "backward split into B (input gradient) and a later W (weight\n"
-                                     "gradients; zb-h2 holds more to fill the bubble)"},
+                                              "micro-batches' forwards and backwards (1f1b); interleaved:\n"
+                                              "Megatron's, V chunks a stage; zb-h1, zb-h2: zero bubble, each\n"
+                                              "backward split into B (input gradient) and a later W (weight\n"
+                                              "gradients; zb-h2 holds more to fill the bubble)"},
     {"virtual", "V", INT(layout.virtual_chunks, 1, GPT_MAX_CHUNKS), "interleaved: V chunks of layers a stage, stage s holding the\n"
-                                "model's chunks s, s+P, ... (1; the layers divide into P x V)"},
+                                                                    "model's chunks s, s+P, ... (1; the layers divide into P x V)"},
     {"stage-layers", "3,3,4,2", OWN(parse_stage_layers), "layers of each stage (as even as possible); with --virtual V,\n"
-                                               "P x V ranges: the model's chunks in order"},
+                                                         "P x V ranges: the model's chunks in order"},
     {"recompute", NULL, SWITCH(layout.recompute, 1), "keep each layer's input only; recompute the rest in backward"},
     {"show-schedule", NULL, SWITCH(show_schedule, 1), "draw the schedule and its bubble, as text and SVG, and exit\n"
-                                         "(no data needed)"},
+                                                      "(no data needed)"},
     {"schedule-svg", "FILE", OWN(parse_schedule_svg), "where --show-schedule writes the SVG (schedule.svg); implies it"},
     {"trace", "FILE", TEXT(trace), "Chrome/Perfetto trace of every rank's spans, and FILE.svg"},
     {"pin-cores", NULL, SWITCH(pin_cores, 1), "pin each rank to its own cores (benchmarks)"},
@@ -184,11 +188,11 @@ static const ArgsFlag flags[] = {
     {"checkpoint-async", NULL, SWITCH(checkpoint_async, 1), "write checkpoints in the background while training goes on"},
     {"keep", "K", INT(keep, 1, 1000), "complete checkpoints kept (2)"},
     {"resume", NULL, SWITCH(resume, 1), "continue from DIR/latest if there is a checkpoint, else start\n"
-                               "(from --init if given): the same command every time"},
+                                        "(from --init if given): the same command every time"},
     {"time-limit", "MIN", REAL64(time_limit_min, 1e-6, 1e9), "stop before MIN minutes of wall time, leaving room for the save\n"
-                                       "(fractions allowed; at least one step)"},
+                                                             "(fractions allowed; at least one step)"},
     {NULL, NULL, HEADING, "stopping: SIGINT, SIGTERM, SIGUSR1 and --time-limit finish the step, write a\n"
-                    "checkpoint and exit 75; the same command continues. 0: done, 1: failure, 2: bad input"},
+                          "checkpoint and exit 75; the same command continues. 0: done, 1: failure, 2: bad input"},
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
