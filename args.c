@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,16 +214,6 @@ void args_usage(FILE *f) {
     }
 }
 
-/* The parser's errors: one line in err, -1 (args_parse returns it; it never exits). */
-__attribute__((format(printf, 3, 4)))
-static int arg_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The index of v among the words of a placeholder ("nccl|shm|auto"), or
  * -1 with "--backend must be nccl, shm or auto, got 'v'" in err. */
 static int parse_word(const ArgsFlag *f, const char *v, char *err, size_t errlen) {
@@ -238,7 +227,7 @@ static int parse_word(const ArgsFlag *f, const char *v, char *err, size_t errlen
         if (k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%.*s", n ? sep : "", (int)len, w);
         w += len + (w[len] == '|');
     }
-    if (found < 0) arg_fail(err, errlen, "--%s must be %s, got '%s'", f->name, list, v);
+    if (found < 0) safe_fail(err, errlen, "--%s must be %s, got '%s'", f->name, list, v);
     return found;
 }
 
@@ -259,16 +248,16 @@ static int flag_set(Args *a, const ArgsFlag *f, const char *v, char *err, size_t
     }
     case ARG_INT: case ARG_SEED: {
         long x = strtol(v, &end, 10), lo = (long)f->lo, hi = f->kind == ARG_SEED ? 0x7fffffffffffffffL : (long)f->hi;
-        if (errno || end == v || *end) return arg_fail(err, errlen, "--%s expects an integer, got '%s'", f->name, v);
-        if (x < lo || x > hi) return arg_fail(err, errlen, "--%s must be between %ld and %ld, got %ld", f->name, lo, hi, x);
+        if (errno || end == v || *end) return safe_fail(err, errlen, "--%s expects an integer, got '%s'", f->name, v);
+        if (x < lo || x > hi) return safe_fail(err, errlen, "--%s must be between %ld and %ld, got %ld", f->name, lo, hi, x);
         if (f->kind == ARG_SEED) *(uint64_t *)field = (uint64_t)x;
         else *(int *)field = (int)x;
         return ARGS_RUN;
     }
     case ARG_REAL: case ARG_REAL64: {
         double x = strtod(v, &end);
-        if (errno || end == v || *end || !isfinite(x)) return arg_fail(err, errlen, "--%s expects a number, got '%s'", f->name, v);
-        if (x < f->lo || x > f->hi) return arg_fail(err, errlen, "--%s must be between %g and %g, got %g", f->name, f->lo, f->hi, x);
+        if (errno || end == v || *end || !isfinite(x)) return safe_fail(err, errlen, "--%s expects a number, got '%s'", f->name, v);
+        if (x < f->lo || x > f->hi) return safe_fail(err, errlen, "--%s must be between %g and %g, got %g", f->name, f->lo, f->hi, x);
         if (f->kind == ARG_REAL) *(float *)field = (float)x;
         else *(double *)field = (float)x;
         return ARGS_RUN;
@@ -278,13 +267,13 @@ static int flag_set(Args *a, const ArgsFlag *f, const char *v, char *err, size_t
     case ARG_OWN: return f->own(a, v, err, errlen);
     case ARG_HEADING: break;
     }
-    return arg_fail(err, errlen, "--%s: no such kind of flag", f->name);
+    return safe_fail(err, errlen, "--%s: no such kind of flag", f->name);
 }
 
 static int parse_schedule(Args *a, const char *v, char *err, size_t errlen) {
     int k = pp_schedule_parse(v);
     if (k < 0)
-        return arg_fail(err, errlen, "--schedule must be naive, gpipe, 1f1b, interleaved, zb-h1 or zb-h2, got '%s'", v);
+        return safe_fail(err, errlen, "--schedule must be naive, gpipe, 1f1b, interleaved, zb-h1 or zb-h2, got '%s'", v);
     a->layout.schedule = (PPSchedule)k;
     return 0;
 }
@@ -299,7 +288,7 @@ static int parse_stage_layers(Args *a, const char *v, char *err, size_t errlen) 
         errno = 0;
         long x = strtol(p, &end, 10);
         if (end == p || errno || x < 1 || x > SAFE_MAX_LAYERS || (*end && *end != ',') || l->nstage_layers == COMM_MAX_RANKS)
-            return arg_fail(err, errlen, "--stage-layers expects positive integers separated by commas, got '%s'", v);
+            return safe_fail(err, errlen, "--stage-layers expects positive integers separated by commas, got '%s'", v);
         l->stage_layers[l->nstage_layers++] = (int)x;
         p = *end ? end + 1 : end;
     }
@@ -313,13 +302,13 @@ static int parse_schedule_svg(Args *a, const char *v, char *err, size_t errlen) 
 }
 
 static int parse_layout_auto(Args *a, const char *v, char *err, size_t errlen) {
-    if (strcmp(v, "auto") != 0) return arg_fail(err, errlen, "--layout takes 'auto' (the planner's choice), got '%s'", v);
+    if (strcmp(v, "auto") != 0) return safe_fail(err, errlen, "--layout takes 'auto' (the planner's choice), got '%s'", v);
     a->layout_auto = 1;
     return 0;
 }
 
 static int parse_plan(Args *a, const char *v, char *err, size_t errlen) {
-    return arg_fail(err, errlen, "--plan comes first: ./train --plan [planner flags]");
+    return safe_fail(err, errlen, "--plan comes first: ./train --plan [planner flags]");
 }
 
 /* What a run is without flags. */
@@ -347,18 +336,18 @@ int args_parse(Args *a, int argc, char **argv, char *err, size_t errlen) {
     optind = 0;   /* getopt_long from the start, each call */
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c == ':') return arg_fail(err, errlen, "%s needs a value", argv[optind - 1]);
-        if (c < 256 || c >= 256 + NFLAGS) return arg_fail(err, errlen, "unknown flag %s (see --help)", argv[optind - 1]);
+        if (c == ':') return safe_fail(err, errlen, "%s needs a value", argv[optind - 1]);
+        if (c < 256 || c >= 256 + NFLAGS) return safe_fail(err, errlen, "unknown flag %s (see --help)", argv[optind - 1]);
         int rc = flag_set(a, &flags[c - 256], optarg, err, errlen);
         if (rc != ARGS_RUN) return rc;
     }
-    if (optind < argc) return arg_fail(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
-    if (!a->data && !args_explain_only(a)) return arg_fail(err, errlen, "--data FILE is required");
+    if (optind < argc) return safe_fail(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!a->data && !args_explain_only(a)) return safe_fail(err, errlen, "--data FILE is required");
     if (a->dump_grads && (a->layout.dp_mode != DP_ALLREDUCE || a->layout.zero))
-        return arg_fail(err, errlen, "--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
+        return safe_fail(err, errlen, "--dump-grads needs whole gradients on every rank: --dp-mode ddp --zero 0");
     if ((a->resume || a->checkpoint_every || a->checkpoint_async) && !a->checkpoint_dir)
-        return arg_fail(err, errlen, "%s needs --checkpoint-dir DIR",
-                        a->resume ? "--resume" : a->checkpoint_every ? "--checkpoint-every" : "--checkpoint-async");
+        return safe_fail(err, errlen, "%s needs --checkpoint-dir DIR",
+                         a->resume ? "--resume" : a->checkpoint_every ? "--checkpoint-every" : "--checkpoint-async");
     a->opt.steps = a->steps;
     return ARGS_RUN;
 }

@@ -57,8 +57,8 @@ static double norm_ar(int n) { return bus_ar(n, 4) + bus_ar(n, 4 * OPTIM_NORM_LI
  *    query meets T keys over C channels, and its T probabilities meet T
  *    values over C channels: 2 x 2 T C flops forward a layer, twice that
  *    backward: 12 L C T a token;
- *  - a causal model computes only the lower half of the T x T scores (the
- *    flash kernels skip the masked blocks): 6 L C T.
+ *  - a causal model computes only the lower half of the T x T scores and
+ *    probabilities (the kernels skip the masked half): 6 L C T.
  * PLAN_FLOPS_FULL is the count published MFUs use (the planner's, to be
  * compared with them); PLAN_FLOPS_CAUSAL is the work done (the step line's
  * MFU, runlog.c). */

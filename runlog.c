@@ -25,7 +25,6 @@
 #endif
 #include "runlog.h"
 #include "plan.h"
-#include "safe.h"
 #include "version.h"
 
 /* A duration as 42.1s, 3m05s or 2h07m. */

@@ -46,6 +46,15 @@ int safe_mul_n(size_t *out, int n, ...) {
     return rc;
 }
 
+int safe_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void safe_die_usage(const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "train: ");

@@ -44,6 +44,11 @@
 __attribute__((noreturn, format(printf, 1, 2)))
 void safe_die_usage(const char *fmt, ...);
 
+/* A parser's error: the message into err (when err is not NULL) as one
+ * line, and -1, for `return safe_fail(err, errlen, "...", ...)`. */
+__attribute__((format(printf, 3, 4)))
+int safe_fail(char *err, size_t errlen, const char *fmt, ...);
+
 /* *out = a * b (or a + b); 0, or -1 when it does not fit in size_t. */
 int safe_mul(size_t a, size_t b, size_t *out);
 int safe_add(size_t a, size_t b, size_t *out);

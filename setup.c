@@ -3,8 +3,9 @@
  *
  * From the parsed flags (args.c) to a run that can start: the model's shape
  * (flags, --init or the checkpoint), the data, the launch (how many ranks,
- * from --ranks or srun/torchrun), the mesh dp x tp x pp and its rules, the
- * pipeline's schedule, the device and the backend. Nothing is allocated for
+ * from --ranks or srun/torchrun), the layout (--layout auto's choice or the
+ * flags', its omitted mesh dimension inferred, then layout.c's rules), the
+ * device, the dtype and the backend. Nothing is allocated for
  * training and no rank is started until all of it holds; a problem is one
  * line on stderr and exit 2 (DESIGN.md, "Errors").
  *
@@ -16,11 +17,9 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/types.h>
 #include <sys/wait.h>
