@@ -76,9 +76,8 @@ int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, si
     char line[256];   /* the messages of comm.c's and pp_sched.c's rules */
     if (l->dp_mode == DP_PS && l->zero)
         return safe_fail(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->pp > COMM_MAX_RANKS)
-        return safe_fail(err, errlen, "--dp %d --tp %d --pp %d: each must be 1 or more, pp at most %d", l->dp, l->tp,
-                         l->pp, COMM_MAX_RANKS);
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1)
+        return safe_fail(err, errlen, "--dp %d --tp %d --pp %d: each must be 1 or more", l->dp, l->tp, l->pp);
     int dp = l->dp, tp = l->tp, pp = l->pp;
     if (world > 0 && comm_mesh_shape(world, &dp, &tp, &pp, line, sizeof line) != 0)
         return safe_fail(err, errlen, "%s", line);
@@ -87,9 +86,10 @@ int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, si
     if (l->virtual_chunks > 1 && l->pp < 2)
         return safe_fail(err, errlen, "--virtual %d interleaves chunks over stages: it needs --pp 2 or more",
                          l->virtual_chunks);
+    if (l->batch < 1 || l->seq < 1)
+        return safe_fail(err, errlen, "--batch %d --seq %d: each must be 1 or more", l->batch, l->seq);
     size_t step_tokens;   /* the tokens of a step are ints everywhere: bounded here */
-    if (l->batch < 1 || l->seq < 1 ||
-        safe_mul_n(&step_tokens, 4, (size_t)l->batch, (size_t)l->seq, (size_t)l->micro_batches, (size_t)l->dp) != 0 ||
+    if (safe_mul_n(&step_tokens, 4, (size_t)l->batch, (size_t)l->seq, (size_t)l->micro_batches, (size_t)l->dp) != 0 ||
         step_tokens > SAFE_MAX_STEP_TOKENS)
         return safe_fail(err, errlen, "--batch %d x --seq %d x --micro-batches %d x dp %d tokens a step is more than %d",
                          l->batch, l->seq, l->micro_batches, l->dp, SAFE_MAX_STEP_TOKENS);

@@ -442,8 +442,8 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
     *l = a->layout;
     l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
     l->virtual_chunks = 1;
-    l->nstage_layers = l->pp;
-    for (int i = 0; i < l->pp; i++) {
+    l->nstage_layers = l->pp < COMM_MAX_RANKS ? l->pp : COMM_MAX_RANKS;
+    for (int i = 0; i < l->nstage_layers; i++) {
         GPTShard sh;
         layout_stage_shard(&a->layout, &r->cfg, i, 0, &sh);
         l->stage_layers[i] = sh.nlayers;
