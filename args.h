@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include "gpt.h"
 #include "optim.h"
-#include "dp.h"
+#include "layout.h"
 #include "pp_sched.h"
 #include "comm.h"
 
@@ -23,12 +23,13 @@ typedef struct Args {
     const char *data, *val, *init, *save;
     const char *eval_hellaswag;  /* --eval-hellaswag: llm.c's multiple-choice eval file (eval.h) */
     GPTConfig model;          /* when there is no --init; 0 = default */
-    int batch, seq, micro_batches, steps;
+    int steps;
     OptConfig opt;
     uint64_t seed;
     int shuffle;
     const char *device;       /* "cpu", "cuda" or NULL = cuda if a GPU is visible */
-    const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu */
+    const char *dtype;        /* "fp32", "bf16" or NULL = bf16 on cuda, fp32 on the cpu (setup.c
+                                 resolves it into layout.dtype) */
     double peak_tflops;       /* the device's dense bf16 peak for MFU; 0 = from its name */
     int atomic_dq;            /* --atomic-dq: attention's dq summed with atomics on a GPU */
     int no_self_test;         /* --no-self-test: skip the kernels' check against the CPU */
@@ -40,15 +41,11 @@ typedef struct Args {
     int sample;               /* tokens to generate at the end */
     float temperature;
     int ranks;                /* --ranks: fork this many ranks (0: one, or the launcher's) */
-    int dp, tp, pp;           /* the mesh; 0 = inferred */
-    DPConfig dpc;
-    int sp;                   /* Megatron sequence parallelism inside the tp group */
+    Layout layout;            /* --dp --tp --pp (0: inferred), --sp, --dp-mode, --zero, --offload,
+                                 --schedule, --virtual, --micro-batches, --stage-layers,
+                                 --recompute, --batch, --seq */
+    double bucket_mb;         /* --bucket-mb: DDP's and ZeRO-1's gradient bucket, MB of float32 */
     const char *dump_grads;   /* write step 0's reduced gradients here (for tests) */
-    PPSchedule schedule;
-    int virtual_chunks;       /* --virtual V: chunks a stage (interleaved); 0 = 1 */
-    int stage_layers[COMM_MAX_RANKS];  /* --stage-layers, 0s when even */
-    int nstage_layers;
-    int recompute;
     int show_schedule;        /* --show-schedule: draw the schedule and exit */
     const char *schedule_svg; /* --schedule-svg: the schedule's picture (schedule.svg) */
     const char *trace;

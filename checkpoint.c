@@ -339,10 +339,11 @@ static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta,
     return rc;
 }
 
-static void layout_print(FILE *f, const CheckpointLayout *l) {
+static void layout_print(FILE *f, const Layout *l) {
     fprintf(f, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s "
-            "schedule %s batch %d seq %d micro_batches %d\n", l->ranks, l->dp, l->tp, l->pp, l->zero,
-            l->offload, l->sp, l->dp_mode, l->dtype, l->schedule, l->batch, l->seq, l->micro_batches);
+            "schedule %s batch %d seq %d micro_batches %d\n", l->dp * l->tp * l->pp, l->dp, l->tp, l->pp, l->zero,
+            l->offload, l->sp, l->dp_mode == DP_PS ? "ps" : "ddp", dt_name(l->dtype), pp_schedule_name(l->schedule),
+            l->batch, l->seq, l->micro_batches);
     fprintf(f, "stage_layers");
     for (int i = 0; i < l->pp; i++) fprintf(f, " %d", l->stage_layers[i]);
     fprintf(f, "\n");
@@ -680,21 +681,34 @@ static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err
     return 0;
 }
 
-static int parse_layout(const char *line, CheckpointLayout *l) {
-    return sscanf(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %7s dtype %7s "
-                  "schedule %15s batch %d seq %d micro_batches %d", &l->ranks, &l->dp, &l->tp, &l->pp,
-                  &l->zero, &l->offload, &l->sp, l->dp_mode, l->dtype, l->schedule, &l->batch, &l->seq,
-                  &l->micro_batches) == 13 ? 0 : -1;
+static int parse_layout(const char *line, Layout *l) {
+    char dp_mode[8], dtype[8], schedule[16];
+    int ranks;
+    if (sscanf(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %7s dtype %7s "
+               "schedule %15s batch %d seq %d micro_batches %d", &ranks, &l->dp, &l->tp, &l->pp,
+               &l->zero, &l->offload, &l->sp, dp_mode, dtype, schedule, &l->batch, &l->seq,
+               &l->micro_batches) != 13)
+        return -1;
+    int sched = pp_schedule_parse(schedule);
+    if (sched < 0 || (strcmp(dp_mode, "ddp") && strcmp(dp_mode, "ps")) || (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) ||
+        l->pp < 1 || l->pp > COMM_MAX_RANKS || (long)l->dp * l->tp * l->pp != ranks)
+        return -1;
+    l->dp_mode = strcmp(dp_mode, "ps") ? DP_ALLREDUCE : DP_PS;
+    l->dtype = strcmp(dtype, "bf16") ? DT_F32 : DT_BF16;
+    l->schedule = (PPSchedule)sched;
+    l->virtual_chunks = 1;      /* the manifest records one range a stage */
+    l->nstage_layers = l->pp;
+    return 0;
 }
 
 /* The manifest's layout must be one its model can take. */
-static int layout_check(const char *mp, const CheckpointMeta *m, int nshards, char *err, size_t errlen) {
-    const CheckpointLayout *l = &m->layout;
+static int manifest_layout_check(const char *mp, const CheckpointMeta *m, int nshards, char *err, size_t errlen) {
+    const Layout *l = &m->layout;
     const GPTConfig *c = &m->cfg;
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->pp > COMM_MAX_RANKS || l->ranks != l->dp * l->tp * l->pp ||
-        l->ranks != nshards) {
+    int ranks = l->dp * l->tp * l->pp;
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->pp > COMM_MAX_RANKS || ranks != nshards) {
         snprintf(err, errlen, "%s: layout dp %d x tp %d x pp %d does not make its %d ranks and %d shards",
-                 mp, l->dp, l->tp, l->pp, l->ranks, nshards);
+                 mp, l->dp, l->tp, l->pp, ranks, nshards);
         return -1;
     }
     if (c->heads % l->tp || c->padded_vocab % l->tp) {
@@ -830,7 +844,7 @@ int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
         checkpoint_free(ck);
         return -1;
     }
-    if (layout_check(mp, m, ck->nshards, err, errlen) != 0) { checkpoint_free(ck); return -1; }
+    if (manifest_layout_check(mp, m, ck->nshards, err, errlen) != 0) { checkpoint_free(ck); return -1; }
     /* the ranges cover the model once */
     qsort(ck->ranges, ck->nranges, sizeof *ck->ranges, range_cmp);
     size_t next = 0;

@@ -10,20 +10,9 @@
 #include "zero.h"
 #include "optim.h"
 #include "data.h"
+#include "layout.h"
 
 #define CHECKPOINT_VERSION 2   /* 2: the learning-rate schedule, AdamW settings, data position and shards */
-
-/* The layout a checkpoint was written under (for the manifest, and to say
- * what a resume changes; loading works under any layout). */
-typedef struct CheckpointLayout {
-    int ranks, dp, tp, pp;
-    int stage_layers[COMM_MAX_RANKS];   /* [pp] */
-    int zero, offload, sp;
-    char dp_mode[8];                    /* "ddp" or "ps" */
-    char dtype[8];                      /* "fp32" or "bf16" */
-    char schedule[16];                  /* "naive", "gpipe", "1f1b", "interleaved", "zb-h1", ... */
-    int batch, seq, micro_batches;
-} CheckpointLayout;
 
 /* Everything of a checkpoint but the tensors: the manifest's header. */
 typedef struct CheckpointMeta {
@@ -36,7 +25,9 @@ typedef struct CheckpointMeta {
     OptConfig opt;       /* the schedule and AdamW's settings it ran under */
     DataPos pos;         /* where the next step's first sequence lies (epoch, shard, sequence) */
     char *data_shards;   /* data_describe's shard list (names and sizes); NULL: none */
-    CheckpointLayout layout;
+    Layout layout;       /* the layout it was written under, ranks = dp x tp x pp (for the manifest,
+                            and to say what a resume changes; loading works under any layout):
+                            V 1 and one range a stage, its chunks' layers together */
 } CheckpointMeta;
 
 typedef struct CheckpointShard {

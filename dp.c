@@ -36,8 +36,8 @@
  * (pp.c's last) finishes its buckets whole. */
 static int make_buckets(DP *dp) {
     GPT *m = dp->m;
-    size_t limit = (size_t)(dp->cfg.bucket_mb * 1e6 / sizeof(float));
-    if (dp->cfg.zero >= 2 || limit == 0) limit = 1;
+    size_t limit = (size_t)(dp->bucket_mb * 1e6 / sizeof(float));
+    if (dp->zero >= 2 || limit == 0) limit = 1;
     dp->buckets = calloc(m->nunits, sizeof(ZeroBucket));
     dp->pending = calloc(m->nunits, sizeof(int));
     dp->unit_bucket = calloc(m->nunits, sizeof(int));
@@ -78,9 +78,9 @@ static void ps_reduce(DP *dp, float *grads, size_t n) {
 static void reduce_bucket(DP *dp, ZeroBucket *b) {
     GPT *m = dp->m;
     /* with ZeRO-2/3 a bucket is one unit and its gradients are transient */
-    float *grads = dp->cfg.zero >= 2 ? m->ugrads[b->unit_lo] : m->grads + b->off;
-    if (dp->cfg.mode == DP_PS) ps_reduce(dp, grads, b->n);
-    else if (dp->cfg.zero == 0) comm_all_reduce(dp->g, dp->dev, grads, b->n, COMM_F32, COMM_SUM);
+    float *grads = dp->zero >= 2 ? m->ugrads[b->unit_lo] : m->grads + b->off;
+    if (dp->mode == DP_PS) ps_reduce(dp, grads, b->n);
+    else if (dp->zero == 0) comm_all_reduce(dp->g, dp->dev, grads, b->n, COMM_F32, COMM_SUM);
     else zero_reduce_bucket(&dp->z, b, grads);
 }
 
@@ -88,7 +88,7 @@ static void reduce_bucket(DP *dp, ZeroBucket *b) {
  * moment backward starts writing them until they are reduced. */
 static void grads_acquire(void *ctx, GPT *m, int u) {
     DP *dp = ctx;
-    if (dp->cfg.zero < 2 || m->ugrads[u]) return;
+    if (dp->zero < 2 || m->ugrads[u]) return;
     m->ugrads[u] = zero_grads_acquire(&dp->z, u);
 }
 
@@ -103,12 +103,14 @@ static void grads_ready(void *ctx, GPT *m, int u) {
     reduce_bucket(dp, &dp->buckets[i]);
 }
 
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
+int dp_build(DP *dp, const Layout *l, double bucket_mb, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
              char *err, size_t errlen) {
     CommGroup *g = &mesh->dp_group;
     memset(dp, 0, sizeof *dp);
     dp->norm_e = -1;   /* the first step's norm finds its grid first */
-    dp->cfg = *cfg;
+    dp->mode = l->dp_mode;
+    dp->zero = l->zero;
+    dp->bucket_mb = bucket_mb;
     dp->m = m;
     dp->dev = m->dev;
     dp->comm = c;
@@ -118,18 +120,14 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
     dp->embed = mesh->embed_group.size > 1 ? &mesh->embed_group : NULL;
     dp->D = g->size;
     dp->rank = g->index;
-    if (cfg->mode == DP_PS && cfg->zero) {
-        snprintf(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
-        return -1;
-    }
     if (make_buckets(dp)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     Zero *z = &dp->z;
-    z->stage = cfg->zero;
-    z->owners = cfg->mode == DP_PS ? ZERO_MASTER : cfg->zero ? ZERO_SHARD : ZERO_ALL;
-    z->offload = cfg->offload;
+    z->stage = dp->zero;
+    z->owners = dp->mode == DP_PS ? ZERO_MASTER : dp->zero ? ZERO_SHARD : ZERO_ALL;
+    z->offload = l->offload;
     z->m = m;
     z->dev = dp->dev;
     z->g = g;
@@ -137,7 +135,7 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
     z->rank = dp->rank;
     z->opt = opt;
     zero_layout(z, dp->buckets, dp->nbuckets, dp->unit_bucket);
-    if (cfg->mode == DP_PS && dp->rank == 0) {
+    if (dp->mode == DP_PS && dp->rank == 0) {
         for (int i = 0; i < dp->nbuckets; i++)
             if (dp->buckets[i].n > dp->stage_n) dp->stage_n = dp->buckets[i].n;
         dp->stage = dev_alloc(dp->dev, dp->stage_n * sizeof(float));
@@ -146,7 +144,7 @@ int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const
     m->hooks.ctx = dp;
     m->hooks.grads_acquire = grads_acquire;
     m->hooks.grads_ready = grads_ready;
-    if (cfg->zero == 3) {
+    if (dp->zero == 3) {
         m->hooks.params_acquire = params_acquire;
         m->hooks.params_release = params_release;
     }
@@ -176,7 +174,7 @@ void dp_micro_batch(DP *dp, int last) {
      * The last micro-batch's deferred add comes before this one writes
      * gradients. */
     zero_finish_reductions(&dp->z);
-    dp->reducing = last || dp->cfg.zero >= 2;
+    dp->reducing = last || dp->zero >= 2;
     for (int i = 0; i < dp->nbuckets; i++)
         dp->pending[i] = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
 }
@@ -186,8 +184,8 @@ void dp_micro_batch(DP *dp, int last) {
  * with ZeRO each element is owned by exactly one dp rank. */
 static int norm_pass(void *ctx, const NormGrid *g, double acc[3]) {
     DP *dp = ctx;
-    if (dp->cfg.mode == DP_PS && dp->rank != 0) return 0;
-    if (dp->cfg.zero) return zero_owned_norm(&dp->z, g, acc);
+    if (dp->mode == DP_PS && dp->rank != 0) return 0;
+    if (dp->zero) return zero_owned_norm(&dp->z, g, acc);
     return zero_norm(&dp->z, dp->m->grads, 0, dp->m->num_params, g, acc);
 }
 
@@ -197,8 +195,8 @@ static int norm_pass(void *ctx, const NormGrid *g, double acc[3]) {
 static void norm_reduce(void *ctx, int32_t *x, int n, int max) {
     DP *dp = ctx;
     CommRed op = max ? COMM_MAX : COMM_SUM;
-    if (dp->cfg.mode == DP_PS) comm_broadcast(dp->g, NULL, x, n, COMM_I32, 0);
-    else if (dp->cfg.zero) comm_all_reduce(dp->g, NULL, x, n, COMM_I32, op);
+    if (dp->mode == DP_PS) comm_broadcast(dp->g, NULL, x, n, COMM_I32, 0);
+    else if (dp->zero) comm_all_reduce(dp->g, NULL, x, n, COMM_I32, op);
     if (dp->tp) comm_all_reduce(dp->tp, NULL, x, n, COMM_I32, op);
     if (dp->pp) comm_all_reduce(dp->pp, NULL, x, n, COMM_I32, op);
 }

@@ -20,22 +20,16 @@
 #include "gpt.h"
 #include "optim.h"
 #include "zero.h"
-#include "layout.h"   /* DPMode */
-
-
-typedef struct DPConfig {
-    DPMode mode;
-    int zero;           /* 0, 1, 2, 3 */
-    int offload;        /* optimizer state and step on the host */
-    double bucket_mb;   /* DDP and ZeRO-1 bucket size, MB of float32 gradients */
-} DPConfig;
+#include "layout.h"   /* DPMode, and the Layout dp_build reads */
 
 /* Bytes this rank holds (zero.h's accounting) and the parameter server's
  * staging buffer among the transient ones. */
 typedef ZeroMemory DPMemory;
 
 typedef struct DP {
-    DPConfig cfg;
+    DPMode mode;               /* the layout's: DDP or the parameter server */
+    int zero;                  /* the layout's ZeRO stage (0-3; its offload is z.offload) */
+    double bucket_mb;          /* DDP and ZeRO-1 bucket size, MB of float32 gradients */
     GPT *m;
     Dev *dev;
     Comm *comm;
@@ -56,10 +50,12 @@ typedef struct DP {
 } DP;
 
 /* Sets up data parallelism over the mesh's dp group for model m (built
- * whole, its parameters initialised, identical on every rank): buckets,
- * ownership, optimizer state; with zero 2/3 it frees m's full gradients
- * (and parameters) and installs m's hooks. Returns 0, or -1 with err. */
-int dp_build(DP *dp, const DPConfig *cfg, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
+ * whole, its parameters initialised, identical on every rank) as layout l
+ * says (its dp mode, ZeRO stage and offload; layout_check has passed it),
+ * gradients reduced in buckets of bucket_mb: buckets, ownership, optimizer
+ * state; with zero 2/3 it frees m's full gradients (and parameters) and
+ * installs m's hooks. Returns 0, or -1 with err (out of memory). */
+int dp_build(DP *dp, const Layout *l, double bucket_mb, GPT *m, Comm *c, CommMesh *mesh, const OptConfig *opt,
              char *err, size_t errlen);
 void dp_free(DP *dp);
 

@@ -27,7 +27,8 @@
 typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
 
 typedef struct Layout {
-    /* the mesh: dp x tp x pp = the job's ranks */
+    /* the mesh: dp x tp x pp = the job's ranks (the flags may leave one at 0:
+       setup.c infers it, comm_mesh_shape's rule, before layout_check) */
     int dp, tp, pp;
     int sp;                  /* Megatron's sequence parallelism inside the tp group */
     DPMode dp_mode;          /* DDP or the parameter server */
@@ -44,5 +45,23 @@ typedef struct Layout {
     int seq;                 /* T: tokens a sequence */
     DType dtype;             /* activations and the compute copy of the parameters */
 } Layout;
+
+/* Whether model cfg can run under layout l on `world` ranks: every rule of
+ * a layout, checked here only (layout.c lists them). world 0: no ranks to
+ * match (the planner, a manifest that records none); cfg NULL: the rules
+ * that need no model (--show-schedule). Returns 0, or -1 with one line in
+ * err naming the flag and the rule ("--tp 3 does not divide 2 heads");
+ * err may be NULL (the planner asks quietly). Reads dp, tp, pp, sp,
+ * dp_mode, zero, schedule, virtual_chunks, micro_batches, the stage layers,
+ * batch and seq (a manifest's layout has them all, with V 1 and one range
+ * a stage). */
+int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, size_t errlen);
+
+/* The shard a rank of stage `stage` (0..pp-1) and tp rank tp_rank holds
+ * under layout l (which layout_check passed): its stage's layers
+ * (gpt_stage_layers: the stage layers, or as even as possible, V chunks a
+ * stage), its tp slice, the embedding on the first stage, the head on the
+ * last, and a split backward under the zero-bubble schedules. */
+void layout_stage_shard(const Layout *l, const GPTConfig *cfg, int stage, int tp_rank, GPTShard *s);
 
 #endif

@@ -26,7 +26,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "run.h"
+#include "setup.h"
 #include "runlog.h"
 #include "score.h"
 #include "ckpt.h"
@@ -58,8 +58,8 @@ static void run_open_device(Run *r) {
     }
     int gpu = r->kind == DEV_CUDA ? (r->launch.kind == COMM_LAUNCH_SINGLE ? a->gpu
                                      : r->launch.local_rank % r->gpus) : 0;
-    if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) setup_die_usage("%s", err);
-    dev_set_dtype(&r->dev, r->dtype);
+    if (dev_open(&r->dev, r->kind, gpu, err, sizeof err) != 0) safe_die_usage("%s", err);
+    dev_set_dtype(&r->dev, a->layout.dtype);
     r->dev.atomic_dq = a->atomic_dq;
     /* every kernel against the CPU on a tiny model, before anything is built */
     if (r->kind == DEV_CUDA && !a->no_self_test && selftest_startup(&r->dev, r->launch.rank == 0) != 0)
@@ -84,7 +84,7 @@ static void run_open_comm(Run *r) {
         );
     r->launch.comm_timeout_s = a->comm_timeout;
     if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0 ||
-        comm_mesh_build(&r->comm, a->dp, a->tp, a->pp, &r->mesh, err, sizeof err) != 0) {
+        comm_mesh_build(&r->comm, a->layout.dp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
         exit(1);
     }
@@ -95,18 +95,13 @@ static void run_open_comm(Run *r) {
 static void run_build_model(Run *r) {
     Args *a = &r->a;
     char err[512];
-    GPTShard shard = gpt_whole(&r->cfg);
-    shard.tp = r->mesh.tp;
-    shard.tp_rank = r->mesh.tp_rank;
-    setup_stage_layers(a, r->cfg.layers, r->mesh.pp, r->mesh.pp_rank, &shard);
-    shard.split_backward = pp_schedule_splits(a->schedule);
-    shard.has_embed = r->mesh.pp_rank == 0;
-    shard.has_head = r->mesh.pp_rank == r->mesh.pp - 1;
+    GPTShard shard;
+    layout_stage_shard(&a->layout, &r->cfg, r->mesh.pp_rank, r->mesh.tp_rank, &shard);
     gpt_build(&r->model, &r->cfg, &r->dev, &shard);
-    r->model.recompute = a->recompute;
-    tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->sp);
+    r->model.recompute = a->layout.recompute;
+    tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->layout.sp);
     if (a->init && !r->resumed) {
-        if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) setup_die_usage("%s", err);
+        if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) safe_die_usage("%s", err);
     } else if (!r->resumed) {
         gpt_init_random(&r->model, a->seed);
     }
@@ -120,20 +115,20 @@ static void run_build(Run *r) {
     run_open_device(r);
     run_open_comm(r);
     run_build_model(r);
-    if (dp_build(&r->dp, &a->dpc, &r->model, &r->comm, &r->mesh, &a->opt, err, sizeof err) != 0)
-        setup_die_usage("%s", err);
-    double t_load = setup_now_ms();
+    if (dp_build(&r->dp, &a->layout, a->bucket_mb, &r->model, &r->comm, &r->mesh, &a->opt, err, sizeof err) != 0)
+        safe_die_usage("%s", err);
+    double t_load = trace_now_ms();
     if (r->resumed && checkpoint_load(&r->ck, &r->dp.z, &r->comm.world, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         exit(EXIT_USAGE);
     }
-    r->load_ms = setup_now_ms() - t_load;
+    r->load_ms = trace_now_ms() - t_load;
     r->trace = trace_open(a->trace, r->comm.rank, r->comm.world_size);
-    if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->schedule, a->micro_batches,
-                 a->batch, a->seq, r->trace, err, sizeof err) != 0)
-        setup_die_usage("%s", err);
-    r->inputs = safe_malloc((size_t)a->batch * a->seq * sizeof(int), "a micro-batch's inputs");
-    r->targets = safe_malloc((size_t)a->batch * a->seq * sizeof(int), "a micro-batch's targets");
+    if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->layout.schedule, a->layout.micro_batches,
+                 a->layout.batch, a->layout.seq, r->trace, err, sizeof err) != 0)
+        safe_die_usage("%s", err);
+    r->inputs = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's inputs");
+    r->targets = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's targets");
 }
 
 static void run_free(Run *r) {
@@ -168,11 +163,11 @@ typedef struct StepCtx {
 static void step_batch(void *ctx, int micro, GPTActs *a) {
     StepCtx *c = ctx;
     Run *r = c->r;
-    int B = r->a.batch, T = r->a.seq, M = r->a.micro_batches, G = B * M * r->mesh.dp;
+    int B = r->a.layout.batch, T = r->a.layout.seq, M = r->a.layout.micro_batches, G = B * M * r->mesh.dp;
     char err[512];
     if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
                    sizeof err) != 0)
-        setup_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
+        safe_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
     gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
 }
 
@@ -214,7 +209,7 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
  * norm and the lr used. */
 static double train_step(Run *r, int step, double *norm, float *lr) {
     Args *a = &r->a;
-    int B = a->batch, T = a->seq, M = a->micro_batches, D = r->mesh.dp;
+    int B = a->layout.batch, T = a->layout.seq, M = a->layout.micro_batches, D = r->mesh.dp;
     float dloss = 1.0f / ((float)B * T * M * D);  /* the sum over ranks is the global mean */
     StepCtx ctx = {r, step};
     PPCallbacks cb = {&ctx, step_batch, step_before_backward};
@@ -273,7 +268,7 @@ static int sample_next(Run *r, GPTActs *acts, int len, float *logits, uint16_t *
  * Every rank takes part (ZeRO-3's gathers are collective). */
 static void sample(Run *r, int n) {
     GPT *m = &r->model;
-    int say = r->comm.rank == 0, T = r->a.seq, V = m->cfg.vocab;
+    int say = r->comm.rank == 0, T = r->a.layout.seq, V = m->cfg.vocab;
     int *ctx = safe_malloc((size_t)(n + 1) * sizeof(int), "the sample");          /* [n+1] */
     int *window = safe_calloc((size_t)T, sizeof(int), "the sample's window");       /* [T] */
     float *logits = safe_malloc((size_t)m->cfg.padded_vocab * sizeof(float), "a row of logits");  /* [Vp] */
@@ -321,7 +316,7 @@ static int save_checkpoint(Run *r, long step, int background, char *path, size_t
     char err[512];
     CheckpointMeta meta;
     setup_checkpoint_meta(r, step, &meta);
-    double t0 = setup_now_ms();
+    double t0 = trace_now_ms();
     int rc = checkpoint_save_poll(&r->ck_async, &r->comm.world, 1, err, sizeof err) < 0 ? -1
            : background ? checkpoint_save_begin(&r->ck_async, a->checkpoint_dir, &meta, a->keep, &r->dp.z,
                                                 &r->comm.world, path, pathlen, err, sizeof err)
@@ -332,7 +327,7 @@ static int save_checkpoint(Run *r, long step, int background, char *path, size_t
         return -1;
     }
     if (r->comm.rank == 0)
-        printf("checkpoint %s (%.0f ms%s)\n", path, setup_now_ms() - t0, background ? ", writing in the background" : "");
+        printf("checkpoint %s (%.0f ms%s)\n", path, trace_now_ms() - t0, background ? ", writing in the background" : "");
     return 0;
 }
 
@@ -352,7 +347,7 @@ static void run_poll_save(Run *r) {
  * Returns the signal, -1 for the time limit, or 0. */
 static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
     int32_t why = stop_signal();
-    if (!why && stop_time_due(clock, setup_now_ms(), steps_done)) why = -1;
+    if (!why && stop_time_due(clock, trace_now_ms(), steps_done)) why = -1;
     if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
     return why;
 }
@@ -366,14 +361,14 @@ static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
 static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
-    int tokens_per_step = a->batch * a->seq * a->micro_batches * r->mesh.dp;
+    int tokens_per_step = a->layout.batch * a->layout.seq * a->layout.micro_batches * r->mesh.dp;
     double peak = setup_device_peak(r) * 1e12;
     for (int s = s0; s < a->steps; s++) {
-        double t0 = setup_now_ms(), norm;
+        double t0 = trace_now_ms(), norm;
         float lr;
         double loss = train_step(r, s, &norm, &lr);
         dev_sync(&r->dev);
-        double ms = setup_now_ms() - t0, tok_s = tokens_per_step / (ms / 1e3);
+        double ms = trace_now_ms() - t0, tok_s = tokens_per_step / (ms / 1e3);
         if (ms > clock->step_ms) clock->step_ms = ms;
         if (rank0) {
             printf("step %d/%d | loss %#.7g | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", s + 1,
@@ -388,9 +383,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
         if (r->ck_async.active) run_poll_save(r);
         if (a->checkpoint_dir && (due || stop)) {
-            double t_save = setup_now_ms();
+            double t_save = trace_now_ms();
             if (save_checkpoint(r, s + 1, a->checkpoint_async && !stop, ckpath, cklen) != 0) exit(1);
-            clock->save_ms = setup_now_ms() - t_save;
+            clock->save_ms = trace_now_ms() - t_save;
         }
         if (stop) {
             if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s)\n", stop, s + 1, strsignal(stop));
@@ -436,7 +431,7 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     r.argc = argc;
     r.argv = argv;
-    StopClock clock = {.t0_ms = setup_now_ms()};
+    StopClock clock = {.t0_ms = trace_now_ms()};
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
@@ -450,7 +445,7 @@ int main(int argc, char **argv) {
     if (r.a.plan_layout) return setup_plan_layout(&r);
     /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
     if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
-        setup_die_usage("%s", err);
+        safe_die_usage("%s", err);
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;

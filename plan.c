@@ -47,16 +47,24 @@ static double bus_ag(int n, double b) { return n > 1 ? floor((double)(n - 1) * b
  * the largest exponent, then the parts of the sum as int32 limbs. */
 static double norm_ar(int n) { return bus_ar(n, 4) + bus_ar(n, 4 * OPTIM_NORM_LIMBS); }
 
-/* Stage st's shard: train's split of the layers (gpt_stage_layers), the
- * embedding on the first stage, the head on the last. */
-static void stage_shard(const GPTConfig *cfg, const PlanLayout *l, int st, GPTShard *s) {
-    int P = l->pp, V = l->V > 1 ? l->V : 1;
-    *s = gpt_whole(cfg);
-    s->tp = l->tp;
-    gpt_stage_layers(cfg->layers, P, V, l->stage_layers, st, s);
-    s->has_embed = st == 0;
-    s->has_head = st == P - 1;
-    s->split_backward = P > 1 && pp_schedule_splits((PPSchedule)l->sched);
+/* Flops a token of one training step, forward and backward (PaLM's
+ * appendix B, Megatron's count):
+ *  - the matmuls with parameters: a parameter meets each token once in
+ *    forward, a multiply and an add (2 flops), and twice in backward (the
+ *    input's gradient and its own): 6 flops a parameter, 6N (N counts the
+ *    embeddings too, as the published figures do);
+ *  - attention's two matmuls without parameters, QK^T and PV: a token's
+ *    query meets T keys over C channels, and its T probabilities meet T
+ *    values over C channels: 2 x 2 T C flops forward a layer, twice that
+ *    backward: 12 L C T a token;
+ *  - a causal model computes only the lower half of the T x T scores and
+ *    probabilities (the kernels skip the masked half): 6 L C T.
+ * PLAN_FLOPS_FULL is the count published MFUs use (the planner's, to be
+ * compared with them); PLAN_FLOPS_CAUSAL is the work done (the step line's
+ * MFU, runlog.c). */
+double plan_flops_per_token(const GPTConfig *cfg, int seq, PlanFlops which) {
+    double attention = which == PLAN_FLOPS_FULL ? 12.0 : 6.0;
+    return 6.0 * gpt_total_params(cfg) + attention * cfg->layers * cfg->dim * (double)seq;
 }
 
 /* The layer forwards --recompute runs again for a micro-batch on this
@@ -72,15 +80,12 @@ static int recomputed_layers(const GPTShard *s) {
     return n;
 }
 
-int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r) {
+int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int stage, PlanRank *r) {
     memset(r, 0, sizeof *r);
-    int V = l->V > 1 ? l->V : 1;
-    if (cfg->heads % l->tp || cfg->padded_vocab % l->tp || (l->sp && (l->b * seq) % l->tp) ||
-        l->pp * V > cfg->layers || (V > 1 && !l->stage_layers && cfg->layers % (l->pp * V)))
-        return -1;
+    if (layout_check(l, cfg, 0, NULL, 0) != 0) return -1;
     GPTShard s;
-    stage_shard(cfg, l, stage, &s);
-    int D = l->dp, tp = l->tp, P = l->pp, M = l->M;
+    layout_stage_shard(l, cfg, stage, 0, &s);   /* what train builds on this stage (tp rank 0's shape) */
+    int D = l->dp, tp = l->tp, P = l->pp, M = l->micro_batches, V = l->virtual_chunks, seq = l->seq;
     double N = (double)gpt_shard_params(cfg, &s);
     /* memory: the ZeRO paper's accounting (zero_memory_formula, which
      * train's memory line prints beside what it allocated) */
@@ -97,11 +102,11 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     m.nchunks = V; m.split_backward = s.split_backward;
     m.chunk_first[0] = 0;
     for (int k = 0; k < V; k++) m.chunk_first[k + 1] = m.chunk_first[k] + s.chunk_nlayers[k];
-    size_t C = cfg->dim, NH = cfg->heads, B = l->b, T = seq;
+    size_t C = cfg->dim, NH = cfg->heads, B = l->batch, T = seq;
     size_t att = c->cpu ? B * (NH / tp) * T * T : B * (NH / tp) * T;  /* flash: a log-sum-exp a row */
     /* pp.c's sets: those of the head's chunk carry the head's buffers (pp_stage_sets) */
     int head_sets = 0, other_sets = 0;
-    if (pp_stage_sets(P > 1 ? l->sched : PP_1F1B, P, M, V, stage, &head_sets, &other_sets) != 0) return -1;
+    if (pp_stage_sets(l->schedule, P, M, V, stage, &head_sets, &other_sets) != 0) return -1;
     r->sets = head_sets + other_sets;
     r->acts = (double)head_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
     m.has_head = 0;
@@ -166,10 +171,10 @@ int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLay
     return 0;
 }
 
-int plan_layout_print(FILE *f, const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l) {
+int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const Layout *l) {
     for (int rank = 0; rank < l->dp * l->tp * l->pp; rank++) {
         PlanRank r;
-        if (plan_rank(cfg, seq, c, l, rank / (l->tp * l->dp), &r) != 0) return -1;
+        if (plan_rank(cfg, c, l, rank / (l->tp * l->dp), &r) != 0) return -1;
         fprintf(f, "plan rank %d: params %.6g MB, grads %.6g MB, optimizer %.6g MB, activations %.6g MB, "
                    "transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6, r.acts / 1e6,
                 r.transient / 1e6);
@@ -200,14 +205,14 @@ static double link_time(const PlanCluster *c, double bytes, double calls, int in
  * lasts max(1, busy / cores) units. A rank idle in the bubble then lends
  * its core to another, and only slots with fewer busy ranks than cores
  * waste any: a pipeline's ramp, naive's one stage at a time. */
-static double compute_wall(const PlanCluster *c, const PlanLayout *l, double bubble, double t) {
-    int ranks = l->dp * l->tp * l->pp, V = l->V > 1 ? l->V : 1;
+static double compute_wall(const PlanCluster *c, const Layout *l, double bubble, double t) {
+    int ranks = l->dp * l->tp * l->pp, V = l->virtual_chunks;
     if (c->cores <= 0 || c->cores >= ranks) return t / (1 - bubble);
     double share = (double)ranks / c->cores;
     if (l->pp == 1) return t * share;
-    int n = pp_num_actions((PPSchedule)l->sched, l->pp, l->M, V);
+    int n = pp_num_actions(l->schedule, l->pp, l->micro_batches, V);
     PPTimeline tl;
-    if (n <= 0 || (double)n * l->pp * l->pp > 1e6 || pp_timeline((PPSchedule)l->sched, l->pp, l->M, V, &tl) != 0)
+    if (n <= 0 || (double)n * l->pp * l->pp > 1e6 || pp_timeline(l->schedule, l->pp, l->micro_batches, V, &tl) != 0)
         return t * fmax(1 / (1 - bubble), share);   /* too long to lay out: the larger bound */
     double units = 0;
     for (int s = 0; s < tl.T; s++) {
@@ -219,30 +224,32 @@ static double compute_wall(const PlanCluster *c, const PlanLayout *l, double bub
     return t * units / n;
 }
 
-void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, const PlanLayout *l, PlanResult *p) {
+void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, PlanResult *p) {
     memset(p, 0, sizeof *p);
     p->l = *l;
     int again = 0;   /* layer forwards recompute repeats, all stages */
     for (int st = 0; st < l->pp; st++) {
         PlanRank r;
-        if (plan_rank(cfg, seq, c, l, st, &r) != 0) { p->why = "the model does not divide"; return; }
+        if (plan_rank(cfg, c, l, st, &r) != 0) { p->why = "the model does not divide"; return; }
         if (r.total > p->mem) { p->mem = r.total; p->worst = r; }
         again += r.recomputed;
     }
+    int G = l->batch * l->micro_batches * l->dp, seq = l->seq, M = l->micro_batches, V = l->virtual_chunks;
     double Ntot = (double)gpt_total_params(cfg), tokens = (double)G * seq, C = cfg->dim;
-    double flops = 6 * Ntot * tokens + 12.0 * cfg->layers * seq * C * tokens;  /* PaLM's accounting */
+    /* the full count, as the published runs the planner's MFU is compared with count */
+    double flops = plan_flops_per_token(cfg, seq, PLAN_FLOPS_FULL) * tokens;
     double layer_fwd = 2 * 12 * C * C + 4.0 * seq * C;                        /* a token, a layer: its third */
     double rate = c->tflops * 1e12 * MFU_RATE * c->gpus;
     p->t_compute = (flops + again * layer_fwd * tokens) / rate;
-    p->bubble = l->pp > 1 ? pp_bubble_formula(l->sched, l->pp, l->M, l->V > 1 ? l->V : 1) : 0;
+    p->bubble = l->pp > 1 ? pp_bubble_formula(l->schedule, l->pp, M, V) : 0;
     if (p->bubble < 0) { p->why = "no schedule"; return; }
     double t_wall = compute_wall(c, l, p->bubble, p->t_compute);
     const PlanRank *w = &p->worst;
     int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
-    p->t_tp = link_time(c, rows_sum(w, PLAN_TP_AR, PLAN_TP_RS), l->M * 4.0 * cfg->layers / l->pp, tp_in);
+    p->t_tp = link_time(c, rows_sum(w, PLAN_TP_AR, PLAN_TP_RS), M * 4.0 * cfg->layers / l->pp, tp_in);
     double tdp = link_time(c, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) + w->bytes[PLAN_EMBED_AR], 4, dp_in);
     p->t_dp = tdp - fmin(tdp, DP_HIDDEN * p->t_compute * 2 / 3);  /* hidden behind backward */
-    p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * l->M * (l->V > 1 ? l->V : 1), pp_in);
+    p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * M * V, pp_in);
     p->step = t_wall + (p->t_tp + p->t_pp) / (1 - p->bubble) + p->t_dp;
     if (l->offload) p->step += 16.0 * Ntot / (l->tp * l->pp * l->dp) / 25e9;  /* PCIe */
     p->mfu = flops / (p->step * c->gpus * c->tflops * 1e12);
@@ -272,9 +279,11 @@ int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int 
                     if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
                     /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
                     if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
-                    PlanLayout l = {dp, tp, pp, z, off, M, per / M, sc, rc, sp, NULL, V};
+                    Layout l = {.dp = dp, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
+                                .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
+                                .recompute = rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
                     PlanResult p;
-                    plan_evaluate(cfg, G, seq, c, &l, &p);
+                    plan_evaluate(cfg, c, &l, &p);
                     int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
                     if (kind < 0 && tp > c->per_node) kind = 2, p.why = "tp crosses nodes";
                     if (kind >= 0) {
@@ -341,16 +350,14 @@ double plan_device_tflops(const char *device_name) {
  * ./train --plan */
 
 
-static const char *sched_name(int s) { return pp_schedule_name((PPSchedule)s); }
-
 static void print_layout(const PlanResult *p) {
-    const PlanLayout *l = &p->l;
+    const Layout *l = &p->l;
     const PlanRank *w = &p->worst;
     char sched[32];
-    snprintf(sched, sizeof sched, l->V > 1 ? "%s V %d" : "%s", sched_name(l->sched), l->V);
+    snprintf(sched, sizeof sched, l->virtual_chunks > 1 ? "%s V %d" : "%s", pp_schedule_name(l->schedule), l->virtual_chunks);
     printf("  dp %3d tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
            " | tp %.3g dp %.3g pp %.3g embed %.3g MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
-           l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->M, l->b, sched,
+           l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
            w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
@@ -478,10 +485,10 @@ int plan_main(int argc, char **argv) {
     for (size_t i = 0; i < n && (int)i < top; i++) print_layout(&all[i]);
     const PlanResult *b = &all[0];
     char virt[32] = "";
-    if (b->l.V > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.V);
+    if (b->l.virtual_chunks > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.virtual_chunks);
     printf("plan: --dp %d --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s%s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
-           b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.M, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
-           b->l.sp ? " --sp" : "", sched_name(b->l.sched), virt, b->mem / 1e9, b->step, 100 * b->mfu);
+           b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.micro_batches, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
+           b->l.sp ? " --sp" : "", pp_schedule_name(b->l.schedule), virt, b->mem / 1e9, b->step, 100 * b->mfu);
     plan_search_free(&ps);
     return 0;
 }

@@ -5,6 +5,7 @@
 #define PLAN_H
 #include <stdio.h>
 #include "gpt.h"
+#include "layout.h"
 
 typedef struct PlanCluster {
     int gpus, per_node;
@@ -31,12 +32,16 @@ int plan_cluster_preset(PlanCluster *c, const char *name, int gpus);
  * 0 when the name is none of those. */
 double plan_device_tflops(const char *device_name);
 
-typedef struct PlanLayout {
-    int dp, tp, pp, zero, offload, M, b, sched, recompute, sp;
-    const int *stage_layers;   /* [pp x V] layers of each chunk in model order, or NULL: as even as
-                                  train makes them */
-    int V;                     /* chunks a stage (interleaved); 0 = 1 */
-} PlanLayout;
+/* Flops a token of a training step (forward and backward) for a model
+ * reading sequences of seq tokens, in one of two accountings (plan.c gives
+ * the derivation): the full count published runs compare by, or the
+ * causal one that counts only the half of attention causal masking
+ * computes. */
+typedef enum {
+    PLAN_FLOPS_FULL,     /* 6N + 12 L C T: PaLM's and Megatron's count, the planner's */
+    PLAN_FLOPS_CAUSAL,   /* 6N + 6 L C T: what a causal model computes, the step line's MFU */
+} PlanFlops;
+double plan_flops_per_token(const GPTConfig *cfg, int seq, PlanFlops which);
 
 /* The rows of --comm-stats (operation, group) a step of training moves. */
 enum { PLAN_TP_AR, PLAN_TP_AG, PLAN_TP_RS, PLAN_DP_AR, PLAN_DP_RS, PLAN_DP_AG, PLAN_PP_SEND, PLAN_PP_RECV,
@@ -56,17 +61,18 @@ typedef struct PlanRank {
 } PlanRank;
 
 typedef struct PlanResult {
-    PlanLayout l;
+    Layout l;         /* dp_mode DDP (the planner does not model the parameter server), dtype bf16 on GPUs */
     double mem, bubble, t_compute, t_tp, t_dp, t_pp, step, mfu;
     PlanRank worst;   /* the stage with the most memory */
     const char *why;  /* NULL when it fits */
 } PlanResult;
 
-/* Memory and bytes of a rank on stage `stage` of layout l; 0, or -1 when the
- * model does not divide that way. */
-int plan_rank(const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l, int stage, PlanRank *r);
-/* Memory, bubble, time and MFU of layout l for global batch G. */
-void plan_evaluate(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, const PlanLayout *l, PlanResult *p);
+/* Memory and bytes of a rank on stage `stage` of layout l (its batch and
+ * seq the step's shape); 0, or -1 when layout_check refuses l. */
+int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int stage, PlanRank *r);
+/* Memory, bubble, time and MFU of layout l, whose global batch is
+ * batch x micro_batches x dp sequences. */
+void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, PlanResult *p);
 /* Every layout of c's GPUs for global batch G (schedules naive, gpipe and
  * 1f1b; with all_schedules also interleaved, V chunks dividing the
  * layers, and zb-h1, zb-h2), evaluated: those that fit
@@ -87,7 +93,7 @@ void plan_search_free(PlanSearch *ps);
  * (dp_rank + dp x stage), comm.c's mesh), the planner's memory line and
  * --comm-stats rows, in train's own units, so a test can hold the two side
  * by side. 0, or -1 when the model does not divide that way. */
-int plan_layout_print(FILE *f, const GPTConfig *cfg, int seq, const PlanCluster *c, const PlanLayout *l);
+int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const Layout *l);
 /* ./train --plan ...: prints the plan; returns the exit status (2: impossible). */
 int plan_main(int argc, char **argv);
 #endif

@@ -24,6 +24,7 @@
 #include <omp.h>
 #endif
 #include "runlog.h"
+#include "plan.h"
 #include "version.h"
 
 /* A duration as 42.1s, 3m05s or 2h07m. */
@@ -100,8 +101,8 @@ static void log_run(RunLog *l, int s0) {
     fprintf(f, "],\"layout\":{\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"zero\":%d,\"micro_batches\":%d,"
             "\"batch\":%d,\"seq\":%d,\"schedule\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\"},"
             "\"model\":{\"layers\":%d,\"heads\":%d,\"dim\":%d,\"vocab\":%d,\"params\":%zu}}\n",
-            r->comm.world_size, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.dpc.zero, r->a.micro_batches, r->a.batch,
-            r->a.seq, pp_schedule_name(r->a.schedule), r->dev.kind == DEV_CUDA ? "cuda" : "cpu", dt_name(r->dev.dtype),
+            r->comm.world_size, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.layout.zero, r->a.layout.micro_batches, r->a.layout.batch,
+            r->a.layout.seq, pp_schedule_name(r->a.layout.schedule), r->dev.kind == DEV_CUDA ? "cuda" : "cpu", dt_name(r->dev.dtype),
             r->cfg.layers, r->cfg.heads, r->cfg.dim, r->cfg.vocab, gpt_total_params(&r->cfg));
     fflush(f);
 }
@@ -109,16 +110,16 @@ static void log_run(RunLog *l, int s0) {
 void runlog_init(RunLog *l, Run *r, int s0) {
     memset(l, 0, sizeof *l);
     l->r = r;
-    l->t0 = setup_now_ms();
+    l->t0 = trace_now_ms();
     l->s0 = l->last_step = s0;
     l->last_loss = l->val_loss = NAN;
     if (r->comm.rank == 0 && r->a.plot) {
         char title[256];
         snprintf(title, sizeof title, "%d layers, dim %d | dp %d x tp %d x pp %d, zero %d | %s",
-                 r->cfg.layers, r->cfg.dim, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.dpc.zero,
+                 r->cfg.layers, r->cfg.dim, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.layout.zero,
                  r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
         plot_init(&l->plot, r->a.plot, title,  r->a.steps,
-                  (long long)r->a.batch * r->a.seq * r->a.micro_batches * r->mesh.dp);
+                  (long long)r->a.layout.batch * r->a.layout.seq * r->a.layout.micro_batches * r->mesh.dp);
     }
     if (r->comm.rank == 0 && r->a.log) {
         l->log = log_open(l, r->a.log, s0);
@@ -132,12 +133,12 @@ static void runlog_plot(RunLog *l) {
     char err[512];
     if (!l->plot.path) return;
     if (plot_write(&l->plot, err, sizeof err) != 0) fprintf(stderr, "train: %s\n", err);
-    l->plot_written = setup_now_ms();
+    l->plot_written = trace_now_ms();
 }
 
 /* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
 void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double ms) {
-    double secs = (setup_now_ms() - l->t0) / 1e3;
+    double secs = (trace_now_ms() - l->t0) / 1e3;
     int done = step - l->s0, left = l->r->a.steps - step;
     char e[32], eta[32];
     fmt_duration(secs, e, sizeof e);
@@ -146,7 +147,7 @@ void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double
     l->last_step = step;
     l->last_loss = loss;
     if (l->log) {
-        long long tokens_per_step = (long long)l->r->a.batch * l->r->a.seq * l->r->a.micro_batches * l->r->mesh.dp;
+        long long tokens_per_step = (long long)l->r->a.layout.batch * l->r->a.layout.seq * l->r->a.layout.micro_batches * l->r->mesh.dp;
         fprintf(l->log, "{\"type\":\"step\",\"step\":%d", step);
         json_num(l->log, "loss", loss);
         json_num(l->log, "norm", norm);
@@ -159,7 +160,7 @@ void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double
     if (!l->plot.path) return;
     plot_train(&l->plot, step, loss, lr);
     /* every 10 steps, and at least every 2 s of slow steps */
-    if (step % 10 == 0 || setup_now_ms() - l->plot_written > 2000) runlog_plot(l);
+    if (step % 10 == 0 || trace_now_ms() - l->plot_written > 2000) runlog_plot(l);
 }
 
 void runlog_val(RunLog *l, int step, double loss) {
@@ -179,8 +180,8 @@ void runlog_val(RunLog *l, int step, double loss) {
 void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token) {
     Args *a = &l->r->a;
     int steps = l->last_step - l->s0;
-    long long tokens = (long long)steps * a->batch * a->seq * a->micro_batches * l->r->mesh.dp;
-    double secs = (setup_now_ms() - l->t0) / 1e3, tok_s = secs > 0 ? tokens / secs : 0;
+    long long tokens = (long long)steps * a->layout.batch * a->layout.seq * a->layout.micro_batches * l->r->mesh.dp;
+    double secs = (trace_now_ms() - l->t0) / 1e3, tok_s = secs > 0 ? tokens / secs : 0;
     char wall[32];
     fmt_duration(secs, wall, sizeof wall);
     if (l->plot.path) runlog_plot(l);
@@ -215,7 +216,7 @@ void runlog_memory(Run *r) {
     printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
            "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s)\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
-           (mem.optim + mem.optim_host) / 1e6, r->a.dpc.offload ? " on the host" : "",
+           (mem.optim + mem.optim_host) / 1e6, r->a.layout.offload ? " on the host" : "",
            mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6, r->pp.nsets, stash);
 }
 
@@ -231,17 +232,17 @@ void runlog_transient(Run *r) {
 void runlog_header(Run *r) {
     Args *a = &r->a;
     GPT *m = &r->model;
-    int tokens = a->batch * a->seq * a->micro_batches * r->mesh.dp;
+    int tokens = a->layout.batch * a->layout.seq * a->layout.micro_batches * r->mesh.dp;
     static const char *modes[] = {"ddp", "ps"};
     printf("model: %d layers, %d heads, dim %d, vocab %d (padded %d), max-seq %d | %zu parameters\n",
            m->cfg.layers, m->cfg.heads, m->cfg.dim, m->cfg.vocab, m->cfg.padded_vocab,
            m->cfg.max_seq, m->num_params);
     printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
-           a->data, r->train.n_tokens, a->batch, a->seq, a->micro_batches, r->mesh.dp, tokens);
+           a->data, r->train.n_tokens, a->layout.batch, a->layout.seq, a->layout.micro_batches, r->mesh.dp, tokens);
     printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d (%s) | %s, zero %d%s | %s",
            r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp,
-           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->schedule),
-           modes[a->dpc.mode], a->dpc.zero, a->dpc.offload ? ", offload" : "",
+           r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->layout.schedule),
+           modes[a->layout.dp_mode], a->layout.zero, a->layout.offload ? ", offload" : "",
            r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
     printf(", %s", dt_name(r->dev.dtype));
 #ifdef _OPENMP
@@ -258,19 +259,19 @@ void runlog_header(Run *r) {
 }
 
 
-/* MFU's numerator: 6N + 6LCT flops a token (PaLM's count: the matmuls,
- * forward and backward, plus attention's scores and values). */
+/* MFU's numerator: the causal count (plan_flops_per_token: 6N + 6LCT),
+ * the work this run's causal attention does. */
 double runlog_flops_per_token(const Run *r) {
-    return 6.0 * gpt_total_params(&r->cfg) + 6.0 * r->cfg.layers * r->cfg.dim * (double)r->a.seq;
+    return plan_flops_per_token(&r->cfg, r->a.layout.seq, PLAN_FLOPS_CAUSAL);
 }
 
 /* Rank 0's first lines about the checkpoint directory: what this run continues, or that it starts. */
 void runlog_resume(Run *r, int s0) {
     if (r->comm.rank != 0 || !r->a.resume) return;
     if (r->resumed) {
-        const CheckpointLayout *l = &r->ck.meta.layout;
+        const Layout *l = &r->ck.meta.layout;
         printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
-               r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", l->dtype, r->load_ms);
+               r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", dt_name(l->dtype), r->load_ms);
         if (s0 >= r->a.steps)
             printf("resume: the checkpoint is at step %d of --steps %d: nothing left to train (--steps N to go on)\n",
                    s0, r->a.steps);

@@ -38,7 +38,7 @@ void runlog_header(Run *r);
 void runlog_memory(Run *r);
 /* Rank 0, first: with --resume, the checkpoint continued (at step s0), or that the run starts fresh. */
 void runlog_resume(Run *r, int s0);
-/* MFU's numerator: 6N + 6LCT flops a token (PaLM's count). */
+/* MFU's numerator: flops a token in the causal count (plan.h's PLAN_FLOPS_CAUSAL, 6N + 6LCT). */
 double runlog_flops_per_token(const Run *r);
 /* Every rank, after the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */
 void runlog_transient(Run *r);

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,6 +44,25 @@ int safe_mul_n(size_t *out, int n, ...) {
     va_end(ap);
     *out = rc == 0 ? p : 0;
     return rc;
+}
+
+int safe_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void safe_die_usage(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "train: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    exit(EXIT_USAGE);
 }
 
 int safe_range(const char *what, long long v, long long lo, long long hi, char *err, size_t errlen) {

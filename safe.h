@@ -35,6 +35,20 @@
 #define SAFE_MAX_ROWS (1 << 24)
 #define SAFE_MAX_STEP_TOKENS 0x7fffffff
 
+/* Exit statuses: 0 done, 1 a failure, 2 bad input (a flag, a file, a layout). */
+#define EXIT_USAGE 2
+
+/* Bad input the user can fix, found by the program itself (not a parser
+ * that returns err): one line on stderr, "train: " and the message, and
+ * exit EXIT_USAGE. */
+__attribute__((noreturn, format(printf, 1, 2)))
+void safe_die_usage(const char *fmt, ...);
+
+/* A parser's error: the message into err (when err is not NULL) as one
+ * line, and -1, for `return safe_fail(err, errlen, "...", ...)`. */
+__attribute__((format(printf, 3, 4)))
+int safe_fail(char *err, size_t errlen, const char *fmt, ...);
+
 /* *out = a * b (or a + b); 0, or -1 when it does not fit in size_t. */
 int safe_mul(size_t a, size_t b, size_t *out);
 int safe_add(size_t a, size_t b, size_t *out);

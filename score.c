@@ -44,14 +44,14 @@ double score_share_loss(Run *r, double loss) {
 
 double score_val_loss(Run *r) {
     Args *a = &r->a;
-    int B = a->batch, T = a->seq;
+    int B = a->layout.batch, T = a->layout.seq;
     GPTActs *acts = r->pp.acts[0];
     double loss = 0.0;
     char err[512];
     for (int i = 0; i < a->val_batches; i++) {
         if (data_batch(&r->val, i, B * r->mesh.dp, r->mesh.dp_rank * B, B, r->inputs, r->targets, err,
                        sizeof err) != 0)
-            setup_die_usage("%s", err);
+            safe_die_usage("%s", err);
         gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
         loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
     }
@@ -73,7 +73,7 @@ static void example_losses(Run *r, const int *inputs, const int *targets, int ro
 
 int score_hellaswag(Run *r, int *correct, int *total) {
     const EvalSet *es = &r->hellaswag;
-    int T = r->a.seq, rows = r->a.batch < EVAL_COMPLETIONS ? r->a.batch : EVAL_COMPLETIONS;
+    int T = r->a.layout.seq, rows = r->a.layout.batch < EVAL_COMPLETIONS ? r->a.layout.batch : EVAL_COMPLETIONS;
     int D = r->mesh.dp, lo, hi, most = 0;
     eval_range(es->n, r->mesh.dp_rank, D, &lo, &hi);
     for (int d = 0; d < D; d++) {   /* the longest block: the forwards every dp rank runs */
@@ -89,7 +89,7 @@ int score_hellaswag(Run *r, int *correct, int *total) {
         int mine = lo + k < hi, i = mine ? lo + k : (hi > lo ? lo : 0);   /* else a repeat, ignored */
         int from[EVAL_COMPLETIONS], to[EVAL_COMPLETIONS];
         if (eval_rows(es, i, T, inputs, targets, from, to) != 0)
-            setup_die_usage("--eval-hellaswag: example %d needs more than --seq %d tokens", i, T);
+            safe_die_usage("--eval-hellaswag: example %d needs more than --seq %d tokens", i, T);
         example_losses(r, inputs, targets, rows, T, losses);
         if (mine && r->model.has_head && eval_choose(losses, T, from, to, NULL) == es->ex[i].label) right++;
     }

@@ -12,32 +12,6 @@
 #include <stdio.h>
 #include "tp.h"
 
-int tp_check(const GPTConfig *cfg, int tp, int sp, int batch, int seq, char *err, size_t errlen) {
-    if (tp == 1) return 0;
-    if (cfg->heads % tp) {
-        snprintf(err, errlen, "--tp %d does not divide %d heads", tp, cfg->heads);
-        return -1;
-    }
-    if ((4 * cfg->dim) % tp) {
-        snprintf(err, errlen, "--tp %d does not divide the MLP's %d columns (4C)", tp, 4 * cfg->dim);
-        return -1;
-    }
-    if (cfg->padded_vocab % tp) {
-        snprintf(err, errlen, "--tp %d does not divide the padded vocabulary %d", tp, cfg->padded_vocab);
-        return -1;
-    }
-    if (sp && (batch * seq) % tp) {
-        snprintf(err, errlen, "--sp: --tp %d does not divide the %d tokens of a micro-batch (--batch %d x --seq %d)",
-                 tp, batch * seq, batch, seq);
-        return -1;
-    }
-    if (sp && seq % tp) {
-        snprintf(err, errlen, "--sp: --tp %d does not divide --seq %d (sampling runs one sequence)", tp, seq);
-        return -1;
-    }
-    return 0;
-}
-
 static CommDtype comm_type(DType t) { return t == DT_BF16 ? COMM_BF16 : COMM_F32; }
 
 static void all_reduce(void *ctx, void *buf, size_t n, DType t) {

@@ -56,6 +56,12 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+double trace_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 /* <path>.<rank>.part, malloc'd (NULL when memory runs out). */
 static char *part_path(const char *path, int rank) {
     size_t n = strlen(path) + 24;

@@ -55,6 +55,11 @@ typedef struct Trace Trace;
  * with a line on stderr when the file cannot be created. */
 Trace *trace_open(const char *path, int rank, int world);
 
+/* Milliseconds on a monotonic clock: the step line's timings, --time-limit's
+ * clock, the checkpoint's save time (the trace's own events are stamped in
+ * wall-clock time, to merge ranks). */
+double trace_now_ms(void);
+
 /* Opens a span named `name` (copied; names longer than 63 bytes are cut) of
  * category `cat` ("compute", "comm", "optimizer", ...) now. Spans nest, 16
  * deep; spans opened beyond that depth are not recorded (their trace_end is
