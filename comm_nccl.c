@@ -1,8 +1,9 @@
 /* comm_nccl.c: the NCCL backend of comm.h, built with USE_NCCL (DESIGN.md,
  * "Processes": one rank a GPU; rank 0 hands the NCCL unique id to the others):
  * the same collectives and sends as comm_shm.c, for the articles' GPUs. It
- * calls down only: comm_impl.h (comm_die), comm_shm.c (the watchdog waits
- * on the segment) and comm_launch.c's rendezvous, never comm.c.
+ * calls down only: comm_impl.h (comm_die, the segment's header, which the
+ * watchdog reads) and rendezvous.c, never comm.c nor the shared-memory
+ * backend.
  *
  * Queues. Every group (the world, and each comm_split: tp, dp, pp, embed)
  * has its own NCCL communicator and its own communication stream, so the
@@ -26,7 +27,10 @@
  * in chunks of HOST_CHUNK bytes for the operations that allow it (saving
  * all-reduces the whole model from host memory: the scratch stays small).
  * The world's id travels through the shared segment of a fork job, else
- * over the TCP rendezvous (comm_launch.c).
+ * over the TCP rendezvous (rendezvous.c), to the ranks that prove the job
+ * token. Joining has a deadline (--comm-timeout): NCCL's init waits for every
+ * rank without one, so a thread beside it ends the rank when it is passed,
+ * naming the ranks that never joined where a fork job's segment knows them.
  *
  * The watchdog. NCCL does not fail when a peer hangs or dies: its kernels
  * wait, and so does every stream behind them. A thread on every rank looks
@@ -457,6 +461,103 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
+/* ---- joining ------------------------------------------------------------------ */
+
+/* Fork job, rank > 0: waits for rank 0 to write the world's id into the
+ * segment, by JOIN_S. 0, or -1 with err (the job aborting, the deadline). */
+static int id_from_segment(Comm *c, ncclUniqueId *id, char *err, size_t errlen) {
+    ShmHeader *h = c->impl->shm;
+    double by = now_s() + JOIN_S;
+    while (!atomic_load(&h->nccl_id_ready)) {
+        int64_t w = atomic_load(&h->abort_word);
+        if (w) {
+            char how[64];
+            shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
+            snprintf(err, errlen, "rank %d stops: rank %d failed before NCCL's id was out (%s)", c->rank,
+                     (int)(w >> 32) - 2, how);
+            return -1;
+        }
+        if (now_s() >= by) {
+            snprintf(err, errlen, "rank %d: rank 0 did not hand out NCCL's id within %g s", c->rank, JOIN_S);
+            return -1;
+        }
+        nanosleep(&(struct timespec){ 0, 1000000L }, NULL);
+    }
+    memcpy(id, h->nccl_id, sizeof *id);
+    return 0;
+}
+
+/* The deadline of ncclCommInitRank, which has none of its own. */
+typedef struct InitTimer {
+    Comm *c;
+    double limit_s;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+} InitTimer;
+
+/* "; not joined: ranks 2 and 3": fork jobs, from the segment (each rank marks
+ * its slot before and after ncclCommInitRank). */
+static void unjoined_ranks(Comm *c, char *buf, size_t len) {
+    ShmHeader *h = c->impl->shm;
+    buf[0] = 0;
+    if (!h) return;
+    size_t k = 0;
+    int n = 0;
+    for (int r = 0; r < h->world && k + 24 < len; r++)
+        if (atomic_load(&h->slot[r].nccl_init) < 2)
+            k += (size_t)snprintf(buf + k, len - k, "%s%d%s", n++ ? ", " : "; not joined: rank ", r,
+                                  atomic_load(&h->slot[r].nccl_init) ? "" : " (never called it)");
+}
+
+static void *init_timer(void *arg) {
+    InitTimer *t = arg;
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    at.tv_sec += (time_t)t->limit_s;
+    pthread_mutex_lock(&t->lock);
+    while (!t->done)
+        if (pthread_cond_timedwait(&t->cond, &t->lock, &at) != 0) break;
+    int done = t->done;
+    pthread_mutex_unlock(&t->lock);
+    if (done) return NULL;
+    Comm *c = t->c;
+    char who[256];
+    unjoined_ranks(c, who, sizeof who);
+    fflush(stdout);
+    fprintf(stderr, "error: rank %d: ncclCommInitRank of %d ranks did not complete within %g s (--comm-timeout)%s\n",
+            c->rank, c->world_size, t->limit_s, who[0] ? who : "; a rank that got the id never joined, or NCCL "
+            "cannot connect the hosts (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)");
+    fflush(stderr);
+    if (c->impl->shm) shm_abort_set(c->impl->shm, c->rank, 1);
+    _exit(1);
+}
+
+/* ncclCommInitRank of the world, by ns->timeout_s. */
+static ncclComm_t init_world(Comm *c, ncclUniqueId id) {
+    NcclState *ns = c->impl->nccl;
+    ShmHeader *h = c->impl->shm;
+    InitTimer t = { .c = c, .limit_s = ns->timeout_s };
+    pthread_t th;
+    pthread_mutex_init(&t.lock, NULL);
+    pthread_cond_init(&t.cond, NULL);
+    int timed = pthread_create(&th, NULL, init_timer, &t) == 0;
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, 1);
+    ncclComm_t w;
+    NCCL_CHECK(c, ncclCommInitRank(&w, c->world_size, id, c->rank));
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, 2);
+    if (timed) {
+        pthread_mutex_lock(&t.lock);
+        t.done = 1;
+        pthread_cond_signal(&t.cond);
+        pthread_mutex_unlock(&t.lock);
+        pthread_join(th, NULL);
+    }
+    pthread_cond_destroy(&t.cond);
+    pthread_mutex_destroy(&t.lock);
+    return w;
+}
+
 int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) {
     CommImpl *im = c->impl;
     if (!on_gpu(gpu)) {
@@ -488,15 +589,16 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
             memcpy(h->nccl_id, &id, sizeof id);
             atomic_store(&h->nccl_id_ready, 1);
             shm_ring_all(h);
-        } else {
-            shm_wait_geq(c, &h->nccl_id_ready, 1, 0);
-            memcpy(&id, h->nccl_id, sizeof id);
+        } else if (id_from_segment(c, &id, err, errlen)) {
+            return -1;
         }
-    } else if (c->world_size > 1) {               /* external launcher: over TCP */
-        if (tcp_bcast(l, &id, sizeof id, err, errlen)) return -1;
+    } else if (c->world_size > 1) {               /* external launcher: over TCP, to this job's ranks */
+        RdzvJob j;
+        comm_rdzv_job(l, l->master_addr, &j);
+        int rc = rdzv_bcast(&j, &id, sizeof id, err, errlen);
+        if (rc) return rc;
     }
-    ncclComm_t w;
-    NCCL_CHECK(c, ncclCommInitRank(&w, c->world_size, id, c->rank));
+    ncclComm_t w = init_world(c, id);
     c->world.nccl = queue_new(c, w, &c->world, ns->nsplits++);
     if (pthread_create(&ns->watchdog, NULL, watchdog, ns) != 0) {
         snprintf(err, errlen, "cannot start the NCCL watchdog thread");
