@@ -150,7 +150,7 @@ $(eval $(call stamp,.flags-version,STAMP_GIT))
 version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_CODES)"'
 version.o: .flags-version
 
-TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm \
+TESTS := test/test_ops test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm test/test_rdzv \
          test/test_dp test/test_tp test/test_pp test/test_3d test/test_data
 
 # The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.

@@ -34,6 +34,7 @@
 #include "selftest.h"
 #include "safe.h"
 #include "stop.h"
+#include "version.h"
 
 /* ---- building one rank ------------------------------------------------------ */
 
@@ -66,6 +67,42 @@ static void run_open_device(Run *r) {
         exit(1);
 }
 
+/* What the ranks of one job must agree on, as "name=value" items for the
+ * rendezvous (CommLaunch.agree): world, model, layout, batch, optimizer,
+ * data (its spec, a digest of its shards' names and sizes) and version. A
+ * rank whose items differ from rank 0's stops with rank 0, naming the first
+ * (exit 2). Fills item[] and ptr[]; returns how many. */
+enum { AGREE_ITEMS = 10, AGREE_LEN = 512 };
+static int run_agreement(const Run *r, char item[][AGREE_LEN], const char **ptr) {
+    const Args *a = &r->a;
+    const OptConfig *o = &a->opt;
+    unsigned char h[RDZV_DIGEST_BYTES];
+    const char *sh = r->data_shards ? r->data_shards : "";
+    rdzv_sha256(sh, strlen(sh), h);
+    char st[200] = "";   /* --stage-layers */
+    for (int i = 0, k = 0; i < a->nstage_layers && k < 180; i++)
+        k += snprintf(st + k, sizeof st - (size_t)k, " %d", a->stage_layers[i]);
+    int n = 0;
+    snprintf(item[n++], AGREE_LEN, "world=%d", r->launch.world_size);
+    snprintf(item[n++], AGREE_LEN, "layers=%d", r->cfg.layers);
+    snprintf(item[n++], AGREE_LEN, "heads=%d", r->cfg.heads);
+    snprintf(item[n++], AGREE_LEN, "dim=%d", r->cfg.dim);
+    snprintf(item[n++], AGREE_LEN, "vocab=%d max-seq %d", r->cfg.vocab, r->cfg.max_seq);
+    snprintf(item[n++], AGREE_LEN, "layout=dp %d tp %d pp %d virtual %d sp %d dp-mode %d zero %d offload %d schedule %s "
+             "micro-batches %d recompute %d stage-layers%s", a->dp, a->tp, a->pp, a->virtual_chunks, a->sp,
+             (int)a->dpc.mode, a->dpc.zero, a->dpc.offload, pp_schedule_name(a->schedule), a->micro_batches,
+             a->recompute, st);
+    snprintf(item[n++], AGREE_LEN, "batch=%d seq %d dtype %d", a->batch, a->seq, (int)r->dtype);
+    snprintf(item[n++], AGREE_LEN, "optimizer=lr %g %g warmup %d cosine %d steps %d betas %g %g eps %g wd %g clip %g "
+             "seed %llu", o->lr, o->lr_min, o->warmup, o->cosine, o->steps, o->beta1, o->beta2, o->eps, o->wd, o->clip,
+             (unsigned long long)a->seed);
+    snprintf(item[n++], AGREE_LEN, "data=%.200s (shards %02x%02x%02x%02x) val %.200s shuffle %d", a->data ? a->data : "",
+             h[0], h[1], h[2], h[3], a->val ? a->val : "", a->shuffle);
+    snprintf(item[n++], AGREE_LEN, "version=%s", version_source());
+    for (int i = 0; i < n; i++) ptr[i] = item[i];
+    return n;
+}
+
 /* The communicator over every rank and the mesh's dp, tp and pp groups. */
 static void run_open_comm(Run *r) {
     Args *a = &r->a;
@@ -83,10 +120,15 @@ static void run_open_comm(Run *r) {
 #endif
         );
     r->launch.comm_timeout_s = a->comm_timeout;
-    if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0 ||
-        comm_mesh_build(&r->comm, a->dp, a->tp, a->pp, &r->mesh, err, sizeof err) != 0) {
+    char agree[AGREE_ITEMS][AGREE_LEN];
+    const char *agree_ptr[AGREE_ITEMS];
+    r->launch.nagree = run_agreement(r, agree, agree_ptr);
+    r->launch.agree = agree_ptr;
+    int rc = comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err);
+    r->launch.agree = NULL;   /* the items live in this frame */
+    if (rc != 0 || comm_mesh_build(&r->comm, a->dp, a->tp, a->pp, &r->mesh, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
-        exit(1);
+        exit(rc == RDZV_MISMATCH ? EXIT_USAGE : 1);   /* ranks that disagree: bad input */
     }
 }
 
