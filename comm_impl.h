@@ -260,9 +260,9 @@ void shm_p2p_run(Comm *c, P2POp *ops, int n);
 
 #ifdef USE_NCCL
 /* Creates the stream and events on gpu, gets the world's NCCL id to every
- * rank (through the segment when forked, else rdzv_bcast) and joins, within
- * --comm-timeout (past it: one line naming the ranks missing, where a fork
- * job's segment knows them, and exit 1). 0; RDZV_MISMATCH or -1 with err (no
+ * rank (through the segment when forked, else rdzv_bcast_hold) and joins, by
+ * a deadline (--comm-timeout, at least RENDEZVOUS_S; past it, or when a rank
+ * dies first: one line naming the ranks that have not joined, exit 1). 0; RDZV_MISMATCH or -1 with err (no
  * CUDA device, rendezvous failed); NCCL errors exit. */
 int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen);
 /* Destroys the world communicator, stream, events and scratch (any part made). */

@@ -28,9 +28,10 @@
  * all-reduces the whole model from host memory: the scratch stays small).
  * The world's id travels through the shared segment of a fork job, else
  * over the TCP rendezvous (rendezvous.c), to the ranks that prove the job
- * token. Joining has a deadline (--comm-timeout): NCCL's init waits for every
+ * token. Joining has a deadline (init_world): NCCL's init waits for every
  * rank without one, so a thread beside it ends the rank when it is passed,
- * naming the ranks that never joined where a fork job's segment knows them.
+ * naming the ranks that have not joined, and at once when one of them dies
+ * (init_watch).
  *
  * The watchdog. NCCL does not fail when a peer hangs or dies: its kernels
  * wait, and so does every stream behind them. A thread on every rank looks
@@ -487,75 +488,110 @@ static int id_from_segment(Comm *c, ncclUniqueId *id, char *err, size_t errlen) 
     return 0;
 }
 
-/* The deadline of ncclCommInitRank, which has none of its own. */
-typedef struct InitTimer {
-    Comm *c;
-    double limit_s;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
-} InitTimer;
+/* The deadline of ncclCommInitRank, which has none of its own: a thread
+ * beside it watches who has joined, through the fork job's segment (each
+ * rank marks its slot before and after) or, under an external launcher,
+ * through the rendezvous' connections, which rank 0 and each rank hold
+ * until every rank has joined (each sends rank 0 the same two marks; a rank
+ * that dies closes its end). A rank gone before it joined ends the job at
+ * once; past the deadline (--comm-timeout, at least RENDEZVOUS_S: joining a
+ * big world takes time), the ranks that have not joined are named. */
+enum { JOIN_CALLING = 1, JOIN_DONE = 2 };
+static const char *const join_marks[] = { "never called ncclCommInitRank", "inside ncclCommInitRank", "joined" };
 
-/* "; not joined: ranks 2 and 3": fork jobs, from the segment (each rank marks
- * its slot before and after ncclCommInitRank). */
-static void unjoined_ranks(Comm *c, char *buf, size_t len) {
-    ShmHeader *h = c->impl->shm;
-    buf[0] = 0;
-    if (!h) return;
+typedef struct InitWatch {
+    Comm *c;
+    RdzvHold *hold;              /* external launcher; NULL when forked */
+    double limit_s, deadline;
+    _Atomic int self_done;       /* this rank's ncclCommInitRank returned */
+    _Atomic int all_done;        /* rank 0: every rank has joined (the others: this rank) */
+} InitWatch;
+
+static void init_fail(InitWatch *w, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void init_fail(InitWatch *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    if (w->c->impl->shm) shm_abort_set(w->c->impl->shm, w->c->rank, 1);
+    _exit(1);   /* the held connections close with it: the other ranks learn at once */
+}
+
+/* Fork job: "rank 2 (never called ncclCommInitRank), ..." from the slots. */
+static void unjoined_slots(ShmHeader *h, char *buf, size_t len) {
     size_t k = 0;
     int n = 0;
-    for (int r = 0; r < h->world && k + 24 < len; r++)
-        if (atomic_load(&h->slot[r].nccl_init) < 2)
-            k += (size_t)snprintf(buf + k, len - k, "%s%d%s", n++ ? ", " : "; not joined: rank ", r,
-                                  atomic_load(&h->slot[r].nccl_init) ? "" : " (never called it)");
+    buf[0] = 0;
+    for (int r = 0; r < h->world && k + 48 < len; r++) {
+        int m = atomic_load(&h->slot[r].nccl_init);
+        if (m < JOIN_DONE)
+            k += (size_t)snprintf(buf + k, len - k, "%srank %d (%s)", n++ ? ", " : "", r, join_marks[m]);
+    }
 }
 
-static void *init_timer(void *arg) {
-    InitTimer *t = arg;
-    struct timespec at;
-    clock_gettime(CLOCK_REALTIME, &at);
-    at.tv_sec += (time_t)t->limit_s;
-    pthread_mutex_lock(&t->lock);
-    while (!t->done)
-        if (pthread_cond_timedwait(&t->cond, &t->lock, &at) != 0) break;
-    int done = t->done;
-    pthread_mutex_unlock(&t->lock);
-    if (done) return NULL;
-    Comm *c = t->c;
-    char who[256];
-    unjoined_ranks(c, who, sizeof who);
-    fflush(stdout);
-    fprintf(stderr, "error: rank %d: ncclCommInitRank of %d ranks did not complete within %g s (--comm-timeout)%s\n",
-            c->rank, c->world_size, t->limit_s, who[0] ? who : "; a rank that got the id never joined, or NCCL "
-            "cannot connect the hosts (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)");
-    fflush(stderr);
-    if (c->impl->shm) shm_abort_set(c->impl->shm, c->rank, 1);
-    _exit(1);
+static void *init_watch(void *arg) {
+    InitWatch *w = arg;
+    Comm *c = w->c;
+    ShmHeader *h = c->impl->shm;
+    char who[512];
+    for (;;) {
+        if (w->hold && c->rank == 0) {
+            int gone = rdzv_poll(w->hold, JOIN_DONE);
+            if (gone > 0)
+                init_fail(w, "error: rank 0: rank %d left before it joined NCCL's world (its connection to rank 0 "
+                          "closed); stopping", gone);
+            int all = atomic_load(&w->self_done);
+            for (int r = 1; all && r < c->world_size; r++) all = w->hold->mark[r] >= JOIN_DONE;
+            if (all) { atomic_store(&w->all_done, 1); return NULL; }
+        } else if (w->hold) {
+            if (atomic_load(&w->self_done)) { atomic_store(&w->all_done, 1); return NULL; }
+            if (rdzv_poll(w->hold, JOIN_DONE) == 0)
+                init_fail(w, "error: rank %d: rank 0 left before every rank joined NCCL's world (it closed its "
+                          "connection); stopping", c->rank);
+        } else if (atomic_load(&w->self_done)) {
+            atomic_store(&w->all_done, 1);
+            return NULL;
+        }
+        int64_t ab = h ? atomic_load(&h->abort_word) : 0;
+        if (ab) {   /* forked: the supervisor saw a rank die */
+            shm_describe_status((int32_t)(uint32_t)ab, who, sizeof who);
+            init_fail(w, "error: rank %d stops: rank %d died (%s) before every rank joined NCCL's world", c->rank,
+                      (int)(ab >> 32) - 2, who);
+        }
+        if (now_s() >= w->deadline) {
+            who[0] = 0;
+            if (h) unjoined_slots(h, who, sizeof who);
+            else if (w->hold && c->rank == 0) rdzv_missing(w->hold, JOIN_DONE, join_marks, who, sizeof who);
+            init_fail(w, "error: rank %d: NCCL's world of %d ranks was not joined within %g s%s%s",
+                      c->rank, c->world_size, w->limit_s, who[0] ? ": not joined: " : "",
+                      who[0] ? who : c->rank == 0 ? "" : "; rank 0 knows who is missing");
+        }
+        nanosleep(&(struct timespec){ 0, 20000000L }, NULL);
+    }
 }
 
-/* ncclCommInitRank of the world, by ns->timeout_s. */
-static ncclComm_t init_world(Comm *c, ncclUniqueId id) {
+/* ncclCommInitRank of the world by --comm-timeout, watched (InitWatch);
+ * hold: the rendezvous' connections (NULL when forked), released here. */
+static ncclComm_t init_world(Comm *c, ncclUniqueId id, RdzvHold *hold) {
     NcclState *ns = c->impl->nccl;
     ShmHeader *h = c->impl->shm;
-    InitTimer t = { .c = c, .limit_s = ns->timeout_s };
+    double limit = ns->timeout_s > RENDEZVOUS_S ? ns->timeout_s : RENDEZVOUS_S;
+    InitWatch w = { .c = c, .hold = hold, .limit_s = limit, .deadline = now_s() + limit };
     pthread_t th;
-    pthread_mutex_init(&t.lock, NULL);
-    pthread_cond_init(&t.cond, NULL);
-    int timed = pthread_create(&th, NULL, init_timer, &t) == 0;
-    if (h) atomic_store(&h->slot[c->rank].nccl_init, 1);
-    ncclComm_t w;
-    NCCL_CHECK(c, ncclCommInitRank(&w, c->world_size, id, c->rank));
-    if (h) atomic_store(&h->slot[c->rank].nccl_init, 2);
-    if (timed) {
-        pthread_mutex_lock(&t.lock);
-        t.done = 1;
-        pthread_cond_signal(&t.cond);
-        pthread_mutex_unlock(&t.lock);
-        pthread_join(th, NULL);
-    }
-    pthread_cond_destroy(&t.cond);
-    pthread_mutex_destroy(&t.lock);
-    return w;
+    int watched = c->world_size > 1 && pthread_create(&th, NULL, init_watch, &w) == 0;
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, JOIN_CALLING);
+    if (hold) rdzv_mark(hold, JOIN_CALLING);
+    ncclComm_t world;
+    NCCL_CHECK(c, ncclCommInitRank(&world, c->world_size, id, c->rank));
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, JOIN_DONE);
+    if (hold) rdzv_mark(hold, JOIN_DONE);
+    atomic_store(&w.self_done, 1);
+    if (watched) pthread_join(th, NULL);   /* rank 0: until every rank has joined */
+    if (hold) rdzv_release(hold);
+    return world;
 }
 
 int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) {
@@ -581,6 +617,7 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
     if (!ns->ordered) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);   /* before NCCL reads its environment; a user's value wins */
     else CUDA_CHECK(c, cudaEventCreateWithFlags(&ns->last_op, cudaEventDisableTiming));
     ncclUniqueId id;
+    RdzvHold hold, *held = NULL;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) NCCL_CHECK(c, ncclGetUniqueId(&id));
     if (c->world_size > 1 && im->shm) {           /* forked: through the inherited segment */
@@ -595,10 +632,11 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
     } else if (c->world_size > 1) {               /* external launcher: over TCP, to this job's ranks */
         RdzvJob j;
         comm_rdzv_job(l, l->master_addr, &j);
-        int rc = rdzv_bcast(&j, &id, sizeof id, err, errlen);
+        int rc = rdzv_bcast_hold(&j, &id, sizeof id, &hold, err, errlen);
         if (rc) return rc;
+        held = &hold;
     }
-    ncclComm_t w = init_world(c, id);
+    ncclComm_t w = init_world(c, id, held);
     c->world.nccl = queue_new(c, w, &c->world, ns->nsplits++);
     if (pthread_create(&ns->watchdog, NULL, watchdog, ns) != 0) {
         snprintf(err, errlen, "cannot start the NCCL watchdog thread");

@@ -290,6 +290,7 @@ typedef struct Server {
     char *claimed;                /* [world] 1 while a connection is sending it */
     int nserved, notices;
     int failed;                   /* RDZV_MISMATCH once a rank differs */
+    int *held;                    /* [world] served ranks' connections, kept (rdzv_bcast_hold); or NULL */
     char *err;
     size_t errlen;
 } Server;
@@ -297,7 +298,7 @@ typedef struct Server {
 static void conn_close(Server *s, int i) {
     Conn *c = &s->conn[i];
     if (c->claimed) s->claimed[c->rank] = 0;
-    close(c->fd);
+    if (c->fd >= 0) close(c->fd);
     free(c->out);
     s->conn[i] = s->conn[--s->nconn];
 }
@@ -503,10 +504,10 @@ static void missing(const Server *s, char *buf, size_t len) {
     }
 }
 
-static int serve(const RdzvJob *j, const void *blob, size_t len, char *err, size_t errlen) {
+static int serve(const RdzvJob *j, const void *blob, size_t len, int *held, char *err, size_t errlen) {
     Server *s = calloc(1, sizeof *s);
     if (!s) { snprintf(err, errlen, "out of memory for the rendezvous"); return -1; }
-    s->j = j; s->blob = blob; s->len = len; s->err = err; s->errlen = errlen;
+    s->j = j; s->blob = blob; s->len = len; s->err = err; s->errlen = errlen; s->held = held;
     s->served = calloc((size_t)j->world_size, 1);
     s->claimed = calloc((size_t)j->world_size, 1);
     items_digest(j, s->digest);
@@ -544,7 +545,12 @@ static int serve(const RdzvJob *j, const void *blob, size_t len, char *err, size
                 drop = conn_read(s, c) < 0;
             if (!drop && c->sent < c->nout && conn_write(c) < 0) drop = 1;   /* an answer just queued */
             if (!drop && c->state == C_CLOSE && c->sent == c->nout) {
-                if (c->claimed) { s->served[c->rank] = 1; s->nserved++; c->claimed = 0; }
+                if (c->claimed) {
+                    s->served[c->rank] = 1;
+                    s->nserved++;
+                    c->claimed = 0;
+                    if (s->held) { s->held[c->rank] = c->fd; c->fd = -1; }
+                }
                 drop = 1;
             }
             if (drop && c->state == C_DIFFER && !s->failed) {   /* it differs, and said nothing more */
@@ -654,6 +660,7 @@ static int fetch_differ(const RdzvJob *j, int fd, const unsigned char *cs, const
  * -1 / RDZV_MISMATCH with err. */
 static int fetch_once(const RdzvJob *j, int fd, void *blob, size_t len, char *why, size_t whylen, char *err,
                       size_t errlen) {
+    /* (fd stays open for the caller, who closes it) */
     unsigned char hello[40], m2[100], head[8], mac[32];
     double t = now_s() + CLIENT_S;
     if (io_full(fd, hello, 40, 0, t) != 0) { snprintf(why, whylen, "no greeting: %s", strerror(errno)); return 1; }
@@ -711,7 +718,8 @@ done:
     return rc;
 }
 
-static int fetch(const RdzvJob *j, void *blob, size_t len, char *err, size_t errlen) {
+/* keep: where the connection to rank 0 is left open once served (NULL: closed). */
+static int fetch(const RdzvJob *j, void *blob, size_t len, int *keep, char *err, size_t errlen) {
     char port[16], why[160] = "no answer";
     snprintf(port, sizeof port, "%d", j->port);
     struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
@@ -728,7 +736,8 @@ static int fetch(const RdzvJob *j, void *blob, size_t len, char *err, size_t err
                 snprintf(why, sizeof why, "%s", strerror(errno));
             } else {
                 rc = fetch_once(j, fd, blob, len, why, sizeof why, err, errlen);
-                close(fd);
+                if (rc == 0 && keep) *keep = fd;
+                else close(fd);
                 if (rc <= 0) return rc;
             }
         }
@@ -742,5 +751,77 @@ static int fetch(const RdzvJob *j, void *blob, size_t len, char *err, size_t err
 }
 
 int rdzv_bcast(const RdzvJob *j, void *blob, size_t len, char *err, size_t errlen) {
-    return j->rank == 0 ? serve(j, blob, len, err, errlen) : fetch(j, blob, len, err, errlen);
+    return j->rank == 0 ? serve(j, blob, len, NULL, err, errlen) : fetch(j, blob, len, NULL, err, errlen);
+}
+
+/* ---- holding on ------------------------------------------------------------------------- */
+
+int rdzv_bcast_hold(const RdzvJob *j, void *blob, size_t len, RdzvHold *h, char *err, size_t errlen) {
+    int W = j->world_size, n = j->rank == 0 ? W : 1, rc;
+    memset(h, 0, sizeof *h);
+    h->rank = j->rank;
+    h->world = W;
+    h->fd = malloc((size_t)n * sizeof *h->fd);
+    h->mark = calloc((size_t)n, 1);
+    h->gone = calloc((size_t)n, 1);
+    if (!h->fd || !h->mark || !h->gone) {
+        rdzv_release(h);
+        snprintf(err, errlen, "out of memory for the rendezvous");
+        return -1;
+    }
+    for (int r = 0; r < n; r++) h->fd[r] = -1;
+    rc = j->rank == 0 ? serve(j, blob, len, h->fd, err, errlen) : fetch(j, blob, len, h->fd, err, errlen);
+    if (rc) rdzv_release(h);
+    return rc;
+}
+
+void rdzv_mark(RdzvHold *h, int m) {
+    unsigned char b = (unsigned char)m;
+    if (h->fd && h->rank != 0 && h->fd[0] >= 0) (void)!send(h->fd[0], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+int rdzv_poll(RdzvHold *h, int want) {
+    if (!h->fd) return -1;
+    int n = h->rank == 0 ? h->world : 1;
+    for (int r = 0; r < n; r++) {
+        unsigned char buf[64];
+        ssize_t k = -1;
+        while (h->fd[r] >= 0 && (k = recv(h->fd[r], buf, sizeof buf, MSG_DONTWAIT)) != 0) {
+            if (k < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN) break;
+                k = 0;   /* reset: as gone */
+                break;
+            }
+            for (ssize_t i = 0; i < k; i++) if (buf[i] > h->mark[r]) h->mark[r] = buf[i];
+        }
+        if (h->fd[r] >= 0 && k == 0) {   /* closed */
+            close(h->fd[r]);
+            h->fd[r] = -1;
+            h->gone[r] = 1;
+        }
+    }
+    for (int r = 0; r < n; r++)
+        if (h->gone[r] && (h->rank != 0 || h->mark[r] < want)) return h->rank == 0 ? r : 0;
+    return -1;
+}
+
+void rdzv_missing(const RdzvHold *h, int want, const char *const *mark_names, char *buf, size_t len) {
+    size_t k = 0;
+    int n = 0;
+    buf[0] = 0;
+    for (int r = 1; h->fd && r < h->world && k + 48 < len; r++)
+        if (h->mark[r] < want)
+            k += (size_t)snprintf(buf + k, len - k, "%srank %d (%s)", n++ ? ", " : "", r,
+                                  h->gone[r] ? "gone" : mark_names[h->mark[r]]);
+}
+
+void rdzv_release(RdzvHold *h) {
+    int n = h->rank == 0 ? h->world : 1;
+    for (int r = 0; h->fd && r < n; r++)
+        if (h->fd[r] >= 0) close(h->fd[r]);
+    free(h->fd);
+    free(h->mark);
+    free(h->gone);
+    memset(h, 0, sizeof *h);
 }

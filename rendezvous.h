@@ -78,4 +78,32 @@ typedef struct RdzvJob {
  * not this job's rank 0. */
 int rdzv_bcast(const RdzvJob *j, void *blob, size_t len, char *err, size_t errlen);
 
+/* ---- holding on: who is still there ---------------------------------------------- */
+
+/* After rdzv_bcast_hold, rank 0 keeps the connection of every rank it
+ * served, and each of them its own to rank 0, until rdzv_release: through
+ * them a rank tells rank 0 the marks it reaches (1, 2, ...: "about to join
+ * NCCL", "joined"), and a process that dies closes its end, which the other
+ * side sees at once. */
+typedef struct RdzvHold {
+    int rank, world;
+    int *fd;                     /* rank 0: [world] each rank's connection (-1: none or closed);
+                                    the others: fd[0], theirs to rank 0 */
+    unsigned char *mark;         /* rank 0: [world] the last mark each rank sent */
+    char *gone;                  /* rank 0: [world] 1 once its connection closed */
+} RdzvHold;
+
+/* rdzv_bcast, then h holds the connections (h zeroed and unused on error). */
+int rdzv_bcast_hold(const RdzvJob *j, void *blob, size_t len, RdzvHold *h, char *err, size_t errlen);
+/* A rank other than 0 tells rank 0 it reached mark m (1..255). */
+void rdzv_mark(RdzvHold *h, int m);
+/* Reads what came, without waiting. Rank 0: the first rank whose connection
+ * closed before it sent mark `want`, or -1. The others: 0 when rank 0's
+ * connection closed, else -1. */
+int rdzv_poll(RdzvHold *h, int want);
+/* Rank 0: "rank 2 (gone), rank 3 (at mark 1)": the ranks below mark want. */
+void rdzv_missing(const RdzvHold *h, int want, const char *const *mark_names, char *buf, size_t len);
+/* Closes the connections and frees h. */
+void rdzv_release(RdzvHold *h);
+
 #endif
