@@ -155,7 +155,9 @@ typedef struct CommMesh {
  * rank. Every variable read is checked here: returns 0, or -1 with one line
  * in err naming the variable (not a number, rank outside the world, local
  * rank not below the local size, a world over COMM_MAX_RANKS without NCCL,
- * no MASTER_PORT for a launcher of several ranks, MASTER_PORT not a port),
+ * no MASTER_PORT for a launcher of several ranks, MASTER_PORT not a port,
+ * a launcher of several ranks that names no job without TRAIN_JOB_TOKEN:
+ * the job token, l->job_token, comes from them),
  * or --ranks outside 1..COMM_MAX_RANKS, or --ranks beside a launcher of
  * another number of ranks. */
 int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen);

@@ -1,6 +1,6 @@
 /* comm_launch.c: how processes become ranks (comm.h, "Launching"; DESIGN.md,
  * "Processes" and "Errors"): the launch plan read from --ranks and the
- * launcher's variables, the fork launcher and its supervisor, and the TCP
+ * launcher's variables, the fork launcher and its supervisor, and the
  * job token with which rank 0 tells the job's ranks from anyone else at the
  * rendezvous (rendezvous.c): the "one process a GPU" every section of the
  * articles assumes. It calls none of comm's other files, only rendezvous.c
@@ -27,8 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -39,7 +37,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include "comm_impl.h"
 #include "rendezvous.h"
