@@ -543,9 +543,10 @@ static void *init_watch(void *arg) {
             if (gone > 0)
                 init_fail(w, "error: rank 0: rank %d left before it joined NCCL's world (its connection to rank 0 "
                           "closed); stopping", gone);
-            int all = atomic_load(&w->self_done);
-            for (int r = 1; all && r < c->world_size; r++) all = w->hold->mark[r] >= JOIN_DONE;
-            if (all) { atomic_store(&w->all_done, 1); return NULL; }
+            if (atomic_load(&w->self_done) && rdzv_all_marked(w->hold, JOIN_DONE)) {
+                atomic_store(&w->all_done, 1);
+                return NULL;
+            }
         } else if (w->hold) {
             if (atomic_load(&w->self_done)) { atomic_store(&w->all_done, 1); return NULL; }
             if (rdzv_poll(w->hold, JOIN_DONE) == 0)

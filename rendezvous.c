@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include "rendezvous.h"
 
@@ -770,7 +771,14 @@ int rdzv_bcast_hold(const RdzvJob *j, void *blob, size_t len, RdzvHold *h, char 
         return -1;
     }
     for (int r = 0; r < n; r++) h->fd[r] = -1;
-    rc = j->rank == 0 ? serve(j, blob, len, h->fd, err, errlen) : fetch(j, blob, len, h->fd, err, errlen);
+    /* rank 0 holds a descriptor a rank: raise its limit as far as allowed,
+     * and hold nothing (the connections close as served) where that is not
+     * far enough */
+    struct rlimit lim;
+    rlim_t need = (rlim_t)W + MAX_CONN + 256;
+    int hold = j->rank != 0 || (getrlimit(RLIMIT_NOFILE, &lim) == 0 && (lim.rlim_cur >= need ||
+               (lim.rlim_max >= need && (lim.rlim_cur = need, setrlimit(RLIMIT_NOFILE, &lim) == 0))));
+    rc = j->rank == 0 ? serve(j, blob, len, hold ? h->fd : NULL, err, errlen) : fetch(j, blob, len, h->fd, err, errlen);
     if (rc) rdzv_release(h);
     return rc;
 }
@@ -806,12 +814,21 @@ int rdzv_poll(RdzvHold *h, int want) {
     return -1;
 }
 
+/* A rank rank 0 holds (or held: its connection closed since) whose last mark is below want. */
+static int below(const RdzvHold *h, int r, int want) { return (h->fd[r] >= 0 || h->gone[r]) && h->mark[r] < want; }
+
+int rdzv_all_marked(const RdzvHold *h, int want) {
+    for (int r = 1; h->fd && r < h->world; r++)
+        if (below(h, r, want)) return 0;
+    return 1;
+}
+
 void rdzv_missing(const RdzvHold *h, int want, const char *const *mark_names, char *buf, size_t len) {
     size_t k = 0;
     int n = 0;
     buf[0] = 0;
     for (int r = 1; h->fd && r < h->world && k + 48 < len; r++)
-        if (h->mark[r] < want)
+        if (below(h, r, want))
             k += (size_t)snprintf(buf + k, len - k, "%srank %d (%s)", n++ ? ", " : "", r,
                                   h->gone[r] ? "gone" : mark_names[h->mark[r]]);
 }

@@ -93,7 +93,10 @@ typedef struct RdzvHold {
     char *gone;                  /* rank 0: [world] 1 once its connection closed */
 } RdzvHold;
 
-/* rdzv_bcast, then h holds the connections (h zeroed and unused on error). */
+/* rdzv_bcast, then h holds the connections (h zeroed and unused on error).
+ * Rank 0 needs a descriptor a rank: it raises its soft limit (RLIMIT_NOFILE)
+ * up to the hard one, and where that is not enough holds none (rdzv_poll
+ * then sees no rank leave). */
 int rdzv_bcast_hold(const RdzvJob *j, void *blob, size_t len, RdzvHold *h, char *err, size_t errlen);
 /* A rank other than 0 tells rank 0 it reached mark m (1..255). */
 void rdzv_mark(RdzvHold *h, int m);
@@ -101,7 +104,9 @@ void rdzv_mark(RdzvHold *h, int m);
  * closed before it sent mark `want`, or -1. The others: 0 when rank 0's
  * connection closed, else -1. */
 int rdzv_poll(RdzvHold *h, int want);
-/* Rank 0: "rank 2 (gone), rank 3 (at mark 1)": the ranks below mark want. */
+/* Rank 0: whether every rank it holds (or held) has sent mark want. */
+int rdzv_all_marked(const RdzvHold *h, int want);
+/* Rank 0: "rank 2 (gone), rank 3 (at mark 1)": the ranks it holds below mark want. */
 void rdzv_missing(const RdzvHold *h, int want, const char *const *mark_names, char *buf, size_t len);
 /* Closes the connections and frees h. */
 void rdzv_release(RdzvHold *h);

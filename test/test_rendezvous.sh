@@ -13,6 +13,7 @@
 #   - two processes started as rank 1: one is refused (exit 2), the job
 #     completes with the other;
 #   - 20 clients that connect and say nothing delay the start by at most 2 s;
+#   - rank 0 listens on the address MASTER_ADDR names (127.0.0.1), not on all;
 #   - no /dev/shm segment of any of these jobs is left.
 # Run from the repository root.
 cd "$(dirname "$0")/.." || exit 2
@@ -143,6 +144,9 @@ start() {
     $C --silent 127.0.0.1 "$port" "$3" 60 > "$OUT/$1.silent" 2>&1 & ps=$!
     i=0
     while [ $i -lt 400 ] && ! grep -q connected "$OUT/$1.silent"; do sleep 0.05; i=$((i + 1)); done
+    # the address rank 0 listens on, from the kernel's table (state 0A: listening)
+    bound=$(awk -v p="$(printf '%04X' "$port")" '$4 == "0A" { split($2, a, ":"); if (a[2] == p) print a[1] }' \
+        /proc/net/tcp | head -n 1)
     t0=$(now)
     rank "$1.1" 1 jobA "$port"; p1=$!
     i=0
@@ -161,6 +165,13 @@ if [ "$brc" = "0 0" ] && [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && grep -q '20 clients
     ok "20 silent clients held on: the job started $took s after rank 1, $delay s later than with none ($base s)"
 else
     bad "20 silent clients: exits $brc / $rc0 $rc1, $took s against $base s (delay $delay s, at most 2), /dev/shm: '$(shm_left "$port")' (see $OUT/silent.*)"
+fi
+
+# 127.0.0.1 is 0100007F in /proc/net/tcp's order; every address is 00000000
+if [ "$bound" = 0100007F ]; then
+    ok "rank 0 listens on MASTER_ADDR=127.0.0.1, one of its host's addresses, not on every address"
+else
+    bad "rank 0 listens on '$bound' (/proc/net/tcp), not on MASTER_ADDR=127.0.0.1 (0100007F)"
 fi
 
 t_end test_rendezvous
