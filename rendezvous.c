@@ -381,10 +381,10 @@ static int conn_joined(Server *s, Conn *c) {
 static void conn_differ(Server *s, Conn *c) {
     const RdzvJob *j = s->j;
     unsigned char mac[32];
-    uint32_t idx = load_be32(c->in), n = load_be32(c->in + 4);
+    uint32_t idx = load_be32(c->in), said = load_be32(c->in + 4), n = said > MAX_ITEM ? MAX_ITEM : said;
     mac_answer(j, "differ", c->cs, c->nc, c->rank, c->in, 8 + n, mac);
     s->failed = RDZV_MISMATCH;
-    if (!same_mac(mac, c->in + 8 + n)) {
+    if (said > MAX_ITEM || !same_mac(mac, c->in + 8 + n)) {
         snprintf(s->err, s->errlen, "rank %u's configuration differs from rank 0's (the digest of what the ranks "
                  "must agree on), and its answer did not say where", c->rank);
         return;
