@@ -11,7 +11,8 @@
  *
  * The rest of comm.h lives beside this file (comm_impl.h is what they share):
  * comm_launch.c makes the ranks, comm_shm.c and comm_nccl.c are the two
- * backends. Calls go down only: this file calls the backends, never the
+ * backends, rendezvous.c (beneath both) lets the ranks of one job find each
+ * other. Calls go down only: this file calls the backends, never the
  * other way; the way a rank dies (comm_die) is comm_impl.h's, below them all. Each operation here returns at once on a rank outside the group,
  * checks its arguments, counts its bus bytes the way nccl-tests does, then
  * hands the call to the backend of the communicator (size-1 groups and empty
@@ -45,6 +46,7 @@ int comm_init(Comm *c, const CommLaunch *l, CommBackend backend, Dev *gpu, char 
     w->index = c->rank;
     for (int r = 0; r < c->world_size; r++) w->ranks[r] = r;
     CommImpl *im = c->impl;
+    int rc = -1;
     if (l->kind == COMM_LAUNCH_FORK) {          /* the launcher's segment, inherited (NCCL too) */
         im->shm = l->shared;
         im->shm_bytes = l->shared_bytes;
@@ -59,19 +61,19 @@ int comm_init(Comm *c, const CommLaunch *l, CommBackend backend, Dev *gpu, char 
     }
     if (backend == COMM_NCCL) {
 #ifdef USE_NCCL
-        if (nccl_init(c, l, gpu, err, errlen)) goto fail;
+        if ((rc = nccl_init(c, l, gpu, err, errlen)) != 0) goto fail;
 #else
         (void)gpu;
         snprintf(err, errlen, "the NCCL backend is not built in (nccl.h was not found at build time)");
         goto fail;
 #endif
     } else if (l->kind == COMM_LAUNCH_ENV) {
-        if (shm_join(c, l, err, errlen)) goto fail;
+        if ((rc = shm_join(c, l, err, errlen)) != 0) goto fail;
     }
     return 0;
 fail:
     comm_free(c);
-    return -1;
+    return rc == RDZV_MISMATCH ? rc : -1;
 }
 
 void comm_free(Comm *c) {

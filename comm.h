@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "tensor.h"
+#include "rendezvous.h"
 
 #define COMM_MAX_RANKS 64    /* ranks of one --ranks job, and of the shared-memory backend */
 #define COMM_NO_COLOR (-1)   /* comm_split: this rank joins no group */
@@ -86,6 +87,12 @@ typedef struct CommLaunch {
                                finish their step and checkpoint; the second kills them */
     void *shared;           /* fork: the segment mapped before the fork, inherited */
     size_t shared_bytes;
+    unsigned char job_token[RDZV_TOKEN_BYTES];  /* shared by this job's ranks only (rendezvous.h): from
+                               the launcher's job identity and TRAIN_JOB_TOKEN, or random (--ranks) */
+    char job_token_from[96];    /* what it came from, for messages: "TORCHELASTIC_RUN_ID", ... */
+    const char *const *agree;   /* [nagree] "name=value": what every rank must agree on (world,
+                                   model, layout, data, version); set before comm_init; may be NULL */
+    int nagree;
 } CommLaunch;
 
 typedef struct Comm Comm;
@@ -148,7 +155,9 @@ typedef struct CommMesh {
  * rank. Every variable read is checked here: returns 0, or -1 with one line
  * in err naming the variable (not a number, rank outside the world, local
  * rank not below the local size, a world over COMM_MAX_RANKS without NCCL,
- * no MASTER_PORT for a launcher of several ranks, MASTER_PORT not a port),
+ * no MASTER_PORT for a launcher of several ranks, MASTER_PORT not a port,
+ * a launcher of several ranks that names no job without TRAIN_JOB_TOKEN:
+ * the job token, l->job_token, comes from them),
  * or --ranks outside 1..COMM_MAX_RANKS, or --ranks beside a launcher of
  * another number of ranks. */
 int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen);
@@ -184,9 +193,13 @@ CommBackend comm_default_backend(const CommLaunch *l, DevKind dev, int gpus);
  * rank has mapped it), over TCP at MASTER_ADDR:rendezvous_port (MASTER_ADDR
  * defaults to 127.0.0.1 for COMM_SHM); the others retry for 120 s. Without
  * a supervisor, a waiting rank notices a vanished peer within a second.
- * Returns 0, or -1 with one line in err: NCCL not built, no GPU, more than
- * COMM_MAX_RANKS for COMM_SHM, rendezvous failed (address and port named),
- * segment cannot be made or opened (ranks on several hosts). NCCL errors
+ * Only ranks that prove l's job token are served, and only when their
+ * l->agree items equal rank 0's. Returns 0; RDZV_MISMATCH (-2) with one line
+ * in err naming the first item on which this rank and rank 0 disagree (on
+ * both ranks); or -1 with one line in err: NCCL not built, no GPU, more than
+ * COMM_MAX_RANKS for COMM_SHM, rendezvous failed (address and port named,
+ * or another job's token), segment cannot be made or opened (ranks on
+ * several hosts), a rank that never joined (named). NCCL errors
  * during init exit like any NCCL error. */
 int comm_init(Comm *c, const CommLaunch *l, CommBackend backend, Dev *gpu,
               char *err, size_t errlen);

@@ -1,21 +1,28 @@
-/* comm_impl.h: what the four parts of comm.h's implementation share; included
+/* comm_impl.h: what the parts of comm.h's implementation share; included
  * by comm.c, comm_launch.c, comm_shm.c and comm_nccl.c only, never elsewhere.
  * (DESIGN.md, "Processes" and "Errors": the floor under every parallel
  * dimension of hybrid-parallelism.txt.)
  *
  *   comm.c         communicators, groups, the mesh; every operation's checks,
  *                  byte accounting and dispatch to a backend
- *   comm_launch.c  who this process is (launcher variables), the fork
- *                  launcher and its supervisor, the TCP rendezvous
+ *   comm_launch.c  who this process is (launcher variables, the job token),
+ *                  the fork launcher and its supervisor
  *   comm_shm.c     the shared segment's areas, its collectives and p2p engine
  *   comm_nccl.c    the NCCL backend (built with USE_NCCL)
+ *   rendezvous.c   rank 0 hands the segment's name or the NCCL id to the
+ *                  ranks that prove the job token (not a comm file: it knows
+ *                  nothing of Comm, and calls only the C library)
  *
- * Calls go one way, comm.c -> comm_nccl.c -> comm_shm.c -> comm_launch.c, a
- * file calling only those to its right: comm.c dispatches to the backends,
- * comm_nccl.c's watchdog waits on the segment (comm_shm.c), both backends
- * use comm_launch.c's rendezvous, and comm_launch.c calls none of them. What all four need, the segment's header, the abort
- * word and the way a rank dies (comm_die), lives here, below them all, so
- * that no part calls back up into the one that called it.
+ * Calls go down only, and never sideways between the backends:
+ *
+ *   comm.c -> comm_shm.c  -> rendezvous.c
+ *          -> comm_nccl.c -> rendezvous.c
+ *   comm_launch.c         -> rendezvous.c (the token)
+ *
+ * What several of them need, the segment's header, the abort word, the way
+ * a rank dies (comm_die) and the rendezvous' settings from a CommLaunch,
+ * lives here as inline code, below them all, so that no part calls back up
+ * into the one that called it nor across to its sibling.
  *
  * Backend entry points are called by comm.c after its checks: this rank is
  * a member of g, n > 0, and for shm_ collectives g->size > 1. Faults inside
@@ -36,6 +43,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include "comm.h"
+#include "rendezvous.h"
 
 /* ---- small things every part uses ----------------------------------------- */
 
@@ -63,6 +71,7 @@ typedef struct ShmSlot {
     _Atomic int32_t pid;
     _Atomic int32_t exited;               /* 1 once the rank has left (exit_code says how) */
     _Atomic int32_t exit_code;            /* exit status, or -signal */
+    _Atomic int32_t nccl_init;            /* NCCL: 1 inside ncclCommInitRank, 2 once it returned */
     _Atomic uint64_t pub[COMM_MAX_RANKS][AREAS];  /* times the owner filled area a for rank q */
     _Atomic uint64_t con[COMM_MAX_RANKS][AREAS];  /* times the owner finished reading rank q's area a */
     _Atomic uint64_t nccl_issued[NCCL_MAX_QUEUES]; /* NCCL: operations the owner queued on each group
@@ -76,6 +85,7 @@ typedef struct ShmHeader {
     uint64_t data_offset;                 /* where the areas start: [rank][area][area_bytes] */
     _Atomic int64_t abort_word;           /* 0, or ((rank + 2) << 32 | (uint32_t)code) of the first failure */
     _Atomic int32_t mapped;               /* external launcher: ranks that mapped the segment */
+    _Atomic int32_t served;               /* external launcher: 1 once rank 0 served every rank */
     _Atomic uint64_t nccl_id_ready;       /* fork + NCCL: 1 once rank 0 wrote nccl_id */
     unsigned char nccl_id[128];
     ShmSlot slot[];                       /* [world] */
@@ -202,24 +212,36 @@ static inline __attribute__((noreturn, format(printf, 4, 5))) void comm_die_for(
     comm_fail(c, culprit, code, fmt, ap);
 }
 
-/* ---- the rendezvous (comm_launch.c) ------------------------------------------- */
+/* ---- the rendezvous' settings ------------------------------------------------- */
 
-/* Rank 0 of l serves blob[len] at MASTER_ADDR:rendezvous_port until every
- * other rank fetched it; the others fetch it into blob. Returns 0, or -1 with
- * err: MASTER_PORT or (not rank 0) MASTER_ADDR unset, nobody/rank 0 not
- * reached within the rendezvous timeout, port taken. */
-int tcp_bcast(const CommLaunch *l, void *blob, size_t len, char *err, size_t errlen);
+#define RENDEZVOUS_S 120.0       /* external launcher: how long rank 0 waits for the others, and they for it */
+#define JOIN_S 30.0              /* then: how long mapping the segment (or NCCL's id, forked) may take */
+
+/* The rendezvous of launch l (rendezvous.h): rank 0 at addr (MASTER_ADDR;
+ * the backend's default when unset), the job's token and agreement items. */
+static inline void comm_rdzv_job(const CommLaunch *l, const char *addr, RdzvJob *j) {
+    j->rank = l->rank;
+    j->world_size = l->world_size;
+    j->addr = addr;
+    j->port = l->rendezvous_port;
+    j->port_name = l->rendezvous_port != l->master_port ? "MASTER_PORT + 1" : "MASTER_PORT";
+    j->token = l->job_token;
+    j->token_from = l->job_token_from[0] ? l->job_token_from : "nothing";
+    j->items = l->agree;
+    j->nitems = l->agree ? l->nagree : 0;
+    j->timeout_s = RENDEZVOUS_S;
+}
 
 /* ---- the shared-memory backend (comm_shm.c) ------------------------------------ */
 
-/* Waits until *p >= v, `peer` being the rank that moves it; exits (comm_die)
- * when the job aborts or peer left without getting there. */
-void shm_wait_geq(Comm *c, _Atomic uint64_t *p, uint64_t v, int peer);
 /* One rank alone: a private segment, so sends to itself work like any other.
  * 0, or -1 with err. */
 int shm_map_private(Comm *c, char *err, size_t errlen);
 /* External launcher: rank 0 makes a named segment, hands its name out over
- * tcp_bcast, and the name is unlinked once all mapped it. 0, or -1 with err. */
+ * the rendezvous (rdzv_bcast), and the name is unlinked once all mapped it;
+ * every wait has a deadline and names the ranks missing, and no failed start
+ * leaves the name behind. 0; RDZV_MISMATCH (the ranks disagree) or -1, with
+ * err. */
 int shm_join(Comm *c, const CommLaunch *l, char *err, size_t errlen);
 /* Tells the peers this rank left (exit code 0) and unmaps the segment. */
 void shm_leave(Comm *c);
@@ -238,8 +260,10 @@ void shm_p2p_run(Comm *c, P2POp *ops, int n);
 
 #ifdef USE_NCCL
 /* Creates the stream and events on gpu, gets the world's NCCL id to every
- * rank (through the segment when forked, else tcp_bcast) and joins. 0, or -1
- * with err (no CUDA device, rendezvous failed); NCCL errors exit. */
+ * rank (through the segment when forked, else rdzv_bcast_hold) and joins, by
+ * a deadline (--comm-timeout, at least RENDEZVOUS_S; past it, or when a rank
+ * dies first: one line naming the ranks that have not joined, exit 1). 0; RDZV_MISMATCH or -1 with err (no
+ * CUDA device, rendezvous failed); NCCL errors exit. */
 int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen);
 /* Destroys the world communicator, stream, events and scratch (any part made). */
 void nccl_free(Comm *c);

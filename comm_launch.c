@@ -1,9 +1,10 @@
 /* comm_launch.c: how processes become ranks (comm.h, "Launching"; DESIGN.md,
  * "Processes" and "Errors"): the launch plan read from --ranks and the
- * launcher's variables, the fork launcher and its supervisor, and the TCP
- * rendezvous through which rank 0 reaches the others: the "one process a
- * GPU" every section of the articles assumes. The bottom of comm's files:
- * it calls none of the others (the segment's header is comm_impl.h's).
+ * launcher's variables, the fork launcher and its supervisor, and the
+ * job token with which rank 0 tells the job's ranks from anyone else at the
+ * rendezvous (rendezvous.c): the "one process a GPU" every section of the
+ * articles assumes. It calls none of comm's other files, only rendezvous.c
+ * for the token (the segment's header is comm_impl.h's).
  *
  * `--ranks N` forks N ranks; the process that forked them stays
  * as their supervisor. It relays their output, reaps them, and when one
@@ -11,7 +12,10 @@
  * died and how, and SIGKILLs whoever has not stopped GRACE_S later. Ranks
  * die with it (PR_SET_PDEATHSIG). Under torchrun, srun or mpirun one
  * process is one rank; rank 0 hands out what the others need (the NCCL id,
- * or the name of the shared segment) over TCP.
+ * or the name of the shared segment) over TCP, to the ranks that prove the
+ * job token: derived from the launcher's job identity (job_identity) and
+ * TRAIN_JOB_TOKEN, a secret the user may export; a fork job draws a random
+ * one, which its ranks inherit.
  *
  * Which launcher: the innermost one whose variables are there (torchrun,
  * then mpirun, then an srun task). A Slurm batch script's shell has
@@ -23,8 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -35,14 +37,13 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include "comm_impl.h"
+#include "rendezvous.h"
 #include "stop.h"
 #include "safe.h"
 
 #define GRACE_S 3.0              /* supervisor: SIGKILL ranks still running this long after a failure */
-#define RENDEZVOUS_S 120         /* external launcher: how long ranks wait for rank 0 */
 
 /* ---- the launch plan: --ranks, or the launcher's variables ---------------------------- */
 
@@ -210,6 +211,52 @@ static int env_read(const EnvNames *e, int ranks, CommLaunch *l, char *err, size
     return 0;
 }
 
+/* The job identity launcher `which` gives every rank of one job and no other
+ * job: torchrun's run id (--rdzv-id; --standalone draws a random one, else it
+ * is "none"), the Slurm step (job id and step id: the step's tasks, not the
+ * batch shell), Open MPI's job id (ORTE's OMPI_MCA_ess_base_jobid; PRRTE's
+ * PMIX_NAMESPACE from Open MPI 5). MPICH's Hydra exports none. Writes the
+ * identity, and the variables' names into from; 0 when there is none. */
+static int job_identity(int which, char *id, size_t idlen, char *from, size_t fromlen) {
+    const char *a = NULL, *b = NULL, *an = NULL, *bn = NULL;
+    if (which == ENV_TORCHRUN) {
+        a = getenv(an = "TORCHELASTIC_RUN_ID");
+    } else if (which == ENV_SLURM) {
+        a = getenv(an = "SLURM_JOB_ID");
+        b = getenv(bn = getenv("SLURM_STEP_ID") ? "SLURM_STEP_ID" : "SLURM_STEPID");
+    } else if (which == ENV_OPENMPI) {
+        a = getenv(an = "OMPI_MCA_ess_base_jobid");
+        if (!a || !*a) a = getenv(an = "PMIX_NAMESPACE");
+    } else {
+        a = getenv(an = "PMIX_NAMESPACE");
+    }
+    if (!a || !*a) return 0;
+    snprintf(id, idlen, "%s=%s%s%s%s%s", an, a, b ? " " : "", b ? bn : "", b ? "=" : "", b ? b : "");
+    snprintf(from, fromlen, "%s%s%s", an, b ? " and " : "", b ? bn : "");
+    return 1;
+}
+
+/* An external launcher's job token: its job identity and TRAIN_JOB_TOKEN
+ * mixed (rdzv_token_derive); -1 with err when there is neither. */
+static int env_token(int which, CommLaunch *l, char *err, size_t errlen) {
+    char id[512] = "", from[64] = "";
+    const char *secret = getenv("TRAIN_JOB_TOKEN");
+    if (secret && !*secret) secret = NULL;
+    int has_id = job_identity(which, id, sizeof id, from, sizeof from);
+    if (!has_id && !secret) {
+        snprintf(err, errlen, "%s started %d ranks but names no job (no %s): export TRAIN_JOB_TOKEN=<a secret> "
+                 "to every rank of this job, so that rank 0 can tell its ranks from anyone else's", l->source,
+                 l->world_size, which == ENV_TORCHRUN ? "TORCHELASTIC_RUN_ID" : which == ENV_SLURM ?
+                 "SLURM_JOB_ID" : which == ENV_OPENMPI ? "OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE" :
+                 "PMIX_NAMESPACE");
+        return -1;
+    }
+    rdzv_token_derive(secret, id, l->job_token);
+    snprintf(l->job_token_from, sizeof l->job_token_from, "%s%s%s", secret ? "TRAIN_JOB_TOKEN" : "",
+             secret && has_id ? " and " : "", from);
+    return 0;
+}
+
 /* Every variable a launch reads is checked here, before anything starts. */
 int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
@@ -254,6 +301,7 @@ int comm_launch_plan(int ranks, CommLaunch *l, char *err, size_t errlen) {
     }
     l->master_port = port;
     l->rendezvous_port = port && agent && !strcmp(agent, "True") ? port + 1 : port;
+    if (l->kind == COMM_LAUNCH_ENV && env_token(which, l, err, errlen)) return -1;
     return 0;
 }
 
@@ -437,6 +485,10 @@ static void rank_setup(Supervisor *s, int r, pid_t sup, const sigset_t *old, int
 int comm_launch_start(CommLaunch *l, char *err, size_t errlen) {
     if (l->kind != COMM_LAUNCH_FORK) return 0;
     int W = l->world_size;
+    /* the job's token, inherited by its ranks; their segment is inherited too,
+     * so no rendezvous uses it today, but it is the job's all the same */
+    if (rdzv_token_random(l->job_token, err, errlen)) return -1;
+    snprintf(l->job_token_from, sizeof l->job_token_from, "--ranks (random)");
     size_t bytes = shm_segment_bytes(W);
     /* Anonymous shared memory: the ranks inherit it, and no name exists that
      * could outlive the job, whatever kills it. */
@@ -525,110 +577,4 @@ CommBackend comm_default_backend(const CommLaunch *l, DevKind dev, int gpus) {
     (void)l; (void)dev; (void)gpus;
 #endif
     return COMM_SHM;
-}
-
-/* ---- TCP rendezvous: rank 0 hands a blob to every other rank -------------------- */
-
-static int io_full(int fd, void *p, size_t n, int writing, double deadline) {
-    char *b = p;
-    while (n) {
-        struct pollfd pf = { fd, writing ? POLLOUT : POLLIN, 0 };
-        int ms = (int)((deadline - now_s()) * 1000);
-        if (ms <= 0) { errno = ETIMEDOUT; return -1; }
-        if (poll(&pf, 1, ms) <= 0) continue;
-        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { if (k == 0) errno = ECONNRESET; return -1; }
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int tcp_serve(const CommLaunch *l, void *blob, size_t len, char *err, size_t errlen) {
-    int port = l->rendezvous_port, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_ANY) };
-    if (fd < 0) { snprintf(err, errlen, "socket: %s", strerror(errno)); return -1; }
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0) {
-        snprintf(err, errlen, "rank 0 cannot listen on port %d (MASTER_PORT%s): %s", port,
-                 port != l->master_port ? " + 1" : "", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    char *served = safe_calloc((size_t)l->world_size, 1, "the rendezvous' table");
-    int nserved = 0, nwant = l->world_size - 1;
-    double deadline = now_s() + RENDEZVOUS_S;
-    while (nserved < nwant) {
-        struct pollfd pf = { fd, POLLIN, 0 };
-        if (now_s() > deadline) {
-            snprintf(err, errlen, "only %d of the other %d ranks reached rank 0 on port %d within %d s",
-                     nserved, nwant, port, RENDEZVOUS_S);
-            close(fd);
-            free(served);
-            return -1;
-        }
-        if (poll(&pf, 1, 1000) <= 0) continue;
-        int s = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-        if (s < 0) continue;
-        int32_t r = -1;
-        double t = now_s() + 10;
-        if (io_full(s, &r, sizeof r, 0, t) == 0 && r > 0 && r < l->world_size &&
-            io_full(s, blob, len, 1, t) == 0 && !served[r]) {
-            served[r] = 1;
-            nserved++;
-        }
-        close(s);
-    }
-    close(fd);
-    free(served);
-    return 0;
-}
-
-static int tcp_fetch(const CommLaunch *l, void *blob, size_t len, char *err, size_t errlen) {
-    char port[16], why[128] = "no answer";
-    snprintf(port, sizeof port, "%d", l->rendezvous_port);
-    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    double deadline = now_s() + RENDEZVOUS_S;
-    for (;;) {
-        int rc = getaddrinfo(l->master_addr, port, &hints, &ai);
-        if (rc != 0) {
-            snprintf(why, sizeof why, "%s", gai_strerror(rc));
-        } else {
-            int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            int32_t r = l->rank;
-            if (s >= 0 && connect(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
-                io_full(s, &r, sizeof r, 1, now_s() + 10) == 0 &&
-                io_full(s, blob, len, 0, now_s() + 30) == 0) {
-                close(s);
-                freeaddrinfo(ai);
-                return 0;
-            }
-            snprintf(why, sizeof why, "%s", strerror(errno));
-            if (s >= 0) close(s);
-            freeaddrinfo(ai);
-        }
-        if (now_s() > deadline) {
-            snprintf(err, errlen, "rank %d cannot reach rank 0 at %s:%d (MASTER_ADDR:MASTER_PORT%s) within %d s: %s",
-                     l->rank, l->master_addr, l->rendezvous_port,
-                     l->rendezvous_port != l->master_port ? " + 1" : "", RENDEZVOUS_S, why);
-            return -1;
-        }
-        nanosleep(&(struct timespec){ 0, 200000000L }, NULL);
-    }
-}
-
-int tcp_bcast(const CommLaunch *l, void *blob, size_t len, char *err, size_t errlen) {
-    if (l->rendezvous_port <= 0) {
-        snprintf(err, errlen, "%s started %d ranks but MASTER_PORT is not set: rank 0 needs a port "
-                 "to hand out the rendezvous (export MASTER_ADDR and MASTER_PORT)", l->source, l->world_size);
-        return -1;
-    }
-    if (l->rank != 0 && !l->master_addr[0]) {
-        snprintf(err, errlen, "%s started %d ranks but MASTER_ADDR is not set: the other ranks need "
-                 "rank 0's host (export MASTER_ADDR and MASTER_PORT)", l->source, l->world_size);
-        return -1;
-    }
-    return l->rank == 0 ? tcp_serve(l, blob, len, err, errlen) : tcp_fetch(l, blob, len, err, errlen);
 }

@@ -1,8 +1,9 @@
 /* comm_nccl.c: the NCCL backend of comm.h, built with USE_NCCL (DESIGN.md,
  * "Processes": one rank a GPU; rank 0 hands the NCCL unique id to the others):
  * the same collectives and sends as comm_shm.c, for the articles' GPUs. It
- * calls down only: comm_impl.h (comm_die), comm_shm.c (the watchdog waits
- * on the segment) and comm_launch.c's rendezvous, never comm.c.
+ * calls down only: comm_impl.h (comm_die, the segment's header, which the
+ * watchdog reads) and rendezvous.c, never comm.c nor the shared-memory
+ * backend.
  *
  * Queues. Every group (the world, and each comm_split: tp, dp, pp, embed)
  * has its own NCCL communicator and its own communication stream, so the
@@ -26,7 +27,11 @@
  * in chunks of HOST_CHUNK bytes for the operations that allow it (saving
  * all-reduces the whole model from host memory: the scratch stays small).
  * The world's id travels through the shared segment of a fork job, else
- * over the TCP rendezvous (comm_launch.c).
+ * over the TCP rendezvous (rendezvous.c), to the ranks that prove the job
+ * token. Joining has a deadline (init_world): NCCL's init waits for every
+ * rank without one, so a thread beside it ends the rank when it is passed,
+ * naming the ranks that have not joined, and at once when one of them dies
+ * (init_watch).
  *
  * The watchdog. NCCL does not fail when a peer hangs or dies: its kernels
  * wait, and so does every stream behind them. A thread on every rank looks
@@ -457,6 +462,139 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
+/* ---- joining ------------------------------------------------------------------ */
+
+/* Fork job, rank > 0: waits for rank 0 to write the world's id into the
+ * segment, by JOIN_S. 0, or -1 with err (the job aborting, the deadline). */
+static int id_from_segment(Comm *c, ncclUniqueId *id, char *err, size_t errlen) {
+    ShmHeader *h = c->impl->shm;
+    double by = now_s() + JOIN_S;
+    while (!atomic_load(&h->nccl_id_ready)) {
+        int64_t w = atomic_load(&h->abort_word);
+        if (w) {
+            char how[64];
+            shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
+            snprintf(err, errlen, "rank %d stops: rank %d failed before NCCL's id was out (%s)", c->rank,
+                     (int)(w >> 32) - 2, how);
+            return -1;
+        }
+        if (now_s() >= by) {
+            snprintf(err, errlen, "rank %d: rank 0 did not hand out NCCL's id within %g s", c->rank, JOIN_S);
+            return -1;
+        }
+        nanosleep(&(struct timespec){ 0, 1000000L }, NULL);
+    }
+    memcpy(id, h->nccl_id, sizeof *id);
+    return 0;
+}
+
+/* The deadline of ncclCommInitRank, which has none of its own: a thread
+ * beside it watches who has joined, through the fork job's segment (each
+ * rank marks its slot before and after) or, under an external launcher,
+ * through the rendezvous' connections, which rank 0 and each rank hold
+ * until every rank has joined (each sends rank 0 the same two marks; a rank
+ * that dies closes its end). A rank gone before it joined ends the job at
+ * once; past the deadline (--comm-timeout, at least RENDEZVOUS_S: joining a
+ * big world takes time), the ranks that have not joined are named. */
+enum { JOIN_CALLING = 1, JOIN_DONE = 2 };
+static const char *const join_marks[] = { "never called ncclCommInitRank", "inside ncclCommInitRank", "joined" };
+
+typedef struct InitWatch {
+    Comm *c;
+    RdzvHold *hold;              /* external launcher; NULL when forked */
+    double limit_s, deadline;
+    _Atomic int self_done;       /* this rank's ncclCommInitRank returned */
+    _Atomic int all_done;        /* rank 0: every rank has joined (the others: this rank) */
+} InitWatch;
+
+static void init_fail(InitWatch *w, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void init_fail(InitWatch *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    if (w->c->impl->shm) shm_abort_set(w->c->impl->shm, w->c->rank, 1);
+    _exit(1);   /* the held connections close with it: the other ranks learn at once */
+}
+
+/* Fork job: "rank 2 (never called ncclCommInitRank), ..." from the slots. */
+static void unjoined_slots(ShmHeader *h, char *buf, size_t len) {
+    size_t k = 0;
+    int n = 0;
+    buf[0] = 0;
+    for (int r = 0; r < h->world && k + 48 < len; r++) {
+        int m = atomic_load(&h->slot[r].nccl_init);
+        if (m < JOIN_DONE)
+            k += (size_t)snprintf(buf + k, len - k, "%srank %d (%s)", n++ ? ", " : "", r, join_marks[m]);
+    }
+}
+
+static void *init_watch(void *arg) {
+    InitWatch *w = arg;
+    Comm *c = w->c;
+    ShmHeader *h = c->impl->shm;
+    char who[512];
+    for (;;) {
+        if (w->hold && c->rank == 0) {
+            int gone = rdzv_poll(w->hold, JOIN_DONE);
+            if (gone > 0)
+                init_fail(w, "error: rank 0: rank %d left before it joined NCCL's world (its connection to rank 0 "
+                          "closed); stopping", gone);
+            if (atomic_load(&w->self_done) && rdzv_all_marked(w->hold, JOIN_DONE)) {
+                atomic_store(&w->all_done, 1);
+                return NULL;
+            }
+        } else if (w->hold) {
+            if (atomic_load(&w->self_done)) { atomic_store(&w->all_done, 1); return NULL; }
+            if (rdzv_poll(w->hold, JOIN_DONE) == 0)
+                init_fail(w, "error: rank %d: rank 0 left before every rank joined NCCL's world (it closed its "
+                          "connection); stopping", c->rank);
+        } else if (atomic_load(&w->self_done)) {
+            atomic_store(&w->all_done, 1);
+            return NULL;
+        }
+        int64_t ab = h ? atomic_load(&h->abort_word) : 0;
+        if (ab) {   /* forked: the supervisor saw a rank die */
+            shm_describe_status((int32_t)(uint32_t)ab, who, sizeof who);
+            init_fail(w, "error: rank %d stops: rank %d died (%s) before every rank joined NCCL's world", c->rank,
+                      (int)(ab >> 32) - 2, who);
+        }
+        if (now_s() >= w->deadline) {
+            who[0] = 0;
+            if (h) unjoined_slots(h, who, sizeof who);
+            else if (w->hold && c->rank == 0) rdzv_missing(w->hold, JOIN_DONE, join_marks, who, sizeof who);
+            init_fail(w, "error: rank %d: NCCL's world of %d ranks was not joined within %g s%s%s",
+                      c->rank, c->world_size, w->limit_s, who[0] ? ": not joined: " : "",
+                      who[0] ? who : c->rank == 0 ? "" : "; rank 0 knows who is missing");
+        }
+        nanosleep(&(struct timespec){ 0, 20000000L }, NULL);
+    }
+}
+
+/* ncclCommInitRank of the world by --comm-timeout, watched (InitWatch);
+ * hold: the rendezvous' connections (NULL when forked), released here. */
+static ncclComm_t init_world(Comm *c, ncclUniqueId id, RdzvHold *hold) {
+    NcclState *ns = c->impl->nccl;
+    ShmHeader *h = c->impl->shm;
+    double limit = ns->timeout_s > RENDEZVOUS_S ? ns->timeout_s : RENDEZVOUS_S;
+    InitWatch w = { .c = c, .hold = hold, .limit_s = limit, .deadline = now_s() + limit };
+    pthread_t th;
+    int watched = c->world_size > 1 && pthread_create(&th, NULL, init_watch, &w) == 0;
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, JOIN_CALLING);
+    if (hold) rdzv_mark(hold, JOIN_CALLING);
+    ncclComm_t world;
+    NCCL_CHECK(c, ncclCommInitRank(&world, c->world_size, id, c->rank));
+    if (h) atomic_store(&h->slot[c->rank].nccl_init, JOIN_DONE);
+    if (hold) rdzv_mark(hold, JOIN_DONE);
+    atomic_store(&w.self_done, 1);
+    if (watched) pthread_join(th, NULL);   /* rank 0: until every rank has joined */
+    if (hold) rdzv_release(hold);
+    return world;
+}
+
 int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) {
     CommImpl *im = c->impl;
     if (!on_gpu(gpu)) {
@@ -480,6 +618,7 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
     if (!ns->ordered) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);   /* before NCCL reads its environment; a user's value wins */
     else CUDA_CHECK(c, cudaEventCreateWithFlags(&ns->last_op, cudaEventDisableTiming));
     ncclUniqueId id;
+    RdzvHold hold, *held = NULL;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) NCCL_CHECK(c, ncclGetUniqueId(&id));
     if (c->world_size > 1 && im->shm) {           /* forked: through the inherited segment */
@@ -488,15 +627,17 @@ int nccl_init(Comm *c, const CommLaunch *l, Dev *gpu, char *err, size_t errlen) 
             memcpy(h->nccl_id, &id, sizeof id);
             atomic_store(&h->nccl_id_ready, 1);
             shm_ring_all(h);
-        } else {
-            shm_wait_geq(c, &h->nccl_id_ready, 1, 0);
-            memcpy(&id, h->nccl_id, sizeof id);
+        } else if (id_from_segment(c, &id, err, errlen)) {
+            return -1;
         }
-    } else if (c->world_size > 1) {               /* external launcher: over TCP */
-        if (tcp_bcast(l, &id, sizeof id, err, errlen)) return -1;
+    } else if (c->world_size > 1) {               /* external launcher: over TCP, to this job's ranks */
+        RdzvJob j;
+        comm_rdzv_job(l, l->master_addr, &j);
+        int rc = rdzv_bcast_hold(&j, &id, sizeof id, &hold, err, errlen);
+        if (rc) return rc;
+        held = &hold;
     }
-    ncclComm_t w;
-    NCCL_CHECK(c, ncclCommInitRank(&w, c->world_size, id, c->rank));
+    ncclComm_t w = init_world(c, id, held);
     c->world.nccl = queue_new(c, w, &c->world, ns->nsplits++);
     if (pthread_create(&ns->watchdog, NULL, watchdog, ns) != 0) {
         snprintf(err, errlen, "cannot start the NCCL watchdog thread");

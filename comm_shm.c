@@ -3,7 +3,7 @@
  * "Processes": CPU ranks, and several ranks sharing one GPU). Its
  * all-reduce is 2.2 DDP's (auto-parallel-partitioning.txt), its sends are
  * 3.2 流水线并行's. It calls down only: comm_impl.h (the segment's header,
- * comm_die) and comm_launch.c's rendezvous, never comm.c.
+ * comm_die) and rendezvous.c, never comm.c nor the NCCL backend.
  *
  * Every rank owns three staging areas in one segment (IN, OUT, P2P;
  * area_bytes each) and a slot of counters (ShmSlot, comm_impl.h). Rank r
@@ -35,8 +35,8 @@
  *
  * The segment comes from the fork launcher (comm_launch.c, anonymous and
  * inherited), from shm_join under an external launcher (named, handed out
- * over the TCP rendezvous, unlinked once every rank mapped it), or from
- * shm_map_private for a rank alone.
+ * over the TCP rendezvous to the ranks that prove the job token, unlinked
+ * once every rank mapped it), or from shm_map_private for a rank alone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -148,8 +148,9 @@ static void shm_pause(Comm *c, int idle, uint32_t bell_seen) {
 }
 
 /* Waits until *p >= v; `peer` is the rank that moves *p. The bell is read
- * before the counter so that a ring between the two wakes the sleep. */
-void shm_wait_geq(Comm *c, _Atomic uint64_t *p, uint64_t v, int peer) {
+ * before the counter so that a ring between the two wakes the sleep. Exits
+ * (comm_die) when the job aborts or peer left without getting there. */
+static void shm_wait_geq(Comm *c, _Atomic uint64_t *p, uint64_t v, int peer) {
     if (atomic_load(p) >= v) return;
     ShmSlot *me = &c->impl->shm->slot[c->rank];
     for (int idle = 0;; idle += idle < INT_MAX) {
@@ -476,63 +477,153 @@ void shm_p2p_run(Comm *c, P2POp *ops, int n) {
 
 /* ---- mapping the segment, leaving it --------------------------------------------- */
 
-/* External launcher on one host: rank 0 makes a named segment and hands its
- * name out over TCP; the last rank to map it unlinks it. */
-int shm_join(Comm *c, const CommLaunch *l, char *err, size_t errlen) {
-    CommImpl *im = c->impl;
-    CommLaunch la = *l;
-    int W = c->world_size;
-    size_t bytes = shm_segment_bytes(W);
-    char name[64] = "";
-    if (!la.master_addr[0]) snprintf(la.master_addr, sizeof la.master_addr, "127.0.0.1");
-    if (c->rank == 0) {
-        snprintf(name, sizeof name, "/train-%d-%d", (int)getpid(), l->master_port);
-        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0) {
-            snprintf(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
+/* "ranks 2 and 3": the ranks whose pid is still 0 in the segment (those
+ * that have not mapped it). */
+static void unmapped_ranks(ShmHeader *h, char *buf, size_t len) {
+    int n = 0, shown = 0;
+    for (int r = 0; r < h->world; r++) n += !atomic_load(&h->slot[r].pid);
+    size_t k = (size_t)snprintf(buf, len, "rank%s", n > 1 ? "s" : "");
+    for (int r = 0; r < h->world && k + 16 < len; r++)
+        if (!atomic_load(&h->slot[r].pid)) {
+            shown++;
+            k += (size_t)snprintf(buf + k, len - k, "%s%d", shown == 1 ? " " : shown == n ? " and " : ", ", r);
+        }
+}
+
+/* After the rendezvous: waits, by a deadline, until rank 0 has served every
+ * rank (ranks other than 0) and every rank has mapped the segment. 0, or -1
+ * with err naming whom it waited for (the job aborting; rank 0 gone; the
+ * ranks that never mapped it). */
+static int shm_wait_joined(Comm *c, char *err, size_t errlen) {
+    ShmHeader *h = c->impl->shm;
+    int W = h->world;
+    double served_by = now_s() + RENDEZVOUS_S + JOIN_S, mapped_by = now_s() + JOIN_S, next_check = 0;
+    for (;;) {
+        int64_t w = atomic_load(&h->abort_word);
+        if (w) {
+            char how[64];
+            shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
+            snprintf(err, errlen, "rank %d stops: rank %d failed while the ranks joined (%s)", c->rank,
+                     (int)(w >> 32) - 2, how);
             return -1;
         }
-        snprintf(im->shm_name, sizeof im->shm_name, "%s", name);
-        void *p = ftruncate(fd, (off_t)bytes) == 0
-                      ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-        close(fd);
-        if (p == MAP_FAILED) {
-            snprintf(err, errlen, "cannot map %zu bytes of shared memory %s: %s", bytes, name, strerror(errno));
-            shm_unlink(name);
+        int served = atomic_load(&h->served), mapped = atomic_load(&h->mapped);
+        if (served && mapped == W) return 0;
+        double now = now_s();
+        if (!served) {
+            mapped_by = now + JOIN_S;   /* the others map it once rank 0 served them */
+            int32_t pid0 = atomic_load(&h->slot[0].pid);
+            if (now >= next_check) {
+                next_check = now + PID_CHECK_S;
+                if (!process_alive(pid0)) {
+                    snprintf(err, errlen, "rank %d stops: rank 0 (pid %d) is gone before it served every rank",
+                             c->rank, (int)pid0);
+                    return -1;
+                }
+            }
+            if (now >= served_by) {
+                snprintf(err, errlen, "rank %d stops: rank 0 did not serve every rank within %g s", c->rank,
+                         RENDEZVOUS_S + JOIN_S);
+                return -1;
+            }
+        } else if (now >= mapped_by) {
+            char who[160];
+            unmapped_ranks(h, who, sizeof who);
+            snprintf(err, errlen, "%s of %d got the shared segment's name from rank 0 but did not map it within "
+                     "%g s", who, W, JOIN_S);
             return -1;
         }
-        shm_header_init(p, W);
-        im->shm = p;
+        nanosleep(&(struct timespec){ 0, 2000000L }, NULL);
     }
-    if (tcp_bcast(&la, name, sizeof name, err, errlen)) {
-        if (c->rank == 0) shm_unlink(name);
+}
+
+/* The named segment, made (rank 0) or opened (the others) at im->shm. */
+static int shm_create(Comm *c, const char *name, size_t bytes, char *err, size_t errlen) {
+    CommImpl *im = c->impl;
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
         return -1;
     }
-    if (c->rank != 0) {
-        struct stat st;
-        int fd = shm_open(name, O_RDWR, 0);
-        if (fd < 0) {
-            snprintf(err, errlen, "cannot open shared memory %s made by rank 0: %s (the shared-memory "
-                     "backend needs every rank on one host)", name, strerror(errno));
-            return -1;
-        }
-        void *p = fstat(fd, &st) == 0 && (size_t)st.st_size == bytes
-                      ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-        close(fd);
-        if (p == MAP_FAILED || ((ShmHeader *)p)->magic != SHM_MAGIC || ((ShmHeader *)p)->world != W) {
-            snprintf(err, errlen, "shared memory %s is not the segment of a %d-rank job", name, W);
-            if (p != MAP_FAILED) munmap(p, bytes);
-            return -1;
-        }
-        im->shm = p;
+    snprintf(im->shm_name, sizeof im->shm_name, "%s", name);
+    void *p = ftruncate(fd, (off_t)bytes) == 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                               : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map %zu bytes of shared memory %s: %s", bytes, name, strerror(errno));
+        shm_unlink(name);
+        im->shm_name[0] = 0;
+        return -1;
     }
+    shm_header_init(p, c->world_size);
+    im->shm = p;
     im->shm_bytes = bytes;
-    im->check_pids = 1;
-    atomic_store(&im->shm->slot[c->rank].pid, (int32_t)getpid());
-    if (atomic_fetch_add(&im->shm->mapped, 1) + 1 == W) shm_unlink(name);
-    shm_barrier(&c->world);          /* everyone mapped: the name is gone */
-    im->shm_name[0] = 0;
     return 0;
+}
+
+static int shm_open_theirs(Comm *c, const char *name, size_t bytes, char *err, size_t errlen) {
+    struct stat st;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open shared memory %s made by rank 0: %s (the shared-memory "
+                 "backend needs every rank on one host)", name, strerror(errno));
+        return -1;
+    }
+    void *p = fstat(fd, &st) == 0 && (size_t)st.st_size == bytes
+                  ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED || ((ShmHeader *)p)->magic != SHM_MAGIC || ((ShmHeader *)p)->world != c->world_size) {
+        snprintf(err, errlen, "shared memory %s is not the segment of a %d-rank job", name, c->world_size);
+        if (p != MAP_FAILED) munmap(p, bytes);
+        return -1;
+    }
+    c->impl->shm = p;
+    c->impl->shm_bytes = bytes;
+    return 0;
+}
+
+/* External launcher on one host: rank 0 makes a named segment and hands its
+ * name out over the rendezvous (to this job's ranks only); each rank maps it
+ * and writes its pid; the name is unlinked once all mapped it, or when the
+ * start fails on rank 0, which then also raises the abort word for those
+ * that mapped it already. */
+int shm_join(Comm *c, const CommLaunch *l, char *err, size_t errlen) {
+    CommImpl *im = c->impl;
+    int W = c->world_size, rc;
+    size_t bytes = shm_segment_bytes(W);
+    char name[64] = "";
+    RdzvJob j;
+    comm_rdzv_job(l, l->master_addr[0] ? l->master_addr : "127.0.0.1", &j);
+    if (c->rank == 0) {
+        snprintf(name, sizeof name, "/train-%d-%d", (int)getpid(), l->master_port);
+        if (shm_create(c, name, bytes, err, errlen)) return -1;
+        atomic_store(&im->shm->slot[0].pid, (int32_t)getpid());
+        atomic_store(&im->shm->mapped, 1);
+    }
+    if ((rc = rdzv_bcast(&j, name, sizeof name, err, errlen)) != 0) {
+        if (c->rank == 0) {   /* those served already stop at their wait below */
+            shm_abort_set(im->shm, 0, rc == RDZV_MISMATCH ? 2 : 1);
+            shm_unlink(name);
+            im->shm_name[0] = 0;
+        }
+        return rc;
+    }
+    name[sizeof name - 1] = 0;
+    if (c->rank != 0) {
+        if (shm_open_theirs(c, name, bytes, err, errlen)) return -1;
+        atomic_store(&im->shm->slot[c->rank].pid, (int32_t)getpid());
+        if (atomic_fetch_add(&im->shm->mapped, 1) + 1 == W) shm_unlink(name);
+    } else {
+        atomic_store(&im->shm->served, 1);
+    }
+    im->check_pids = 1;
+    rc = shm_wait_joined(c, err, errlen);
+    if (rc && c->rank == 0) shm_abort_set(im->shm, 0, 1);
+    if (rc || c->rank == 0) {   /* mapped by all, or never to be (whoever is left): the name goes */
+        shm_unlink(name);
+        im->shm_name[0] = 0;
+    }
+    return rc;
 }
 
 int shm_map_private(Comm *c, char *err, size_t errlen) {

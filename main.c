@@ -83,10 +83,15 @@ static void run_open_comm(Run *r) {
 #endif
         );
     r->launch.comm_timeout_s = a->comm_timeout;
-    if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0 ||
-        comm_mesh_build(&r->comm, a->layout.dp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
+    char agree[SETUP_AGREE_ITEMS][SETUP_AGREE_LEN];
+    const char *agree_ptr[SETUP_AGREE_ITEMS];
+    r->launch.nagree = setup_agreement(r, agree, agree_ptr);
+    r->launch.agree = agree_ptr;
+    int rc = comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err);
+    r->launch.agree = NULL;   /* the items live in this frame */
+    if (rc != 0 || comm_mesh_build(&r->comm, a->layout.dp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
-        exit(1);
+        exit(rc == RDZV_MISMATCH ? EXIT_USAGE : 1);   /* ranks that disagree: bad input */
     }
 }
 

@@ -28,6 +28,8 @@
 #include "plan.h"
 #include "plot.h"
 #include "safe.h"
+#include "rendezvous.h"
+#include "version.h"
 
 /* Loads a data file and checks it against the model. Exits 2 on bad input. */
 static void load_data(DataSet *ds, const char *path, const Args *a, int vocab) {
@@ -448,4 +450,35 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
         layout_stage_shard(&a->layout, &r->cfg, i, 0, &sh);
         l->stage_layers[i] = sh.nlayers;
     }
+}
+
+int setup_agreement(const Run *r, char item[][SETUP_AGREE_LEN], const char **ptr) {
+    const Args *a = &r->a;
+    const Layout *l = &a->layout;
+    const OptConfig *o = &a->opt;
+    unsigned char h[RDZV_DIGEST_BYTES];
+    const char *sh = r->data_shards ? r->data_shards : "";
+    rdzv_sha256(sh, strlen(sh), h);
+    char st[200] = "";   /* --stage-layers */
+    for (int i = 0, k = 0; i < l->nstage_layers && k < 180; i++)
+        k += snprintf(st + k, sizeof st - (size_t)k, " %d", l->stage_layers[i]);
+    int n = 0;
+    snprintf(item[n++], SETUP_AGREE_LEN, "world=%d", r->launch.world_size);
+    snprintf(item[n++], SETUP_AGREE_LEN, "layers=%d", r->cfg.layers);
+    snprintf(item[n++], SETUP_AGREE_LEN, "heads=%d", r->cfg.heads);
+    snprintf(item[n++], SETUP_AGREE_LEN, "dim=%d", r->cfg.dim);
+    snprintf(item[n++], SETUP_AGREE_LEN, "vocab=%d max-seq %d", r->cfg.vocab, r->cfg.max_seq);
+    snprintf(item[n++], SETUP_AGREE_LEN, "layout=dp %d tp %d pp %d virtual %d sp %d dp-mode %d zero %d offload %d "
+             "schedule %s micro-batches %d recompute %d stage-layers%s", l->dp, l->tp, l->pp, l->virtual_chunks,
+             l->sp, (int)l->dp_mode, l->zero, l->offload, pp_schedule_name(l->schedule), l->micro_batches,
+             l->recompute, st);
+    snprintf(item[n++], SETUP_AGREE_LEN, "batch=%d seq %d dtype %s", l->batch, l->seq, dt_name(l->dtype));
+    snprintf(item[n++], SETUP_AGREE_LEN, "optimizer=lr %g %g warmup %d cosine %d steps %d betas %g %g eps %g wd %g "
+             "clip %g seed %llu", o->lr, o->lr_min, o->warmup, o->cosine, o->steps, o->beta1, o->beta2, o->eps, o->wd,
+             o->clip, (unsigned long long)a->seed);
+    snprintf(item[n++], SETUP_AGREE_LEN, "data=%.200s (shards %02x%02x%02x%02x) val %.200s shuffle %d",
+             a->data ? a->data : "", h[0], h[1], h[2], h[3], a->val ? a->val : "", a->shuffle);
+    snprintf(item[n++], SETUP_AGREE_LEN, "version=%s", version_source());
+    for (int i = 0; i < n; i++) ptr[i] = item[i];
+    return n;
 }

@@ -37,4 +37,12 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta);
  * else known by the GPU's name, else 0: no MFU printed). */
 double setup_device_peak(Run *r);
 
+/* What the ranks of one job must agree on, as "name=value" items for the
+ * rendezvous (CommLaunch.agree): world, model, layout, batch, optimizer,
+ * data (its spec, a digest of its shards' names and sizes) and version. A
+ * rank whose items differ from rank 0's stops with rank 0, naming the first
+ * (exit 2). Fills item[] and ptr[]; returns how many. */
+enum { SETUP_AGREE_ITEMS = 10, SETUP_AGREE_LEN = 512 };
+int setup_agreement(const Run *r, char item[][SETUP_AGREE_LEN], const char **ptr);
+
 #endif

@@ -27,6 +27,8 @@
 #define BUILD_CUDA_ARCH "unknown"
 #endif
 
+const char *version_source(void) { return BUILD_GIT; }
+
 void version_print(FILE *f) {
     fprintf(f, "train %s\n", BUILD_GIT);
     char cpu[128];

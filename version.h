@@ -9,4 +9,8 @@
  * for what the build left out. Never fails. */
 void version_print(FILE *f);
 
+/* The sources' git describe ("unknown" when the build did not know it): what
+ * the ranks of one job must agree on (the rendezvous' "version" item). */
+const char *version_source(void);
+
 #endif

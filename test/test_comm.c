@@ -550,7 +550,8 @@ static const char *launch_vars[] = {
     "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_USE_AGENT_STORE", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "PMI_RANK",
-    "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "TRAIN_JOB_TOKEN",
+    "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
 };
 
 static void clear_launch_env(void) {
@@ -571,7 +572,7 @@ static void test_plans(Checks *ck) {
     rc = comm_launch_plan(100, &l, err, sizeof err);
     check(ck, rc && !strcmp(err, "--ranks 100: must be 1 to 64"), "plan_too_many", "\"%s\"", err);
     setenv("RANK", "2", 1); setenv("WORLD_SIZE", "4", 1); setenv("LOCAL_RANK", "2", 1);
-    setenv("MASTER_ADDR", "node7", 1); setenv("MASTER_PORT", "29500", 1);
+    setenv("MASTER_ADDR", "node7", 1); setenv("MASTER_PORT", "29500", 1); setenv("TORCHELASTIC_RUN_ID", "r1", 1);
     rc = comm_launch_plan(0, &l, err, sizeof err);
     check(ck, !rc && l.kind == COMM_LAUNCH_ENV && l.rank == 2 && l.world_size == 4 && l.local_rank == 2 &&
               !strcmp(l.source, "torchrun") && !strcmp(l.master_addr, "node7") && l.rendezvous_port == 29500,
@@ -594,6 +595,7 @@ static void test_plans(Checks *ck) {
     check(ck, !rc && l.kind == COMM_LAUNCH_SINGLE && l.world_size == 1, "plan_slurm_batch",
           "SLURM_PROCID/SLURM_NTASKS without SLURM_STEP_ID (a batch script's shell): %s rank", l.source);
     setenv("SLURM_STEP_ID", "0", 1); setenv("MASTER_PORT", "29500", 1); setenv("MASTER_ADDR", "node7", 1);
+    setenv("SLURM_JOB_ID", "42", 1);
     rc = comm_launch_plan(0, &l, err, sizeof err);
     check(ck, !rc && l.kind == COMM_LAUNCH_ENV && l.rank == 5 && l.world_size == 16 && l.local_rank == 1 &&
               l.local_size == 8 && !strcmp(l.source, "slurm"),

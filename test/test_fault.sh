@@ -150,7 +150,7 @@ port=$((20000 + $$ % 20000))
 extpids=""
 t0=$(now)
 for r in 0 1 2; do
-    RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    TORCHELASTIC_RUN_ID=fault$$-$port RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$T" --soak 2 > "$out/env$r.log" 2>&1 &
     extpids="$extpids $!"
 done
@@ -168,7 +168,7 @@ fi
 port=$((port + 1))
 extpids=""
 for r in 0 1 2; do
-    RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    TORCHELASTIC_RUN_ID=fault$$-$port RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$T" --soak 120 > "$out/envkill$r.log" 2>&1 &
     extpids="$extpids $!"
 done

@@ -4,9 +4,11 @@
 # fork launcher (--ranks), torchrun (one rank, and a world of two processes
 # started here with the variables set), an srun task, the shell of an sbatch
 # script (Slurm's variables but no step: one process, never a wait for
-# peers), mpirun (Open MPI's and MPICH's variables). Bad variables each give
-# one line on stderr naming the variable, exit status 2, at once. Run from
-# the repository root.
+# peers), mpirun (Open MPI's and MPICH's variables), each world with its
+# launcher's job identity (or TRAIN_JOB_TOKEN, MPICH's Hydra having none),
+# from which its ranks derive the job token of the rendezvous. Bad variables
+# each give one line on stderr naming the variable, exit status 2, at once.
+# Run from the repository root.
 T=./train
 OUT=test/out/launch
 DATA=test/fixtures/ref_tokens.bin
@@ -17,9 +19,12 @@ SMALL="--layers 1 --heads 2 --dim 8 --max-seq 16 --batch 2 --seq 8 --steps 2 --d
 LAUNCH_VARS="RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_USE_AGENT_STORE
   SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NTASKS_PER_NODE SLURM_STEP_ID SLURM_STEPID
   SLURM_STEP_NUM_TASKS SLURM_JOB_ID ENVIRONMENT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE
-  OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS"
+  OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS
+  TORCHELASTIC_RUN_ID TRAIN_JOB_TOKEN OMPI_MCA_ess_base_jobid PMIX_NAMESPACE"
 UNSET=$(for v in $LAUNCH_VARS; do printf -- '-u %s ' "$v"; done)
-port=$((30000 + $$ % 20000))
+# a port nobody listens on (test/test_rdzv asks the kernel), else one from this shell's pid
+free_port() { ./test/test_rdzv --free-port 2>/dev/null || echo $((30000 + ($$ + $1) % 20000)); }
+port=$(free_port 0)
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -78,7 +83,7 @@ world() {
     name=$1; want=$2; shift 2
     v0=""; while [ "$1" != "--" ]; do v0="$v0 $1"; shift; done; shift
     v1="$*"
-    port=$((port + 2))
+    port=$(free_port 2)
     t0=$(now)
     # shellcheck disable=SC2086
     clean $v0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL > $OUT/$name.0.log 2>&1 &
@@ -98,17 +103,20 @@ world() {
     fi
 }
 
-world torchrun torchrun RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 -- \
-    RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2
-world srun slurm SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=0 -- \
-    SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=1
-# mpirun inside a Slurm job: its ranks also inherit the step of the daemon srun started
-world mpirun_openmpi openmpi OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 \
-    OMPI_COMM_WORLD_LOCAL_SIZE=2 SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_ID=1 -- \
-    OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 \
-    SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_ID=1
-world mpirun_mpich mpich PMI_RANK=0 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=2 -- \
-    PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=1 MPI_LOCALNRANKS=2
+world torchrun torchrun TORCHELASTIC_RUN_ID=run$$ RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 -- \
+    TORCHELASTIC_RUN_ID=run$$ RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2
+world srun slurm SLURM_JOB_ID=$$ SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=0 -- \
+    SLURM_JOB_ID=$$ SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=1
+# mpirun inside a Slurm job: its ranks also inherit the step of the daemon srun started (or, on
+# mpirun's own host, the batch step's: none), so the job is Open MPI's, not Slurm's
+world mpirun_openmpi openmpi OMPI_MCA_ess_base_jobid=$$ OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 \
+    OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=1 -- \
+    OMPI_MCA_ess_base_jobid=$$ OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 \
+    OMPI_COMM_WORLD_LOCAL_SIZE=2 SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_ID=1
+world mpirun_pmix openmpi PMIX_NAMESPACE=prterun-host-$$@1 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 -- \
+    PMIX_NAMESPACE=prterun-host-$$@1 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2
+world mpirun_mpich mpich TRAIN_JOB_TOKEN=secret$$ PMI_RANK=0 PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=2 -- \
+    TRAIN_JOB_TOKEN=secret$$ PMI_RANK=1 PMI_SIZE=2 MPI_LOCALRANKID=1 MPI_LOCALNRANKS=2
 
 # bad NAME TEXT VARS -- ARGS: one stderr line containing TEXT, a non-zero exit, within 5 s
 bad() {
@@ -149,3 +157,11 @@ bad "more ranks than shared memory takes" "at most 64 ranks" RANK=0 WORLD_SIZE=1
     MASTER_PORT=$port -- $SMALL
 bad "--ranks beside a launcher" "--ranks 4 cannot be used inside a launcher that started 2 ranks" RANK=0 \
     WORLD_SIZE=2 MASTER_PORT=$port -- $SMALL --ranks 4
+# a world whose launcher names no job, and no TRAIN_JOB_TOKEN: rank 0 could not tell its ranks from
+# anyone else's
+bad "torchrun world without a run id" "torchrun started 2 ranks but names no job (no TORCHELASTIC_RUN_ID): export TRAIN_JOB_TOKEN" \
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL
+bad "srun task without a job id" "slurm started 2 ranks but names no job (no SLURM_JOB_ID)" SLURM_PROCID=1 \
+    SLURM_NTASKS=2 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL
+bad "mpich world without TRAIN_JOB_TOKEN" "mpich started 2 ranks but names no job" PMI_RANK=1 PMI_SIZE=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL

@@ -57,7 +57,7 @@ env_case() {    # NAME FAULT PATTERN: two processes with torchrun's variables; r
     cases=$((cases + 1))
     s=$(now)
     for r in 0 1; do
-        env EMU_GPUS=8 $2 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        env EMU_GPUS=8 $2 TORCHELASTIC_RUN_ID=watchdog$$-$port RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$port timeout 60 ./test/train_nccl_emu $M > $L.$r.log 2>&1 &
         eval "pid$r=\$!"
     done
