@@ -52,7 +52,7 @@ gemm_avx512.o: override CFLAGS += $(GEMM_AVX512_FLAGS)
 # sqrtf as one instruction, so that AdamW's loop vectorises (nothing reads errno)
 ops.o: override CFLAGS += -fno-math-errno
 
-OBJS := args.o setup.o runlog.o score.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+OBJS := args.o setup.o runlog.o score.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o dp.o zero.o tp.o split.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
