@@ -91,11 +91,6 @@ static int set_layers(const GPT *m) {
     return n;
 }
 
-size_t gpt_total_params(const GPTConfig *cfg) {
-    size_t n = 0;
-    for (int i = 0; i < GPT_NTENSORS; i++) n += layout_tensor_size(cfg, i, cfg->layers, 1, 1, 1);
-    return n;
-}
 
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
     if (cfg->layers < 1 || cfg->heads < 1 || cfg->dim < 1 || cfg->max_seq < 1 || cfg->vocab < 1) {
@@ -150,6 +145,11 @@ void gpt_stage_layers(int L, int P, int V, const int *ranges, int st, GPTShard *
 GPTShard gpt_whole(const GPTConfig *cfg) {
     return (GPTShard){.layer0 = 0, .nlayers = cfg->layers, .has_embed = 1, .has_head = 1,
                       .tp = 1, .tp_rank = 0};
+}
+
+size_t gpt_total_params(const GPTConfig *cfg) {
+    GPTShard whole = gpt_whole(cfg);
+    return gpt_shard_params(cfg, &whole);
 }
 
 void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
@@ -280,23 +280,20 @@ void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
     }
 }
 
-/* Backward scratch is sized on first use, for the largest B*T seen. */
-static void scratch_free(GPT *m) {
-    Dev *d = m->dev;
+/* The backward scratch for max_bt rows (n), made (alloc 1) or freed (0):
+ * dx, dln, full [n,C], datty [n,C/tp], dqkv [n,3C/tp], dfch, dfchg
+ * [n,4C/tp] in the dev's dtype, and sp_dw [2C] float32. */
+static void scratch_rows(GPT *m, int alloc) {
     size_t C = m->cfg.dim, n = (size_t)m->max_bt, tp = m->tp, e = m->esz;
-    if (m->datt) dev_free(d, m->datt, m->datt_floats * 4);
-    m->datt = NULL;
-    m->datt_floats = 0;
-    if (!m->max_bt) return;
-    dev_free(d, m->dx, n * C * e);
-    dev_free(d, m->dln, n * C * e);
-    dev_free(d, m->datty, n * C / tp * e);
-    dev_free(d, m->dqkv, n * 3 * C / tp * e);
-    dev_free(d, m->dfch, n * 4 * C / tp * e);
-    dev_free(d, m->dfchg, n * 4 * C / tp * e);
-    dev_free(d, m->full, n * C * e);
-    dev_free(d, m->sp_dw, 2 * C * 4);
-    m->max_bt = 0;
+    void **buf[] = {&m->dx, &m->dln, &m->datty, &m->dqkv, &m->dfch, &m->dfchg, &m->full};
+    size_t bytes[] = {n * C * e, n * C * e, n * C / tp * e, n * 3 * C / tp * e, n * 4 * C / tp * e,
+                      n * 4 * C / tp * e, n * C * e};
+    for (int k = 0; k < 7; k++) {
+        if (alloc) *buf[k] = dev_alloc(m->dev, bytes[k]);
+        else dev_free(m->dev, *buf[k], bytes[k]);
+    }
+    if (alloc) m->sp_dw = dev_alloc(m->dev, 2 * C * 4);
+    else dev_free(m->dev, m->sp_dw, 2 * C * 4);
 }
 
 /* Sized for the largest B*T seen, and attention's scratch for the largest
@@ -310,26 +307,10 @@ static void scratch_ensure(GPT *m, int B, int T) {
         m->datt = dev_alloc(d, att_scratch * 4);
         m->datt_floats = att_scratch;
     }
-    int bt = B * T;
-    if (bt <= m->max_bt) return;
-    size_t C = m->cfg.dim, n = (size_t)bt, tp = m->tp, e = m->esz;
-    if (m->max_bt) {  /* the activation-sized buffers only; datt stays */
-        float *datt = m->datt;
-        size_t df = m->datt_floats;
-        m->datt = NULL;
-        scratch_free(m);
-        m->datt = datt;
-        m->datt_floats = df;
-    }
-    m->max_bt = bt;
-    m->dx = dev_alloc(d, n * C * e);
-    m->dln = dev_alloc(d, n * C * e);
-    m->datty = dev_alloc(d, n * C / tp * e);
-    m->dqkv = dev_alloc(d, n * 3 * C / tp * e);
-    m->dfch = dev_alloc(d, n * 4 * C / tp * e);
-    m->dfchg = dev_alloc(d, n * 4 * C / tp * e);
-    m->full = dev_alloc(d, n * C * e);
-    m->sp_dw = dev_alloc(d, 2 * C * 4);
+    if (B * T <= m->max_bt) return;
+    if (m->max_bt) scratch_rows(m, 0);
+    m->max_bt = B * T;
+    scratch_rows(m, 1);
 }
 
 void gpt_free(GPT *m) {
@@ -342,7 +323,8 @@ void gpt_free(GPT *m) {
     free(m->uparams);
     free(m->ugrads);
     free(m->unit_off);
-    scratch_free(m);
+    if (m->datt) dev_free(d, m->datt, m->datt_floats * 4);
+    if (m->max_bt) scratch_rows(m, 0);
     memset(m, 0, sizeof *m);
 }
 
@@ -418,8 +400,8 @@ void gpt_init_random(GPT *m, uint64_t seed) {
 /* A set's shape before anything is allocated. */
 static GPTActs acts_shape(const GPT *m, int B, int T, size_t att_stride) {
     int nl = set_layers(m);
-    return (GPTActs){.B = B, .T = T, .rows = tp_stream_rows(m, B * T), .esz = m->esz, .att_stride = att_stride,
-                     .kept = m->recompute && nl > 0 ? 1 : nl};
+    return (GPTActs){.B = B, .T = T, .rows = tp_stream_rows(m, B * T), .esz = m->esz,
+                     .att_stride = att_stride, .kept = m->recompute && nl > 0 ? 1 : nl};
 }
 
 /* Bytes gpt_acts_build allocates for a set on m's shape (m needs only cfg,
@@ -427,15 +409,14 @@ static GPTActs acts_shape(const GPT *m, int B, int T, size_t att_stride) {
  * when it has chunks, split_backward for the stash): the same sums, without
  * a device. att_stride: the ops' attention_floats; cuda: the embedding plan
  * buffer a GPU adds. The planner (plan.c) sizes layouts by it. */
+#define SUM(f, n, e) bytes += (size_t)(n) * (e);
 size_t gpt_acts_formula(const GPT *m, int B_, int T_, size_t att_stride, int cuda) {
     GPTActs s = acts_shape(m, B_, T_, att_stride);
     GPTActs *a = &s;
     ACTS_SIZES
     size_t bytes = 2 * bt * sizeof(int) + (cuda ? (2 * bt + 1) * sizeof(int) : 0);
-#define SUM(f, n, e) bytes += (size_t)(n) * (e);
     ACTS_FIELDS(SUM)
     if (m->has_head) { HEAD_FIELDS(SUM) }
-#undef SUM
     return bytes + gpt_stash_formula(m, B_, T_);
 }
 
@@ -444,11 +425,10 @@ size_t gpt_stash_formula(const GPT *m, int B_, int T_) {
     GPTActs *a = &s;
     ACTS_SIZES
     size_t bytes = 0;
-#define SUM(f, n, e) bytes += (size_t)(n) * (e);
     if (m->split_backward) { STASH_FIELDS(SUM) }
-#undef SUM
     return bytes;
 }
+#undef SUM
 
 GPTActs *gpt_acts_build_part(GPT *m, int B_, int T_, int with_head) {
     Dev *d = m->dev;
@@ -525,23 +505,11 @@ void gpt_set_batch(GPT *m, GPTActs *a, const int *tokens, const int *targets, in
 static void *at(const GPT *m, const void *p, size_t k) { return (char *)p + k * m->esz; }
 
 /* ---------------------------------------------------------------------------
- * Units and hooks. Unit u's parameters are read through m->uparams[u] and
- * its gradients written through m->ugrads[u]: by default slices of
- * m->params and m->grads, but the data-parallel modules may point them at
- * gathered or transient buffers from the hooks, which fire at unit edges:
- *   forward:  params_acquire(u) ... params_release(u)
- *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
- *   split:    B: params_acquire(u) ... params_release(u) (no gradient of u is written)
- *             W: grads_acquire(u) ... grads_ready(u) (parameters only to recompute)
- * On a stage holding both ends the one wte serves the embedding and the
- * head: it stays acquired from the embedding's forward to the end of the
- * head's, and its gradients from the head's backward to the end of the
- * embedding's.
- *
- * Under mixed precision the layers read the bf16 copy m->lp instead, made
- * from uparams[u] at the acquire when the float32 values may have changed:
- * a new epoch (an optimizer step), or another source buffer (a ZeRO-3
- * gather). Within a step a unit is rounded once, however often it is used. */
+ * Units and hooks (gpt.h's GPTHooks): a unit's parameters are read through
+ * m->uparams[u], or under mixed precision through its bf16 copy in m->lp,
+ * remade at the acquire when the float32 values may have changed (a new
+ * epoch, or another source buffer); its gradients are written through
+ * m->ugrads[u]. */
 
 static int tensor_unit(const GPT *m, int i, int l) {
     if (gpt_tensor_per_layer(i)) return unit_of_layer(m, l);
@@ -609,18 +577,16 @@ typedef struct LayerGrads {
 static int set_layer(const GPT *m, const GPTActs *a, int j) { return m->chunk_first[a->chunk] + j; }
 
 static LayerParams layer_params(const GPT *m, int l) {
-    return (LayerParams){
-        .ln1w = param(m, GPT_LN1W, l), .ln1b = param(m, GPT_LN1B, l), .qkvw = param(m, GPT_QKVW, l),
-        .qkvb = param(m, GPT_QKVB, l), .attprojw = param(m, GPT_ATTPROJW, l),
+    return (LayerParams){.ln1w = param(m, GPT_LN1W, l), .ln1b = param(m, GPT_LN1B, l),
+        .qkvw = param(m, GPT_QKVW, l), .qkvb = param(m, GPT_QKVB, l), .attprojw = param(m, GPT_ATTPROJW, l),
         .attprojb = param(m, GPT_ATTPROJB, l), .ln2w = param(m, GPT_LN2W, l), .ln2b = param(m, GPT_LN2B, l),
         .fcw = param(m, GPT_FCW, l), .fcb = param(m, GPT_FCB, l), .fcprojw = param(m, GPT_FCPROJW, l),
         .fcprojb = param(m, GPT_FCPROJB, l)};
 }
 
 static LayerGrads layer_grads(const GPT *m, int l) {
-    return (LayerGrads){
-        .ln1w = grad(m, GPT_LN1W, l), .ln1b = grad(m, GPT_LN1B, l), .qkvw = grad(m, GPT_QKVW, l),
-        .qkvb = grad(m, GPT_QKVB, l), .attprojw = grad(m, GPT_ATTPROJW, l),
+    return (LayerGrads){.ln1w = grad(m, GPT_LN1W, l), .ln1b = grad(m, GPT_LN1B, l),
+        .qkvw = grad(m, GPT_QKVW, l), .qkvb = grad(m, GPT_QKVB, l), .attprojw = grad(m, GPT_ATTPROJW, l),
         .attprojb = grad(m, GPT_ATTPROJB, l), .ln2w = grad(m, GPT_LN2W, l), .ln2b = grad(m, GPT_LN2B, l),
         .fcw = grad(m, GPT_FCW, l), .fcb = grad(m, GPT_FCB, l), .fcprojw = grad(m, GPT_FCPROJW, l),
         .fcprojb = grad(m, GPT_FCPROJB, l)};
@@ -744,31 +710,16 @@ void *gpt_chunk_forward(GPT *m, GPTActs *a, int c, int B, int T) {
     return (void *)chunk_output(m, a);
 }
 
-/* Final LayerNorm and the tied head over this rank's vocabulary slice; the
- * caller holds the parameters. */
-static void head_logits(GPT *m, GPTActs *a, int B, int T) {
+/* Final LayerNorm and the tied head over this rank's vocabulary slice. */
+void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
     int C = m->cfg.dim, N = B * T;
+    params_acquire(m, m->unit_lnf);
+    if (!m->has_embed) params_acquire(m, m->unit_wte);  /* else the embedding's forward holds it */
     tp_layernorm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, NULL, chunk_output(m, a), NULL,
                          param(m, GPT_LNFW, 0), param(m, GPT_LNFB, 0), N);
     tp_column_forward(m, a->logits, a->lnf, param(m, GPT_WTE, 0), NULL, N, C, m->cfg.padded_vocab / m->tp);
-}
-
-/* The head's parameters: lnf, and wte unless the embedding's forward on
- * this stage already took it. */
-static void head_acquire(GPT *m) {
-    params_acquire(m, m->unit_lnf);
-    if (!m->has_embed) params_acquire(m, m->unit_wte);
-}
-
-static void head_release(GPT *m) {
     params_release(m, m->unit_lnf);
     params_release(m, m->unit_wte);
-}
-
-void gpt_head_logits(GPT *m, GPTActs *a, int B, int T) {
-    head_acquire(m);
-    head_logits(m, a, B, T);
-    head_release(m);
 }
 
 double gpt_head_forward(GPT *m, GPTActs *a, int B, int T, float dloss) {
@@ -796,7 +747,8 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
                           grad(m, GPT_LNFW, 0), grad(m, GPT_LNFB, 0), a->lnf_mean, a->lnf_rstd, N);
     grads_ready(m, m->unit_lnf);
     if (!m->has_embed) grads_ready(m, m->unit_wte);
-    head_release(m);
+    params_release(m, m->unit_lnf);
+    params_release(m, m->unit_wte);
 }
 
 /* Layer j's backward through its two branches, llm.c's order: the

@@ -95,7 +95,22 @@ typedef struct GPTTensorParallel {
     void (*reduce_scatter)(void *ctx, void *out, const void *in, size_t n, DType t);
 } GPTTensorParallel;
 
-/* Called at the edges of units (see gpt.c); any may be NULL. */
+/* Called at the edges of units; any may be NULL. Unit u's parameters are
+ * read through m->uparams[u] and its gradients written through
+ * m->ugrads[u]: by default slices of m->params and m->grads, but the
+ * data-parallel modules may point them at gathered or transient buffers
+ * from the hooks, which fire:
+ *   forward:  params_acquire(u) ... params_release(u)
+ *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
+ *   split:    B: params_acquire(u) ... params_release(u) (no gradient of u is written)
+ *             W: grads_acquire(u) ... grads_ready(u) (parameters only to recompute)
+ * On a stage holding both ends the one wte serves the embedding and the
+ * head: it stays acquired from the embedding's forward to the end of the
+ * head's, and its gradients from the head's backward to the end of the
+ * embedding's. Under mixed precision the layers read a bf16 copy, made
+ * from uparams[u] at the acquire when the float32 values may have changed:
+ * a new epoch (an optimizer step), or another source buffer (a ZeRO-3
+ * gather); within a step a unit is rounded once, however often it is used. */
 typedef struct GPTHooks {
     void *ctx;
     void (*params_acquire)(void *ctx, GPT *m, int unit);
