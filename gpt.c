@@ -1,7 +1,7 @@
 /* gpt.c: GPT-2, forward and backward, for one shard of one stage.
  *
  * The model of llm.c's train_gpt2.c: a layer's forward and backward name
- * every buffer they touch (LayerParams, LayerGrads, LayerActs: llm.c's
+ * every buffer they touch (LayerTensors, LayerActs, LayerDeltas: llm.c's
  * l_ln1w, l_qkv, ...) and call the ops in llm.c's order. What differs is
  * the splits of auto-parallel-partitioning.txt (3.2 流水线并行, 3.1 张量并行,
  * 2 数据并行), each asked of the module that owns it:
@@ -267,7 +267,9 @@ size_t gpt_layer_size(const GPTConfig *cfg, int i) {
 size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head) {
     return layout_tensor_size(cfg, i, nlayers, has_embed, has_head, 1);
 }
-size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run) { return layout_piece_index(m, i, k, run); }
+size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run) {
+    return layout_piece_index(m, i, k, run);
+}
 size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l) { return layout_global_offset(cfg, i, l); }
 int gpt_tensor_counts(const GPT *m, int i) { return layout_counts(m, i); }
 
@@ -519,13 +521,13 @@ static int tensor_unit(const GPT *m, int i, int l) {
 }
 
 /* Tensor i of local layer l, where it is now: its parameters (the compute
- * copy) and its gradients. */
+ * copy, in the dev's dtype) and its gradients (float32). */
 static void *param(const GPT *m, int i, int l) {
     if (m->lp) return at(m, m->lp, gpt_tensor_offset(m, i, l));
     int u = tensor_unit(m, i, l);
     return m->uparams[u] + (gpt_tensor_offset(m, i, l) - m->unit_off[u]);
 }
-static float *grad(const GPT *m, int i, int l) {
+static void *grad(const GPT *m, int i, int l) {
     int u = tensor_unit(m, i, l);
     return m->ugrads[u] + (gpt_tensor_offset(m, i, l) - m->unit_off[u]);
 }
@@ -556,41 +558,27 @@ static void grads_ready(GPT *m, int u) {
  * residual stream's (N, or N/tp with sequence parallelism), Cl = C/tp,
  * Fl = 4C/tp. */
 
-/* One layer's parameters (the compute copy, in the dev's dtype). */
-typedef struct LayerParams {
-    const void *ln1w, *ln1b;          /* [C] */
-    const void *qkvw, *qkvb;          /* [3Cl,C], [3Cl] */
-    const void *attprojw, *attprojb;  /* [C,Cl], [C] */
-    const void *ln2w, *ln2b;          /* [C] */
-    const void *fcw, *fcb;            /* [Fl,C], [Fl] */
-    const void *fcprojw, *fcprojb;    /* [C,Fl], [C] */
-} LayerParams;
+/* One layer's tensors: its parameters (layer_tensors(m, l, param)) or
+ * their gradients (layer_tensors(m, l, grad); all NULL: none written). */
+typedef struct LayerTensors {
+    void *ln1w, *ln1b;          /* [C] */
+    void *qkvw, *qkvb;          /* [3Cl,C], [3Cl] */
+    void *attprojw, *attprojb;  /* [C,Cl], [C] */
+    void *ln2w, *ln2b;          /* [C] */
+    void *fcw, *fcb;            /* [Fl,C], [Fl] */
+    void *fcprojw, *fcprojb;    /* [C,Fl], [C] */
+} LayerTensors;
 
-/* Their gradients (float32), accumulated into; all NULL: none written. */
-typedef struct LayerGrads {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} LayerGrads;
+static LayerTensors layer_tensors(const GPT *m, int l, void *(*t)(const GPT *, int, int)) {
+    return (LayerTensors){.ln1w = t(m, GPT_LN1W, l), .ln1b = t(m, GPT_LN1B, l), .qkvw = t(m, GPT_QKVW, l),
+        .qkvb = t(m, GPT_QKVB, l), .attprojw = t(m, GPT_ATTPROJW, l), .attprojb = t(m, GPT_ATTPROJB, l),
+        .ln2w = t(m, GPT_LN2W, l), .ln2b = t(m, GPT_LN2B, l), .fcw = t(m, GPT_FCW, l),
+        .fcb = t(m, GPT_FCB, l), .fcprojw = t(m, GPT_FCPROJW, l), .fcprojb = t(m, GPT_FCPROJB, l)};
+}
 
 /* Layer j of a set: its parameters are those of local layer
  * chunk_first[chunk] + j. */
 static int set_layer(const GPT *m, const GPTActs *a, int j) { return m->chunk_first[a->chunk] + j; }
-
-static LayerParams layer_params(const GPT *m, int l) {
-    return (LayerParams){.ln1w = param(m, GPT_LN1W, l), .ln1b = param(m, GPT_LN1B, l),
-        .qkvw = param(m, GPT_QKVW, l), .qkvb = param(m, GPT_QKVB, l), .attprojw = param(m, GPT_ATTPROJW, l),
-        .attprojb = param(m, GPT_ATTPROJB, l), .ln2w = param(m, GPT_LN2W, l), .ln2b = param(m, GPT_LN2B, l),
-        .fcw = param(m, GPT_FCW, l), .fcb = param(m, GPT_FCB, l), .fcprojw = param(m, GPT_FCPROJW, l),
-        .fcprojb = param(m, GPT_FCPROJB, l)};
-}
-
-static LayerGrads layer_grads(const GPT *m, int l) {
-    return (LayerGrads){.ln1w = grad(m, GPT_LN1W, l), .ln1b = grad(m, GPT_LN1B, l),
-        .qkvw = grad(m, GPT_QKVW, l), .qkvb = grad(m, GPT_QKVB, l), .attprojw = grad(m, GPT_ATTPROJW, l),
-        .attprojb = grad(m, GPT_ATTPROJB, l), .ln2w = grad(m, GPT_LN2W, l), .ln2b = grad(m, GPT_LN2B, l),
-        .fcw = grad(m, GPT_FCW, l), .fcb = grad(m, GPT_FCB, l), .fcprojw = grad(m, GPT_FCPROJW, l),
-        .fcprojb = grad(m, GPT_FCPROJB, l)};
-}
 
 /* One layer's activations in a set. */
 typedef struct LayerActs {
@@ -682,7 +670,7 @@ static void layer_forward(GPT *m, GPTActs *a, int j, int B, int T) {
     int l = set_layer(m, a, j), u = unit_of_layer(m, l);
     const void *x = layer_input(m, a, j);
     params_acquire(m, u);
-    LayerParams w = layer_params(m, l);
+    LayerTensors w = layer_tensors(m, l, param);
     LayerActs L = layer_acts(m, a, j);
     /* attention: res2 = x + attproj(attention(qkv(ln1(x)))) */
     tp_layernorm_forward(m, L.ln1, L.ln1_mean, L.ln1_rstd, NULL, x, NULL, w.ln1w, w.ln1b, N);
@@ -756,11 +744,11 @@ void gpt_head_backward(GPT *m, GPTActs *a, int B, int T) {
  * its own through its LayerNorm's backward. The outputs' gradients go
  * where dl says, the parameters' into dw. */
 static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerDeltas *dl,
-                           const LayerGrads *dw) {
+                           const LayerTensors *dw) {
     const Ops *o = m->dev->ops;
     Dev *d = m->dev;
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, NHl = m->cfg.heads / m->tp, N = B * T;
-    LayerParams w = layer_params(m, set_layer(m, a, j));
+    LayerTensors w = layer_tensors(m, set_layer(m, a, j), param);
     LayerActs L = layer_acts(m, a, j);
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dres3 = tp_g_backward(m, dl->fcproj, m->dx, N);
@@ -791,7 +779,7 @@ static void layer_backward(GPT *m, GPTActs *a, int j, int B, int T, int split) {
      * chunk of one layer still has them from its forward) */
     if (a->kept == 1 && gpt_chunk_layers(m, a->chunk) > 1) layer_forward(m, a, j, B, T);
     LayerDeltas dl = split ? stash_deltas(m, a, j) : scratch_deltas(m);
-    LayerGrads dw = split ? (LayerGrads){0} : layer_grads(m, l);
+    LayerTensors dw = split ? (LayerTensors){0} : layer_tensors(m, l, grad);
     layer_backprop(m, a, j, B, T, &dl, &dw);
     if (!split) grads_ready(m, u);
     params_release(m, u);
@@ -808,7 +796,7 @@ static void layer_backward_weights(GPT *m, GPTActs *a, int j, int B, int T) {
     if (a->kept == 1 && j > 0) layer_forward(m, a, j, B, T);
     LayerActs L = layer_acts(m, a, j);
     LayerDeltas s = stash_deltas(m, a, j);
-    LayerGrads dw = layer_grads(m, l);
+    LayerTensors dw = layer_tensors(m, l, grad);
     /* MLP */
     tp_row_backward(m, NULL, dw.fcprojw, dw.fcprojb, s.fcproj, L.fchg, NULL, N, Fl, C);
     tp_column_backward(m, NULL, dw.fcw, dw.fcb, s.fch, L.ln2, NULL, N, C, Fl);
