@@ -298,7 +298,7 @@ float *gpt_tensor(const GPT *m, float *base, int i, int l);
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
 
 /* Former names of split.h's functions, kept for their callers
- * (checkpoint.c, plan.c, zero.c, test_tp.c) until they move:
+ * (checkpoint.c, plan.c, test_tp.c) until they move:
  *  gpt_shard_index = layout_piece_index (run: the elements left in the run,
  *    never more than the rest of the piece); gpt_llmc_offset =
  *    layout_global_offset; gpt_tensor_counts = layout_counts;

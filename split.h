@@ -85,7 +85,8 @@ typedef struct LayoutRuns {
  * included: the caller asks layout_counts when it needs the ones that
  * count); layout_runs_next fills *r with the next run and returns 1, or
  * returns 0 at the end. The runs come in llm.c's order of tensors, then
- * layers, and each tensor's layer in order of the unsplit index. */
+ * layers, and each tensor's layer in order of the unsplit index:
+ *   for (layout_runs_start(&w, m); layout_runs_next(&w, &r);) ... r.local, r.global, r.n ... */
 void layout_runs_start(LayoutRuns *w, const GPT *m);
 int layout_runs_next(LayoutRuns *w, LayoutRun *r);
 
