@@ -95,7 +95,22 @@ typedef struct GPTTensorParallel {
     void (*reduce_scatter)(void *ctx, void *out, const void *in, size_t n, DType t);
 } GPTTensorParallel;
 
-/* Called at the edges of units (see gpt.c); any may be NULL. */
+/* Called at the edges of units; any may be NULL. Unit u's parameters are
+ * read through m->uparams[u] and its gradients written through
+ * m->ugrads[u]: by default slices of m->params and m->grads, but the
+ * data-parallel modules may point them at gathered or transient buffers
+ * from the hooks, which fire:
+ *   forward:  params_acquire(u) ... params_release(u)
+ *   backward: params_acquire(u), grads_acquire(u) ... grads_ready(u), params_release(u)
+ *   split:    B: params_acquire(u) ... params_release(u) (no gradient of u is written)
+ *             W: grads_acquire(u) ... grads_ready(u) (parameters only to recompute)
+ * On a stage holding both ends the one wte serves the embedding and the
+ * head: it stays acquired from the embedding's forward to the end of the
+ * head's, and its gradients from the head's backward to the end of the
+ * embedding's. Under mixed precision the layers read a bf16 copy, made
+ * from uparams[u] at the acquire when the float32 values may have changed:
+ * a new epoch (an optimizer step), or another source buffer (a ZeRO-3
+ * gather); within a step a unit is rounded once, however often it is used. */
 typedef struct GPTHooks {
     void *ctx;
     void (*params_acquire)(void *ctx, GPT *m, int unit);
@@ -268,38 +283,35 @@ int gpt_chunk_layers(const GPT *m, int c);
  * step that writes them finishes all of it (dp.c). */
 int gpt_unit_writer(const GPT *m, int u);
 
+/* Where tensor i of local layer l (l ignored for whole-model tensors)
+ * starts in this shard's layout (m->params, m->grads), in elements. */
+size_t gpt_tensor_offset(const GPT *m, int i, int l);
 /* Pointer to tensor i of local layer l (l ignored for whole-model tensors)
  * inside base, which is m->params, m->grads or any buffer of the same layout. */
 float *gpt_tensor(const GPT *m, float *base, int i, int l);
 
 /* Copies between this shard's layout (internal [num_params]) and llm.c's
- * order of the whole model (llmc [gpt_total_params], host memory both):
- * to_llmc 1 fills this shard's elements of llmc (only the copies that
- * count, gpt_tensor_counts, so a sum over tp ranks assembles the model), 0
- * fills internal from them. */
+ * order of the whole model (llmc [gpt_total_params], host memory both),
+ * run by run (split.h's layout_runs_next): to_llmc 1 fills this shard's
+ * elements of llmc (only the copies that count, layout_counts, so a sum
+ * over tp ranks assembles the model), 0 fills internal from them. */
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
 
-/* The one home of Megatron's split (张量并行): where element k of this
- * rank's tp slice of tensor i (within one layer, or within the tensor for
- * the whole-model ones) sits in the unsplit tensor. qkv rows are [q | k | v]
- * with this rank's heads' rows in each third; fc rows, the projections'
- * columns and wte's rows are contiguous slices. run (NULL: not wanted) gets
- * how many elements from k on stay contiguous there, (size_t)-1 for all the
- * rest of the slice. gpt_llmc_copy, the initialisation and checkpoint.c's
- * map all go through it. */
+/* Former names of split.h's functions, kept for their callers
+ * (checkpoint.c, plan.c, test_tp.c) until they move:
+ *  gpt_shard_index = layout_piece_index (run: the elements left in the run,
+ *    never more than the rest of the piece); gpt_llmc_offset =
+ *    layout_global_offset; gpt_tensor_counts = layout_counts;
+ *  gpt_tensor_replicated(m, i) = layout_replicated(m->tp, i);
+ *  gpt_tensor_size(...) = layout_tensor_size(..., 1), the unsplit sizes;
+ *  gpt_layer_size(cfg, i) = one layer's unsplit elements (0 for tensors
+ *    not per-layer). */
 size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run);
-
-/* Where tensor i of global layer l (l ignored for whole-model tensors)
- * starts in llm.c's order of the unsplit model. */
 size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l);
-
-/* The one home of "count each element once": 1 when this rank's copy of
- * tensor i is the one that counts, 0 for a tensor every tp rank holds whole
- * (gpt_tensor_replicated) on tp ranks other than 0, and for the last
- * stage's tied copy of wte (the first stage's counts). What --save writes,
- * what the gradient norm sums (zero.c) and what a checkpoint's shards hold
- * (checkpoint.c). */
 int gpt_tensor_counts(const GPT *m, int i);
+int gpt_tensor_replicated(const GPT *m, int i);
+size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);
+size_t gpt_layer_size(const GPTConfig *cfg, int i);
 
 /* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
  * of this stage's layout that lies in one tensor of one layer, in order:
@@ -313,14 +325,6 @@ size_t gpt_total_params(const GPTConfig *cfg);
 const char *gpt_tensor_name(int i);
 /* Whether tensor i gets weight decay (the 2-D weights). */
 int gpt_tensor_decays(int i);
-/* Whether every tp rank holds all of tensor i (LayerNorms, the biases of the
- * row-parallel linears, wpe): its gradient is counted once in the norm. */
-int gpt_tensor_replicated(const GPT *m, int i);
-/* Elements of tensor i on a stage of nlayers layers, with the embedding
- * and/or the head (0 when the stage does not hold it). */
-size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);
-/* The element counts of one layer of tensor i (0 for tensors not per-layer). */
-size_t gpt_layer_size(const GPTConfig *cfg, int i);
 /* Whether tensor i has one slice a layer (ln1w .. fcprojb) rather than one
  * for the whole model (wte, wpe, lnfw, lnfb). */
 int gpt_tensor_per_layer(int i);

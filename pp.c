@@ -42,6 +42,7 @@
 #include <string.h>
 #include "pp.h"
 #include "safe.h"
+#include "tp.h"
 
 /* ---------------------------------------------------------------------------
  * The plan: which stage and chunk each message goes between (pp_sched.h's
@@ -262,9 +263,7 @@ static void exchange(PPStage *s, const PPXfer *sends, int nsend, void *recv_buf,
 /* Elements of the residual stream one stage hands the next for B x T tokens:
  * this rank's rows (all B*T, or B*T/tp with sequence parallelism) of C. */
 static size_t stream_floats(const PPStage *s, int B, int T) {
-    const GPT *m = s->m;
-    size_t rows = m->tpc.sp ? (size_t)B * T / m->tp : (size_t)B * T;
-    return rows * m->cfg.dim;
+    return (size_t)tp_stream_rows(s->m, B * T) * s->m->cfg.dim;
 }
 
 static int first_chunk(const PPStage *s, int c) { return s->stage == 0 && c == 0; }

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "zero.h"
+#include "split.h"
 
 void zero_layout(Zero *z, ZeroBucket *buckets, int nbuckets, const int *unit_bucket) {
     size_t S = 0;
@@ -179,7 +180,7 @@ static void norm_flush(NormPass *q) {
 
 static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
     NormPass *q = ctx;
-    if (!gpt_tensor_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
+    if (!layout_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
     if (q->run_n && off != q->run_off + q->run_n) norm_flush(q);
     if (!q->run_n) q->run_off = off;
     q->run_n += n;
