@@ -371,6 +371,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
     for (int s = s0; s < a->steps; s++) {
         double t0 = setup_now_ms(), norm;
         float lr;
+        char range[32];
+        snprintf(range, sizeof range, "step %d", s + 1);
+        dev_range_push(&r->dev, range);   /* nsys's and the emulation's step (EMU_STEP_COUNTS) */
         double loss = train_step(r, s, &norm, &lr);
         dev_sync(&r->dev);
         double ms = setup_now_ms() - t0, tok_s = tokens_per_step / (ms / 1e3);
@@ -383,6 +386,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             printf("\n");
         }
         fflush(stdout);
+        dev_range_pop(&r->dev);
         if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
         int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;

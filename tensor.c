@@ -184,6 +184,20 @@ void dev_sync(Dev *d) {
 #endif
 }
 
+void dev_range_push(Dev *d, const char *name) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_range_push(name);
+#endif
+    (void)d, (void)name;
+}
+
+void dev_range_pop(Dev *d) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_range_pop();
+#endif
+    (void)d;
+}
+
 /* A counting sort: tokens are counted, the counts summed into starts, then
  * positions dropped into place in increasing order (so each group keeps
  * position order). */

@@ -236,6 +236,12 @@ void dev_to_host_async(Dev *d, void *host_dst, const void *dev_src, size_t bytes
 void dev_from_host_async(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 /* Waits for all work queued on d's compute stream. */
 void dev_sync(Dev *d);
+/* A named range of the host's work on d (a training step: "step S"), for
+ * the tools: NVTX on a GPU (nsys, ncu --nvtx), the emulation's per-step
+ * count of synchronizations (EMU_STEP_COUNTS); nothing on the CPU. Ranges
+ * nest; each push needs its pop, on the same thread. */
+void dev_range_push(Dev *d, const char *name);
+void dev_range_pop(Dev *d);
 
 /* The embedding backward's plan, on the host: the positions i < n with
  * tokens[i] >= 0 grouped by token (ascending), each group in position
@@ -269,5 +275,8 @@ void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream);
 void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream);
 void cuda_copy_h2d_async(void *dev, const void *host, size_t bytes, void *stream);
 void cuda_sync(void *stream);
+/* nvtxRangePushA / nvtxRangePop: free when no tool listens. */
+void cuda_range_push(const char *name);
+void cuda_range_pop(void);
 
 #endif
