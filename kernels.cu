@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <nvtx3/nvToolsExt.h>  /* header only: a pointer test a call when no tool listens */
@@ -1573,9 +1574,31 @@ static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float b
             n++;
         }
         if (!n) continue;
-        // the table waits for the stream's earlier work on the scratch, then the stream waits for it
-        cuda_copy_h2d(d->scratch, host, (size_t)n * sizeof(AdamSegDev), d->stream);
-        adamw_segs_kernel<<<(unsigned)blocks, 256, 0, STREAM(d)>>>((const AdamSegDev *)d->scratch, n, lr,
+        const size_t bytes = (size_t)n * sizeof(AdamSegDev);
+        const AdamSegDev *table = (const AdamSegDev *)d->scratch;
+        if (k1 == nsegs && k0 == 0) {
+            // one batch: the table is the same every step (only lr and the scale change), so it
+            // stays on the device in a buffer of its own and goes up again only when it changes
+            // (the first step allocates it): no copy and no wait in a step after the first
+            if (bytes != d->adam_table_bytes || memcmp(host, d->adam_table_host, bytes)) {
+                if (bytes > d->adam_table_cap) {
+                    if (d->adam_table) cuda_free(d->adam_table);
+                    d->adam_table = cuda_malloc(bytes);
+                    free(d->adam_table_host);
+                    d->adam_table_host = malloc(bytes);
+                    if (!d->adam_table_host) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
+                    d->adam_table_cap = bytes;
+                }
+                cuda_copy_h2d(d->adam_table, host, bytes, d->stream);  // after the last step's reader
+                memcpy(d->adam_table_host, host, bytes);
+                d->adam_table_bytes = bytes;
+            }
+            table = (const AdamSegDev *)d->adam_table;
+        } else {
+            // the table waits for the stream's earlier work on the scratch, then the stream waits for it
+            cuda_copy_h2d(d->scratch, host, bytes, d->stream);
+        }
+        adamw_segs_kernel<<<(unsigned)blocks, 256, 0, STREAM(d)>>>(table, n, lr,
                                                                    beta1, beta2, eps, step, rbc2, grad_scale);
         LAUNCH_CHECK(adamw_segs_kernel);
         if (k1 < nsegs) cuda_sync(d->stream);  // the next batch reuses the scratch

@@ -65,9 +65,12 @@ void dev_name(Dev *d, char *buf, size_t len) {
 
 void dev_close(Dev *d) {
 #ifdef USE_CUDA
+    if (d->kind == DEV_CUDA && d->adam_table) cuda_free(d->adam_table);
     if (d->kind == DEV_CUDA) cuda_close(d->stream, d->scratch);
 #endif
-    d->stream = d->scratch = NULL;
+    free(d->adam_table_host);
+    d->stream = d->scratch = d->adam_table = d->adam_table_host = NULL;
+    d->adam_table_bytes = d->adam_table_cap = 0;
 }
 
 /* Host buffers start on a 64-byte line. calloc's large chunks (glibc's mmap'd

@@ -83,6 +83,9 @@ typedef struct Dev {
     int pinned;            /* CPU only: allocate page-locked memory (host side of a GPU's copies) */
     int atomic_dq;         /* CUDA: attention's backward sums dq with atomics (--atomic-dq): the
                             * one kernel whose bits may change run to run; 0, the default: none */
+    void *adam_table;      /* CUDA: AdamW's segment table on the device, kept between steps */
+    void *adam_table_host; /* and the host's copy of what it holds, to upload only a change */
+    size_t adam_table_bytes, adam_table_cap;
     size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
     size_t bytes_peak;     /* high-water mark of bytes_live */
 } Dev;
