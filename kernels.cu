@@ -174,6 +174,46 @@ extern "C" void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *s
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
 }
 
+/* Pinned staging for small host-to-device copies (tensor.h): 16 slots of
+ * 256 KiB, used in turn, each with the event of its last copy. */
+#define STAGE_SLOTS 16
+#define STAGE_SLOT_BYTES ((size_t)256 << 10)
+struct CudaStaging {
+    char *ring;                       // [STAGE_SLOTS][STAGE_SLOT_BYTES] pinned
+    cudaEvent_t done[STAGE_SLOTS];    // each slot's last copy
+    int used[STAGE_SLOTS];
+    int next;
+};
+
+extern "C" void cuda_copy_h2d_staged(void **staging, void *dev, const void *host, size_t bytes, void *stream) {
+    if (!bytes) return;
+    if (bytes > STAGE_SLOT_BYTES) { cuda_copy_h2d(dev, host, bytes, stream); return; }
+    CudaStaging *s = (CudaStaging *)*staging;
+    if (!s) {
+        s = (CudaStaging *)calloc(1, sizeof *s);
+        if (!s) { fprintf(stderr, "error: out of host memory (copy staging)\n"); exit(1); }
+        CUDA_CHECK(cudaMallocHost((void **)&s->ring, STAGE_SLOTS * STAGE_SLOT_BYTES));
+        for (int k = 0; k < STAGE_SLOTS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&s->done[k], cudaEventDisableTiming));
+        *staging = s;
+    }
+    const int k = s->next;
+    s->next = (k + 1) % STAGE_SLOTS;
+    if (s->used[k]) CUDA_CHECK(cudaEventSynchronize(s->done[k]));  // the slot's last copy has run
+    char *slot = s->ring + (size_t)k * STAGE_SLOT_BYTES;
+    memcpy(slot, host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dev, slot, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    CUDA_CHECK(cudaEventRecord(s->done[k], (cudaStream_t)stream));
+    s->used[k] = 1;
+}
+
+extern "C" void cuda_staging_free(void *staging) {
+    CudaStaging *s = (CudaStaging *)staging;
+    if (!s) return;
+    CUDA_CHECK(cudaFreeHost(s->ring));  // waits for the device: no copy from it is left
+    for (int k = 0; k < STAGE_SLOTS; k++) CUDA_CHECK(cudaEventDestroy(s->done[k]));
+    free(s);
+}
+
 extern "C" void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
 }
@@ -1626,6 +1666,29 @@ __global__ void sum_partials_kernel(double *partials, const float *x, size_t n, 
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// loss [0] += (sum of partials [blocks] in block order) / n: reduce_to_host's host loop, then
+// pp_run's += of gpt_head_forward's sum / N, on the device (dev_loss_*, tensor.h)
+__global__ void loss_add_kernel(double *loss, const double *partials, unsigned blocks, size_t n) {
+    if (blockIdx.x || threadIdx.x) return;
+    double s = 0.0;
+    for (unsigned i = 0; i < blocks; i++) s += partials[i];
+    loss[0] += s / (double)n;
+}
+
+// sum_mean [3]: mean = sum / M, its float beside it, the sum zeroed for the next step
+__global__ void loss_finish_kernel(double *sum_mean, int M) {
+    if (blockIdx.x || threadIdx.x) return;
+    const double mean = sum_mean[0] / M;
+    sum_mean[1] = mean;
+    *(float *)(sum_mean + 2) = (float)mean;
+    sum_mean[0] = 0.0;
+}
+
+extern "C" void cuda_loss_finish(void *sum_mean, int M, void *stream) {
+    loss_finish_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((double *)sum_mean, M);
+    LAUNCH_CHECK(loss_finish_kernel);
+}
+
 static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
     if (!n) return 0.0;
     unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
@@ -1633,6 +1696,12 @@ static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
     double *partials = (double *)d->scratch;
     sum_partials_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, squares);
     LAUNCH_CHECK(sum_partials_kernel);
+    if (d->loss_deferred && !squares) {  // the step's loss: added on the device, read with the norm
+        if (!d->loss_dev) { fprintf(stderr, "error: a deferred loss before dev_loss_finish made its buffer\n"); exit(1); }
+        loss_add_kernel<<<1, 32, 0, STREAM(d)>>>((double *)d->loss_dev, partials, blocks, n);
+        LAUNCH_CHECK(loss_add_kernel);
+        return 0.0;
+    }
     double host[SUM_BLOCKS];
     cuda_copy_d2h(host, partials, blocks * sizeof(double), d->stream);  // waits for the stream
     double s = 0.0;

@@ -566,7 +566,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
             continue;
         }
         char range[80];   /* "gemm fcproj dinp wgmma": test/gpu_session.sh profile's filter */
-        snprintf(range, sizeof range, "gemm %s %s", g->label, bench_impl_name(impls[j]));
+        snprintf(range, sizeof range, "gemm %.40s %s", g->label, bench_impl_name(impls[j]));
         nvtxRangePushA(range);
         double ms = bench_time(c, bench_run_gemm, NULL, &r);
         nvtxRangePop();
