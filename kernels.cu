@@ -1684,6 +1684,17 @@ __global__ void loss_finish_kernel(double *sum_mean, int M) {
     sum_mean[0] = 0.0;
 }
 
+extern "C" void *cuda_event_new(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (void *)e;
+}
+extern "C" void cuda_event_record(void *event, void *stream) {
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+extern "C" void cuda_event_wait(void *event) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event)); }
+extern "C" void cuda_event_free(void *event) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event)); }
+
 extern "C" void cuda_loss_finish(void *sum_mean, int M, void *stream) {
     loss_finish_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((double *)sum_mean, M);
     LAUNCH_CHECK(loss_finish_kernel);

@@ -69,10 +69,11 @@ void dev_close(Dev *d) {
     if (d->kind == DEV_CUDA) cuda_staging_free(d->staging);
     if (d->kind == DEV_CUDA && d->loss_dev) cuda_free(d->loss_dev);
     if (d->kind == DEV_CUDA && d->loss_host) cuda_free_host(d->loss_host);
+    if (d->kind == DEV_CUDA && d->loss_event) cuda_event_free(d->loss_event);
     if (d->kind == DEV_CUDA) cuda_close(d->stream, d->scratch);
 #endif
     free(d->adam_table_host);
-    d->stream = d->scratch = d->adam_table = d->adam_table_host = d->staging = d->loss_dev = d->loss_host = NULL;
+    d->stream = d->scratch = d->adam_table = d->adam_table_host = d->staging = d->loss_dev = d->loss_host = d->loss_event = NULL;
     d->adam_table_bytes = d->adam_table_cap = 0;
 }
 
@@ -196,6 +197,7 @@ void dev_loss_defer(Dev *d) {
         d->loss_dev = cuda_malloc(3 * sizeof(double));
         cuda_memset0(d->loss_dev, 3 * sizeof(double), d->stream);
         d->loss_host = cuda_malloc_host(3 * sizeof(double));
+        d->loss_event = cuda_event_new();
     }
 #endif
     d->loss_deferred = 1;
@@ -213,11 +215,15 @@ float *dev_loss_finish(Dev *d, int M) {
 void dev_loss_queue(Dev *d) {
 #ifdef USE_CUDA
     cuda_copy_d2h_async(d->loss_host, d->loss_dev, 3 * sizeof(double), d->stream);
+    cuda_event_record(d->loss_event, d->stream);
 #endif
     (void)d;
 }
 
-double dev_loss_read(const Dev *d, int as_float) {
+double dev_loss_read(Dev *d, int as_float) {
+#ifdef USE_CUDA
+    cuda_event_wait(d->loss_event);
+#endif
     const double *h = d->loss_host;
     float f;
     memcpy(&f, h + 2, sizeof f);

@@ -87,6 +87,7 @@ typedef struct Dev {
     int loss_deferred;     /* CUDA: ops->sum adds to the step's loss on the device (dev_loss_*) */
     void *loss_dev;        /* CUDA: [sum double, mean double, mean float] on the device */
     void *loss_host;       /* CUDA: the same, pinned: where dev_loss_queue copies it */
+    void *loss_event;      /* CUDA: recorded after that copy */
     void *adam_table;      /* CUDA: AdamW's segment table on the device, kept between steps */
     void *adam_table_host; /* and the host's copy of what it holds, to upload only a change */
     size_t adam_table_bytes, adam_table_cap;
@@ -255,12 +256,14 @@ void dev_sync(Dev *d);
  * the step's mean, sum / M (a double, and a float as score_share_loss rounds
  * it), zeroes the sum and returns the float's device address (for an
  * all-reduce over dp); dev_loss_queue copies both to pinned memory without
- * waiting; dev_loss_read gives them (double, or the float) once a wait for the
- * stream has passed since (the norm's read-back). GPU only. */
+ * waiting; dev_loss_read gives them (double, or the float), waiting for the
+ * copy, which costs nothing when a wait for the stream has passed since (the
+ * norm's read-back; a rank without one, the parameter server's workers,
+ * waits here). GPU only. */
 void dev_loss_defer(Dev *d);
 float *dev_loss_finish(Dev *d, int M);
 void dev_loss_queue(Dev *d);
-double dev_loss_read(const Dev *d, int as_float);
+double dev_loss_read(Dev *d, int as_float);
 /* A named range of the host's work on d (a training step: "step S"), for
  * the tools: NVTX on a GPU (nsys, ncu --nvtx), the emulation's per-step
  * count of synchronizations (EMU_STEP_COUNTS); nothing on the CPU. Ranges
@@ -309,6 +312,11 @@ void cuda_staging_free(void *staging);
 /* dev_loss_*'s device side: sum_mean [3 doubles] (sum, mean; the mean's
  * float in the third's first 4 bytes) */
 void cuda_loss_finish(void *sum_mean, int M, void *stream);
+/* An event (timing off): made, recorded on a stream, waited for by the host, destroyed. */
+void *cuda_event_new(void);
+void cuda_event_record(void *event, void *stream);
+void cuda_event_wait(void *event);
+void cuda_event_free(void *event);
 /* nvtxRangePushA / nvtxRangePop: free when no tool listens. */
 void cuda_range_push(const char *name);
 void cuda_range_pop(void);
