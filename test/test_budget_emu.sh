@@ -9,7 +9,10 @@
 # had not waited for (cudaStreamSynchronize, cudaEventSynchronize, a copy to
 # or from pageable memory, cudaFree...) and each allocation, named.
 # Layouts: one rank, and 2-rank DDP over the emulated NCCL (one emulated GPU
-# a rank). Asserted from the second step on: no allocation, and at most one
+# a rank), fp32 and bf16; one rank with two micro-batches; and both with
+# streams late (EMU_STREAMS). (ZeRO, tp and pp still wait more: the norm's
+# sums are combined over their groups through host memory, a read-back per
+# owned run, and pp broadcasts the loss from the host: 5 to 7 a step.) Asserted from the second step on: no allocation, and at most one
 # blocking synchronization a step (the loss and the norm read back together).
 # Then the check is shown to catch two deliberate bugs patched into a scratch
 # copy of main.c's train_step (test/emu/scratch.sh): a dev_sync between the
@@ -63,7 +66,8 @@ check() {
 budget() {
     label=$1 syncs=$2 ranks=$3
     shift 3
-    (cd "$S" && EMU_GPUS=2 EMU_STEP_COUNTS=1 OMP_NUM_THREADS=1 timeout 120 ./test/train_nccl_emu $MODEL "$@") > "$S/run.log" 2>&1
+    (cd "$S" && EMU_GPUS=2 EMU_STEP_COUNTS=1 EMU_STREAMS=${WHEN:-eager} OMP_NUM_THREADS=1 timeout 120 \
+        ./test/train_nccl_emu $MODEL "$@") > "$S/run.log" 2>&1
     runrc=$?
     if [ $runrc -ne 0 ]; then
         echo "FAIL budget $label: train_nccl_emu exited $runrc: $(grep -m1 -i 'error' "$S/run.log")"
@@ -80,6 +84,15 @@ for dt in fp32 bf16; do
     budget "ddp 2, $dt" $SYNCS_DDP 2 --ranks 2 --batch 2 --dtype $dt
     cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
 done
+# two micro-batches (the loss added up on the device over both), and the streams late (the
+# compute stream runs only when the host waits, the communication streams only when waited
+# for: the host as far ahead of the device as it can be)
+budget "one rank, 2 micro-batches, fp32" $SYNCS_1 1 --batch 2 --micro-batches 2 --dtype fp32
+cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
+WHEN=first-late budget "one rank, bf16, compute stream late" $SYNCS_1 1 --batch 4 --dtype bf16
+cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
+WHEN=rest-late budget "ddp 2, bf16, communication streams late" $SYNCS_DDP 2 --ranks 2 --batch 2 --dtype bf16
+cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
 
 # The deliberate bugs: each must be caught (a FAIL from check, naming the call).
 # caught NAME WANT: after a patch and a rebuild, the one-rank run must fail the
