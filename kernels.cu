@@ -175,9 +175,10 @@ extern "C" void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *s
 }
 
 /* Pinned staging for small host-to-device copies (tensor.h): 16 slots of
- * 256 KiB, used in turn, each with the event of its last copy. */
+ * 1 MiB (a batch of 64 x 1024's embedding plan fits), used in turn, each
+ * with the event of its last copy. */
 #define STAGE_SLOTS 16
-#define STAGE_SLOT_BYTES ((size_t)256 << 10)
+#define STAGE_SLOT_BYTES ((size_t)1 << 20)
 struct CudaStaging {
     char *ring;                       // [STAGE_SLOTS][STAGE_SLOT_BYTES] pinned
     cudaEvent_t done[STAGE_SLOTS];    // each slot's last copy

@@ -234,7 +234,7 @@ void *dev_alloc(Dev *d, size_t bytes);
 void dev_free(Dev *d, void *p, size_t bytes);
 void dev_zero(Dev *d, void *p, size_t bytes);
 void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes);
-/* On return host_src may be reused. On a GPU a copy of up to 256 KiB is not
+/* On return host_src may be reused. On a GPU a copy of up to 1 MiB is not
  * waited for: it goes through pinned staging (a micro-batch's tokens and
  * targets), queued on d's compute stream like a kernel; a larger one waits. */
 void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
@@ -303,7 +303,7 @@ void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream);
 void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream);
 void cuda_copy_h2d_async(void *dev, const void *host, size_t bytes, void *stream);
 void cuda_sync(void *stream);
-/* cuda_copy_h2d without the wait for a copy of up to 256 KiB: host is copied
+/* cuda_copy_h2d without the wait for a copy of up to 1 MiB: host is copied
  * into the next of 16 pinned slots (*staging, made at the first call), whose
  * last copy is waited for first (long done, as a rule), and the slot's copy
  * is queued. cuda_staging_free frees them (after the stream's work). */
