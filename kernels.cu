@@ -26,8 +26,10 @@
 #include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <nvtx3/nvToolsExt.h>  /* header only: a pointer test a call when no tool listens */
 
 extern "C" {
 #include "tensor.h"
@@ -172,6 +174,47 @@ extern "C" void cuda_copy_h2d(void *dev, const void *host, size_t bytes, void *s
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
 }
 
+/* Pinned staging for small host-to-device copies (tensor.h): 16 slots of
+ * 1 MiB (a batch of 64 x 1024's embedding plan fits), used in turn, each
+ * with the event of its last copy. */
+#define STAGE_SLOTS 16
+#define STAGE_SLOT_BYTES ((size_t)1 << 20)
+struct CudaStaging {
+    char *ring;                       // [STAGE_SLOTS][STAGE_SLOT_BYTES] pinned
+    cudaEvent_t done[STAGE_SLOTS];    // each slot's last copy
+    int used[STAGE_SLOTS];
+    int next;
+};
+
+extern "C" void cuda_copy_h2d_staged(void **staging, void *dev, const void *host, size_t bytes, void *stream) {
+    if (!bytes) return;
+    if (bytes > STAGE_SLOT_BYTES) { cuda_copy_h2d(dev, host, bytes, stream); return; }
+    CudaStaging *s = (CudaStaging *)*staging;
+    if (!s) {
+        s = (CudaStaging *)calloc(1, sizeof *s);
+        if (!s) { fprintf(stderr, "error: out of host memory (copy staging)\n"); exit(1); }
+        CUDA_CHECK(cudaMallocHost((void **)&s->ring, STAGE_SLOTS * STAGE_SLOT_BYTES));
+        for (int k = 0; k < STAGE_SLOTS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&s->done[k], cudaEventDisableTiming));
+        *staging = s;
+    }
+    const int k = s->next;
+    s->next = (k + 1) % STAGE_SLOTS;
+    if (s->used[k]) CUDA_CHECK(cudaEventSynchronize(s->done[k]));  // the slot's last copy has run
+    char *slot = s->ring + (size_t)k * STAGE_SLOT_BYTES;
+    memcpy(slot, host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dev, slot, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    CUDA_CHECK(cudaEventRecord(s->done[k], (cudaStream_t)stream));
+    s->used[k] = 1;
+}
+
+extern "C" void cuda_staging_free(void *staging) {
+    CudaStaging *s = (CudaStaging *)staging;
+    if (!s) return;
+    CUDA_CHECK(cudaFreeHost(s->ring));  // waits for the device: no copy from it is left
+    for (int k = 0; k < STAGE_SLOTS; k++) CUDA_CHECK(cudaEventDestroy(s->done[k]));
+    free(s);
+}
+
 extern "C" void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
 }
@@ -187,6 +230,9 @@ extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *st
 extern "C" void cuda_sync(void *stream) {
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
 }
+
+extern "C" void cuda_range_push(const char *name) { nvtxRangePushA(name); }
+extern "C" void cuda_range_pop(void) { nvtxRangePop(); }
 
 /* ---------------------------------------------------------------------------
  * Warp and block reductions. A block reduction leaves the result in every
@@ -1569,9 +1615,31 @@ static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float b
             n++;
         }
         if (!n) continue;
-        // the table waits for the stream's earlier work on the scratch, then the stream waits for it
-        cuda_copy_h2d(d->scratch, host, (size_t)n * sizeof(AdamSegDev), d->stream);
-        adamw_segs_kernel<<<(unsigned)blocks, 256, 0, STREAM(d)>>>((const AdamSegDev *)d->scratch, n, lr,
+        const size_t bytes = (size_t)n * sizeof(AdamSegDev);
+        const AdamSegDev *table = (const AdamSegDev *)d->scratch;
+        if (k1 == nsegs && k0 == 0) {
+            // one batch: the table is the same every step (only lr and the scale change), so it
+            // stays on the device in a buffer of its own and goes up again only when it changes
+            // (the first step allocates it): no copy and no wait in a step after the first
+            if (bytes != d->adam_table_bytes || memcmp(host, d->adam_table_host, bytes)) {
+                if (bytes > d->adam_table_cap) {
+                    if (d->adam_table) cuda_free(d->adam_table);
+                    d->adam_table = cuda_malloc(bytes);
+                    free(d->adam_table_host);
+                    d->adam_table_host = malloc(bytes);
+                    if (!d->adam_table_host) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
+                    d->adam_table_cap = bytes;
+                }
+                cuda_copy_h2d(d->adam_table, host, bytes, d->stream);  // after the last step's reader
+                memcpy(d->adam_table_host, host, bytes);
+                d->adam_table_bytes = bytes;
+            }
+            table = (const AdamSegDev *)d->adam_table;
+        } else {
+            // the table waits for the stream's earlier work on the scratch, then the stream waits for it
+            cuda_copy_h2d(d->scratch, host, bytes, d->stream);
+        }
+        adamw_segs_kernel<<<(unsigned)blocks, 256, 0, STREAM(d)>>>(table, n, lr,
                                                                    beta1, beta2, eps, step, rbc2, grad_scale);
         LAUNCH_CHECK(adamw_segs_kernel);
         if (k1 < nsegs) cuda_sync(d->stream);  // the next batch reuses the scratch
@@ -1599,6 +1667,40 @@ __global__ void sum_partials_kernel(double *partials, const float *x, size_t n, 
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// loss [0] += (sum of partials [blocks] in block order) / n: reduce_to_host's host loop, then
+// pp_run's += of gpt_head_forward's sum / N, on the device (dev_loss_*, tensor.h)
+__global__ void loss_add_kernel(double *loss, const double *partials, unsigned blocks, size_t n) {
+    if (blockIdx.x || threadIdx.x) return;
+    double s = 0.0;
+    for (unsigned i = 0; i < blocks; i++) s += partials[i];
+    loss[0] += s / (double)n;
+}
+
+// sum_mean [3]: mean = sum / M, its float beside it, the sum zeroed for the next step
+__global__ void loss_finish_kernel(double *sum_mean, int M) {
+    if (blockIdx.x || threadIdx.x) return;
+    const double mean = sum_mean[0] / M;
+    sum_mean[1] = mean;
+    *(float *)(sum_mean + 2) = (float)mean;
+    sum_mean[0] = 0.0;
+}
+
+extern "C" void *cuda_event_new(void) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (void *)e;
+}
+extern "C" void cuda_event_record(void *event, void *stream) {
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+extern "C" void cuda_event_wait(void *event) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event)); }
+extern "C" void cuda_event_free(void *event) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event)); }
+
+extern "C" void cuda_loss_finish(void *sum_mean, int M, void *stream) {
+    loss_finish_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((double *)sum_mean, M);
+    LAUNCH_CHECK(loss_finish_kernel);
+}
+
 static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
     if (!n) return 0.0;
     unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
@@ -1606,6 +1708,12 @@ static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
     double *partials = (double *)d->scratch;
     sum_partials_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, squares);
     LAUNCH_CHECK(sum_partials_kernel);
+    if (d->loss_deferred && !squares) {  // the step's loss: added on the device, read with the norm
+        if (!d->loss_dev) { fprintf(stderr, "error: a deferred loss before dev_loss_finish made its buffer\n"); exit(1); }
+        loss_add_kernel<<<1, 32, 0, STREAM(d)>>>((double *)d->loss_dev, partials, blocks, n);
+        LAUNCH_CHECK(loss_add_kernel);
+        return 0.0;
+    }
     double host[SUM_BLOCKS];
     cuda_copy_d2h(host, partials, blocks * sizeof(double), d->stream);  // waits for the stream
     double s = 0.0;

@@ -209,17 +209,42 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     return rc;
 }
 
+/* On a GPU the step's loss stays on the device until the norm's read-back
+ * (tensor.h, dev_loss_*): its mean over the micro-batches, as a float
+ * averaged over dp there too (score_share_loss's arithmetic, on the device),
+ * queued for the host. Called after pp_run. */
+static void loss_queue(Run *r, int M) {
+    float *mean = dev_loss_finish(&r->dev, M);
+    if (r->mesh.dp > 1)
+        comm_op_wait(comm_all_reduce(&r->mesh.dp_group, &r->dev, mean, 1, COMM_F32, COMM_AVG), &r->dev);
+    dev_loss_queue(&r->dev);
+}
+
+/* The loss loss_queue queued, once the norm has been read back: what
+ * score_share_loss returns (the pp broadcast still on the host). */
+static double loss_read(Run *r) {
+    if (r->mesh.dp == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
+    float l = (float)dev_loss_read(&r->dev, 1);
+    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
+    return l;
+}
+
 /* One optimizer step over the global batch of `step` through the pipeline's
  * schedule. Returns the global mean loss and leaves the pre-clip gradient
- * norm and the lr used. */
+ * norm and the lr used. On a GPU the host waits for the device once: the
+ * norm's read-back before the clip brings the loss with it (the test:
+ * test/test_budget_emu.sh), and the step returns with the optimizer queued. */
 static double train_step(Run *r, int step, double *norm, float *lr) {
     Args *a = &r->a;
     int B = a->layout.batch, T = a->layout.seq, M = a->layout.micro_batches, D = r->mesh.dp;
     float dloss = 1.0f / ((float)B * T * M * D);  /* the sum over ranks is the global mean */
     StepCtx ctx = {r, step};
     PPCallbacks cb = {&ctx, step_batch, step_before_backward};
+    int gpu = r->dev.kind == DEV_CUDA;
     dp_step_begin(&r->dp);
-    double loss = pp_run(&r->pp, dloss, &cb) / M;
+    if (gpu) dev_loss_defer(&r->dev);
+    double loss = pp_run(&r->pp, dloss, &cb) / M;   /* 0 on a GPU: the loss is on the device */
+    if (gpu) loss_queue(r, M);
     if (step == 0 && a->dump_grads) {
         comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
         write_gathered(r, r->model.grads, a->dump_grads);
@@ -229,7 +254,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     *norm = dp_step_end(&r->dp, *lr);
     gpt_params_changed(&r->model);  /* the bf16 copy is remade at each unit's next use */
     trace_end(r->trace);
-    return score_share_loss(r, loss);
+    return gpu ? loss_read(r) : score_share_loss(r, loss);
 }
 
 /* ---- sampling, saving (evaluation is score.c's) ---------------------------- */
@@ -371,8 +396,12 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
     for (int s = s0; s < a->steps; s++) {
         double t0 = trace_now_ms(), norm;
         float lr;
+        char range[32];
+        snprintf(range, sizeof range, "step %d", s + 1);
+        dev_range_push(&r->dev, range);   /* nsys's and the emulation's step (EMU_STEP_COUNTS) */
+        /* no wait for the device here: its step ends with the optimizer queued, and the
+         * host goes on to the next batch (ms is the time between read-backs) */
         double loss = train_step(r, s, &norm, &lr);
-        dev_sync(&r->dev);
         double ms = trace_now_ms() - t0, tok_s = tokens_per_step / (ms / 1e3);
         if (ms > clock->step_ms) clock->step_ms = ms;
         if (rank0) {
@@ -383,6 +412,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             printf("\n");
         }
         fflush(stdout);
+        dev_range_pop(&r->dev);
         if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
         int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;

@@ -65,9 +65,16 @@ void dev_name(Dev *d, char *buf, size_t len) {
 
 void dev_close(Dev *d) {
 #ifdef USE_CUDA
+    if (d->kind == DEV_CUDA && d->adam_table) cuda_free(d->adam_table);
+    if (d->kind == DEV_CUDA) cuda_staging_free(d->staging);
+    if (d->kind == DEV_CUDA && d->loss_dev) cuda_free(d->loss_dev);
+    if (d->kind == DEV_CUDA && d->loss_host) cuda_free_host(d->loss_host);
+    if (d->kind == DEV_CUDA && d->loss_event) cuda_event_free(d->loss_event);
     if (d->kind == DEV_CUDA) cuda_close(d->stream, d->scratch);
 #endif
-    d->stream = d->scratch = NULL;
+    free(d->adam_table_host);
+    d->stream = d->scratch = d->adam_table = d->adam_table_host = d->staging = d->loss_dev = d->loss_host = d->loss_event = NULL;
+    d->adam_table_bytes = d->adam_table_cap = 0;
 }
 
 /* Host buffers start on a 64-byte line. calloc's large chunks (glibc's mmap'd
@@ -152,7 +159,7 @@ void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes) {
 
 void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes) {
 #ifdef USE_CUDA
-    if (d->kind == DEV_CUDA) { cuda_copy_h2d(dev_dst, host_src, bytes, d->stream); return; }
+    if (d->kind == DEV_CUDA) { cuda_copy_h2d_staged(&d->staging, dev_dst, host_src, bytes, d->stream); return; }
 #endif
     memcpy(dev_dst, host_src, bytes);
 }
@@ -182,6 +189,59 @@ void dev_sync(Dev *d) {
 #ifdef USE_CUDA
     if (d->kind == DEV_CUDA) cuda_sync(d->stream);
 #endif
+}
+
+void dev_loss_defer(Dev *d) {
+#ifdef USE_CUDA
+    if (!d->loss_dev) {
+        d->loss_dev = cuda_malloc(3 * sizeof(double));
+        cuda_memset0(d->loss_dev, 3 * sizeof(double), d->stream);
+        d->loss_host = cuda_malloc_host(3 * sizeof(double));
+        d->loss_event = cuda_event_new();
+    }
+#endif
+    d->loss_deferred = 1;
+}
+
+float *dev_loss_finish(Dev *d, int M) {
+    d->loss_deferred = 0;
+#ifdef USE_CUDA
+    cuda_loss_finish(d->loss_dev, M, d->stream);
+#endif
+    (void)M;
+    return (float *)((double *)d->loss_dev + 2);
+}
+
+void dev_loss_queue(Dev *d) {
+#ifdef USE_CUDA
+    cuda_copy_d2h_async(d->loss_host, d->loss_dev, 3 * sizeof(double), d->stream);
+    cuda_event_record(d->loss_event, d->stream);
+#endif
+    (void)d;
+}
+
+double dev_loss_read(Dev *d, int as_float) {
+#ifdef USE_CUDA
+    cuda_event_wait(d->loss_event);
+#endif
+    const double *h = d->loss_host;
+    float f;
+    memcpy(&f, h + 2, sizeof f);
+    return as_float ? (double)f : h[1];
+}
+
+void dev_range_push(Dev *d, const char *name) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_range_push(name);
+#endif
+    (void)d, (void)name;
+}
+
+void dev_range_pop(Dev *d) {
+#ifdef USE_CUDA
+    if (d->kind == DEV_CUDA) cuda_range_pop();
+#endif
+    (void)d;
 }
 
 /* A counting sort: tokens are counted, the counts summed into starts, then

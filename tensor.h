@@ -83,6 +83,14 @@ typedef struct Dev {
     int pinned;            /* CPU only: allocate page-locked memory (host side of a GPU's copies) */
     int atomic_dq;         /* CUDA: attention's backward sums dq with atomics (--atomic-dq): the
                             * one kernel whose bits may change run to run; 0, the default: none */
+    void *staging;         /* CUDA: pinned slots that small dev_from_host copies go through */
+    int loss_deferred;     /* CUDA: ops->sum adds to the step's loss on the device (dev_loss_*) */
+    void *loss_dev;        /* CUDA: [sum double, mean double, mean float] on the device */
+    void *loss_host;       /* CUDA: the same, pinned: where dev_loss_queue copies it */
+    void *loss_event;      /* CUDA: recorded after that copy */
+    void *adam_table;      /* CUDA: AdamW's segment table on the device, kept between steps */
+    void *adam_table_host; /* and the host's copy of what it holds, to upload only a change */
+    size_t adam_table_bytes, adam_table_cap;
     size_t bytes_live;     /* bytes allocated through dev_alloc and not freed */
     size_t bytes_peak;     /* high-water mark of bytes_live */
 } Dev;
@@ -226,6 +234,9 @@ void *dev_alloc(Dev *d, size_t bytes);
 void dev_free(Dev *d, void *p, size_t bytes);
 void dev_zero(Dev *d, void *p, size_t bytes);
 void dev_to_host(Dev *d, void *host_dst, const void *dev_src, size_t bytes);
+/* On return host_src may be reused. On a GPU a copy of up to 1 MiB is not
+ * waited for: it goes through pinned staging (a micro-batch's tokens and
+ * targets), queued on d's compute stream like a kernel; a larger one waits. */
 void dev_from_host(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 void dev_copy(Dev *d, void *dst, const void *src, size_t bytes);
 /* dev_to_host and dev_from_host queued on d's compute stream without
@@ -236,6 +247,29 @@ void dev_to_host_async(Dev *d, void *host_dst, const void *dev_src, size_t bytes
 void dev_from_host_async(Dev *d, void *dev_dst, const void *host_src, size_t bytes);
 /* Waits for all work queued on d's compute stream. */
 void dev_sync(Dev *d);
+/* A GPU step's loss without a read-back of its own (issue 42: one read-back a
+ * step, the loss and the norm together). After dev_loss_defer (whose first
+ * call allocates the buffers) and until dev_loss_finish, a GPU's
+ * ops->sum(x, n) adds sum / n on the device to the step's loss (the
+ * arithmetic of gpt_head_forward's sum / N added up by pp_run, in the same
+ * order, so the same bits) and returns 0. dev_loss_finish(d, M) turns it into
+ * the step's mean, sum / M (a double, and a float as score_share_loss rounds
+ * it), zeroes the sum and returns the float's device address (for an
+ * all-reduce over dp); dev_loss_queue copies both to pinned memory without
+ * waiting; dev_loss_read gives them (double, or the float), waiting for the
+ * copy, which costs nothing when a wait for the stream has passed since (the
+ * norm's read-back; a rank without one, the parameter server's workers,
+ * waits here). GPU only. */
+void dev_loss_defer(Dev *d);
+float *dev_loss_finish(Dev *d, int M);
+void dev_loss_queue(Dev *d);
+double dev_loss_read(Dev *d, int as_float);
+/* A named range of the host's work on d (a training step: "step S"), for
+ * the tools: NVTX on a GPU (nsys, ncu --nvtx), the emulation's per-step
+ * count of synchronizations (EMU_STEP_COUNTS); nothing on the CPU. Ranges
+ * nest; each push needs its pop, on the same thread. */
+void dev_range_push(Dev *d, const char *name);
+void dev_range_pop(Dev *d);
 
 /* The embedding backward's plan, on the host: the positions i < n with
  * tokens[i] >= 0 grouped by token (ascending), each group in position
@@ -269,5 +303,22 @@ void cuda_copy_d2d(void *dst, const void *src, size_t bytes, void *stream);
 void cuda_copy_d2h_async(void *host, const void *dev, size_t bytes, void *stream);
 void cuda_copy_h2d_async(void *dev, const void *host, size_t bytes, void *stream);
 void cuda_sync(void *stream);
+/* cuda_copy_h2d without the wait for a copy of up to 1 MiB: host is copied
+ * into the next of 16 pinned slots (*staging, made at the first call), whose
+ * last copy is waited for first (long done, as a rule), and the slot's copy
+ * is queued. cuda_staging_free frees them (after the stream's work). */
+void cuda_copy_h2d_staged(void **staging, void *dev, const void *host, size_t bytes, void *stream);
+void cuda_staging_free(void *staging);
+/* dev_loss_*'s device side: sum_mean [3 doubles] (sum, mean; the mean's
+ * float in the third's first 4 bytes) */
+void cuda_loss_finish(void *sum_mean, int M, void *stream);
+/* An event (timing off): made, recorded on a stream, waited for by the host, destroyed. */
+void *cuda_event_new(void);
+void cuda_event_record(void *event, void *stream);
+void cuda_event_wait(void *event);
+void cuda_event_free(void *event);
+/* nvtxRangePushA / nvtxRangePop: free when no tool listens. */
+void cuda_range_push(const char *name);
+void cuda_range_pop(void);
 
 #endif

@@ -13,10 +13,19 @@
 #                                  PyTorch); record its table in bench/NOTES.md
 #   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
 #                                  tests 52-56 s, bench 69-90 s), 8 logs
-#   sh test/gpu_session.sh profile ncu's time a kernel name over 2 training steps of
-#                                  make bench's model (bench/NOTES.md: where the step goes)
-#   sh test/gpu_session.sh lease   what a lease of 15 minutes runs, in one call of about 8
-#                                  minutes: all, then cpu, its A/B of loop orders last and
+#   sh test/gpu_session.sh profile ncu on the kernels that matter only (issue 42): the
+#                                  wgmma GEMM at fcproj dinp and attproj dinp, cuBLAS's
+#                                  beside them, and attention's forward and deterministic
+#                                  backward, picked in bench_gpu by their NVTX ranges
+#                                  (--nvtx-include) and --launch-count: tensor pipe
+#                                  utilisation, stall reasons, occupancy, memory (about 2
+#                                  minutes)
+#   sh test/gpu_session.sh profile-all  ncu's time a kernel name over 2 training steps of
+#                                  make bench's model (about 7 minutes)
+#   sh test/gpu_session.sh lease   what a lease of 15 minutes runs, in one call under 10
+#                                  minutes: all (the GPU tests, make bench with PyTorch
+#                                  beside it), then profile; then cpu only in what is
+#                                  left (5 minutes or more), its A/B of loop orders last and
 #                                  only if the call's 10 minutes leave a minute for it;
 #                                  its logs packed into one gpu_logs.tar.gz (under $OUT the
 #                                  device tool brings back 8 files at most), packed again
@@ -61,13 +70,34 @@ step() {  # step NAME SECONDS COMMAND...: runs it, keeps its log, prints a summa
     [ -z "$pack" ] || tar czf "$pack" -C "$logs" .
 }
 
-case "$part" in tests|bench|all|lease|profile|cpu) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|lease|profile|cpu"; exit 2 ;; esac
+case "$part" in tests|bench|all|lease|profile|profile-all|cpu) ;; *) echo "usage: sh test/gpu_session.sh tests|bench|all|lease|profile|profile-all|cpu"; exit 2 ;; esac
 # the machine, the build and --version in one log (the device tool brings 8 files back)
 step build 300 sh -c "nvidia-smi -L; nvcc --version | tail -1; make -j16 build tests $NCCL_ARG && ./train --version"
 grep -E '^GPU 0|^Build|^train: NCCL|^CPU GEMM|^CUDA|^GPU arch|^NCCL' "$logs/build.log"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$GPUS" -ge 1 ] || GPUS=1
-if [ "$part" = profile ]; then
+# ncu's sections for a kernel that should be faster: SpeedOfLight, the pipes' utilisation
+# (tensor included: ComputeWorkloadAnalysis), stall reasons (WarpStateStats,
+# SchedulerStats), occupancy, launch shape, memory
+NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis"
+profile() {  # the kernels issue 42 names, and nothing else: bench_gpu's rows by their NVTX ranges
+    make -s bench/bench_gpu $NCCL_ARG > /dev/null || { echo "profile: bench/bench_gpu does not build"; return 1; }
+    # shellcheck disable=SC2086
+    step profile_gemm 240 ncu --clock-control none --nvtx \
+        --nvtx-include "gemm fcproj dinp wgmma/" --nvtx-include "gemm attproj dinp wgmma/" \
+        --nvtx-include "gemm fcproj dinp cublas/" --nvtx-include "gemm attproj dinp cublas/" \
+        --launch-count 12 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
+    grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
+        "$logs/profile_gemm.log" | head -80
+    # shellcheck disable=SC2086
+    step profile_attention 180 ncu --clock-control none --nvtx --nvtx-include "attention fwd+bwd deterministic/" \
+        --launch-count 6 $NCU_SECTIONS ./bench/bench_gpu --only attention --reps 1 --warmup 0
+    grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
+        "$logs/profile_attention.log" | head -60
+}
+if [ "$part" = profile ]; then profile; exit 0; fi
+if [ "$part" = profile-all ]; then
     # every kernel of 2 steps of make bench's model, its time summed by name (ncu replays each
     # kernel once for the one metric; the device image has ncu, not nsys). Written before a
     # session with a GPU could run it.
@@ -145,8 +175,13 @@ if [ "$part" != tests ]; then
     tail -60 "$logs/bench.log"
 fi
 if [ "$part" = lease ]; then
+    profile
+    # the host's CPU (issue 23) only in what is left of the call's 10 minutes
+    left=$(( 570 - ($(date +%s) - began) ))
+    if [ "$left" -lt 300 ]; then
+        echo "cpu: not run, $left s left of the call (it takes about 5 minutes)"
     # the loop orders' A/B (18 s on the Zen 3) if the call's 10 minutes leave room
-    if cpu; then
+    elif cpu; then
         left=$(( 570 - ($(date +%s) - began) ))
         if [ "$left" -ge 60 ]; then a_outer "$left"; else echo "cpu_a_outer: no time left ($left s)"; fi
     fi

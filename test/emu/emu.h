@@ -228,6 +228,11 @@
 #include <utility>
 #include <vector>
 #include "emu_stream.h"
+/* NVTX (kernels.cu's ranges around each training step): the declarations
+ * only; emu_rt.cpp implements the calls the sources make (nvtxRangePushA,
+ * nvtxRangePop), which count a step's synchronizations (EMU_STEP_COUNTS). */
+#define NVTX_NO_IMPL
+#include <nvtx3/nvToolsExt.h>
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)

@@ -851,6 +851,10 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v) {
  *                       stream waits for which other stream's op, and how many
  *                       later ops of that stream (queued, not yet done) it
  *                       leaves in flight
+ *   EMU_STEP_COUNTS=1   prints, at the end of each outermost NVTX range of a
+ *                       thread (train's steps, "step S"), how often that
+ *                       thread blocked on the device and allocated inside it
+ *                       (see "A step's synchronizations" below)
  *
  * Streams are queues of ops (EmuStreamOp), run in order on the calling
  * thread; there are no worker threads, so every run is deterministic. An
@@ -967,7 +971,8 @@ struct EmuStream {
     EmuClock clock;
     uint64_t works = 0;       /* ops that do work (not event records or waits) so far */
     uint64_t works_done = 0;  /* and completed */
-    std::string last_work;    /* the latest one's name (EMU_TRACE_WAITS) */
+    std::string last_work;    /* the latest one's name (EMU_TRACE_WAITS, EMU_STEP_COUNTS) */
+    uint64_t host_works = 0;  /* works the host has waited for (EMU_STEP_COUNTS) */
 };
 /* One recent access to an allocation, for the race detector. */
 struct EmuShadow {
@@ -1022,6 +1027,57 @@ EmuRuntime &emu_rt(void) {
         return r;
     }();
     return *rt;
+}
+
+/* ---------------------------------------------------------------------------
+ * A step's synchronizations and allocations (EMU_STEP_COUNTS=1). train marks
+ * each training step with an NVTX range (main.c through tensor.c's
+ * dev_range_push/pop and kernels.cu's cuda_range_*, "step S"; on a GPU nsys
+ * and ncu see the same ranges). Inside a thread's outermost range, each call
+ * of that thread that makes the host wait for device work it has not waited
+ * for yet counts as a synchronization: cudaStreamSynchronize,
+ * cudaDeviceSynchronize and cudaEventSynchronize with work queued since the
+ * host last waited for that stream (a second wait on an idle stream costs
+ * microseconds and is not counted), a copy between the device and pageable
+ * host memory (it completes before it returns), cudaFree and cudaFreeHost
+ * (which wait for the device); each cudaMalloc, cudaMallocHost, cudaFree and
+ * cudaFreeHost counts as an allocation. At the range's end one line goes to
+ * stderr, whatever the counts:
+ *   emu: device D: step S: N blocking synchronizations, M allocations[: what; ...]
+ * each `what` naming the call and the stream's last op before it. Counting
+ * is per thread: comm.c's watchdog only queries events, which never block. */
+struct EmuStepCount {
+    int depth = 0;          /* NVTX ranges open on this thread */
+    std::string name;       /* the outermost one's */
+    long syncs = 0, allocs = 0;
+    std::string calls;      /* what was counted, for the line */
+};
+thread_local EmuStepCount emu_sc;
+
+bool emu_step_counts_on(void) {
+    static const bool on = emu_env_long("EMU_STEP_COUNTS", 0, 0, 1) != 0;
+    return on;
+}
+
+void emu_count(bool alloc, const std::string &what) {
+    if (!emu_sc.depth || !emu_step_counts_on()) return;
+    (alloc ? emu_sc.allocs : emu_sc.syncs)++;
+    if (emu_sc.calls.size() < 4000) emu_sc.calls += (emu_sc.calls.empty() ? ": " : "; ") + what;
+}
+
+/* Whether the host waiting for s up to its work number `upto` waits for
+ * work it has not waited for yet; from now on it has. */
+bool emu_unseen(EmuStream *s, uint64_t upto) {
+    const bool unseen = upto > s->host_works;
+    if (unseen) s->host_works = upto;
+    return unseen;
+}
+
+/* emu_unseen for every stream, to all its work (cudaFree's wait). */
+bool emu_unseen_all(void) {
+    bool unseen = false;
+    for (EmuStream *s : emu_rt().streams) unseen |= emu_unseen(s, s->works);
+    return unseen;
 }
 
 EmuStream *emu_stream(cudaStream_t s) {
@@ -1209,7 +1265,7 @@ uint64_t emu_enqueue(EmuStream *s, EmuStreamOp *op, bool work = true) {
     EmuRuntime &rt = emu_rt();
     if (work) {
         s->works++;
-        if (rt.trace_waits) s->last_work = op->name;
+        if (rt.trace_waits || emu_step_counts_on()) s->last_work = op->name;
     }
     s->q.push_back(EmuQueued{std::unique_ptr<EmuStreamOp>(op), rt.host, false, work});
     const uint64_t seq = ++s->enqueued;
@@ -1338,8 +1394,12 @@ cudaError_t emu_copy(const char *call, void *dst, size_t dpitch, const void *src
     }
     if (!pageable && s->late && host_dst && height == 1 && !emu_pending_touches(dst, width))
         memset(dst, 0xFF, width);  /* in flight: NaN until it lands */
+    if (pageable) emu_count(false, op->name + " with pageable host memory");
     const uint64_t seq = emu_enqueue(s, op);
-    if (pageable) emu_host_wait(s, seq);
+    if (pageable) {
+        emu_host_wait(s, seq);
+        emu_unseen(s, s->works);
+    }
     return cudaSuccess;
 }
 }  // namespace
@@ -1435,6 +1495,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     EmuGuard g;
     EmuStream *s = emu_stream(stream);
+    if (emu_unseen(s, s->works))
+        emu_count(false, "cudaStreamSynchronize(stream " + std::to_string(s->index) + ", after " + s->last_work + ")");
     emu_host_wait(s, s->enqueued);
     return cudaSuccess;
 }
@@ -1453,6 +1515,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
     EmuGuard g;
+    bool unseen = false;
+    for (EmuStream *s : emu_rt().streams)
+        if (s->device == emu_device) unseen |= emu_unseen(s, s->works);
+    if (unseen) emu_count(false, "cudaDeviceSynchronize");
     emu_host_wait_all(emu_device);
     return cudaSuccess;
 }
@@ -1503,6 +1569,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     EmuGuard g;
     const std::shared_ptr<EmuRecord> r = ((EmuEvent *)(void *)event)->last;
+    if (r && emu_unseen(r->s, r->works))
+        emu_count(false, "cudaEventSynchronize(stream " + std::to_string(r->s->index) + ", after " + r->last_work + ")");
     if (!r) return cudaSuccess;
     emu_block([&] { emu_advance(r->s, r->seq); }, [&] { return r->done; });
     emu_clock_merge(emu_rt().host, r->clock);
@@ -1524,6 +1592,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+    emu_count(true, "cudaMalloc(" + std::to_string(bytes) + " bytes)");
     const size_t body = (bytes + 255) / 256 * 256;
     unsigned char *b = (unsigned char *)aligned_alloc(256, body + 2 * EMU_DEV_GUARD);
     if (!b) return cudaErrorMemoryAllocation;
@@ -1543,6 +1612,8 @@ cudaError_t cudaFree(void *p) {
         EmuRuntime &rt = emu_rt();
         auto it = rt.allocs.find((uintptr_t)p);
         if (it == rt.allocs.end() || it->second.device < 0) emu_fail("cudaFree(%p): not a live device allocation", p);
+        emu_count(true, "cudaFree(" + std::to_string(it->second.bytes) + " bytes)");
+        if (emu_unseen_all()) emu_count(false, "cudaFree(" + std::to_string(it->second.bytes) + " bytes), which waits for the device");
         emu_host_wait_all(-1);  /* as CUDA's cudaFree: the device's work first */
         it = rt.allocs.find((uintptr_t)p);
         bytes = it->second.bytes;
@@ -1562,6 +1633,7 @@ cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    emu_count(true, "cudaMallocHost(" + std::to_string(bytes) + " bytes)");
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return cudaErrorMemoryAllocation;
     EmuGuard g;
@@ -1575,6 +1647,8 @@ cudaError_t cudaFreeHost(void *p) {
         EmuRuntime &rt = emu_rt();
         auto it = rt.allocs.find((uintptr_t)p);
         if (it == rt.allocs.end() || it->second.device >= 0) emu_fail("cudaFreeHost(%p): not from cudaMallocHost", p);
+        emu_count(true, "cudaFreeHost(" + std::to_string(it->second.bytes) + " bytes)");
+        if (emu_unseen_all()) emu_count(false, "cudaFreeHost, which waits for the device");
         emu_host_wait_all(-1);
         rt.allocs.erase((uintptr_t)p);
     }
@@ -1622,9 +1696,30 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, s
     op->access.push_back(EmuAccess{dst, n, true});
     const bool pinned = emu_pinned_range(dst, n);
     if (pinned && s->late && !emu_pending_touches(dst, n)) memset(dst, 0xFF, n);
+    if (!pinned) emu_count(false, op->name + " to pageable host memory");
     const uint64_t seq = emu_enqueue(s, op);
     if (!pinned) emu_host_wait(s, seq);
     return cudaSuccess;
+}
+
+/* NVTX's ranges, as far as train uses them: they open and close a step's
+ * count (above). Other tools' meanings (nesting shown in a timeline) need
+ * nothing here. */
+int nvtxRangePushA(const char *message) {
+    if (emu_sc.depth++ == 0) {
+        emu_sc.name = message ? message : "";
+        emu_sc.syncs = emu_sc.allocs = 0;
+        emu_sc.calls.clear();
+    }
+    return emu_sc.depth - 1;
+}
+int nvtxRangePop(void) {
+    if (!emu_sc.depth) return -1;
+    if (--emu_sc.depth == 0 && emu_step_counts_on())
+        fprintf(stderr, "emu: device %d: %s: %ld blocking synchronization%s, %ld allocation%s%s\n", emu_device,
+                emu_sc.name.c_str(), emu_sc.syncs, emu_sc.syncs == 1 ? "" : "s", emu_sc.allocs,
+                emu_sc.allocs == 1 ? "" : "s", emu_sc.calls.c_str());
+    return emu_sc.depth;
 }
 
 /* cuTensorMapEncodeTiled, as far as matmul.cu uses it: rank 2, bfloat16,
