@@ -47,6 +47,14 @@ static inline int cp_visible(int N, int T, int r, int t, int s, int j) {
     return cp_position(N, s, T, j) <= cp_position(N, r, T, t);
 }
 
+/* Each row is read at or after the place it is written (a position is
+ * never before its row), so the copy can run in place, front to back. */
+void cp_local_tokens(int *x, int B, int T, int N, int r) {
+    int Tl = T / N;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++) x[b * Tl + i] = x[b * T + cp_position(N, r, T, i)];
+}
+
 int cp_check(int N, int T, char *err, size_t errlen) {
     if (N > 1 && T % (2 * N)) {
         snprintf(err, errlen, "--cp %d: --seq %d is not a multiple of 2 x %d = %d (each rank holds two of "

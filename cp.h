@@ -14,6 +14,10 @@
 int cp_chunk(int N, int r, int half);
 int cp_position(int N, int r, int T, int i);
 
+/* x [B,T] of whole sequences becomes, in place, x [B,T/N]: rank r's rows,
+ * position cp_position(N, r, T, i) at row i. */
+void cp_local_tokens(int *x, int B, int T, int N, int r);
+
 /* Whether N ranks can split sequences of T tokens: 0, or -1 with one line
  * in err naming the rule (2N must divide T). */
 int cp_check(int N, int T, char *err, size_t errlen);

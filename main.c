@@ -84,7 +84,7 @@ static void run_open_comm(Run *r) {
         );
     r->launch.comm_timeout_s = a->comm_timeout;
     if (comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err) != 0 ||
-        comm_mesh_build(&r->comm, a->layout.dp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
+        comm_mesh_build(&r->comm, a->layout.dp, a->layout.cp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
         exit(1);
     }
@@ -164,11 +164,16 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
     StepCtx *c = ctx;
     Run *r = c->r;
     int B = r->a.layout.batch, T = r->a.layout.seq, M = r->a.layout.micro_batches, G = B * M * r->mesh.dp;
+    int N = r->mesh.cp;
     char err[512];
     if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
                    sizeof err) != 0)
         safe_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
-    gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
+    if (N > 1) {   /* context parallelism: this rank's two chunks of each sequence (cp.c) */
+        cp_local_tokens(r->inputs, B, T, N, r->mesh.cp_rank);
+        cp_local_tokens(r->targets, B, T, N, r->mesh.cp_rank);
+    }
+    gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T / N);
 }
 
 static void step_before_backward(void *ctx, int micro, int last) {

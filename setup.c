@@ -311,7 +311,7 @@ static void check_layout(Run *r) {
     if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) safe_die_usage("%s", err);
     if (a->all_schedules && !a->layout_auto) safe_die_usage("--all-schedules widens --layout auto's search: give --layout auto");
     if (a->layout_auto) choose_layout(r, &r->cfg);
-    if (comm_mesh_shape(r->launch.world_size, &l->dp, &l->tp, &l->pp, err, sizeof err) != 0 ||
+    if (layout_infer_mesh(l, r->launch.world_size, err, sizeof err) != 0 ||
         layout_check(l, &r->cfg, r->launch.world_size, err, sizeof err) != 0)
         safe_die_usage("%s", err);
     if (l->pp > 1 && l->zero >= 2)
@@ -349,8 +349,8 @@ static void check_device(Run *r) {
 static void check_schedule_only(Args *a) {
     char err[512];
     Layout *l = &a->layout;
-    int world = a->ranks ? a->ranks : (l->dp ? l->dp : 1) * (l->tp ? l->tp : 1) * (l->pp ? l->pp : 1);
-    if (comm_mesh_shape(world, &l->dp, &l->tp, &l->pp, err, sizeof err) != 0 ||
+    int world = a->ranks ? a->ranks : (l->dp ? l->dp : 1) * l->cp * (l->tp ? l->tp : 1) * (l->pp ? l->pp : 1);
+    if (layout_infer_mesh(l, world, err, sizeof err) != 0 ||
         layout_check(l, NULL, world, err, sizeof err) != 0)
         safe_die_usage("%s", err);
 }
