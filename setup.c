@@ -401,6 +401,13 @@ int setup_show_schedule(const Args *a) {
     PPTimeline tl;
     const Layout *l = &a->layout;
     int V = l->virtual_chunks;
+    if (l->cp > 1 && l->pp == 1) {   /* context parallelism's ring instead of a pipeline */
+        cp_show(stdout, l->cp, l->seq);
+        int rc = plot_ring_svg(path, l->cp, l->seq, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "train: %s\n", err);
+        else printf("ring drawn in %s\n", path);
+        return rc ? 1 : 0;
+    }
     pp_show(stdout, l->schedule, l->pp, l->micro_batches, V);
     if (pp_bubble_text(l->schedule, l->pp, l->micro_batches, V, formula, sizeof formula) != 0 ||
         pp_timeline(l->schedule, l->pp, l->micro_batches, V, &tl) != 0) {
