@@ -146,9 +146,12 @@ static const ArgsFlag flags[] = {
     {"temperature", "F", REAL(temperature, 1e-6, 100), "sampling temperature (1.0)"},
     {NULL, NULL, HEADING, "ranks and layout:"},
     {"ranks", "N", INT(ranks, 1, COMM_MAX_RANKS), "fork N ranks on this host (else one, or srun/mpirun/torchrun's)"},
-    {"dp", "D", INT(layout.dp, 1, COMM_MAX_RANKS), "data-parallel ranks; D x T x P = ranks, one left out is inferred"},
+    {"dp", "D", INT(layout.dp, 1, COMM_MAX_RANKS), "data-parallel ranks; D x N x T x P = ranks (N: --cp), one of D,\n"
+                                                  "T, P left out is inferred"},
     {"tp", "T", INT(layout.tp, 1, COMM_MAX_RANKS), "tensor-parallel ranks (Megatron's split of heads and columns)"},
     {"pp", "P", INT(layout.pp, 1, COMM_MAX_RANKS), "pipeline stages"},
+    {"cp", "N", INT(layout.cp, 1, COMM_MAX_RANKS), "context-parallel ranks: each sequence split over N ranks, attention\n"
+                                                   "as a ring passing keys and values (cp.c; --seq a multiple of 2N)"},
     {"sp", NULL, SWITCH(layout.sp, 1), "sequence parallelism in the tp group (Megatron)"},
     {"dp-mode", "ddp|ps", CHOICE(layout.dp_mode, dp_mode_values), "all-reduce (DDP), or the parameter server on rank 0 (ddp)"},
     {"zero", "0|1|2|3", INT(layout.zero, 0, 3), "shard optimizer state, gradients, parameters over dp (0)"},
@@ -314,7 +317,7 @@ static int parse_plan(Args *a, const char *v, char *err, size_t errlen) {
 /* What a run is without flags. */
 static void args_defaults(Args *a) {
     memset(a, 0, sizeof *a);
-    a->layout = (Layout){.dp_mode = DP_ALLREDUCE, .schedule = PP_1F1B, .virtual_chunks = 1, .micro_batches = 1,
+    a->layout = (Layout){.cp = 1, .dp_mode = DP_ALLREDUCE, .schedule = PP_1F1B, .virtual_chunks = 1, .micro_batches = 1,
                          .batch = 4, .seq = 64, .dtype = DT_F32};   /* dp, tp, pp 0: inferred (setup.c) */
     a->steps = 100;
     a->opt = (OptConfig){.lr = 3e-4f, .lr_min = 0.0f, .warmup = 0, .cosine = 1,

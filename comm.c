@@ -160,30 +160,38 @@ int comm_mesh_shape(int world_size, int *dp, int *tp, int *pp, char *err, size_t
     return 0;
 }
 
-int comm_mesh_rank(const CommMesh *m, int dp_rank, int tp_rank, int pp_rank) {
-    return tp_rank + m->tp * (dp_rank + m->dp * pp_rank);
+int comm_mesh_rank(const CommMesh *m, int dp_rank, int cp_rank, int tp_rank, int pp_rank) {
+    return tp_rank + m->tp * (cp_rank + m->cp * (dp_rank + m->dp * pp_rank));
 }
 
-int comm_mesh_build(Comm *c, int dp, int tp, int pp, CommMesh *m, char *err, size_t errlen) {
+int comm_mesh_build(Comm *c, int dp, int cp, int tp, int pp, CommMesh *m, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    if (comm_mesh_shape(c->world_size, &dp, &tp, &pp, err, errlen)) return -1;
+    if (cp < 1 || c->world_size % cp) {
+        snprintf(err, errlen, "--cp %d does not divide the %d ranks", cp, c->world_size);
+        return -1;
+    }
+    if (comm_mesh_shape(c->world_size / cp, &dp, &tp, &pp, err, errlen)) return -1;
     int r = c->rank;
-    m->dp = dp; m->tp = tp; m->pp = pp;
+    m->dp = dp; m->cp = cp; m->tp = tp; m->pp = pp;
     m->tp_rank = r % tp;
-    m->dp_rank = r / tp % dp;
-    m->pp_rank = r / (tp * dp);
+    m->cp_rank = r / tp % cp;
+    m->dp_rank = r / (tp * cp) % dp;
+    m->pp_rank = r / (tp * cp * dp);
     int end_stage = m->pp_rank == 0 || m->pp_rank == pp - 1;
+    int dc = m->cp_rank + cp * m->dp_rank;   /* the place in dp x cp */
     /* colors: the coordinates a group's members share, folded into one number */
-    comm_split(c, m->dp_rank + dp * m->pp_rank, m->tp_rank, "tp", &m->tp_group);
-    comm_split(c, m->tp_rank + tp * m->pp_rank, m->dp_rank, "dp", &m->dp_group);
-    comm_split(c, m->tp_rank + tp * m->dp_rank, m->pp_rank, "pp", &m->pp_group);
-    comm_split(c, end_stage ? m->tp_rank + tp * m->dp_rank : COMM_NO_COLOR, m->pp_rank, "embed", &m->embed_group);
+    comm_split(c, dc + dp * cp * m->pp_rank, m->tp_rank, "tp", &m->tp_group);
+    comm_split(c, m->tp_rank + tp * m->pp_rank, dc, "dp", &m->dp_group);
+    comm_split(c, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank), m->cp_rank, "cp", &m->cp_group);
+    comm_split(c, m->tp_rank + tp * dc, m->pp_rank, "pp", &m->pp_group);
+    comm_split(c, end_stage ? m->tp_rank + tp * dc : COMM_NO_COLOR, m->pp_rank, "embed", &m->embed_group);
     return 0;
 }
 
 void comm_mesh_free(CommMesh *m) {
     comm_group_free(&m->tp_group);
     comm_group_free(&m->dp_group);
+    comm_group_free(&m->cp_group);
     comm_group_free(&m->pp_group);
     comm_group_free(&m->embed_group);
 }

@@ -130,15 +130,21 @@ struct Comm {
     int nstats;
 };
 
-/* The 3D layout: rank = tp_rank + tp * (dp_rank + dp * pp_rank). TP is
- * innermost (one box's neighbours), PP outermost (stages across boxes).
+/* The 4D layout: rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp *
+ * pp_rank)). TP is innermost (one box's neighbours), cp next to it (its
+ * ring passes keys and values every layer, so it wants the same fast
+ * links), PP outermost (stages across boxes). dp_group holds the dp x cp
+ * ranks of one (tp_rank, pp_rank), ordered by dp_rank then cp_rank: the
+ * gradients reduce over it, and ZeRO shards over it (the cp ranks of a
+ * sequence each hold a part of its gradient); data.c's sequences follow
+ * dp_rank alone, every cp rank of a dp slot reading the same ones.
  * embed_group: the first and last pipeline stages with this rank's dp_rank
  * and tp_rank (the tied embedding); one rank when pp == 1, 2 ranks
  * otherwise; middle stages are not members (size 0, index -1). */
 typedef struct CommMesh {
-    int dp, tp, pp;
-    int dp_rank, tp_rank, pp_rank;
-    CommGroup dp_group, tp_group, pp_group, embed_group;
+    int dp, cp, tp, pp;
+    int dp_rank, cp_rank, tp_rank, pp_rank;
+    CommGroup dp_group, cp_group, tp_group, pp_group, embed_group;
 } CommMesh;
 
 /* ---- launching ---------------------------------------------------------- */
@@ -217,12 +223,12 @@ void comm_group_free(CommGroup *g);
  * naming the numbers: "--dp 2 --tp 2 --pp 3 multiply to 12, not the 8
  * ranks", or a value below 0, or a product that does not divide the ranks. */
 int comm_mesh_shape(int world_size, int *dp, int *tp, int *pp, char *err, size_t errlen);
-/* Collective: shapes the mesh (as comm_mesh_shape) and makes its groups.
- * Returns 0, or -1 with err (nothing made). */
-int comm_mesh_build(Comm *c, int dp, int tp, int pp, CommMesh *m, char *err, size_t errlen);
+/* Collective: shapes the mesh (as comm_mesh_shape over the world's ranks
+ * / cp) and makes its groups. Returns 0, or -1 with err (nothing made). */
+int comm_mesh_build(Comm *c, int dp, int cp, int tp, int pp, CommMesh *m, char *err, size_t errlen);
 void comm_mesh_free(CommMesh *m);
 /* The world rank at these coordinates. */
-int comm_mesh_rank(const CommMesh *m, int dp_rank, int tp_rank, int pp_rank);
+int comm_mesh_rank(const CommMesh *m, int dp_rank, int cp_rank, int tp_rank, int pp_rank);
 
 /* ---- operations (contracts: see the top of this file) --------------------- */
 

@@ -47,6 +47,36 @@ static inline int cp_visible(int N, int T, int r, int t, int s, int j) {
     return cp_position(N, s, T, j) <= cp_position(N, r, T, t);
 }
 
+/* Each row is read at or after the place it is written (a position is
+ * never before its row), so the copy can run in place, front to back. */
+void cp_local_tokens(int *x, int B, int T, int N, int r) {
+    int Tl = T / N;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++) x[b * Tl + i] = x[b * T + cp_position(N, r, T, i)];
+}
+
+void cp_show(FILE *f, int N, int T) {
+    int Tc = T / (2 * N);
+    long scores = (long)Tc * Tc * (2 * N - 1) + (long)Tc * (Tc + 1);
+    fprintf(f, "context parallelism: --cp %d, --seq %d: %d chunks of %d tokens, rank r holding chunks r and %d-r\n", N,
+            T, 2 * N, Tc, 2 * N - 1);
+    for (int r = 0; r < N; r++) {
+        int a = cp_chunk(N, r, 0), b = cp_chunk(N, r, 1);
+        fprintf(f, "  rank %d: positions %d-%d and %d-%d, %ld causal scores a head (of %ld)\n", r, a * Tc,
+                a * Tc + Tc - 1, b * Tc, b * Tc + Tc - 1, scores, (long)T * (T + 1) / 2);
+    }
+    fprintf(f, "the ring, forward (step s: rank r holds the keys and values of rank r - s):\n       ");
+    for (int s = 0; s < N; s++) fprintf(f, " step %-3d", s);
+    fprintf(f, "\n");
+    for (int r = 0; r < N; r++) {
+        fprintf(f, "  rank %-2d", r);
+        for (int s = 0; s < N; s++) fprintf(f, " KV %-5d", (r + N - s) % N);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "%d passes of a block forward, %d backward (its gradient travels with it, one more hop home)\n",
+            N - 1, N);
+}
+
 int cp_check(int N, int T, char *err, size_t errlen) {
     if (N > 1 && T % (2 * N)) {
         snprintf(err, errlen, "--cp %d: --seq %d is not a multiple of 2 x %d = %d (each rank holds two of "

@@ -5,6 +5,7 @@
 #define CP_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "comm.h"
 
 /* Where a rank's tokens sit in the sequence. A sequence of T tokens is cut
@@ -13,6 +14,13 @@
  * cp_position(N, r, T, i). N = 1 is the identity. */
 int cp_chunk(int N, int r, int half);
 int cp_position(int N, int r, int T, int i);
+
+/* x [B,T] of whole sequences becomes, in place, x [B,T/N]: rank r's rows,
+ * position cp_position(N, r, T, i) at row i. */
+void cp_local_tokens(int *x, int B, int T, int N, int r);
+
+/* --show-schedule --cp N: the deal of T tokens and the ring's steps, as text. */
+void cp_show(FILE *f, int N, int T);
 
 /* Whether N ranks can split sequences of T tokens: 0, or -1 with one line
  * in err naming the rule (2N must divide T). */

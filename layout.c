@@ -9,11 +9,13 @@
  * the order a reader meets them in the article:
  *
  *   data parallelism   the parameter server keeps the whole optimizer: no ZeRO
- *   the mesh           dp x tp x pp = the ranks (comm.c's comm_mesh_shape)
+ *   the mesh           dp x cp x tp x pp = the ranks (comm.c's comm_mesh_shape)
+ *   context parallel   2 cp divides the sequence (cp.c deals it in 2 cp chunks)
  *   the pipeline       the schedule's own rules (pp_schedule_check); V chunks need 2+ stages
  *   the step           B x T x M x dp tokens fit an int
  *   tensor parallelism tp divides the heads, the MLP's 4C columns and the padded
  *                      vocabulary; with sp, the tokens of a micro-batch and the sequence
+ *                      that a rank holds (1/cp of each)
  *   the stages         --stage-layers gives P (or P x V) ranges adding up to the layers;
  *                      else P <= L, and P x V divides L when V > 1
  *
@@ -24,6 +26,7 @@
  */
 #include <stdio.h>
 #include "layout.h"
+#include "cp.h"
 #include "safe.h"
 
 /* Megatron's split (tp.c): heads, the MLP's columns and the vocabulary's
@@ -37,11 +40,13 @@ static int check_tp(const Layout *l, const GPTConfig *cfg, char *err, size_t err
         return safe_fail(err, errlen, "--tp %d does not divide the MLP's %d columns (4C)", tp, 4 * cfg->dim);
     if (cfg->padded_vocab % tp)
         return safe_fail(err, errlen, "--tp %d does not divide the padded vocabulary %d", tp, cfg->padded_vocab);
-    if (l->sp && ((long)l->batch * l->seq) % tp)
+    int T = l->seq / l->cp;   /* the tokens of a sequence a rank holds */
+    if (l->sp && ((long)l->batch * T) % tp)
         return safe_fail(err, errlen, "--sp: --tp %d does not divide the %ld tokens of a micro-batch (--batch %d x "
-                         "--seq %d)", tp, (long)l->batch * l->seq, l->batch, l->seq);
-    if (l->sp && l->seq % tp)
-        return safe_fail(err, errlen, "--sp: --tp %d does not divide --seq %d (sampling runs one sequence)", tp, l->seq);
+                         "--seq %d%s)", tp, (long)l->batch * T, l->batch, l->seq, l->cp > 1 ? " / --cp" : "");
+    if (l->sp && T % tp)
+        return safe_fail(err, errlen, "--sp: --tp %d does not divide --seq %d%s (sampling runs one sequence)", tp,
+                         l->seq, l->cp > 1 ? " / --cp" : "");
     return 0;
 }
 
@@ -72,15 +77,24 @@ static int check_stages(const Layout *l, const GPTConfig *cfg, char *err, size_t
     return 0;
 }
 
+int layout_infer_mesh(Layout *l, int world, char *err, size_t errlen) {
+    if (l->cp < 1 || world % l->cp)
+        return safe_fail(err, errlen, "--cp %d does not divide the %d ranks", l->cp, world);
+    return comm_mesh_shape(world / l->cp, &l->dp, &l->tp, &l->pp, err, errlen);
+}
+
 int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, size_t errlen) {
     char line[256];   /* the messages of comm.c's and pp_sched.c's rules */
     if (l->dp_mode == DP_PS && l->zero)
         return safe_fail(err, errlen, "--dp-mode ps keeps the whole optimizer on rank 0: it takes no --zero");
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1)
-        return safe_fail(err, errlen, "--dp %d --tp %d --pp %d: each must be 1 or more", l->dp, l->tp, l->pp);
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1)
+        return safe_fail(err, errlen, "--dp %d --cp %d --tp %d --pp %d: each must be 1 or more", l->dp, l->cp, l->tp,
+                         l->pp);
     int dp = l->dp, tp = l->tp, pp = l->pp;
-    if (world > 0 && comm_mesh_shape(world, &dp, &tp, &pp, line, sizeof line) != 0)
+    if (world > 0 && layout_infer_mesh(&(Layout){.dp = dp, .tp = tp, .pp = pp, .cp = l->cp}, world, line,
+                                       sizeof line) != 0)
         return safe_fail(err, errlen, "%s", line);
+    if (cp_check(l->cp, l->seq, line, sizeof line) != 0) return safe_fail(err, errlen, "%s", line);
     if (pp_schedule_check(l->schedule, l->pp, l->micro_batches, l->virtual_chunks, line, sizeof line) != 0)
         return safe_fail(err, errlen, "%s", line);
     if (l->virtual_chunks > 1 && l->pp < 2)

@@ -27,9 +27,10 @@
 typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
 
 typedef struct Layout {
-    /* the mesh: dp x tp x pp = the job's ranks (the flags may leave one at 0:
-       setup.c infers it, comm_mesh_shape's rule, before layout_check) */
+    /* the mesh: dp x cp x tp x pp = the job's ranks (the flags may leave one of
+       dp, tp, pp at 0: setup.c infers it, comm_mesh_shape's rule, before layout_check) */
     int dp, tp, pp;
+    int cp;                  /* context parallelism: ranks that split each sequence (cp.c); 1 none */
     int sp;                  /* Megatron's sequence parallelism inside the tp group */
     DPMode dp_mode;          /* DDP or the parameter server */
     int zero;                /* ZeRO stage over dp: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters */
@@ -55,6 +56,11 @@ typedef struct Layout {
  * dp_mode, zero, schedule, virtual_chunks, micro_batches, the stage layers,
  * batch and seq (a manifest's layout has them all, with V 1 and one range
  * a stage). */
+/* The mesh's omitted dimension (a 0 among dp, tp, pp) inferred from the
+ * world's ranks over cp (comm_mesh_shape's rule). Returns 0, or -1 with one
+ * line in err. */
+int layout_infer_mesh(Layout *l, int world, char *err, size_t errlen);
+
 int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, size_t errlen);
 
 /* The shard a rank of stage `stage` (0..pp-1) and tp rank tp_rank holds

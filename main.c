@@ -89,7 +89,8 @@ static void run_open_comm(Run *r) {
     r->launch.agree = agree_ptr;
     int rc = comm_init(&r->comm, &r->launch, backend, &r->dev, err, sizeof err);
     r->launch.agree = NULL;   /* the items live in this frame */
-    if (rc != 0 || comm_mesh_build(&r->comm, a->layout.dp, a->layout.tp, a->layout.pp, &r->mesh, err, sizeof err) != 0) {
+    if (rc != 0 || comm_mesh_build(&r->comm, a->layout.dp, a->layout.cp, a->layout.tp, a->layout.pp, &r->mesh, err,
+                                    sizeof err) != 0) {
         fprintf(stderr, "train: rank %d: %s\n", r->launch.rank, err);
         exit(rc == RDZV_MISMATCH ? EXIT_USAGE : 1);   /* ranks that disagree: bad input */
     }
@@ -169,11 +170,16 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
     StepCtx *c = ctx;
     Run *r = c->r;
     int B = r->a.layout.batch, T = r->a.layout.seq, M = r->a.layout.micro_batches, G = B * M * r->mesh.dp;
+    int N = r->mesh.cp;
     char err[512];
     if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
                    sizeof err) != 0)
         safe_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
-    gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T);
+    if (N > 1) {   /* context parallelism: this rank's two chunks of each sequence (cp.c) */
+        cp_local_tokens(r->inputs, B, T, N, r->mesh.cp_rank);
+        cp_local_tokens(r->targets, B, T, N, r->mesh.cp_rank);
+    }
+    gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T / N);
 }
 
 static void step_before_backward(void *ctx, int micro, int last) {
@@ -215,7 +221,7 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
  * queued for the host. Called after pp_run. */
 static void loss_queue(Run *r, int M) {
     float *mean = dev_loss_finish(&r->dev, M);
-    if (r->mesh.dp > 1)
+    if (r->mesh.dp_group.size > 1)
         comm_op_wait(comm_all_reduce(&r->mesh.dp_group, &r->dev, mean, 1, COMM_F32, COMM_AVG), &r->dev);
     dev_loss_queue(&r->dev);
 }
@@ -223,7 +229,7 @@ static void loss_queue(Run *r, int M) {
 /* The loss loss_queue queued, once the norm has been read back: what
  * score_share_loss returns (the pp broadcast still on the host). */
 static double loss_read(Run *r) {
-    if (r->mesh.dp == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
+    if (r->mesh.dp_group.size == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
     float l = (float)dev_loss_read(&r->dev, 1);
     if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
     return l;

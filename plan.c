@@ -279,7 +279,7 @@ int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int 
                     if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
                     /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
                     if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
-                    Layout l = {.dp = dp, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
+                    Layout l = {.dp = dp, .cp = 1, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
                                 .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
                                 .recompute = rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
                     PlanResult p;

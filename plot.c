@@ -459,3 +459,86 @@ int plot_schedule_svg(const char *path, const PPTimeline *t, const char *schedul
     }
     return safe_out_commit(&o, err, errlen);
 }
+
+/* ---- the cp ring (--show-schedule --cp N) ---------------------------------
+ * Left: the causal attention of one sequence as a 2N x 2N grid of chunks
+ * (query chunk down, key chunk across), each cell below the diagonal
+ * coloured by the rank that computes it (the query chunk's holder; the
+ * diagonal's cells are triangles), and each rank's count of scores. Right:
+ * which rank's keys and values each rank holds at each step of the ring,
+ * the arrow of each step's pass to the next rank. */
+static void draw_ring(FILE *f, int N, int T) {
+    int K = 2 * N, Tc = T / K, cell = K <= 8 ? 44 : 360 / K, left = 90, top = 90;
+    int grid = K * cell, rx = left + grid + 90, cw = 96, rh = 30;
+    int width = rx + N * cw + 40, height = top + grid + 120;
+    if (height < top + N * rh + 160) height = top + N * rh + 160;
+    if (width < 820) width = 820;
+    plot_svg_begin(f, width, height);
+    fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"17\">context parallelism: --cp %d, a sequence of %d tokens in %d "
+            "chunks of %d, rank r holding chunks r and %d-r</text>\n", N, T, K, Tc, K - 1);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">causal attention: query chunk (down) x key chunk (across)</text>\n", left,
+            top - 30);
+    char col[16];
+    for (int q = 0; q < K; q++) {
+        int owner = q < N ? q : K - 1 - q;
+        plot_micro_colour(owner, N, PP_FORWARD, col, sizeof col);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"12\">chunk %d: rank %d</text>\n", left - 6,
+                top + q * cell + cell / 2 + 4, q, owner);
+        for (int k = 0; k <= q; k++) {
+            int x = left + k * cell, y = top + q * cell;
+            if (k < q)
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#fff\"/>\n", x, y,
+                        cell, cell, col);
+            else   /* the diagonal: the causal mask keeps its lower triangle */
+                fprintf(f, "<polygon points=\"%d,%d %d,%d %d,%d\" fill=\"%s\" stroke=\"#fff\"/>\n", x, y, x, y + cell,
+                        x + cell, y + cell, col);
+        }
+    }
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", left, top, grid,
+            grid);
+    long per_rank = (long)Tc * Tc * (K - 1) + (long)Tc * (Tc + 1);   /* cp.c's balance, for every rank */
+    for (int r = 0; r < N; r++) {
+        plot_micro_colour(r, N, PP_FORWARD, col, sizeof col);
+        int y = top + grid + 24 + (r / 4) * 18;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
+                "font-size=\"12\">rank %d: %ld scores a head</text>\n", left + (r % 4) * 170, y - 10, col,
+                left + (r % 4) * 170 + 16, y, r, per_rank);
+    }
+    /* the ring: step s, rank r holds the block of rank (r - s) mod N */
+    fprintf(f, "<text x=\"%d\" y=\"%d\">the ring: whose keys and values each rank holds, step by step</text>\n", rx,
+            top - 30);
+    for (int s = 0; s < N; s++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">step %d</text>\n",
+                rx + s * cw + cw / 2, top - 8, s);
+    for (int r = 0; r < N; r++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"12\">rank %d</text>\n", rx - 6,
+                top + r * rh + rh / 2 + 4, r);
+        for (int s = 0; s < N; s++) {
+            int src = (r + N - s) % N, x = rx + s * cw, y = top + r * rh;
+            plot_micro_colour(src, N, PP_BACKWARD, col, sizeof col);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#fff\"/><text x=\"%d\" "
+                    "y=\"%d\" text-anchor=\"middle\" font-size=\"12\" fill=\"#fff\">K,V of %d</text>\n", x, y, cw - 4,
+                    rh - 4, col, x + cw / 2 - 2, y + rh / 2 + 2, src);
+        }
+    }
+    int ty = top + N * rh + 24;
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">each step: the block in hand gives a partial softmax, merged "
+            "by its log-sum-exp,</text>\n", rx, ty);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">while it goes on to rank + 1 and the next comes from rank - 1 "
+            "(%d passes forward;</text>\n", rx, ty + 16, N - 1);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">backward: %d, the blocks' gradients travelling with them, "
+            "one more hop home)</text>\n", rx, ty + 32, N);
+    fprintf(f, "</svg>\n");
+}
+
+int plot_ring_svg(const char *path, int N, int T, char *err, size_t errlen) {
+    SafeOut o;
+    if (safe_out_open(&o, path, err, errlen) != 0) return -1;
+    draw_ring(o.f, N, T);
+    if (ferror(o.f)) {
+        snprintf(err, errlen, "--schedule-svg %s: write error", path);
+        safe_out_abort(&o);
+        return -1;
+    }
+    return safe_out_commit(&o, err, errlen);
+}

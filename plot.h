@@ -87,4 +87,10 @@ struct PPTimeline;
 int plot_schedule_svg(const char *path, const struct PPTimeline *t, const char *schedule, const char *formula,
                       char *err, size_t errlen);
 
+/* --show-schedule --cp N: the ring of context parallelism for sequences of
+ * T tokens as SVG (the chunks' deal over the causal attention, coloured by
+ * rank, and whose keys and values each rank holds at each step). Written
+ * through SafeOut. 0, or -1 with err. */
+int plot_ring_svg(const char *path, int N, int T, char *err, size_t errlen);
+
 #endif

@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "dp.h"
 #include "tp.h"
+#include "cp.h"
 #include "pp.h"
 #include "trace.h"
 

@@ -37,14 +37,15 @@
 
 double score_share_loss(Run *r, double loss) {
     float l = (float)loss;
-    if (r->mesh.dp > 1) comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
+    int D = r->mesh.dp_group.size;   /* dp x cp: every rank's tokens are equally many */
+    if (D > 1) comm_all_reduce(&r->mesh.dp_group, NULL, &l, 1, COMM_F32, COMM_AVG);
     if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
-    return r->mesh.dp == 1 && r->mesh.pp == 1 ? loss : l;
+    return D == 1 && r->mesh.pp == 1 ? loss : l;
 }
 
 double score_val_loss(Run *r) {
     Args *a = &r->a;
-    int B = a->layout.batch, T = a->layout.seq;
+    int B = a->layout.batch, T = a->layout.seq, N = r->mesh.cp;
     GPTActs *acts = r->pp.acts[0];
     double loss = 0.0;
     char err[512];
@@ -52,8 +53,12 @@ double score_val_loss(Run *r) {
         if (data_batch(&r->val, i, B * r->mesh.dp, r->mesh.dp_rank * B, B, r->inputs, r->targets, err,
                        sizeof err) != 0)
             safe_die_usage("%s", err);
-        gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T);
-        loss += pp_forward(&r->pp, acts, B, T, 1) / a->val_batches;
+        if (N > 1) {   /* this rank's chunks of each sequence, as in training */
+            cp_local_tokens(r->inputs, B, T, N, r->mesh.cp_rank);
+            cp_local_tokens(r->targets, B, T, N, r->mesh.cp_rank);
+        }
+        gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T / N);
+        loss += pp_forward(&r->pp, acts, B, T / N, 1) / a->val_batches;
     }
     return score_share_loss(r, loss);
 }

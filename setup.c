@@ -313,7 +313,7 @@ static void check_layout(Run *r) {
     if (comm_launch_plan(a->ranks, &r->launch, err, sizeof err) != 0) safe_die_usage("%s", err);
     if (a->all_schedules && !a->layout_auto) safe_die_usage("--all-schedules widens --layout auto's search: give --layout auto");
     if (a->layout_auto) choose_layout(r, &r->cfg);
-    if (comm_mesh_shape(r->launch.world_size, &l->dp, &l->tp, &l->pp, err, sizeof err) != 0 ||
+    if (layout_infer_mesh(l, r->launch.world_size, err, sizeof err) != 0 ||
         layout_check(l, &r->cfg, r->launch.world_size, err, sizeof err) != 0)
         safe_die_usage("%s", err);
     if (l->pp > 1 && l->zero >= 2)
@@ -351,8 +351,8 @@ static void check_device(Run *r) {
 static void check_schedule_only(Args *a) {
     char err[512];
     Layout *l = &a->layout;
-    int world = a->ranks ? a->ranks : (l->dp ? l->dp : 1) * (l->tp ? l->tp : 1) * (l->pp ? l->pp : 1);
-    if (comm_mesh_shape(world, &l->dp, &l->tp, &l->pp, err, sizeof err) != 0 ||
+    int world = a->ranks ? a->ranks : (l->dp ? l->dp : 1) * l->cp * (l->tp ? l->tp : 1) * (l->pp ? l->pp : 1);
+    if (layout_infer_mesh(l, world, err, sizeof err) != 0 ||
         layout_check(l, NULL, world, err, sizeof err) != 0)
         safe_die_usage("%s", err);
 }
@@ -403,6 +403,13 @@ int setup_show_schedule(const Args *a) {
     PPTimeline tl;
     const Layout *l = &a->layout;
     int V = l->virtual_chunks;
+    if (l->cp > 1 && l->pp == 1) {   /* context parallelism's ring instead of a pipeline */
+        cp_show(stdout, l->cp, l->seq);
+        int rc = plot_ring_svg(path, l->cp, l->seq, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "train: %s\n", err);
+        else printf("ring drawn in %s\n", path);
+        return rc ? 1 : 0;
+    }
     pp_show(stdout, l->schedule, l->pp, l->micro_batches, V);
     if (pp_bubble_text(l->schedule, l->pp, l->micro_batches, V, formula, sizeof formula) != 0 ||
         pp_timeline(l->schedule, l->pp, l->micro_batches, V, &tl) != 0) {
@@ -468,8 +475,8 @@ int setup_agreement(const Run *r, char item[][SETUP_AGREE_LEN], const char **ptr
     snprintf(item[n++], SETUP_AGREE_LEN, "heads=%d", r->cfg.heads);
     snprintf(item[n++], SETUP_AGREE_LEN, "dim=%d", r->cfg.dim);
     snprintf(item[n++], SETUP_AGREE_LEN, "vocab=%d max-seq %d", r->cfg.vocab, r->cfg.max_seq);
-    snprintf(item[n++], SETUP_AGREE_LEN, "layout=dp %d tp %d pp %d virtual %d sp %d dp-mode %d zero %d offload %d "
-             "schedule %s micro-batches %d recompute %d stage-layers%s", l->dp, l->tp, l->pp, l->virtual_chunks,
+    snprintf(item[n++], SETUP_AGREE_LEN, "layout=dp %d cp %d tp %d pp %d virtual %d sp %d dp-mode %d zero %d offload %d "
+             "schedule %s micro-batches %d recompute %d stage-layers%s", l->dp, l->cp, l->tp, l->pp, l->virtual_chunks,
              l->sp, (int)l->dp_mode, l->zero, l->offload, pp_schedule_name(l->schedule), l->micro_batches,
              l->recompute, st);
     snprintf(item[n++], SETUP_AGREE_LEN, "batch=%d seq %d dtype %s", l->batch, l->seq, dt_name(l->dtype));

@@ -351,14 +351,14 @@ static void test_mesh(T *t, int dp, int tp, int pp) {
     CommMesh m;
     char err[256], line[64];
     long bad = 0;
-    if (comm_mesh_build(t->c, dp, tp, pp, &m, err, sizeof err)) {
+    if (comm_mesh_build(t->c, dp, 1, tp, pp, &m, err, sizeof err)) {
         snprintf(line, sizeof line, "mesh dp=%d tp=%d pp=%d", dp, tp, pp);
         report(t, line, 1, "%s", err);
         return;
     }
     int r = t->rank, tr = r % tp, dr = r / tp % dp, pr = r / (tp * dp), want[COMM_MAX_RANKS];
     bad += m.dp != dp || m.tp != tp || m.pp != pp || m.tp_rank != tr || m.dp_rank != dr || m.pp_rank != pr;
-    bad += comm_mesh_rank(&m, dr, tr, pr) != r;
+    bad += comm_mesh_rank(&m, dr, 0, tr, pr) != r;
     for (int j = 0; j < tp; j++) want[j] = j + tp * (dr + dp * pr);
     bad += mesh_group(t, &m.tp_group, 1, tp, tr, want);
     for (int j = 0; j < dp; j++) want[j] = tr + tp * (j + dp * pr);
