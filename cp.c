@@ -77,6 +77,12 @@ void cp_show(FILE *f, int N, int T) {
             N - 1, N);
 }
 
+void cp_locate(int N, int T, int pos, int *rank, int *row) {
+    int Tc = T / (2 * N), c = pos / Tc;   /* chunk c is rank c's first, or rank 2N-1-c's second */
+    *rank = c < N ? c : 2 * N - 1 - c;
+    *row = (c < N ? 0 : Tc) + pos % Tc;
+}
+
 int cp_check(int N, int T, char *err, size_t errlen) {
     if (N > 1 && T % (2 * N)) {
         snprintf(err, errlen, "--cp %d: --seq %d is not a multiple of 2 x %d = %d (each rank holds two of "
@@ -193,6 +199,41 @@ void cp_unpack_dkv(float *dqkv, const float *dkv, int B, int Tl, int C) {
         memcpy(dqkv + row * 3 * C + C, dkv + row * 2 * C, 2 * (size_t)C * sizeof(float));
 }
 
+/* Rows [Tl,C] of the two chunks, made room for. */
+static void cp_reserve_rows(CP *cp, size_t n) {
+    if (n <= cp->pos_cap) return;
+    free(cp->wpe);
+    free(cp->dwpe);
+    cp->wpe = safe_malloc(n * sizeof(float), "the cp positions");
+    cp->dwpe = safe_malloc(n * sizeof(float), "the cp positions' gradient");
+    cp->pos_cap = n;
+}
+
+const float *cp_positions(CP *cp, const float *wpe, int T, int C) {
+    int Tl = T / cp->N, Tc = Tl / 2;
+    cp_reserve_rows(cp, (size_t)Tl * C);
+    for (int half = 0; half < 2; half++)   /* a chunk's positions are one run of wpe's rows */
+        memcpy(cp->wpe + (size_t)half * Tc * C, wpe + (size_t)cp_chunk(cp->N, cp->rank, half) * Tc * C,
+               (size_t)Tc * C * sizeof(float));
+    return cp->wpe;
+}
+
+float *cp_positions_grad(CP *cp, int T, int C) {
+    size_t n = (size_t)(T / cp->N) * C;
+    cp_reserve_rows(cp, n);
+    memset(cp->dwpe, 0, n * sizeof(float));
+    return cp->dwpe;
+}
+
+void cp_positions_done(CP *cp, float *dwpe, int T, int C) {
+    int Tc = T / cp->N / 2;
+    for (int half = 0; half < 2; half++) {
+        float *dst = dwpe + (size_t)cp_chunk(cp->N, cp->rank, half) * Tc * C;
+        const float *src = cp->dwpe + (size_t)half * Tc * C;
+        for (size_t i = 0; i < (size_t)Tc * C; i++) dst[i] += src[i];
+    }
+}
+
 void cp_init(CP *cp, CommGroup *g, Dev *dev) {
     memset(cp, 0, sizeof *cp);
     cp->g = g;
@@ -204,6 +245,8 @@ void cp_init(CP *cp, CommGroup *g, Dev *dev) {
 void cp_free(CP *cp) {
     for (int i = 0; i < 2; i++) { free(cp->kv[i]); free(cp->dkv[i]); }
     free(cp->D);
+    free(cp->wpe);
+    free(cp->dwpe);
     memset(cp, 0, sizeof *cp);
 }
 

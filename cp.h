@@ -22,6 +22,9 @@ void cp_local_tokens(int *x, int B, int T, int N, int r);
 /* --show-schedule --cp N: the deal of T tokens and the ring's steps, as text. */
 void cp_show(FILE *f, int N, int T);
 
+/* The rank of N that holds position pos of a sequence of T tokens, and its row there. */
+void cp_locate(int N, int T, int pos, int *rank, int *row);
+
 /* Whether N ranks can split sequences of T tokens: 0, or -1 with one line
  * in err naming the rule (2N must divide T). */
 int cp_check(int N, int T, char *err, size_t errlen);
@@ -64,11 +67,21 @@ typedef struct CP {
     float *kv[2];        /* [B,Tl,2C] the block in hand and the one arriving */
     float *dkv[2];       /* [B,Tl,2C] its gradient, travelling with it */
     float *D;            /* [B,NH,Tl] */
+    size_t pos_cap;      /* floats of each below */
+    float *wpe, *dwpe;   /* [Tl,C] the position rows of this rank's chunks, and their gradient */
 } CP;
 
 /* Binds cp to group g (N = g->size; g NULL: one rank). */
 void cp_init(CP *cp, CommGroup *g, Dev *dev);
 void cp_free(CP *cp);
+
+/* The position embedding of this rank's rows: wpe's rows of its two
+ * chunks, [Tl,C] (T the whole sequence), for the embedding to add. */
+const float *cp_positions(CP *cp, const float *wpe, int T, int C);
+/* A zeroed [Tl,C] for the embedding's backward to fill; then
+ * cp_positions_done adds it into dwpe [maxT,C] at its chunks' rows. */
+float *cp_positions_grad(CP *cp, int T, int C);
+void cp_positions_done(CP *cp, float *dwpe, int T, int C);
 
 /* Causal attention over the whole sequence for this rank's Tl = T/N rows:
  * N steps, each the block in hand (its own first) while the ring moves it

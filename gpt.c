@@ -35,6 +35,7 @@
 #include "safe.h"
 #include "split.h"
 #include "tp.h"
+#include "cp.h"
 
 static const char *tensor_names[GPT_NTENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -298,12 +299,21 @@ static void scratch_rows(GPT *m, int alloc) {
     else dev_free(m->dev, m->sp_dw, 2 * C * 4);
 }
 
+/* Floats of the state attention keeps a layer (and of its backward's
+ * scratch): the ops table's, or under context parallelism one log-sum-exp a
+ * row, [B,NH/tp,T] (cp.c's ring needs no scratch of ours). */
+static size_t att_floats(const GPT *m, int B, int T, size_t *scratch) {
+    if (!m->cp) return m->dev->ops->attention_floats(B, T, m->cfg.dim / m->tp, m->cfg.heads / m->tp, scratch);
+    if (scratch) *scratch = 0;
+    return (size_t)B * (m->cfg.heads / m->tp) * T;
+}
+
 /* Sized for the largest B*T seen, and attention's scratch for the largest
  * (B, T) that the ops table asks for. */
 static void scratch_ensure(GPT *m, int B, int T) {
     Dev *d = m->dev;
     size_t att_scratch = 0;
-    d->ops->attention_floats(B, T, m->cfg.dim / m->tp, m->cfg.heads / m->tp, &att_scratch);
+    att_floats(m, B, T, &att_scratch);
     if (att_scratch > m->datt_floats) {
         if (m->datt) dev_free(d, m->datt, m->datt_floats * 4);
         m->datt = dev_alloc(d, att_scratch * 4);
@@ -435,7 +445,7 @@ size_t gpt_stash_formula(const GPT *m, int B_, int T_) {
 GPTActs *gpt_acts_build_part(GPT *m, int B_, int T_, int with_head) {
     Dev *d = m->dev;
     GPTActs *a = safe_calloc(1, sizeof *a, "a set of activations");
-    *a = acts_shape(m, B_, T_, d->ops->attention_floats(B_, T_, m->cfg.dim / m->tp, m->cfg.heads / m->tp, NULL));
+    *a = acts_shape(m, B_, T_, att_floats(m, B_, T_, NULL));
     a->has_head = with_head && m->has_head;
     ACTS_SIZES
     size_t before = d->bytes_live;
@@ -650,8 +660,10 @@ void gpt_embed_forward(GPT *m, GPTActs *a, int B, int T) {
     /* each rank looks up the tokens of its vocabulary slice, g sums them;
      * wpe is added once */
     void *rows_out = m->tp > 1 ? m->full : a->x_in;
-    m->dev->ops->encoder_forward(m->dev, rows_out, a->tokens, param(m, GPT_WTE, 0),
-                                 m->tp_rank == 0 ? param(m, GPT_WPE, 0) : NULL, B, T, m->cfg.dim);
+    const float *wpe = param(m, GPT_WPE, 0);   /* with cp, the rows of this rank's positions */
+    if (m->cp) wpe = cp_positions(m->cp, wpe, T * m->cp->N, m->cfg.dim);
+    m->dev->ops->encoder_forward(m->dev, rows_out, a->tokens, param(m, GPT_WTE, 0), m->tp_rank == 0 ? wpe : NULL,
+                                 B, T, m->cfg.dim);
     if (m->tp > 1) tp_g_forward(m, a->x_in, m->full, B * T);
     params_release(m, m->unit_wpe);
     if (!m->has_head) params_release(m, m->unit_wte);  /* else the head releases it */
@@ -675,7 +687,8 @@ static void layer_forward(GPT *m, GPTActs *a, int j, int B, int T) {
     /* attention: res2 = x + attproj(attention(qkv(ln1(x)))) */
     tp_layernorm_forward(m, L.ln1, L.ln1_mean, L.ln1_rstd, NULL, x, NULL, w.ln1w, w.ln1b, N);
     tp_column_forward(m, L.qkv, L.ln1, w.qkvw, w.qkvb, N, C, 3 * Cl);
-    o->attention_forward(d, L.atty, L.att, L.qkv, B, T, Cl, NHl);
+    if (m->cp) cp_attention_forward(m->cp, L.atty, L.att, L.qkv, B, T * m->cp->N, Cl, NHl);   /* the ring */
+    else o->attention_forward(d, L.atty, L.att, L.qkv, B, T, Cl, NHl);
     tp_row_forward(m, a->proj, L.atty, w.attprojw, w.attprojb, N, Cl, C);
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); res2 is made in ln2's pass */
     tp_layernorm_forward(m, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2, x, a->proj, w.ln2w, w.ln2b, N);
@@ -762,7 +775,8 @@ static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerD
     const void *dres2 = tp_g_backward(m, dl->attproj, m->dx, N);
     tp_row_backward(m, m->datty, dw->attprojw, dw->attprojb, dres2, L.atty, w.attprojw, N, Cl, C);
     dev_zero(d, dl->qkv, (size_t)N * 3 * Cl * m->esz);
-    o->attention_backward(d, dl->qkv, m->datt, m->datty, L.qkv, L.atty, L.att, B, T, Cl, NHl);
+    if (m->cp) cp_attention_backward(m->cp, dl->qkv, m->datty, L.qkv, L.atty, L.att, B, T * m->cp->N, Cl, NHl);
+    else o->attention_backward(d, dl->qkv, m->datt, m->datty, L.qkv, L.atty, L.att, B, T, Cl, NHl);
     tp_column_backward(m, dl->ln1_full, dw->qkvw, dw->qkvb, dl->qkv, L.ln1, w.qkvw, N, C, 3 * Cl);
     tp_layernorm_backward(m, m->dx, dl->ln1_full, dl->ln1, layer_input(m, a, j), w.ln1w, dw->ln1w, dw->ln1b,
                           L.ln1_mean, L.ln1_rstd, N);
@@ -829,9 +843,11 @@ void gpt_embed_backward(GPT *m, GPTActs *a, int B, int T) {
     grads_acquire(m, m->unit_wpe);
     /* every rank needs all rows' gradient: its wte rows serve tokens anywhere */
     const void *dout = tp_g_backward(m, NULL, m->dx, B * T);
-    m->dev->ops->encoder_backward(m->dev, grad(m, GPT_WTE, 0), grad(m, GPT_WPE, 0), dout, a->tokens,
+    float *dwpe = m->cp ? cp_positions_grad(m->cp, T * m->cp->N, m->cfg.dim) : grad(m, GPT_WPE, 0);
+    m->dev->ops->encoder_backward(m->dev, grad(m, GPT_WTE, 0), dwpe, dout, a->tokens,
                                   a->embed_runs >= 0 ? a->embed_plan : NULL, a->embed_runs, B, T,
                                   m->cfg.dim);
+    if (m->cp) cp_positions_done(m->cp, grad(m, GPT_WPE, 0), T * m->cp->N, m->cfg.dim);
     grads_ready(m, m->unit_wpe);
     grads_ready(m, m->unit_wte);
 }

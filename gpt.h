@@ -135,6 +135,8 @@ struct GPT {
     int has_embed, has_head;   /* first stage: wte, wpe; last stage: wte, lnf */
     int tp, tp_rank;           /* tensor-parallel shard (1, 0 on one rank) */
     GPTTensorParallel tpc;     /* its collectives; unused when tp == 1 */
+    struct CP *cp;             /* context parallelism (cp.c): each sequence's T tokens are this
+                                  rank's T/N, attention a ring over the cp group; NULL: none */
     int recompute;             /* keep only layer inputs; recompute the rest in backward
                                   (and again in W when the backward is split) */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */

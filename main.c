@@ -106,6 +106,10 @@ static void run_build_model(Run *r) {
     gpt_build(&r->model, &r->cfg, &r->dev, &shard);
     r->model.recompute = a->layout.recompute;
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->layout.sp);
+    if (r->mesh.cp > 1) {   /* context parallelism: attention as the cp group's ring */
+        cp_init(&r->cp, &r->mesh.cp_group, &r->dev);
+        r->model.cp = &r->cp;
+    }
     if (a->init && !r->resumed) {
         if (ckpt_load(a->init, &r->model, err, sizeof err) != 0) safe_die_usage("%s", err);
     } else if (!r->resumed) {
@@ -131,7 +135,7 @@ static void run_build(Run *r) {
     r->load_ms = trace_now_ms() - t_load;
     r->trace = trace_open(a->trace, r->comm.rank, r->comm.world_size);
     if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->layout.schedule, a->layout.micro_batches,
-                 a->layout.batch, a->layout.seq, r->trace, err, sizeof err) != 0)
+                 a->layout.batch, a->layout.seq / a->layout.cp, r->trace, err, sizeof err) != 0)
         safe_die_usage("%s", err);
     r->inputs = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's inputs");
     r->targets = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's targets");
@@ -143,6 +147,7 @@ static void run_free(Run *r) {
     pp_free(&r->pp);
     dp_free(&r->dp);
     gpt_free(&r->model);
+    cp_free(&r->cp);
     comm_mesh_free(&r->mesh);
     comm_free(&r->comm);
     data_free(&r->train);
@@ -270,20 +275,24 @@ static uint32_t rng_u32(uint64_t *s) {
     return (uint32_t)((*s * 0x2545F4914F6CDD1DULL) >> 32);
 }
 
-/* The last stage's next token from the logits of position len-1 (every tp
- * rank's slice gathered into logits [Vp]), drawn at the temperature. */
-static int sample_next(Run *r, GPTActs *acts, int len, float *logits, uint16_t *row16, uint64_t *rng) {
+/* The last stage's next token from the logits of position pos (every tp
+ * rank's slice gathered into logits [Vp]; with cp, the row of the rank
+ * holding pos, sent to the others so all draw alike), at the temperature. */
+static int sample_next(Run *r, GPTActs *acts, int pos, float *logits, uint16_t *row16, uint64_t *rng) {
     GPT *m = &r->model;
-    int V = m->cfg.vocab, Vl = m->cfg.padded_vocab / m->tp;
+    int V = m->cfg.vocab, Vl = m->cfg.padded_vocab / m->tp, owner = 0, at = pos;
+    if (r->mesh.cp > 1) cp_locate(r->mesh.cp, r->a.layout.seq, pos, &owner, &at);
     float *mine = logits + (size_t)m->tp_rank * Vl;   /* [Vl] this rank's slice */
-    const char *row = (const char *)acts->logits + (size_t)(len - 1) * Vl * m->esz;
-    if (m->dev->dtype == DT_BF16) {
+    const char *row = (const char *)acts->logits + (size_t)at * Vl * m->esz;
+    if (r->mesh.cp_rank != owner) {
+    } else if (m->dev->dtype == DT_BF16) {
         dev_to_host(m->dev, row16, row, (size_t)Vl * 2);
         for (int v = 0; v < Vl; v++) mine[v] = bf16_to_f32(row16[v]);
     } else {
         dev_to_host(m->dev, mine, row, (size_t)Vl * 4);
     }
     if (m->tp > 1) comm_all_gather(&r->mesh.tp_group, NULL, logits, mine, m->cfg.padded_vocab, COMM_F32);
+    if (r->mesh.cp > 1) comm_broadcast(&r->mesh.cp_group, NULL, logits, m->cfg.padded_vocab, COMM_F32, owner);
     float maxv = -INFINITY;
     for (int v = 0; v < V; v++) if (logits[v] > maxv) maxv = logits[v];
     double sum = 0.0;
@@ -304,7 +313,7 @@ static int sample_next(Run *r, GPTActs *acts, int len, float *logits, uint16_t *
  * Every rank takes part (ZeRO-3's gathers are collective). */
 static void sample(Run *r, int n) {
     GPT *m = &r->model;
-    int say = r->comm.rank == 0, T = r->a.layout.seq, V = m->cfg.vocab;
+    int say = r->comm.rank == 0, T = r->a.layout.seq, V = m->cfg.vocab, N = r->mesh.cp;
     int *ctx = safe_malloc((size_t)(n + 1) * sizeof(int), "the sample");          /* [n+1] */
     int *window = safe_calloc((size_t)T, sizeof(int), "the sample's window");       /* [T] */
     float *logits = safe_malloc((size_t)m->cfg.padded_vocab * sizeof(float), "a row of logits");  /* [Vp] */
@@ -317,9 +326,10 @@ static void sample(Run *r, int n) {
         int start = i > T ? i - T : 0, len = i - start;
         memcpy(window, ctx + start, (size_t)len * sizeof(int));
         GPTActs *acts = r->pp.acts[0];
-        gpt_set_batch(m, acts, window, NULL, 1, T);
-        pp_forward(&r->pp, acts, 1, T, 0);
-        int next = m->has_head ? sample_next(r, acts, len, logits, row16, &rng) : V - 1;
+        if (N > 1) cp_local_tokens(window, 1, T, N, r->mesh.cp_rank);   /* this rank's chunks */
+        gpt_set_batch(m, acts, window, NULL, 1, T / N);
+        pp_forward(&r->pp, acts, 1, T / N, 0);
+        int next = m->has_head ? sample_next(r, acts, len - 1, logits, row16, &rng) : V - 1;
         if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &next, 1, COMM_I32, r->mesh.pp - 1);
         ctx[i] = next;
         const char *text = data_token_text(&r->tok, next);

@@ -32,6 +32,7 @@ typedef struct Run {
     Comm comm;
     CommMesh mesh;
     TPGroup tpg;
+    CP cp;                    /* context parallelism's ring (when cp > 1) */
     Dev dev;
     GPT model;
     PPStage pp;

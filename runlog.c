@@ -239,8 +239,10 @@ void runlog_header(Run *r) {
            m->cfg.max_seq, m->num_params);
     printf("train: %s, %zu tokens | batch %d x seq %d x %d micro-batches x %d dp = %d tokens a step\n",
            a->data, r->train.n_tokens, a->layout.batch, a->layout.seq, a->layout.micro_batches, r->mesh.dp, tokens);
-    printf("ranks: %d (%s) | dp %d x tp %d%s x pp %d (%s) | %s, zero %d%s | %s",
-           r->comm.world_size, r->launch.source, r->mesh.dp, r->mesh.tp,
+    char cp[24] = "";
+    if (r->mesh.cp > 1) snprintf(cp, sizeof cp, " x cp %d", r->mesh.cp);
+    printf("ranks: %d (%s) | dp %d%s x tp %d%s x pp %d (%s) | %s, zero %d%s | %s",
+           r->comm.world_size, r->launch.source, r->mesh.dp, cp, r->mesh.tp,
            r->model.tpc.sp ? " (sp)" : "", r->mesh.pp, pp_schedule_name(a->layout.schedule),
            modes[a->layout.dp_mode], a->layout.zero, a->layout.offload ? ", offload" : "",
            r->dev.kind == DEV_CUDA ? "cuda" : "cpu");
