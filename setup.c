@@ -95,13 +95,13 @@ static void check_same_model(const GPTConfig *f, const GPTConfig *c, const char 
 }
 
 /* --resume: whether DIR holds a checkpoint to continue. Returns 1 (opened
- * into r->ck), 0 when DIR holds none at all (no latest, no step
- * directories: a fresh start), and exits 2 when latest is missing or
- * damaged beside step directories. */
+ * into r->ck: latest, or the newest intact one when latest is damaged, with
+ * one line naming it), 0 when DIR holds none at all (no latest, no step
+ * directories: a fresh start), and exits 2 when none passes its checks. */
 static int open_checkpoint(Run *r) {
     char err[512];
     const char *dir = r->a.checkpoint_dir;
-    if (checkpoint_open(dir, &r->ck, err, sizeof err) == 0) return 1;
+    if (checkpoint_open(dir, &r->ck, err, sizeof err) == 0) return 1;   /* runlog_resume says what it passed over */
     char name[256];
     if (checkpoint_latest(dir, name, sizeof name) != 0 && !checkpoint_any_step(dir)) return 0;
     setup_die_usage("%s", err);
@@ -155,7 +155,7 @@ static void check_resume(Run *r, GPTConfig *cfg) {
 /* After the mesh is known: the global batch B x M x dp must be the
  * checkpoint's, or every later step would take other sequences. */
 static void check_resume_batch(Run *r) {
-    const CheckpointLayout *l = &r->ck.meta.layout;
+    const Layout *l = &r->ck.meta.layout;
     long now = (long)r->a.batch * r->a.micro_batches * r->a.dp, then = (long)l->batch * l->micro_batches * l->dp;
     if (now != then)
         setup_die_usage("a global batch of %ld sequences (--batch %d x --micro-batches %d x dp %d), but the checkpoint "
@@ -489,7 +489,7 @@ double setup_device_peak(Run *r) {
 void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
     const Args *a = &r->a;
     memset(meta, 0, sizeof *meta);
-    CheckpointLayout *l = &meta->layout;
+    Layout *l = &meta->layout;
     meta->cfg = r->cfg;
     meta->step = step;
     meta->adam_t = r->dp.z.adam.t;
@@ -500,16 +500,14 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
     int G = a->batch * a->micro_batches * r->mesh.dp;
     meta->pos = data_position((DataSet *)&r->train, step, G, 0);
     meta->data_shards = r->data_shards;
-    l->ranks = r->comm.world_size;
     l->dp = r->mesh.dp; l->tp = r->mesh.tp; l->pp = r->mesh.pp;
-    for (int i = 0; i < l->pp; i++) {
-        GPTShard sh;
-        setup_stage_layers(a, r->cfg.layers, l->pp, i, &sh);
-        l->stage_layers[i] = sh.nlayers;
-    }
+    l->virtual_chunks = a->virtual_chunks ? a->virtual_chunks : 1;
+    l->nstage_layers = a->nstage_layers;
+    memcpy(l->stage_layers, a->stage_layers, sizeof l->stage_layers);
     l->zero = a->dpc.zero; l->offload = a->dpc.offload; l->sp = a->sp;
-    snprintf(l->dp_mode, sizeof l->dp_mode, "%s", a->dpc.mode == DP_PS ? "ps" : "ddp");
-    snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
-    snprintf(l->schedule, sizeof l->schedule, "%s", pp_schedule_name(a->schedule));
+    l->dp_mode = a->dpc.mode;
+    l->dtype = r->dtype;
+    l->schedule = a->schedule;
+    l->recompute = a->recompute;
     l->batch = a->batch; l->seq = a->seq; l->micro_batches = a->micro_batches;
 }
