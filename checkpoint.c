@@ -401,11 +401,24 @@ static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ra
     return safe_out_commit(&o, err, errlen);
 }
 
+/* A decimal number of digits only (no sign, no space) at s[0..n) up to max. */
+static int read_decimal(const char *s, size_t n, uint64_t max, uint64_t *v) {
+    *v = 0;
+    if (!n) return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(unsigned char)s[i] - '0';
+        if (d > 9 || *v > (max - d) / 10) return -1;
+        *v = *v * 10 + d;
+    }
+    return 0;
+}
+
+/* The N of a name "step-<N>" (decimal digits, no sign, within a long); -1 for any other name. */
 static int step_of(const char *name, long *step) {
-    char *end;
-    if (strncmp(name, "step-", 5)) return -1;
-    *step = strtol(name + 5, &end, 10);
-    return *end || end == name + 5 ? -1 : 0;
+    uint64_t v;
+    if (strncmp(name, "step-", 5) || read_decimal(name + 5, strlen(name + 5), LONG_MAX, &v) != 0) return -1;
+    *step = (long)v;
+    return 0;
 }
 
 static int long_cmp_desc(const void *a, const void *b) {
@@ -687,18 +700,6 @@ static int shard_bytes_checked(size_t K, size_t *bytes) {
     if (safe_mul(3, K, &words) || safe_mul(4, words, &data)) return -1;
     if (safe_mul(8, words / BLOCK_WORDS + (words % BLOCK_WORDS != 0), &sums)) return -1;
     return safe_add(data, sums, bytes) || safe_add(*bytes, HEADER_BYTES, bytes) ? -1 : 0;
-}
-
-/* A decimal number of digits only (no sign, no space) at s[0..n) up to max. */
-static int read_decimal(const char *s, size_t n, uint64_t max, uint64_t *v) {
-    *v = 0;
-    if (!n) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned d = (unsigned)(unsigned char)s[i] - '0';
-        if (d > 9 || *v > (max - d) / 10) return -1;
-        *v = *v * 10 + d;
-    }
-    return 0;
 }
 
 /* Matches line, word by word, against fmt: a literal word must be equal; %d
@@ -1215,34 +1216,44 @@ static int list_steps(const char *dir, long *steps, int max) {
     return n;
 }
 
-int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
-    memset(ck, 0, sizeof *ck);
-    char name[256], why[1024];
-    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
-    int have_latest = checkpoint_latest(dir, name, sizeof name) == 0;
-    if (have_latest && open_step(dir, name, ck, err, errlen) == 0) return 0;
-    if (have_latest) snprintf(why, sizeof why, "%s", err);
-    else snprintf(why, sizeof why, "--resume: %s/latest is missing: no complete checkpoint in %s", dir, dir);
-    /* latest fails: the newest step directory that passes, latest's own excepted */
-    static const int max = 4096;
-    long *steps = safe_malloc(max * sizeof *steps, "the checkpoint directory's listing");
-    int n = list_steps(dir, steps, max), tried = 0;
-    for (int i = 0; i < n; i++) {
+/* latest failed (why), or is missing: the newest other step directory that
+ * passes, into ck with ck->damaged saying so. 0, or -1 with err. */
+static int open_fallback(const char *dir, const char *latest, const char *why, Checkpoint *ck, char *err,
+                         size_t errlen) {
+    enum { MAX_STEPS = 4096 };
+    long *steps = safe_malloc(MAX_STEPS * sizeof *steps, "the checkpoint directory's listing");
+    int n = list_steps(dir, steps, MAX_STEPS), tried = 0, rc = -1;
+    for (int i = 0; i < n && rc != 0; i++) {
         char cand[64], e2[1024];
         snprintf(cand, sizeof cand, "step-%ld", steps[i]);
-        if (have_latest && !strcmp(cand, name)) continue;
+        if (latest && !strcmp(cand, latest)) continue;
         tried++;
-        if (open_step(dir, cand, ck, e2, sizeof e2) == 0) {
-            snprintf(ck->damaged, sizeof ck->damaged, "resume: passing over a damaged checkpoint: %s; continuing "
-                     "from %s, the newest that passes its checks", why, ck->dir);
-            free(steps);
-            return 0;
-        }
+        rc = open_step(dir, cand, ck, e2, sizeof e2);
     }
     free(steps);
-    if (tried) snprintf(err, errlen, "%s; and none of the other %d checkpoints in %s passes its checks", why, tried, dir);
-    else snprintf(err, errlen, "%s", why);
-    return -1;
+    if (rc == 0)
+        snprintf(ck->damaged, sizeof ck->damaged, "resume: passing over a damaged checkpoint: %s; continuing from "
+                 "%s, the newest that passes its checks", why, ck->dir);
+    else if (tried)
+        snprintf(err, errlen, "%s; and none of the other %d checkpoints in %s passes its checks", why, tried, dir);
+    else
+        snprintf(err, errlen, "%s", why);
+    return rc;
+}
+
+int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
+    char name[256], why[1024];
+    int rc = -1;
+    memset(ck, 0, sizeof *ck);
+    if (strlen(dir) > DIR_MAX) {
+        snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX);
+    } else if (checkpoint_latest(dir, name, sizeof name) != 0) {
+        snprintf(why, sizeof why, "--resume: %s/latest is missing: no complete checkpoint in %s", dir, dir);
+        rc = open_fallback(dir, NULL, why, ck, err, errlen);
+    } else if ((rc = open_step(dir, name, ck, why, sizeof why)) != 0) {
+        rc = open_fallback(dir, name, why, ck, err, errlen);
+    }
+    return rc;
 }
 
 /* ---- loading ---------------------------------------------------------------- */
