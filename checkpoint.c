@@ -49,7 +49,16 @@
  * with. A barrier; then rank 0 writes the manifest, renames the directory
  * to step-<N> (one rename publishes it), fsyncs DIR, points DIR/latest at
  * it (SafeOut again), and only then deletes the oldest beyond --keep. A kill
- * at any moment leaves the previous checkpoint named by latest, intact.
+ * at any moment leaves the previous checkpoint named by latest, intact. A
+ * step directory already published is never removed to be replaced: a new
+ * one of the same step is swapped in by one rename (publish_rename).
+ *
+ * Opening (--resume): the manifest is read whole through a table of its
+ * keys (manifest_keys: a line's first word names its reader), every number
+ * in checked arithmetic against what it counts; then every shard is read
+ * whole once, each block against its hash and each value finite. When the
+ * checkpoint latest names fails, the newest step directory that passes is
+ * taken instead, and the run says which it passed over (checkpoint_open).
  *
  * Loading, under any layout: each rank works out its owned pieces under its
  * own layout, finds them in the manifest's ranges (sorted by global index)
