@@ -210,7 +210,6 @@ static void header_pack(unsigned char *h, int rank, size_t K, long step, size_t 
 }
 
 static size_t nblocks_of(size_t K) { return (3 * K + BLOCK_WORDS - 1) / BLOCK_WORDS; }
-static size_t shard_bytes(size_t K) { return HEADER_BYTES + 12 * K + 8 * nblocks_of(K); }
 
 /* ---- saving ------------------------------------------------------------------ */
 
