@@ -702,8 +702,8 @@ void checkpoint_free(Checkpoint *ck) {
     ck->ranges = NULL;
 }
 
-/* Bytes of a shard of K elements (shard_bytes), checked: -1 when they do not fit. */
-static int shard_bytes_checked(size_t K, size_t *bytes) {
+/* Bytes of a shard of K elements (header, 3K floats, a hash a block), in checked arithmetic: -1 when they do not fit. */
+static int shard_bytes(size_t K, size_t *bytes) {
     size_t words, data, sums;
     if (safe_mul(3, K, &words) || safe_mul(4, words, &data)) return -1;
     if (safe_mul(8, words / BLOCK_WORDS + (words % BLOCK_WORDS != 0), &sums)) return -1;
@@ -1076,7 +1076,7 @@ static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err
                  (unsigned long long)step, s->rank, s->elements, ck->meta.step);
         return -1;
     }
-    if (shard_bytes_checked(s->elements, &bytes) != 0) bytes = SIZE_MAX;   /* no file is that large */
+    if (shard_bytes(s->elements, &bytes) != 0) bytes = SIZE_MAX;   /* no file is that large */
     if ((uint64_t)st.st_size != bytes) {
         snprintf(err, errlen, "%s: truncated or corrupt shard: expected %zu bytes, found %lld", p, bytes,
                  (long long)st.st_size);
