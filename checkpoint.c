@@ -702,7 +702,8 @@ void checkpoint_free(Checkpoint *ck) {
     ck->ranges = NULL;
 }
 
-/* Bytes of a shard of K elements (header, 3K floats, a hash a block), in checked arithmetic: -1 when they do not fit. */
+/* Bytes of a shard of K elements (header, 3K floats, a hash a block), in
+ * checked arithmetic: -1 when they do not fit. */
 static int shard_bytes(size_t K, size_t *bytes) {
     size_t words, data, sums;
     if (safe_mul(3, K, &words) || safe_mul(4, words, &data)) return -1;
