@@ -49,7 +49,16 @@
  * with. A barrier; then rank 0 writes the manifest, renames the directory
  * to step-<N> (one rename publishes it), fsyncs DIR, points DIR/latest at
  * it (SafeOut again), and only then deletes the oldest beyond --keep. A kill
- * at any moment leaves the previous checkpoint named by latest, intact.
+ * at any moment leaves the previous checkpoint named by latest, intact. A
+ * step directory already published is never removed to be replaced: a new
+ * one of the same step is swapped in by one rename (publish_rename).
+ *
+ * Opening (--resume): the manifest is read whole through a table of its
+ * keys (manifest_keys: a line's first word names its reader), every number
+ * in checked arithmetic against what it counts; then every shard is read
+ * whole once, each block against its hash and each value finite. When the
+ * checkpoint latest names fails, the newest step directory that passes is
+ * taken instead, and the run says which it passed over (checkpoint_open).
  *
  * Loading, under any layout: each rank works out its owned pieces under its
  * own layout, finds them in the manifest's ranges (sorted by global index)
@@ -68,6 +77,9 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -198,7 +210,6 @@ static void header_pack(unsigned char *h, int rank, size_t K, long step, size_t 
 }
 
 static size_t nblocks_of(size_t K) { return (3 * K + BLOCK_WORDS - 1) / BLOCK_WORDS; }
-static size_t shard_bytes(size_t K) { return HEADER_BYTES + 12 * K + 8 * nblocks_of(K); }
 
 /* ---- saving ------------------------------------------------------------------ */
 
@@ -339,13 +350,22 @@ static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta,
     return rc;
 }
 
-static void layout_print(FILE *f, const Layout *l) {
+/* The manifest's two layout lines; stage_layers: each stage's layers (its
+ * chunks' together), as gpt_stage_layers splits the model's. */
+static void layout_print(FILE *f, const Layout *l, int layers) {
     fprintf(f, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s "
-            "schedule %s batch %d seq %d micro_batches %d\n", l->dp * l->tp * l->pp, l->dp, l->tp, l->pp, l->zero,
-            l->offload, l->sp, l->dp_mode == DP_PS ? "ps" : "ddp", dt_name(l->dtype), pp_schedule_name(l->schedule),
-            l->batch, l->seq, l->micro_batches);
+            "schedule %s batch %d seq %d micro_batches %d", l->dp * l->cp * l->tp * l->pp, l->dp, l->tp, l->pp,
+            l->zero, l->offload, l->sp, l->dp_mode == DP_PS ? "ps" : "ddp", dt_name(l->dtype),
+            pp_schedule_name(l->schedule), l->batch, l->seq, l->micro_batches);
+    if (l->cp > 1) fprintf(f, " cp %d", l->cp);   /* context parallelism, only where used: older readers agree */
+    fprintf(f, "\n");
     fprintf(f, "stage_layers");
-    for (int i = 0; i < l->pp; i++) fprintf(f, " %d", l->stage_layers[i]);
+    for (int i = 0; i < l->pp; i++) {
+        GPTShard sh;
+        gpt_stage_layers(layers, l->pp, l->virtual_chunks > 1 ? l->virtual_chunks : 1,
+                         l->nstage_layers ? l->stage_layers : NULL, i, &sh);
+        fprintf(f, " %d", sh.nlayers);
+    }
     fprintf(f, "\n");
 }
 
@@ -361,7 +381,7 @@ static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ra
     fprintf(f, "step %ld\n", meta->step);
     fprintf(f, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %zu\n",
             c->layers, c->heads, c->dim, c->max_seq, c->vocab, c->padded_vocab, gpt_total_params(c));
-    layout_print(f, &meta->layout);
+    layout_print(f, &meta->layout, c->layers);
     fprintf(f, "data_position epoch %ld shard %d sequence %zu\n", meta->pos.epoch, meta->pos.shard, meta->pos.seq);
     if (meta->data_shards) fputs(meta->data_shards, f);
     fprintf(f, "data next_step %ld seed %llu shuffle %d\n", meta->step, (unsigned long long)meta->seed,
@@ -391,11 +411,24 @@ static int write_manifest(const char *tmpdir, const CheckpointMeta *meta, int ra
     return safe_out_commit(&o, err, errlen);
 }
 
+/* A decimal number of digits only (no sign, no space) at s[0..n) up to max. */
+static int read_decimal(const char *s, size_t n, uint64_t max, uint64_t *v) {
+    *v = 0;
+    if (!n) return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(unsigned char)s[i] - '0';
+        if (d > 9 || *v > (max - d) / 10) return -1;
+        *v = *v * 10 + d;
+    }
+    return 0;
+}
+
+/* The N of a name "step-<N>" (decimal digits, no sign, within a long); -1 for any other name. */
 static int step_of(const char *name, long *step) {
-    char *end;
-    if (strncmp(name, "step-", 5)) return -1;
-    *step = strtol(name + 5, &end, 10);
-    return *end || end == name + 5 ? -1 : 0;
+    uint64_t v;
+    if (strncmp(name, "step-", 5) || read_decimal(name + 5, strlen(name + 5), LONG_MAX, &v) != 0) return -1;
+    *step = (long)v;
+    return 0;
 }
 
 static int long_cmp_desc(const void *a, const void *b) {
@@ -450,6 +483,35 @@ static int any_failed(CommGroup *world, int failed) {
     return f != 0;
 }
 
+/* Publishes tmpdir as final. A step directory already there (a resume
+ * from an older checkpoint than latest writes that step again, over a
+ * damaged one) is never removed first: the two are swapped in one
+ * rename (renameat2's exchange), so final names a complete checkpoint at
+ * every moment, and the old one, now at tmpdir, goes after latest is
+ * written. Where the file system cannot swap, the old one is moved aside
+ * and only then the new one in: latest may name nothing for that moment,
+ * and a resume then falls back to the newest intact checkpoint. 0, or -1
+ * with err. */
+static int publish_rename(const char *tmpdir, const char *final, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(final, &st) == 0) {
+        if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, final, RENAME_EXCHANGE) == 0) return 0;
+        char aside[4700];
+        snprintf(aside, sizeof aside, "%s.old", tmpdir);
+        remove_tree(aside);
+        if (rename(final, aside) != 0 || rename(tmpdir, final) != 0 || rename(aside, tmpdir) != 0) {
+            snprintf(err, errlen, "cannot replace %s with %s: %s", final, tmpdir, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (rename(tmpdir, final) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* After every shard of DIR/.step-<N>.tmp is written: rank 0 writes the
  * manifest, renames the directory to step-<N> (one rename publishes it),
  * points DIR/latest at it and prunes beyond keep; no rank returns before
@@ -465,11 +527,7 @@ static int publish(const char *dir, const CheckpointMeta *meta, int keep, CommGr
         failed = write_manifest(tmpdir, meta, ranks, err, errlen) != 0;
         if (!failed) {
             sync_dir(tmpdir);
-            remove_tree(final);   /* an older run's (latest names the new one only after) */
-            if (rename(tmpdir, final) != 0) {
-                snprintf(err, errlen, "cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
-                failed = 1;
-            }
+            failed = publish_rename(tmpdir, final, err, errlen) != 0;
         }
         if (!failed) {
             sync_dir(dir);
@@ -482,7 +540,10 @@ static int publish(const char *dir, const CheckpointMeta *meta, int keep, CommGr
                 failed = safe_out_commit(&o, err, errlen) != 0;
             }
         }
-        if (!failed) prune(dir, keep, meta->step);
+        if (!failed) {
+            remove_tree(tmpdir);   /* what publish_rename swapped out, if anything */
+            prune(dir, keep, meta->step);
+        }
     }
     if (any_failed(world, failed)) {
         if (!failed) snprintf(err, errlen, "checkpoint %s: rank 0 failed publishing it", final);
@@ -625,6 +686,10 @@ void checkpoint_async_free(CheckpointAsync *a) {
 
 /* ---- reading the manifest --------------------------------------------------- */
 
+/* A manifest is read whole (no line is too long: a data file's escaped name
+ * may make one of thousands of bytes) up to this size. */
+#define MANIFEST_MAX ((size_t)1 << 30)
+
 static int range_cmp(const void *a, const void *b) {
     const CheckpointRange *x = a, *y = b;
     return x->global < y->global ? -1 : x->global > y->global;
@@ -639,16 +704,352 @@ void checkpoint_free(Checkpoint *ck) {
     ck->ranges = NULL;
 }
 
+/* Bytes of a shard of K elements (header, 3K floats, a hash a block), in
+ * checked arithmetic: -1 when they do not fit. */
+static int shard_bytes(size_t K, size_t *bytes) {
+    size_t words, data, sums;
+    if (safe_mul(3, K, &words) || safe_mul(4, words, &data)) return -1;
+    if (safe_mul(8, words / BLOCK_WORDS + (words % BLOCK_WORDS != 0), &sums)) return -1;
+    return safe_add(data, sums, bytes) || safe_add(*bytes, HEADER_BYTES, bytes) ? -1 : 0;
+}
+
+/* Matches line, word by word, against fmt: a literal word must be equal; %d
+ * reads an int, %l a long, %z a size_t, %u a uint64_t (decimal digits, 0 up
+ * to the type's largest: no sign, no wrap), %f a finite float, %s a word
+ * into a char[64]. Returns 0 when the whole line matches, else -1. */
+static int scan(const char *line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const char *s = line;
+    int ok = 1;
+    while (ok) {
+        while (*fmt == ' ') fmt++;
+        while (*s == ' ') s++;
+        size_t fl = strcspn(fmt, " "), sl = strcspn(s, " ");
+        if (!fl || !sl) { ok = !fl && !sl; break; }
+        if (fmt[0] != '%') {
+            ok = fl == sl && !memcmp(fmt, s, fl);
+        } else if (fmt[1] == 's' || fmt[1] == 'f') {
+            char word[64], *end;
+            ok = sl < sizeof word;
+            if (ok) { memcpy(word, s, sl); word[sl] = 0; }
+            if (ok && fmt[1] == 's') strcpy(va_arg(ap, char *), word);
+            if (ok && fmt[1] == 'f') {
+                float v = strtof(word, &end);
+                ok = end == word + sl && isfinite(v);
+                if (ok) *va_arg(ap, float *) = v;
+            }
+        } else {
+            uint64_t v, max = fmt[1] == 'd' ? INT_MAX : fmt[1] == 'l' ? LONG_MAX : fmt[1] == 'z' ? SIZE_MAX : UINT64_MAX;
+            ok = read_decimal(s, sl, max, &v) == 0;
+            if (ok && fmt[1] == 'd') *va_arg(ap, int *) = (int)v;
+            if (ok && fmt[1] == 'l') *va_arg(ap, long *) = (long)v;
+            if (ok && fmt[1] == 'z') *va_arg(ap, size_t *) = (size_t)v;
+            if (ok && fmt[1] == 'u') *va_arg(ap, uint64_t *) = v;
+        }
+        fmt += fl;
+        s += sl;
+    }
+    va_end(ap);
+    return ok ? 0 : -1;
+}
+
+/* A manifest being read: what the lines read so far have said. */
+typedef struct Manifest {
+    Checkpoint *ck;
+    unsigned seen;          /* a bit a key of manifest_keys */
+    size_t params;          /* the model line's parameter count */
+    int ranks;              /* the layout line's */
+    int shard;              /* the shard whose ranges follow; -1 before the first */
+    size_t shard_left;      /* ranges it has yet to list */
+    size_t shard_sum;       /* elements its ranges hold so far */
+    size_t cap;             /* ranges allocated */
+} Manifest;
+
+static int key_step(Manifest *m, const char *line) { return scan(line, "step %l", &m->ck->meta.step); }
+
+static int key_model(Manifest *m, const char *line) {
+    GPTConfig *c = &m->ck->meta.cfg;
+    return scan(line, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %z", &c->layers,
+                &c->heads, &c->dim, &c->max_seq, &c->vocab, &c->padded_vocab, &m->params);
+}
+
+/* The names the layout line spells become Layout's enums. */
+static int key_layout(Manifest *m, const char *line) {
+    Layout *l = &m->ck->meta.layout;
+    char dp_mode[64], dtype[64], schedule[64];
+    l->cp = 1;   /* written only where it is not 1 */
+    if (scan(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s schedule %s "
+             "batch %d seq %d micro_batches %d", &m->ranks, &l->dp, &l->tp, &l->pp, &l->zero, &l->offload, &l->sp,
+             dp_mode, dtype, schedule, &l->batch, &l->seq, &l->micro_batches) != 0 &&
+        scan(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s schedule %s "
+             "batch %d seq %d micro_batches %d cp %d", &m->ranks, &l->dp, &l->tp, &l->pp, &l->zero, &l->offload,
+             &l->sp, dp_mode, dtype, schedule, &l->batch, &l->seq, &l->micro_batches, &l->cp) != 0)
+        return -1;
+    int sched = pp_schedule_parse(schedule);
+    if (sched < 0 || (strcmp(dp_mode, "ddp") && strcmp(dp_mode, "ps")) || (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")))
+        return -1;
+    l->schedule = (PPSchedule)sched;
+    l->dp_mode = strcmp(dp_mode, "ps") ? DP_ALLREDUCE : DP_PS;
+    l->dtype = strcmp(dtype, "bf16") ? DT_F32 : DT_BF16;
+    l->virtual_chunks = 1;
+    return 0;
+}
+
+/* Each stage's layers, pp of them (after the layout line). */
+static int key_stage_layers(Manifest *m, const char *line) {
+    Layout *l = &m->ck->meta.layout;
+    const char *s = line + strlen("stage_layers");
+    if (l->pp < 1 || l->pp > COMM_MAX_RANKS) return -1;
+    for (int i = 0; i < l->pp; i++) {
+        uint64_t v;
+        if (*s != ' ') return -1;
+        s++;
+        size_t n = strcspn(s, " ");
+        if (read_decimal(s, n, SAFE_MAX_LAYERS, &v) != 0 || v < 1) return -1;
+        l->stage_layers[i] = (int)v;
+        s += n;
+    }
+    l->nstage_layers = l->pp;
+    return *s ? -1 : 0;
+}
+
+static int key_data(Manifest *m, const char *line) {
+    long next;
+    return scan(line, "data next_step %l seed %u shuffle %d", &next, &m->ck->meta.seed, &m->ck->meta.shuffle);
+}
+
+static int key_position(Manifest *m, const char *line) {
+    DataPos *p = &m->ck->meta.pos;
+    return scan(line, "data_position epoch %l shard %d sequence %z", &p->epoch, &p->shard, &p->seq);
+}
+
+/* data_describe's lines, kept as written (data_compare reads them). */
+static int key_data_shards(Manifest *m, const char *line) {
+    CheckpointMeta *meta = &m->ck->meta;
+    size_t have = meta->data_shards ? strlen(meta->data_shards) : 0, n = strlen(line), bytes;
+    if (safe_add(have, n, &bytes) || safe_add(bytes, 2, &bytes)) return -1;
+    char *grown = realloc(meta->data_shards, bytes);
+    if (!grown) { fprintf(stderr, "error: out of memory reading a checkpoint's manifest\n"); exit(1); }
+    memcpy(grown + have, line, n);
+    memcpy(grown + have + n, "\n", 2);
+    meta->data_shards = grown;
+    return 0;
+}
+
+static int key_optimizer(Manifest *m, const char *line) {
+    return scan(line, "optimizer adam_t %d steps %d", &m->ck->meta.adam_t, &m->ck->meta.steps);
+}
+
+static int key_schedule(Manifest *m, const char *line) {
+    OptConfig *o = &m->ck->meta.opt;
+    return scan(line, "schedule steps %d warmup %d lr %f lr_min %f cosine %d beta1 %f beta2 %f eps %f wd %f clip %f",
+                &o->steps, &o->warmup, &o->lr, &o->lr_min, &o->cosine, &o->beta1, &o->beta2, &o->eps, &o->wd,
+                &o->clip);
+}
+
+static int key_shards(Manifest *m, const char *line) {
+    Checkpoint *ck = m->ck;
+    if (scan(line, "shards %d", &ck->nshards) != 0 || ck->nshards < 1 || ck->nshards > COMM_MAX_RANKS) return -1;
+    ck->shards = safe_calloc((size_t)ck->nshards, sizeof *ck->shards, "a checkpoint's shard table");
+    return 0;
+}
+
+/* Whether the shard before this point has listed all its ranges, and they
+ * add up to its elements. */
+static int shard_complete(const Manifest *m) {
+    return m->shard < 0 || (m->shard_left == 0 && m->shard_sum == m->ck->shards[m->shard].elements);
+}
+
+/* A shard (after the model and shards lines, the previous shard complete):
+ * its index the next, a file name in the step directory, at most the
+ * model's elements, at most a range an element. */
+static int key_shard(Manifest *m, const char *line) {
+    Checkpoint *ck = m->ck;
+    CheckpointShard s;
+    int idx;
+    if (!ck->shards || !m->params || !shard_complete(m) ||
+        scan(line, "shard %d rank %d file %s elements %z ranges %z", &idx, &s.rank, s.file, &s.elements,
+             &m->shard_left) != 0)
+        return -1;
+    if (idx != m->shard + 1 || idx >= ck->nshards || s.rank >= ck->nshards || strchr(s.file, '/') ||
+        s.file[0] == '.' || s.elements > m->params || m->shard_left > s.elements)
+        return -1;
+    ck->shards[idx] = s;
+    m->shard = idx;
+    m->shard_sum = 0;
+    return 0;
+}
+
+/* A range of the current shard: the next elements of its sections, inside
+ * them and inside the model. */
+static int key_range(Manifest *m, const char *line) {
+    Checkpoint *ck = m->ck;
+    CheckpointRange r;
+    size_t end;
+    if (m->shard < 0 || !m->shard_left || scan(line, "range %z %z %z", &r.global, &r.n, &r.elem) != 0 ||
+        r.n == 0 || r.elem != m->shard_sum || safe_add(r.elem, r.n, &end) || end > ck->shards[m->shard].elements ||
+        safe_add(r.global, r.n, &end) || end > m->params)
+        return -1;
+    r.shard = m->shard;
+    m->shard_left--;
+    m->shard_sum += r.n;
+    if (ck->nranges == m->cap) {
+        size_t bytes;
+        m->cap = m->cap ? 2 * m->cap : 1024;
+        if (safe_mul(m->cap, sizeof *ck->ranges, &bytes)) return -1;
+        CheckpointRange *grown = realloc(ck->ranges, bytes);
+        if (!grown) { fprintf(stderr, "error: out of memory reading a checkpoint's manifest\n"); exit(1); }
+        ck->ranges = grown;
+    }
+    ck->ranges[ck->nranges++] = r;
+    return 0;
+}
+
+/* The manifest's lines by their first word. once: at most one such line,
+ * and a manifest without it is incomplete. */
+static const struct ManifestKey {
+    const char *word;
+    int (*read)(Manifest *m, const char *line);
+    int once;
+} manifest_keys[] = {
+    {"step", key_step, 1},
+    {"model", key_model, 1},
+    {"layout", key_layout, 1},
+    {"stage_layers", key_stage_layers, 1},
+    {"data_position", key_position, 1},
+    {"data_shards", key_data_shards, 0},
+    {"data_shard", key_data_shards, 0},
+    {"data", key_data, 1},
+    {"optimizer", key_optimizer, 1},
+    {"schedule", key_schedule, 1},
+    {"shards", key_shards, 1},
+    {"shard", key_shard, 0},
+    {"range", key_range, 0},
+};
+#define NKEYS (sizeof manifest_keys / sizeof manifest_keys[0])
+
+/* Reads text[len] (a manifest; its lines are cut in place) into m->ck, up
+ * to its "end" line. 0, or -1 with err naming the line that is wrong or
+ * the line that is missing. */
+static int manifest_parse(Manifest *m, char *text, size_t len, const char *mp, char *err, size_t errlen) {
+    char *p = text, *end = text + len;
+    int lineno = 0, version;
+    const char *missing = "end";
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p)), *line = p;
+        if (!nl) break;   /* a last line cut short is no line */
+        *nl = 0;
+        p = nl + 1;
+        lineno++;
+        int bad = strlen(line) != (size_t)(nl - line);   /* a NUL inside */
+        if (!bad && lineno == 1) {
+            if (scan(line, "train checkpoint %d", &version) != 0) {
+                snprintf(err, errlen, "%s: not a train checkpoint manifest", mp);
+                return -1;
+            }
+            if (version != CHECKPOINT_VERSION) {
+                snprintf(err, errlen, "%s: checkpoint format version %d, this build reads %d", mp, version,
+                         CHECKPOINT_VERSION);
+                return -1;
+            }
+            continue;
+        }
+        if (!bad && !strcmp(line, "end")) {
+            missing = !shard_complete(m) ? "range" : m->shard != m->ck->nshards - 1 ? "shard" : NULL;
+            for (size_t k = 0; !missing && k < NKEYS; k++)
+                if (manifest_keys[k].once && !(m->seen & 1u << k)) missing = manifest_keys[k].word;
+            break;
+        }
+        size_t w = strcspn(line, " "), k = 0;
+        while (!bad && k < NKEYS && (strlen(manifest_keys[k].word) != w || strncmp(line, manifest_keys[k].word, w))) k++;
+        bad = bad || k == NKEYS || (manifest_keys[k].once && (m->seen & 1u << k)) || manifest_keys[k].read(m, line) != 0;
+        if (bad) {
+            snprintf(err, errlen, "%s: malformed manifest (line %d: %.60s)", mp, lineno, line);
+            return -1;
+        }
+        m->seen |= 1u << k;
+    }
+    if (lineno == 0) { snprintf(err, errlen, "%s: not a train checkpoint manifest", mp); return -1; }
+    if (missing) {
+        snprintf(err, errlen, "%s: incomplete manifest (no complete '%s' line before its end)", mp, missing);
+        return -1;
+    }
+    return 0;
+}
+
+/* The manifest's layout must be one its model can take (layout_check,
+ * the flags' own rules: a manifest records V 1 and one range a stage) and
+ * that makes its ranks and shards. */
+static int manifest_layout_check(const Manifest *m, const char *mp, char *err, size_t errlen) {
+    const Layout *l = &m->ck->meta.layout;
+    const GPTConfig *c = &m->ck->meta.cfg;
+    char why[384];
+    if (l->dp < 1 || l->cp < 1 || l->tp < 1 || l->pp < 1 || l->dp > COMM_MAX_RANKS || l->cp > COMM_MAX_RANKS ||
+        l->tp > COMM_MAX_RANKS || l->pp > COMM_MAX_RANKS || (long)l->dp * l->cp * l->tp * l->pp != m->ranks ||
+        m->ranks != m->ck->nshards) {
+        snprintf(err, errlen, "%s: layout dp %d x cp %d x tp %d x pp %d does not make its %d ranks and %d shards",
+                 mp, l->dp, l->cp, l->tp, l->pp, m->ranks, m->ck->nshards);
+        return -1;
+    }
+    if (l->zero > 3 || l->offload > 1 || l->sp > 1 || l->seq > c->max_seq ||
+        layout_check(l, c, m->ranks, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s: its layout is not one this model runs: %s", mp,
+                 l->seq > c->max_seq ? "--seq beyond the model's positions"
+                 : l->zero > 3 || l->offload > 1 || l->sp > 1 ? "zero, offload or sp out of range" : why);
+        return -1;
+    }
+    return 0;
+}
+
+/* What the lines say together: the directory's step, a model with the
+ * parameters listed, its layout, ranges covering it once. 0, or -1 with err. */
+static int manifest_check(Manifest *m, const char *mp, const char *name, long step, char *err, size_t errlen) {
+    Checkpoint *ck = m->ck;
+    CheckpointMeta *meta = &ck->meta;
+    if (meta->step != step) {
+        snprintf(err, errlen, "%s: manifest of step %ld in directory %s", mp, meta->step, name);
+        return -1;
+    }
+    GPTConfig cfg = meta->cfg;
+    cfg.padded_vocab = 0;
+    if (gpt_config_check(&cfg, err, errlen) != 0 || cfg.padded_vocab != meta->cfg.padded_vocab ||
+        m->params != gpt_total_params(&meta->cfg)) {
+        snprintf(err, errlen, "%s: the manifest's model (%d layers, %d heads, dim %d, vocab %d padded to %d) "
+                 "does not have the %zu parameters it lists", mp, meta->cfg.layers, meta->cfg.heads, meta->cfg.dim,
+                 meta->cfg.vocab, meta->cfg.padded_vocab, m->params);
+        return -1;
+    }
+    if (manifest_layout_check(m, mp, err, errlen) != 0) return -1;
+    /* the ranges cover the model once (each lies inside it: next never passes params) */
+    qsort(ck->ranges, ck->nranges, sizeof *ck->ranges, range_cmp);
+    size_t next = 0;
+    for (size_t i = 0; i < ck->nranges; i++) {
+        if (ck->ranges[i].global != next) {
+            snprintf(err, errlen, "%s: the shards' ranges %s the model at element %zu", mp,
+                     ck->ranges[i].global > next ? "leave a gap in" : "overlap in", next);
+            return -1;
+        }
+        next += ck->ranges[i].n;
+    }
+    if (next != m->params) {
+        snprintf(err, errlen, "%s: the shards' ranges hold %zu of the model's %zu parameters", mp, next, m->params);
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks a shard file's size and header against the manifest. */
 static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err, size_t errlen) {
     char p[4608];
+    size_t bytes;
     snprintf(p, sizeof p, "%s/%s", ck->dir, s->file);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { snprintf(err, errlen, "%s: missing shard (%s)", p, strerror(errno)); return -1; }
     struct stat st;
     unsigned char h[HEADER_BYTES];
-    ssize_t got = pread(fd, h, HEADER_BYTES, 0);
     int sr = fstat(fd, &st);
+    ssize_t got = sr == 0 && S_ISREG(st.st_mode) ? pread(fd, h, HEADER_BYTES, 0) : -1;
     close(fd);
     if (sr != 0 || !S_ISREG(st.st_mode)) { snprintf(err, errlen, "%s: not a regular file", p); return -1; }
     if (got != HEADER_BYTES || memcmp(h, SHARD_MAGIC, 8)) {
@@ -666,218 +1067,203 @@ static int shard_check(const Checkpoint *ck, const CheckpointShard *s, char *err
         snprintf(err, errlen, "%s: shard format version %u, this build reads %d", p, ver, CHECKPOINT_VERSION);
         return -1;
     }
-    if ((int)rank != s->rank || K != s->elements || (long)step != ck->meta.step ||
+    if (rank != (uint32_t)s->rank || K != s->elements || step != (uint64_t)ck->meta.step ||
         total != gpt_total_params(&ck->meta.cfg)) {
         snprintf(err, errlen, "%s: shard of another checkpoint (rank %u, %llu elements, step %llu; "
                  "the manifest says rank %d, %zu elements, step %ld)", p, rank, (unsigned long long)K,
                  (unsigned long long)step, s->rank, s->elements, ck->meta.step);
         return -1;
     }
-    if ((size_t)st.st_size != shard_bytes(K)) {
-        snprintf(err, errlen, "%s: truncated or corrupt shard: expected %zu bytes, found %lld", p,
-                 shard_bytes(K), (long long)st.st_size);
+    if (shard_bytes(s->elements, &bytes) != 0) bytes = SIZE_MAX;   /* no file is that large */
+    if ((uint64_t)st.st_size != bytes) {
+        snprintf(err, errlen, "%s: truncated or corrupt shard: expected %zu bytes, found %lld", p, bytes,
+                 (long long)st.st_size);
         return -1;
     }
     return 0;
 }
 
-static int parse_layout(const char *line, Layout *l) {
-    char dp_mode[8], dtype[8], schedule[16];
-    int ranks;
-    if (sscanf(line, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %7s dtype %7s "
-               "schedule %15s batch %d seq %d micro_batches %d", &ranks, &l->dp, &l->tp, &l->pp,
-               &l->zero, &l->offload, &l->sp, dp_mode, dtype, schedule, &l->batch, &l->seq,
-               &l->micro_batches) != 13)
-        return -1;
-    int sched = pp_schedule_parse(schedule);
-    if (sched < 0 || (strcmp(dp_mode, "ddp") && strcmp(dp_mode, "ps")) || (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) ||
-        l->pp < 1 || l->pp > COMM_MAX_RANKS || (long)l->dp * l->tp * l->pp != ranks)
-        return -1;
-    l->dp_mode = strcmp(dp_mode, "ps") ? DP_ALLREDUCE : DP_PS;
-    l->dtype = strcmp(dtype, "bf16") ? DT_F32 : DT_BF16;
-    l->schedule = (PPSchedule)sched;
-    l->virtual_chunks = 1;      /* the manifest records one range a stage */
-    l->nstage_layers = l->pp;
-    return 0;
-}
-
-/* The manifest's layout must be one its model can take. */
-static int manifest_layout_check(const char *mp, const CheckpointMeta *m, int nshards, char *err, size_t errlen) {
-    const Layout *l = &m->layout;
-    const GPTConfig *c = &m->cfg;
-    int ranks = l->dp * l->tp * l->pp;
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->pp > COMM_MAX_RANKS || ranks != nshards) {
-        snprintf(err, errlen, "%s: layout dp %d x tp %d x pp %d does not make its %d ranks and %d shards",
-                 mp, l->dp, l->tp, l->pp, ranks, nshards);
-        return -1;
-    }
-    if (c->heads % l->tp || c->padded_vocab % l->tp) {
-        snprintf(err, errlen, "%s: layout tp %d cannot split the model's %d heads and %d vocabulary rows",
-                 mp, l->tp, c->heads, c->padded_vocab);
-        return -1;
-    }
-    int sum = 0;
-    for (int i = 0; i < l->pp; i++) {
-        if (l->stage_layers[i] < 1) { sum = -1; break; }
-        sum += l->stage_layers[i];
-    }
-    if (sum != c->layers) {
-        snprintf(err, errlen, "%s: layout's stage layers do not add up to the model's %d layers", mp, c->layers);
-        return -1;
-    }
-    return 0;
-}
-
-int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
-    memset(ck, 0, sizeof *ck);
-    char name[256], mp[4608], line[512];
-    if (strlen(dir) > DIR_MAX) { snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX); return -1; }
-    if (checkpoint_latest(dir, name, sizeof name) != 0) {
-        snprintf(err, errlen, "--resume: %s/latest is missing: no complete checkpoint in %s", dir, dir);
-        return -1;
-    }
-    long step;
-    if (step_of(name, &step) != 0) {
-        snprintf(err, errlen, "%s/latest: names '%s', not a step-<N> directory", dir, name);
-        return -1;
-    }
-    snprintf(ck->dir, sizeof ck->dir, "%s/%s", dir, name);
-    snprintf(mp, sizeof mp, "%s/manifest.txt", ck->dir);
-    FILE *f = fopen(mp, "r");
-    if (!f) { snprintf(err, errlen, "%s: missing manifest (%s)", mp, strerror(errno)); return -1; }
-    CheckpointMeta *m = &ck->meta;
-    int version = -1, have_end = 0, have_sched = 0, bad = 0;
-    size_t params = 0, cap = 0;
-    int shard_idx = -1;
-    size_t shard_ranges = 0, shard_sum = 0;
-    if (!fgets(line, sizeof line, f) || sscanf(line, "train checkpoint %d", &version) != 1) {
-        snprintf(err, errlen, "%s: not a train checkpoint manifest", mp);
-        fclose(f);
-        return -1;
-    }
-    if (version != CHECKPOINT_VERSION) {
-        snprintf(err, errlen, "%s: checkpoint format version %d, this build reads %d", mp, version, CHECKPOINT_VERSION);
-        fclose(f);
-        return -1;
-    }
-    m->step = -1;
-    while (!bad && fgets(line, sizeof line, f)) {
-        unsigned long long seed;
-        CheckpointRange r;
-        if (!strcmp(line, "end\n")) { have_end = 1; break; }
-        if (sscanf(line, "step %ld", &m->step) == 1) continue;
-        if (sscanf(line, "model layers %d heads %d dim %d max_seq %d vocab %d padded_vocab %d params %zu",
-                   &m->cfg.layers, &m->cfg.heads, &m->cfg.dim, &m->cfg.max_seq, &m->cfg.vocab,
-                   &m->cfg.padded_vocab, &params) == 7) continue;
-        if (!strncmp(line, "layout ", 7)) { bad = parse_layout(line, &m->layout); continue; }
-        if (!strncmp(line, "stage_layers", 12)) {
-            char *p = line + 12;
-            for (int i = 0; i < m->layout.pp && i < COMM_MAX_RANKS; i++)
-                m->layout.stage_layers[i] = (int)strtol(p, &p, 10);
-            continue;
-        }
-        if (sscanf(line, "data next_step %*d seed %llu shuffle %d", &seed, &m->shuffle) == 2) { m->seed = seed; continue; }
-        if (sscanf(line, "data_position epoch %ld shard %d sequence %zu", &m->pos.epoch, &m->pos.shard,
-                   &m->pos.seq) == 3) continue;
-        if (!strncmp(line, "data_shards ", 12) || !strncmp(line, "data_shard ", 11)) {   /* kept as written */
-            size_t have = m->data_shards ? strlen(m->data_shards) : 0, n = strlen(line);
-            char *grown = realloc(m->data_shards, have + n + 1);
-            if (!grown) { fprintf(stderr, "error: out of memory reading %s\n", mp); exit(1); }
-            memcpy(grown + have, line, n + 1);
-            m->data_shards = grown;
-            continue;
-        }
-        if (sscanf(line, "optimizer adam_t %d steps %d", &m->adam_t, &m->steps) == 2) continue;
-        OptConfig *o = &m->opt;
-        if (sscanf(line, "schedule steps %d warmup %d lr %g lr_min %g cosine %d beta1 %g beta2 %g eps %g wd %g clip %g",
-                   &o->steps, &o->warmup, &o->lr, &o->lr_min, &o->cosine, &o->beta1, &o->beta2, &o->eps, &o->wd,
-                   &o->clip) == 10) { have_sched = 1; continue; }
-        if (sscanf(line, "shards %d", &ck->nshards) == 1) {
-            if (ck->nshards < 1 || ck->nshards > COMM_MAX_RANKS) { bad = 1; continue; }
-            ck->shards = calloc((size_t)ck->nshards, sizeof *ck->shards);
-            continue;
-        }
-        if (!strncmp(line, "shard ", 6)) {
-            if (shard_idx >= 0 && shard_ranges) { bad = 1; continue; }   /* fewer ranges than said */
-            CheckpointShard s;
-            int idx;
-            if (sscanf(line, "shard %d rank %d file %63s elements %zu ranges %zu", &idx, &s.rank, s.file,
-                       &s.elements, &shard_ranges) != 5 || !ck->shards || idx != shard_idx + 1 ||
-                idx >= ck->nshards || strchr(s.file, '/')) { bad = 1; continue; }
-            ck->shards[++shard_idx] = s;
-            shard_sum = 0;
-            continue;
-        }
-        if (sscanf(line, "range %zu %zu %zu", &r.global, &r.n, &r.elem) == 3) {
-            r.shard = shard_idx;
-            if (shard_idx < 0 || !shard_ranges-- || r.elem != shard_sum || r.n == 0) { bad = 1; continue; }
-            shard_sum += r.n;
-            if (ck->nranges == cap) {
-                cap = cap ? 2 * cap : 1024;
-                ck->ranges = realloc(ck->ranges, cap * sizeof *ck->ranges);
-                if (!ck->ranges) { fprintf(stderr, "error: out of memory reading %s\n", mp); exit(1); }
-            }
-            ck->ranges[ck->nranges++] = r;
-            continue;
-        }
-        bad = 1;
-    }
-    fclose(f);
-    if (bad || !have_end || !have_sched || m->step < 0 || shard_idx != ck->nshards - 1 || !m->cfg.layers || shard_ranges) {
-        snprintf(err, errlen, "%s: malformed or incomplete manifest (near: %.60s)", mp,
-                 bad ? line : "the end of the file");
-        checkpoint_free(ck);
-        return -1;
-    }
-    if (m->step != step) {
-        snprintf(err, errlen, "%s: manifest of step %ld in directory %s", mp, m->step, name);
-        checkpoint_free(ck);
-        return -1;
-    }
-    GPTConfig cfg = m->cfg;
-    cfg.padded_vocab = 0;
-    if (gpt_config_check(&cfg, err + 0, errlen) != 0 || cfg.padded_vocab != m->cfg.padded_vocab ||
-        params != gpt_total_params(&m->cfg)) {
-        snprintf(err, errlen, "%s: the manifest's model (%d layers, %d heads, dim %d, vocab %d padded to %d) "
-                 "does not have the %zu parameters it lists", mp, m->cfg.layers, m->cfg.heads, m->cfg.dim,
-                 m->cfg.vocab, m->cfg.padded_vocab, params);
-        checkpoint_free(ck);
-        return -1;
-    }
-    if (manifest_layout_check(mp, m, ck->nshards, err, errlen) != 0) { checkpoint_free(ck); return -1; }
-    /* the ranges cover the model once */
-    qsort(ck->ranges, ck->nranges, sizeof *ck->ranges, range_cmp);
-    size_t next = 0;
-    for (size_t i = 0; i < ck->nranges; i++) {
-        if (ck->ranges[i].global != next) {
-            snprintf(err, errlen, "%s: the shards' ranges %s the model at element %zu", mp,
-                     ck->ranges[i].global > next ? "leave a gap in" : "overlap in", next);
-            checkpoint_free(ck);
-            return -1;
-        }
-        next += ck->ranges[i].n;
-    }
-    if (next != params) {
-        snprintf(err, errlen, "%s: the shards' ranges hold %zu of the model's %zu parameters", mp, next, params);
-        checkpoint_free(ck);
-        return -1;
-    }
-    for (int i = 0; i < ck->nshards; i++)
-        if (shard_check(ck, &ck->shards[i], err, errlen) != 0) { checkpoint_free(ck); return -1; }
-    return 0;
-}
-
-/* ---- loading ---------------------------------------------------------------- */
+/* ---- reading a shard, block by block ---------------------------------------- */
 
 /* A shard open for reading: each block read is checked against its hash. */
 typedef struct Reader {
-    int fd;
+    int fd;            /* -1: not open */
     char path[4608];
     size_t K, nblocks;
     uint64_t *sums;    /* [nblocks] */
     uint32_t *block;   /* [BLOCK_WORDS] the block read last */
     long cached;
 } Reader;
+
+/* Opens shard `shard` of ck (shard_check has passed: its size is the
+ * manifest's) and reads its block hashes. 0, or -1 with err. */
+static int reader_open(Reader *r, const Checkpoint *ck, int shard, char *err, size_t errlen) {
+    const CheckpointShard *s = &ck->shards[shard];
+    snprintf(r->path, sizeof r->path, "%s/%s", ck->dir, s->file);
+    r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
+    r->K = s->elements;
+    r->nblocks = nblocks_of(r->K);
+    r->sums = safe_malloc((r->nblocks + 1) * 8, "checkpoint block hashes");
+    r->block = safe_malloc(BLOCK_WORDS * 4, "checkpoint read block");
+    r->cached = -1;
+    size_t want = r->nblocks * 8;
+    if (r->fd < 0 || pread(r->fd, r->sums, want, (off_t)(HEADER_BYTES + 12 * r->K)) != (ssize_t)want) {
+        snprintf(err, errlen, "%s: missing or truncated shard", r->path);
+        return -1;
+    }
+    return 0;
+}
+
+static void reader_close(Reader *r) {
+    if (r->fd >= 0) close(r->fd);
+    free(r->sums);
+    free(r->block);
+    r->fd = -1;
+    r->sums = NULL;
+    r->block = NULL;
+}
+
+/* Block b of the shard's data into r->block, its hash checked; *words gets
+ * its length. 0, or -1 with err. */
+static int reader_block(Reader *r, size_t b, size_t *words, char *err, size_t errlen) {
+    size_t total = 3 * r->K, left = total - b * BLOCK_WORDS;
+    *words = left < BLOCK_WORDS ? left : BLOCK_WORDS;
+    if ((long)b == r->cached) return 0;
+    off_t at = (off_t)(HEADER_BYTES + b * BLOCK_WORDS * 4);
+    if (pread(r->fd, r->block, *words * 4, at) != (ssize_t)(*words * 4)) {
+        snprintf(err, errlen, "%s: truncated shard (block %zu)", r->path, b);
+        return -1;
+    }
+    if (hash_words(HASH_SEED, r->block, *words) != r->sums[b]) {
+        snprintf(err, errlen, "%s: checksum mismatch in block %zu (bytes %lld..%lld)", r->path, b,
+                 (long long)at, (long long)(at + (off_t)*words * 4));
+        r->cached = -1;
+        return -1;
+    }
+    r->cached = (long)b;
+    return 0;
+}
+
+/* Words [w, w + n) of the shard's data (all three sections) into dst. */
+static int reader_read(Reader *r, size_t w, size_t n, float *dst, char *err, size_t errlen) {
+    uint32_t *out = (uint32_t *)dst;
+    while (n) {
+        size_t b = w / BLOCK_WORDS, words;
+        if (reader_block(r, b, &words, err, errlen) != 0) return -1;
+        size_t in = w - b * BLOCK_WORDS, k = BLOCK_WORDS - in < n ? BLOCK_WORDS - in : n;
+        memcpy(out, r->block + in, k * 4);
+        out += k; w += k; n -= k;
+    }
+    return 0;
+}
+
+/* Every block of every shard: its hash, and each value finite (a NaN or an
+ * infinity in the master weights or Adam's state is a diverged or damaged
+ * checkpoint, never one to continue). 0, or -1 with err. */
+static int shards_verify(const Checkpoint *ck, char *err, size_t errlen) {
+    static const char *section[3] = {"the master weights", "Adam's m", "Adam's v"};
+    for (int i = 0; i < ck->nshards; i++) {
+        if (shard_check(ck, &ck->shards[i], err, errlen) != 0) return -1;
+        Reader r = {.fd = -1};
+        int rc = reader_open(&r, ck, i, err, errlen);
+        for (size_t b = 0; rc == 0 && b < r.nblocks; b++) {
+            size_t words;
+            rc = reader_block(&r, b, &words, err, errlen);
+            for (size_t k = 0; rc == 0 && k < words; k++)
+                if ((r.block[k] & 0x7f800000u) == 0x7f800000u) {
+                    size_t at = b * BLOCK_WORDS + k;
+                    snprintf(err, errlen, "%s: a non-finite value in %s (element %zu)", r.path, section[at / r.K],
+                             at % r.K);
+                    rc = -1;
+                }
+        }
+        reader_close(&r);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- opening a checkpoint ---------------------------------------------------- */
+
+/* Opens dir/name, a step directory, and checks all of it. 0, or -1 with
+ * err (ck then holds nothing). */
+static int open_step(const char *dir, const char *name, Checkpoint *ck, char *err, size_t errlen) {
+    memset(ck, 0, sizeof *ck);
+    Manifest m = {.ck = ck, .shard = -1};
+    char mp[4608];
+    unsigned char *text = NULL;
+    size_t len;
+    long step;
+    int rc = -1;
+    ck->meta.step = -1;
+    snprintf(ck->dir, sizeof ck->dir, "%s/%s", dir, name);
+    snprintf(mp, sizeof mp, "%s/manifest.txt", ck->dir);
+    if (step_of(name, &step) != 0)
+        snprintf(err, errlen, "%s/latest: names '%s', not a step-<N> directory", dir, name);
+    else if (safe_read_file(mp, MANIFEST_MAX, &text, &len, err, errlen) != 0)
+        snprintf(err, errlen, "%s: missing or unreadable manifest", mp);
+    else if (manifest_parse(&m, (char *)text, len, mp, err, errlen) == 0 &&
+             manifest_check(&m, mp, name, step, err, errlen) == 0 && shards_verify(ck, err, errlen) == 0)
+        rc = 0;
+    free(text);
+    if (rc != 0) checkpoint_free(ck);
+    return rc;
+}
+
+/* The step-<N> directories of dir, newest first: up to max into steps. */
+static int list_steps(const char *dir, long *steps, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max)
+        if (step_of(e->d_name, &steps[n]) == 0) n++;
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, long_cmp_desc);
+    return n;
+}
+
+/* latest failed (why), or is missing: the newest other step directory that
+ * passes, into ck with ck->damaged saying so. 0, or -1 with err. */
+static int open_fallback(const char *dir, const char *latest, const char *why, Checkpoint *ck, char *err,
+                         size_t errlen) {
+    enum { MAX_STEPS = 4096 };
+    long *steps = safe_malloc(MAX_STEPS * sizeof *steps, "the checkpoint directory's listing");
+    int n = list_steps(dir, steps, MAX_STEPS), tried = 0, rc = -1;
+    for (int i = 0; i < n && rc != 0; i++) {
+        char cand[64], e2[1024];
+        snprintf(cand, sizeof cand, "step-%ld", steps[i]);
+        if (latest && !strcmp(cand, latest)) continue;
+        tried++;
+        rc = open_step(dir, cand, ck, e2, sizeof e2);
+    }
+    free(steps);
+    if (rc == 0)
+        snprintf(ck->damaged, sizeof ck->damaged, "resume: passing over a damaged checkpoint: %s; continuing from "
+                 "%s, the newest that passes its checks", why, ck->dir);
+    else if (tried)
+        snprintf(err, errlen, "%s; and none of the other %d checkpoints in %s passes its checks", why, tried, dir);
+    else
+        snprintf(err, errlen, "%s", why);
+    return rc;
+}
+
+int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen) {
+    char name[256], why[1024];
+    int rc = -1;
+    memset(ck, 0, sizeof *ck);
+    if (strlen(dir) > DIR_MAX) {
+        snprintf(err, errlen, "--checkpoint-dir: path longer than %d bytes", DIR_MAX);
+    } else if (checkpoint_latest(dir, name, sizeof name) != 0) {
+        snprintf(why, sizeof why, "--resume: %s/latest is missing: no complete checkpoint in %s", dir, dir);
+        rc = open_fallback(dir, NULL, why, ck, err, errlen);
+    } else if ((rc = open_step(dir, name, ck, why, sizeof why)) != 0) {
+        rc = open_fallback(dir, name, why, ck, err, errlen);
+    }
+    return rc;
+}
+
+/* ---- loading ---------------------------------------------------------------- */
 
 typedef struct Loader {
     const Checkpoint *ck;
@@ -892,49 +1278,9 @@ typedef struct Loader {
 
 static Reader *reader_get(Loader *L, int shard) {
     Reader *r = &L->rd[shard];
-    if (r->fd > 0) return r;
-    const CheckpointShard *s = &L->ck->shards[shard];
-    snprintf(r->path, sizeof r->path, "%s/%s", L->ck->dir, s->file);
-    r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
-    r->K = s->elements;
-    r->nblocks = nblocks_of(r->K);
-    r->sums = safe_malloc((r->nblocks + 1) * 8, "checkpoint block hashes");
-    r->block = safe_malloc(BLOCK_WORDS * 4, "checkpoint read block");
-    r->cached = -1;
-    size_t want = r->nblocks * 8;
-    if (r->fd < 0 || pread(r->fd, r->sums, want, (off_t)(HEADER_BYTES + 12 * r->K)) != (ssize_t)want) {
-        snprintf(L->err, L->errlen, "%s: missing or truncated shard", r->path);
-        L->ok = 0;
-        return NULL;
-    }
+    if (r->sums) return r;
+    if (reader_open(r, L->ck, shard, L->err, L->errlen) != 0) { L->ok = 0; return NULL; }
     return r;
-}
-
-/* words [w, w + n) of the shard's data (all three sections) into dst */
-static int reader_read(Loader *L, Reader *r, size_t w, size_t n, float *dst) {
-    uint32_t *out = (uint32_t *)dst;
-    size_t total = 3 * r->K;
-    while (n) {
-        long b = (long)(w / BLOCK_WORDS);
-        if (b != r->cached) {
-            size_t words = total - (size_t)b * BLOCK_WORDS < BLOCK_WORDS ? total - (size_t)b * BLOCK_WORDS : BLOCK_WORDS;
-            off_t at = (off_t)(HEADER_BYTES + (size_t)b * BLOCK_WORDS * 4);
-            if (pread(r->fd, r->block, words * 4, at) != (ssize_t)(words * 4)) {
-                snprintf(L->err, L->errlen, "%s: truncated shard (block %ld)", r->path, b);
-                return -1;
-            }
-            if (hash_words(HASH_SEED, r->block, words) != r->sums[b]) {
-                snprintf(L->err, L->errlen, "%s: checksum mismatch in block %ld (bytes %lld..%lld)", r->path, b,
-                         (long long)at, (long long)(at + (off_t)words * 4));
-                return -1;
-            }
-            r->cached = b;
-        }
-        size_t in = w - (size_t)b * BLOCK_WORDS, k = BLOCK_WORDS - in < n ? BLOCK_WORDS - in : n;
-        memcpy(out, r->block + in, k * 4);
-        out += k; w += k; n -= k;
-    }
-    return 0;
 }
 
 /* Global elements [g, g + n) of this section into dst, from whichever shards hold them. */
@@ -950,7 +1296,7 @@ static int read_global(Loader *L, size_t g, size_t n, float *dst) {
         const CheckpointRange *r = &ck->ranges[i];
         size_t in = g - r->global, k = r->n - in < n ? r->n - in : n;
         Reader *rd = reader_get(L, r->shard);
-        if (!rd || reader_read(L, rd, (size_t)L->section * rd->K + r->elem + in, k, dst) != 0) return -1;
+        if (!rd || reader_read(rd, (size_t)L->section * rd->K + r->elem + in, k, dst, L->err, L->errlen) != 0) return -1;
         dst += k; g += k; n -= k;
     }
     return 0;
@@ -982,11 +1328,8 @@ int checkpoint_load(const Checkpoint *ck, Zero *z, CommGroup *world, char *err, 
     L.stage = safe_malloc(STAGING_FLOATS * sizeof(float), "checkpoint staging");
     /* section by section: each shard is then read front to back */
     for (L.section = 0; L.section < 3 && L.ok; L.section++) owned_pieces(z, &rs, load_piece, &L);
-    for (int i = 0; i < ck->nshards; i++) {
-        if (L.rd[i].fd > 0) close(L.rd[i].fd);
-        free(L.rd[i].sums);
-        free(L.rd[i].block);
-    }
+    for (int i = 0; i < ck->nshards; i++)
+        if (L.rd[i].sums) reader_close(&L.rd[i]);
     free(L.rd);
     free(L.stage);
     free(rs.r);
@@ -1010,4 +1353,9 @@ int checkpoint_any_step(const char *dir) {
     while (!found && (e = readdir(d))) found = step_of(e->d_name, &step) == 0;
     closedir(d);
     return found;
+}
+
+int checkpoint_dir_used(const char *dir) {
+    char name[256];
+    return checkpoint_latest(dir, name, sizeof name) == 0 || checkpoint_any_step(dir);
 }

@@ -25,9 +25,11 @@ typedef struct CheckpointMeta {
     OptConfig opt;       /* the schedule and AdamW's settings it ran under */
     DataPos pos;         /* where the next step's first sequence lies (epoch, shard, sequence) */
     char *data_shards;   /* data_describe's shard list (names and sizes); NULL: none */
-    Layout layout;       /* the layout it was written under, ranks = dp x tp x pp (for the manifest,
-                            and to say what a resume changes; loading works under any layout):
-                            V 1 and one range a stage, its chunks' layers together */
+    /* The layout it was written under (to say what a resume changes; loading
+     * works under any layout). Read back from a manifest, stage_layers holds
+     * each stage's layers [pp] with virtual_chunks 1 (the manifest keeps a
+     * stage's total, not its chunks). Its ranks are dp x tp x pp. */
+    Layout layout;
 } CheckpointMeta;
 
 typedef struct CheckpointShard {
@@ -51,12 +53,18 @@ typedef struct Checkpoint {
     CheckpointShard *shards;       /* [nshards] */
     size_t nranges;
     CheckpointRange *ranges;       /* [nranges] sorted by global, covering the model once */
+    char damaged[1024];            /* "" or one line: the newer checkpoint passed over, and why */
 } Checkpoint;
 
-/* Opens the newest complete checkpoint of dir (the one dir/latest names):
- * reads and checks its manifest (version, model, layout, ranges covering
- * the model exactly once) and every shard's header and size. Returns 0, or
- * -1 with one line in err naming the file and the problem. */
+/* Opens the newest complete checkpoint of dir that passes every check: the
+ * one dir/latest names, or, when that one fails (missing, its manifest, a
+ * shard's size or header, a block's checksum, a non-finite value), the
+ * newest step-<N> directory that passes, with ck->damaged naming the one
+ * passed over and why. The checks: the manifest (version, model, layout,
+ * every count and range against the model and its shard, the ranges
+ * covering the model exactly once), and every shard read whole once (size,
+ * header, each block's hash, every value finite). Returns 0, or -1 with
+ * one line in err (latest's problem) when no checkpoint passes. */
 int checkpoint_open(const char *dir, Checkpoint *ck, char *err, size_t errlen);
 void checkpoint_free(Checkpoint *ck);
 
@@ -110,5 +118,9 @@ int checkpoint_latest(const char *dir, char *name, size_t namelen);
 
 /* Whether dir holds any step-<N> directory (complete or not named by latest). */
 int checkpoint_any_step(const char *dir);
+
+/* Whether dir holds a checkpoint of some run: a latest file or a step-<N>
+ * directory (a run without --resume is refused such a directory). */
+int checkpoint_dir_used(const char *dir);
 
 #endif

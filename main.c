@@ -494,6 +494,10 @@ int main(int argc, char **argv) {
     if (r.launch.graceful_stop || r.launch.world_size <= 1) stop_signals_install(1);   /* a stop asked now comes after step one */
     if (r.a.show_schedule) return setup_show_schedule(&r.a);
     if (r.a.plan_layout) return setup_plan_layout(&r);
+    /* a checkpoint directory belongs to one run: another's is refused before anything is written to it */
+    if (r.a.checkpoint_dir && !r.a.resume && checkpoint_dir_used(r.a.checkpoint_dir))
+        safe_die_usage("--checkpoint-dir %s holds another run's checkpoints: add --resume to continue it, or name "
+                        "another directory", r.a.checkpoint_dir);
     /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
     if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
         safe_die_usage("%s", err);

@@ -162,13 +162,18 @@ static Frame frame_of(const Plot *p) {
     return fr;
 }
 
+/* At most this many ticks an axis: a step below a value's precision (a
+ * loss of 1e17 read from a hostile --log) would otherwise never advance. */
+#define MAX_TICKS 64
+
 static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
     double xl = LEFT, xr = W - RIGHT, yb = H - BOTTOM, yt = TOP;
+    int ticks = 0;
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", LEFT, TOP,
             W - LEFT - RIGHT, H - TOP - BOTTOM);
     /* x: steps, and under each tick the tokens seen by then */
     double dx = plot_nice_step(fr->x1 - fr->x0, 8);
-    for (double s = 0; s <= fr->x1 + 1e-9; s += dx) {
+    for (double s = 0; s <= fr->x1 + 1e-9 && ticks < MAX_TICKS; s += dx, ticks++) {
         double x = px(fr, s);
         char tok[32];
         short_count(s * (double)p->tokens_per_step, tok, sizeof tok);
@@ -182,7 +187,7 @@ static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
             "(%lld a step)</text>\n", (xl + xr) / 2, H - 12, p->tokens_per_step);
     /* left y: loss */
     double dy = plot_nice_step(fr->y1 - fr->y0, 6);
-    for (double v = fr->y0; v <= fr->y1 + dy * 1e-6; v += dy) {
+    for (double v = fr->y0; v <= fr->y1 + dy * 1e-6 && ticks < 2 * MAX_TICKS; v += dy, ticks++) {
         double y = py(fr, v);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", xl, y, xr, y);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", xl - 6, y + 4, v);
@@ -191,7 +196,7 @@ static void draw_axes(FILE *f, const Plot *p, const Frame *fr) {
             "</text>\n", (yt + yb) / 2);
     /* right y: learning rate */
     double dl = plot_nice_step(fr->lr1, 5);
-    for (double v = 0; v <= fr->lr1 + dl * 1e-6; v += dl)
+    for (double v = 0; v <= fr->lr1 + dl * 1e-6 && ticks < 3 * MAX_TICKS; v += dl, ticks++)
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#888\">%.3g</text>\n", xr + 6, plr(fr, v) + 4, v);
     fprintf(f, "<text transform=\"translate(%d %.1f) rotate(90)\" text-anchor=\"middle\" fill=\"#888\">"
             "learning rate</text>\n", W - 18, (yt + yb) / 2);

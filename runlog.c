@@ -271,6 +271,7 @@ double runlog_flops_per_token(const Run *r) {
 void runlog_resume(Run *r, int s0) {
     if (r->comm.rank != 0 || !r->a.resume) return;
     if (r->resumed) {
+        if (r->ck.damaged[0]) fprintf(stderr, "train: warning: %s\n", r->ck.damaged);
         const Layout *l = &r->ck.meta.layout;
         printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
                r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", dt_name(l->dtype), r->load_ms);

@@ -80,13 +80,13 @@ static void check_same_model(const GPTConfig *f, const GPTConfig *c, const char 
 }
 
 /* --resume: whether DIR holds a checkpoint to continue. Returns 1 (opened
- * into r->ck), 0 when DIR holds none at all (no latest, no step
- * directories: a fresh start), and exits 2 when latest is missing or
- * damaged beside step directories. */
+ * into r->ck: latest, or the newest intact one when latest is damaged, with
+ * one line naming it), 0 when DIR holds none at all (no latest, no step
+ * directories: a fresh start), and exits 2 when none passes its checks. */
 static int open_checkpoint(Run *r) {
     char err[512];
     const char *dir = r->a.checkpoint_dir;
-    if (checkpoint_open(dir, &r->ck, err, sizeof err) == 0) return 1;
+    if (checkpoint_open(dir, &r->ck, err, sizeof err) == 0) return 1;   /* runlog_resume says what it passed over */
     char name[256];
     if (checkpoint_latest(dir, name, sizeof name) != 0 && !checkpoint_any_step(dir)) return 0;
     safe_die_usage("%s", err);

@@ -7,7 +7,7 @@
 # The fuzz objects are clang's, in fuzz/build: the main tree's objects are never touched.
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-FUZZ_TARGETS := model tokens tokenizer args eval
+FUZZ_TARGETS := model tokens tokenizer args eval manifest log
 FUZZ_DIR     := fuzz/build
 FUZZ_SRCS    := $(filter-out kernels matmul attention,$(basename $(OBJS)))
 FUZZ_OBJS    := $(FUZZ_SRCS:%=$(FUZZ_DIR)/%.o)

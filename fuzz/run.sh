@@ -1,6 +1,6 @@
 #!/bin/sh
 # fuzz/run.sh SECONDS: runs each libFuzzer target of fuzz/build for SECONDS,
-# all five at once, from its seed corpus (fuzz/seeds.sh; the corpus grows in
+# all seven at once, from its seed corpus (fuzz/seeds.sh; the corpus grows in
 # fuzz/build/corpus/<target>). One line a target: PASS with its executions,
 # or FAIL with the input that crashed it (fuzz/build/crash-*).
 cd "$(dirname "$0")/.." || exit 2
@@ -8,8 +8,8 @@ secs=${1:-60}
 B=${FUZZ_BUILD:-fuzz/build}
 sh fuzz/seeds.sh $B/seeds || { echo "FAIL fuzz: cannot make the seed corpus"; exit 1; }
 status=0
-# the five at once (each for SECONDS of wall time, sharing the cores), then one line each
-for t in model tokens tokenizer args eval; do
+# the seven at once (each for SECONDS of wall time, sharing the cores), then one line each
+for t in model tokens tokenizer args eval manifest log; do
     corpus=$B/corpus/$t
     mkdir -p $corpus
     cp $B/seeds/$t/* $corpus/
@@ -17,7 +17,7 @@ for t in model tokens tokenizer args eval; do
         -artifact_prefix=$B/ -print_final_stats=1 > $B/fuzz_$t.log 2>&1; echo $? > $B/fuzz_$t.rc) &
 done
 wait
-for t in model tokens tokenizer args eval; do
+for t in model tokens tokenizer args eval manifest log; do
     corpus=$B/corpus/$t
     log=$B/fuzz_$t.log
     rc=$(cat $B/fuzz_$t.rc)

@@ -2,13 +2,24 @@
 # fuzz/seeds.sh DIR: the seed corpora, made by train and by hand: DIR/model
 # (a tiny model saved by train), DIR/tokens (a token file, a text file),
 # DIR/tokenizer (a 4-token tokenizer file), DIR/args (command lines, one
-# argument a line), DIR/eval (a two-example HellaSwag file, eval.c). Run from the repository root after `make build`.
+# argument a line), DIR/eval (a two-example HellaSwag file, eval.c),
+# DIR/manifest (tiny sharded checkpoints saved by train: a manifest and its
+# shards, one after the other), DIR/log (train's --log of a short run). Run
+# from the repository root after `make build`.
 D=$1
-mkdir -p $D/model $D/tokens $D/tokenizer $D/args $D/eval
+mkdir -p $D/model $D/tokens $D/tokenizer $D/args $D/eval $D/manifest $D/log
 printf 'To be, or not to be: that is the question.\n' > $D/tokens/text.txt
 ./train --data $D/tokens/text.txt --layers 1 --heads 1 --dim 4 --max-seq 8 --vocab 128 --batch 1 --seq 8 \
         --steps 1 --device cpu --save $D/model/tiny.bin > /dev/null || exit 1
 head -c 1024 $D/model/tiny.bin > $D/model/header_only.bin
+T="--data $D/tokens/text.txt --heads 1 --dim 4 --max-seq 8 --vocab 128 --batch 1 --seq 8 --device cpu"
+for layout in "one:--layers 1" "zero:--layers 1 --ranks 2 --zero 1" "pp:--layers 2 --ranks 2 --pp 2"; do
+    name=${layout%%:*}; ck=$D/ck_$name
+    rm -rf $ck
+    ./train $T ${layout#*:} --steps 2 --checkpoint-dir $ck --log $D/log/$name.jsonl > /dev/null || exit 1
+    cat $ck/step-2/manifest.txt $ck/step-2/shard-*.bin > $D/manifest/$name.bin
+    rm -rf $ck
+done
 python3 - "$D" <<'PY'
 import struct, sys
 d = sys.argv[1]

@@ -268,6 +268,65 @@ static void new_schedules(Checks *c) {
     train_run_free(&ref);
 }
 
+/* max |a - b| over n floats (a NaN counts as infinite). */
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+    }
+    return worst;
+}
+
+/* Context parallelism (cp.c): each sequence of 16 tokens split over cp
+ * ranks, 2 x cp chunks dealt in pairs, attention as a ring; alone and
+ * composed with each other dimension, against one rank. Step 1's reduced
+ * gradients too (--dump-grads), for cp 2 and 4: within 1e-5 of one rank's,
+ * the order of the ring's sums being the only difference. */
+static void context_parallel(Checks *c) {
+    Model md = {"--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 16",
+                4, 32, 128, 16, params_of(4)};
+    Result ref;
+    run(&ref, &md, "--batch 4 --dump-grads " OUT "/cp_grads_ref.bin", OUT "/cp_ref.bin");
+    float *pref = load(OUT "/cp_ref.bin", md.nparams), *gref = load(OUT "/cp_grads_ref.bin", md.nparams);
+    if (!check(c, ref.rc == 0 && ref.nsteps == STEPS && pref && gref, "one rank, seq 16 (for cp)",
+               "exit %d, %d steps", ref.rc, ref.nsteps)) {
+        free(pref); free(gref); train_run_free(&ref);
+        return;
+    }
+    for (int N = 2; N <= 4; N *= 2) {   /* the gradients of step 1 */
+        char flags[256], name[128];
+        Result r;
+        snprintf(flags, sizeof flags, "--ranks %d --cp %d --batch 4 --dump-grads " OUT "/cp_grads.bin", N, N);
+        remove(OUT "/cp_grads.bin");
+        run(&r, &md, flags, OUT "/cp_run.bin");
+        float *g = load(OUT "/cp_grads.bin", md.nparams);
+        double gw = g ? max_abs_diff(g, gref, md.nparams) : INFINITY;
+        snprintf(name, sizeof name, "cp %d: step 1's gradients", N);
+        check(c, r.rc == 0 && gw <= 1e-5, name, "within %.2e of one rank's (bound 1e-5)%s", gw,
+              r.rc ? " [run failed or timed out]" : "");
+        free(g);
+        train_run_free(&r);
+    }
+    static const struct { const char *name, *flags; } lay[] = {
+        {"cp 2", "--ranks 2 --cp 2 --batch 4"},
+        {"cp 4 (chunks of 2 tokens)", "--ranks 4 --cp 4 --batch 4"},
+        {"dp 2 x cp 2", "--ranks 4 --dp 2 --cp 2 --batch 2"},
+        {"cp 2 x tp 2, sp", "--ranks 4 --cp 2 --tp 2 --sp --batch 4"},
+        {"cp 2 x pp 2, 1f1b, 4 micro-batches", "--ranks 4 --cp 2 --pp 2 --batch 1 --micro-batches 4"},
+        {"cp 2 x pp 2, zb-h1, recompute", "--ranks 4 --cp 2 --pp 2 --schedule zb-h1 --recompute --batch 1 --micro-batches 4"},
+        {"cp 2, zero 3 (sharded over the cp ranks)", "--ranks 2 --cp 2 --zero 3 --batch 4"},
+        {"dp 2 x cp 2, zero 3", "--ranks 4 --dp 2 --cp 2 --zero 3 --batch 2"},
+        {"cp 2, parameter server", "--ranks 2 --cp 2 --dp-mode ps --batch 4"},
+        {"dp 2 x cp 2 x tp 2 (8 ranks)", "--ranks 8 --dp 2 --cp 2 --tp 2 --batch 2"},
+        {"dp 2 x cp 2 x pp 2, zero 1 (8 ranks)", "--ranks 8 --dp 2 --cp 2 --pp 2 --zero 1 --batch 1 --micro-batches 2"},
+    };
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) compare(c, &md, lay[i].name, lay[i].flags, &ref, pref);
+    free(pref);
+    free(gref);
+    train_run_free(&ref);
+}
+
 #ifdef TRAIN_NCCL_EMU
 /* The layouts a GPU box runs, over the emulated NCCL in both timings. */
 static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
@@ -318,6 +377,7 @@ int main(void) {
     float *pref;
     if (!EMU) pipelines(&c);
     if (!EMU) new_schedules(&c);
+    if (!EMU) context_parallel(&c);
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",

@@ -2,8 +2,15 @@
 # test/test_ckpt_faults.sh: checkpoints against bad files, signals and kill -9
 # (checkpoint.c).
 #
-#   bad checkpoints  each kind: exit 2 and one line on stderr naming the file
-#                    and the problem
+#   bad checkpoints  each kind, with no other checkpoint to fall back on:
+#                    exit 2 and one line on stderr naming the file and the
+#                    problem
+#   fallback         a damaged latest beside an intact older checkpoint: one
+#                    line naming the damaged one, the run continues from the
+#                    older one and ends on the straight run's model, bitwise
+#   one run a dir    a run without --resume into a directory holding
+#                    checkpoints: exit 2, the directory byte for byte as it was
+#   long names       a data file whose escaped name is past 512 bytes resumes
 #   signals          SIGTERM finishes the step, checkpoints, exits 0, and
 #                    --resume ends on the straight run's model (1 rank and
 #                    --ranks 2); a second signal stops at once
@@ -21,8 +28,9 @@ good=$OUT/good
 timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $good --checkpoint-every 2 --keep 5 > $OUT/good.log 2>&1
 timeout 120 ./train $M --ranks 2 --zero 1 --batch 2 --steps 2 --checkpoint-dir $OUT/good2 > $OUT/good2.log 2>&1
 
-fresh() {   # a copy of the good checkpoint to spoil
-    rm -rf "$OUT/bad"; cp -r "$1" "$OUT/bad"; echo "step-$2" > "$OUT/bad/latest"; echo "$OUT/bad/step-$2"
+fresh() {   # a copy of the good checkpoint's step $2 alone (nothing to fall back on), to spoil
+    rm -rf "$OUT/bad"; mkdir -p "$OUT/bad"; cp -r "$1/step-$2" "$OUT/bad/"; echo "step-$2" > "$OUT/bad/latest"
+    echo "$OUT/bad/step-$2"
 }
 
 bad() {   # name, expected words in the message, extra flags
@@ -39,10 +47,27 @@ bad() {   # name, expected words in the message, extra flags
     fi
 }
 
+# A NaN at element $2 of shard $1, its block's hash made to match again (so only the value is wrong).
+put_nan() {
+    python3 - "$1" "$2" <<'PY'
+import struct, sys
+path, at = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(path, "rb").read())
+K = struct.unpack_from("<Q", b, 16)[0]
+BW = 1 << 18
+struct.pack_into("<I", b, 64 + 4 * at, 0x7fc00000)
+blk = at // BW
+words = min(BW, 3 * K - blk * BW)
+h = 0xcbf29ce484222325
+for (w,) in struct.iter_unpack("<I", bytes(b[64 + 4 * blk * BW: 64 + 4 * (blk * BW + words)])):
+    h = ((h ^ w) * 0x100000001b3) & 0xffffffffffffffff
+struct.pack_into("<Q", b, 64 + 12 * K + 8 * blk, h)
+open(path, "wb").write(b)
+PY
+}
+
 rm -rf "$OUT/bad"; mkdir -p "$OUT/bad/step-2"
 bad "step directories but no latest" "bad/latest is missing"
-s=$(fresh $good 2); echo "step-7" > $OUT/bad/latest
-bad "latest names a directory that is not there" "step-7/manifest.txt: missing manifest"
 s=$(fresh $OUT/good2 2); rm $s/shard-00001.bin
 bad "missing shard" "shard-00001.bin: missing shard" "--ranks 2 --zero 1 --batch 2"
 s=$(fresh $good 2); head -c 1000 $s/shard-00000.bin > $OUT/x && mv $OUT/x $s/shard-00000.bin
@@ -55,6 +80,8 @@ s=$(fresh $good 2); printf '\007' | dd of=$s/shard-00000.bin bs=1 seek=12 conv=n
 bad "a flipped byte in a shard header" "checksum mismatch in the shard header"
 s=$(fresh $good 2); cp $good/step-4/shard-00000.bin $s/shard-00000.bin
 bad "a shard of another checkpoint" "shard of another checkpoint"
+s=$(fresh $good 2); put_nan $s/shard-00000.bin 60000
+bad "a NaN in Adam's m (its checksum right)" "shard-00000.bin: a non-finite value in Adam's m"
 s=$(fresh $good 2)
 bad "the flags name another model" "--layers 2, but the checkpoint .* holds layers 4" "--layers 2"
 s=$(fresh $good 2); sed -i 's/^model layers 4/model layers 3/' $s/manifest.txt
@@ -64,11 +91,74 @@ bad "a manifest of another format version" "format version 3, this build reads 2
 s=$(fresh $good 2); echo "hello" > $s/manifest.txt
 bad "a foreign manifest" "not a train checkpoint manifest"
 s=$(fresh $good 2); head -n 12 $s/manifest.txt > $OUT/x && mv $OUT/x $s/manifest.txt
-bad "a truncated manifest" "malformed or incomplete manifest"
+bad "a truncated manifest" "incomplete manifest"
 s=$(fresh $good 2); sed -i 's/^stage_layers 4/stage_layers 5/' $s/manifest.txt
 bad "a manifest layout the model cannot take" "stage layers do not add up"
+s=$(fresh $good 2); sed -i 's/^range \([0-9]*\) \([0-9]*\)/range \1 18446744073709551615/' $s/manifest.txt
+bad "a range whose length would wrap" "malformed manifest (line"
+s=$(fresh $good 2); sed -i 's/ ranges \([0-9]*\)$/ ranges 1/' $s/manifest.txt
+bad "a shard whose ranges do not add up to its elements" "malformed manifest (line"
+s=$(fresh $good 2); sed -i 's/^shards 1$/shards 1\nshards 1/' $s/manifest.txt
+bad "a second shards line" "malformed manifest (line"
 s=$(fresh $good 2)
 bad "resumed under a layout the model cannot take" "--tp 3" "--ranks 3 --tp 3 --batch 4"
+
+# ---- a damaged latest falls back to the newest intact checkpoint ----------------
+timeout 120 ./train $M --batch 4 --steps 4 --save $OUT/straight4.bin > $OUT/straight4.log 2>&1
+fallback() {   # name, what spoils step-4 (the latest; step-2 intact), the damage's words
+    name=$1; spoil=$2; want=$3; d=$OUT/fb
+    rm -rf $d; cp -r $good $d; rm -f $d/.lock
+    eval "$spoil"
+    timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $d --resume --save $OUT/fb.bin > $OUT/fb.out 2> $OUT/fb.err
+    rc=$?
+    timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $d --resume > $OUT/fb2.out 2> $OUT/fb2.err
+    rc2=$?
+    if [ $rc -eq 0 ] && [ "$(wc -l < $OUT/fb.err)" -eq 1 ] && grep -q -- "$want" $OUT/fb.err &&
+       grep -q "continuing from $d/step-2" $OUT/fb.err && grep -q "^resumed from $d/step-2 at step 2" $OUT/fb.out &&
+       cmp -s $OUT/fb.bin $OUT/straight4.bin && [ $rc2 -eq 0 ] && [ ! -s $OUT/fb2.err ] &&
+       grep -q "^resumed from $d/step-4 at step 4" $OUT/fb2.out && [ "$(cat $d/latest)" = step-4 ]; then
+        echo "PASS fallback, $name: one line ('$(cut -c 1-90 $OUT/fb.err)...'), continued from step-2, model equals the straight run's bit for bit; step-4 rewritten whole and resumable"
+    else
+        echo "FAIL fallback, $name: exit $rc, then $rc2: $(cat $OUT/fb.err $OUT/fb2.err) (see $OUT/fb.out)"
+    fi
+}
+fallback "a flipped byte in latest's shard" \
+    "printf '\\377' | dd of=\$d/step-4/shard-00000.bin bs=1 seek=5000 conv=notrunc 2>/dev/null" \
+    "step-4/shard-00000.bin: checksum mismatch in block 0"
+fallback "a NaN in latest's master weights" "put_nan \$d/step-4/shard-00000.bin 7" "step-4/shard-00000.bin: a non-finite value in the master weights"
+fallback "latest's manifest missing" "rm \$d/step-4/manifest.txt" "step-4/manifest.txt: missing"
+
+# ---- a checkpoint directory belongs to one run ----------------------------------
+listing() { (cd "$1" && find . -printf '%p %y %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort); }
+d=$OUT/used; rm -rf $d; cp -r $good $d; rm -f $d/.lock
+before=$(listing $d)
+timeout 120 ./train $M --batch 4 --steps 4 --checkpoint-dir $d > $OUT/used.out 2> $OUT/used.err
+rc=$?
+after=$(listing $d)
+if [ $rc -eq 2 ] && [ "$(wc -l < $OUT/used.err)" -eq 1 ] && grep -q -- "--resume" $OUT/used.err &&
+   grep -q -- "$d" $OUT/used.err && [ "$before" = "$after" ]; then
+    echo "PASS a fresh run into a used directory: exit 2, '$(cat $OUT/used.err)'; the directory byte for byte as it was ($(echo "$before" | wc -l) lines of listing, no lock taken)"
+else
+    echo "FAIL a fresh run into a used directory: exit $rc, $(cat $OUT/used.err); listing $( [ "$before" = "$after" ] && echo same || echo changed)"
+fi
+
+# ---- a data file whose escaped name is past 512 bytes ---------------------------
+name=$(python3 -c 'print("\u00e9" * 100, end="")')
+long=$OUT/$name.bin; cp test/fixtures/ref_tokens.bin "$long"
+L=$(echo "$M" | sed "s|--data test/fixtures/ref_tokens.bin||")
+d=$OUT/longname; rm -rf $d
+timeout 120 ./train $L --data "$long" --batch 4 --steps 4 --checkpoint-dir $d --checkpoint-every 2 > $OUT/long1.log 2>&1
+rc1=$?
+rm -rf $d/step-4; echo step-2 > $d/latest   # as if stopped at step 2
+timeout 120 ./train $L --data "$long" --batch 4 --steps 4 --checkpoint-dir $d --resume --save $OUT/long.bin > $OUT/long2.log 2>&1
+rc2=$?
+width=$(awk '/^data_shard / { print length($0) }' $d/step-4/manifest.txt 2>/dev/null | sort -n | tail -n 1)
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "^resumed from $d/step-2 at step 2" $OUT/long2.log &&
+   [ "${width:-0}" -gt 512 ] && cmp -s $OUT/long.bin $OUT/straight4.bin; then
+    echo "PASS a data file named with 100 'é': its manifest line is $width bytes; --resume continues and ends on the straight run's model"
+else
+    echo "FAIL a data file named with 100 'é': exit $rc1 then $rc2, manifest line ${width:-?} bytes (see $OUT/long2.log)"
+fi
 
 # ---- signals -----------------------------------------------------------------
 N=1500
@@ -115,8 +205,7 @@ d=$OUT/kill
 rnd() { od -An -N2 -tu2 /dev/urandom | tr -d ' '; }
 bad_resume=0; killed=0; during_save=0
 for trial in $(seq 1 20); do
-    resume=""; [ -f $d/latest ] && resume="--resume"
-    ./train $M $K --checkpoint-dir $d --checkpoint-every 1 --keep 2 $resume > $d.trial$trial.log 2>&1 &
+    ./train $M $K --checkpoint-dir $d --checkpoint-every 1 --keep 2 --resume > $d.trial$trial.log 2>&1 &
     pid=$!
     sleep "0.$(( $(rnd) % 6 + 1 ))$(( $(rnd) % 10 ))"
     kids=$(pgrep -P $pid | tr '\n' ' ')

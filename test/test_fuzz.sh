@@ -1,6 +1,7 @@
 #!/bin/sh
 # test/test_fuzz.sh: each libFuzzer target of fuzz/ (model file, token file,
-# tokenizer file, command line, HellaSwag eval file) runs from its seed corpus for FUZZ_SECONDS
+# tokenizer file, command line, HellaSwag eval file, a sharded checkpoint's
+# manifest with its shards, an earlier --log read on resume) runs from its seed corpus for FUZZ_SECONDS
 # (10 here; CI sets 60) without a finding: one PASS line a target with its
 # executions. Needs clang (Debian's clang package); SKIP without it.
 cd "$(dirname "$0")/.." || exit 2
