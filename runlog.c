@@ -273,8 +273,11 @@ void runlog_resume(Run *r, int s0) {
     if (r->resumed) {
         if (r->ck.damaged[0]) fprintf(stderr, "train: warning: %s\n", r->ck.damaged);
         const Layout *l = &r->ck.meta.layout;
-        printf("resumed from %s at step %d (written under dp %d x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
-               r->ck.dir, s0, l->dp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", dt_name(l->dtype), r->load_ms);
+        char cp[24] = "";
+        if (l->cp > 1) snprintf(cp, sizeof cp, " x cp %d", l->cp);
+        printf("resumed from %s at step %d (written under dp %d%s x tp %d x pp %d, zero %d%s, %s; loaded in %.0f ms)\n",
+               r->ck.dir, s0, l->dp, cp, l->tp, l->pp, l->zero, l->offload ? ", offload" : "", dt_name(l->dtype),
+               r->load_ms);
         if (s0 >= r->a.steps)
             printf("resume: the checkpoint is at step %d of --steps %d: nothing left to train (--steps N to go on)\n",
                    s0, r->a.steps);

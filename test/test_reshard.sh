@@ -1,7 +1,8 @@
 #!/bin/sh
 # test/test_reshard.sh: resume on another layout (checkpoint.c, "Loading").
 #
-# For each pair (first layout, second layout), both with the same global
+# For each pair (first layout, second layout; context parallelism among
+# them: cp 2 to one rank and to cp 4), both with the same global
 # batch: N steps straight on the second layout; N steps on the first that
 # checkpoint every S, with `latest` pointed back at step S; --resume on the
 # second layout to N. The losses of steps S+1..N must be within 1e-5
@@ -42,6 +43,10 @@ pair() {   # name, model, first layout's flags, second layout's flags[, loss bou
     fi
 }
 
+# context parallelism: a checkpoint does not depend on the layout, cp included
+CP16=$(echo "$SMALL" | sed 's/--seq 8/--seq 16/')
+pair "cp 2 -> 1 rank" "$CP16" "--ranks 2 --cp 2 --batch 4" "--batch 4"
+pair "cp 2 -> cp 4" "$CP16" "--ranks 2 --cp 2 --batch 4" "--ranks 4 --cp 4 --batch 4"
 pair "1 rank -> dp 2 x tp 2 x pp 2, zero 1 (8 ranks)" "$BIG" \
     "--batch 8" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2"
 pair "dp 2 x tp 2 x pp 2, zero 1 (8 ranks) -> 1 rank" "$BIG" \
