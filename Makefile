@@ -52,7 +52,7 @@ gemm_avx512.o: override CFLAGS += $(GEMM_AVX512_FLAGS)
 # sqrtf as one instruction, so that AdamW's loop vectorises (nothing reads errno)
 ops.o: override CFLAGS += -fno-math-errno
 
-OBJS := args.o layout.o setup.o runlog.o score.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o split.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o rendezvous.o dp.o cp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
+OBJS := args.o layout.o setup.o runlog.o score.o stop.o tensor.o ops.o $(GEMM_OBJS) ops_bf16.o gpt.o data.o eval.o ckpt.o checkpoint.o safe.o optim.o comm.o comm_launch.o comm_shm.o comm_nccl.o rendezvous.o dp.o cp.o zero.o tp.o pp.o pp_sched.o plan.o trace.o selftest.o version.o plot.o
 
 ifeq ($(NO_CUDA),)
 ifneq ($(NVCC),)
@@ -150,7 +150,7 @@ $(eval $(call stamp,.flags-version,STAMP_GIT))
 version.o: CFLAGS += -DBUILD_GIT='"$(GIT_DESCRIBE)"' -DBUILD_CUDA_ARCH='"$(CUDA_CODES)"'
 version.o: .flags-version
 
-TESTS := test/test_ops test/test_cp test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm test/test_rdzv test/test_split \
+TESTS := test/test_ops test/test_cp test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm test/test_rdzv test/test_layout \
          test/test_dp test/test_tp test/test_pp test/test_3d test/test_data
 
 # The CPU emulation of CUDA and the programs that run over it: test/emu/emu.mk.

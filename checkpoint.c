@@ -21,7 +21,7 @@
  * order of --save's model files: the one coordinate system every layout
  * shares. A rank's local layout (gpt.h: layer-major, a stage's layers, a tp
  * slice of each tensor) maps onto it by runs (local, global, n): gpt.h's
- * gpt_shard_index and gpt_llmc_offset, the map gpt_llmc_copy applies
+ * layout.c's walk over a shard's runs, the map gpt_llmc_copy applies
  * element by element; ZeRO's ownership (zero.h:
  * bucket b owns [off + own_off, + own_n), its state at state_off) cuts those
  * runs into the pieces this rank owns. A shard holds, for its pieces in the
@@ -29,7 +29,7 @@
  * parameters (host_master under offload, param_shard under ZeRO-3, else
  * m->params), Adam's m and Adam's v. An element held by several ranks is
  * written once: a tensor every tp rank holds whole only by tp rank 0, the
- * tied wte only by the first stage (gpt_tensor_counts), and under DDP (zero 0, every dp rank
+ * tied wte only by the first stage (layout_counts), and under DDP (zero 0, every dp rank
  * owns everything) only by dp rank 0. So the shards of a checkpoint add up
  * to 12 bytes a parameter, whatever the layout: the ZeRO paper's float32
  * optimizer state (K) plus the master weights (4), spread over the ranks
@@ -138,21 +138,10 @@ static int run_cmp_local(const void *a, const void *b) {
  * this rank writes what it holds (not a DDP replica). */
 static void runs_build(const GPT *m, int dp_writer, Runs *rs) {
     memset(rs, 0, sizeof *rs);
-    for (int i = 0; i < GPT_NTENSORS; i++) {
-        if (!m->sizes[i]) continue;
-        int written = dp_writer && gpt_tensor_counts(m, i), layered = gpt_tensor_per_layer(i);
-        int nl = layered ? m->nlayers : 1;
-        size_t n = m->sizes[i] / (size_t)nl;
-        for (int l = 0; l < nl; l++) {
-            size_t local = m->offsets[i] + (layered ? (size_t)l * m->layer_stride : 0);
-            size_t gbase = gpt_llmc_offset(&m->cfg, i, layered ? gpt_layer_global(m, l) : 0);
-            for (size_t k = 0, len; k < n; k += len) {
-                size_t g = gpt_shard_index(m, i, k, &len);
-                if (len > n - k) len = n - k;
-                runs_add(rs, local + k, gbase + g, len, written);
-            }
-        }
-    }
+    LayoutRuns w;   /* layout.c's walk over this shard, local to global */
+    LayoutRun r;
+    for (layout_runs_start(&w, m); layout_runs_next(&w, &r);)
+        runs_add(rs, r.local, r.global, r.n, dp_writer && layout_counts(m, r.tensor));
     qsort(rs->r, rs->n, sizeof *rs->r, run_cmp_local);
 }
 

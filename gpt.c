@@ -16,7 +16,7 @@
  *    and Vp/tp vocabulary rows. Where llm.c calls layernorm and matmul,
  *    this file calls tp.c's, which hold the column- and row-parallel
  *    linears and their collectives (Megatron's f and g, and sequence
- *    parallelism's rows); split.c's table says where each element of a
+ *    parallelism's rows); layout.c's table says where each element of a
  *    shard sits in the unsplit model and which copy counts;
  *  - 数据并行 (data, ZeRO): the unit hooks let dp.c and zero.c reduce
  *    gradients as they are finished and gather sharded parameters on use;
@@ -33,7 +33,7 @@
 #include <string.h>
 #include "gpt.h"
 #include "safe.h"
-#include "split.h"
+#include "layout.h"
 #include "tp.h"
 #include "cp.h"
 
@@ -258,21 +258,6 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
         }
     }
 }
-
-/* The names callers outside used before split.c (checkpoint.c, plan.c,
- * test_tp.c): each one line onto split.c's. */
-int gpt_tensor_replicated(const GPT *m, int i) { return layout_replicated(m->tp, i); }
-size_t gpt_layer_size(const GPTConfig *cfg, int i) {
-    return gpt_tensor_per_layer(i) ? layout_piece_size(cfg, i, 1) : 0;
-}
-size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head) {
-    return layout_tensor_size(cfg, i, nlayers, has_embed, has_head, 1);
-}
-size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run) {
-    return layout_piece_index(m, i, k, run);
-}
-size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l) { return layout_global_offset(cfg, i, l); }
-int gpt_tensor_counts(const GPT *m, int i) { return layout_counts(m, i); }
 
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
     LayoutRuns w;

@@ -294,26 +294,10 @@ float *gpt_tensor(const GPT *m, float *base, int i, int l);
 
 /* Copies between this shard's layout (internal [num_params]) and llm.c's
  * order of the whole model (llmc [gpt_total_params], host memory both),
- * run by run (split.h's layout_runs_next): to_llmc 1 fills this shard's
+ * run by run (layout.h's layout_runs_next): to_llmc 1 fills this shard's
  * elements of llmc (only the copies that count, layout_counts, so a sum
  * over tp ranks assembles the model), 0 fills internal from them. */
 void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
-
-/* Former names of split.h's functions, kept for their callers
- * (checkpoint.c, plan.c, test_tp.c) until they move:
- *  gpt_shard_index = layout_piece_index (run: the elements left in the run,
- *    never more than the rest of the piece); gpt_llmc_offset =
- *    layout_global_offset; gpt_tensor_counts = layout_counts;
- *  gpt_tensor_replicated(m, i) = layout_replicated(m->tp, i);
- *  gpt_tensor_size(...) = layout_tensor_size(..., 1), the unsplit sizes;
- *  gpt_layer_size(cfg, i) = one layer's unsplit elements (0 for tensors
- *    not per-layer). */
-size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run);
-size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l);
-int gpt_tensor_counts(const GPT *m, int i);
-int gpt_tensor_replicated(const GPT *m, int i);
-size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head);
-size_t gpt_layer_size(const GPTConfig *cfg, int i);
 
 /* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
  * of this stage's layout that lies in one tensor of one layer, in order:

@@ -120,7 +120,7 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
      * next. test_plan_equal.sh holds the run's peak between 1/2 and all of it. */
     double layer = 0, wte = (double)cfg->padded_vocab / tp * C, wpe = (double)cfg->max_seq * C;
     for (int i = GPT_LN1W; i <= GPT_FCPROJB; i++)
-        layer += gpt_layer_size(cfg, i) / (gpt_tensor_replicated(&m, i) ? 1 : tp);
+        layer += (double)layout_piece_size(cfg, i, tp);   /* one layer's, this rank's cut */
     double unit = fmax(layer, s.has_embed || s.has_head ? wte : 0);
     double g = 2 * unit + (s.has_embed ? wpe : 0) + (P == 1 ? wte : 0);
     r->transient = 4 * (l->zero == 3 ? g + 2 * unit : l->zero == 2 ? g : 0);

@@ -4,7 +4,7 @@
  * module, in C.
  *
  * tp ranks split every layer: a rank holds NH/tp heads, 4C/tp of the MLP's
- * hidden units and Vp/tp rows of the vocabulary (split.c's table says which
+ * hidden units and Vp/tp rows of the vocabulary (layout.c's table says which
  * elements of which tensor). Each pair of linears is cut so that only its
  * ends talk (Shoeybi et al. 2019, Megatron-LM, section 3):
  *  - the column-parallel linear (qkv, fc; Megatron's A cut by columns, our

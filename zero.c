@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "zero.h"
-#include "split.h"
+#include "layout.h"
 
 void zero_layout(Zero *z, ZeroBucket *buckets, int nbuckets, const int *unit_bucket) {
     size_t S = 0;

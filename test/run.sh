@@ -5,7 +5,7 @@
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p test/out
 passed=0; failed=0; skipped=0
-for t in test/test_ops test/test_cp test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm test/test_dp test/test_tp test/test_split test/test_pp test/test_3d test/test_data test/test_*.sh; do
+for t in test/test_ops test/test_cp test/test_cpu_gemm test/test_model test/test_kernels test/test_gemm test/test_flash test/test_comm test/test_dp test/test_tp test/test_layout test/test_pp test/test_3d test/test_data test/test_*.sh; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
     log="test/out/$name.log"

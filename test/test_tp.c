@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "layout.h"
 #include "train_run.h"
 #include "gpt.h"
 #include "optim.h"
@@ -51,7 +52,7 @@ static double grad_diff(const GPTConfig *cfg, const float *a, const float *b, in
     double worst = 0;
     size_t off = 0;
     for (int i = 0; i < GPT_NTENSORS; i++) {
-        size_t n = gpt_tensor_size(cfg, i, cfg->layers, 1, 1);
+        size_t n = layout_tensor_size(cfg, i, cfg->layers, 1, 1, 1);
         double diff = 0, mag = 0;
         for (size_t k = 0; k < n; k++) {
             diff = fmax(diff, fabs((double)a[off + k] - b[off + k]));
@@ -115,8 +116,8 @@ static void pieces(Checks *c, const Model *md, const float *gref) {
             for (int j = 0; j < 3 && g; j++) {
                 int i = parts[k].tensors[j];
                 size_t off = 0;
-                for (int t = 0; t < i; t++) off += gpt_tensor_size(&md->cfg, t, md->cfg.layers, 1, 1);
-                size_t n = gpt_tensor_size(&md->cfg, i, md->cfg.layers, 1, 1);
+                for (int t = 0; t < i; t++) off += layout_tensor_size(&md->cfg, t, md->cfg.layers, 1, 1, 1);
+                size_t n = layout_tensor_size(&md->cfg, i, md->cfg.layers, 1, 1, 1);
                 double diff = 0, mag = 0;
                 for (size_t e = 0; e < n; e++) {
                     diff = fmax(diff, fabs((double)g[off + e] - gref[off + e]));

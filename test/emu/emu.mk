@@ -72,7 +72,7 @@ test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_O
 # test_model_emu (-DMODEL_EMU) runs test_model's CUDA checks in-process over
 # the same objects and through test/train_emu; test_3d_emu (-DTRAIN_EMU) a
 # few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
-EMU_TRAIN_SRCS := args layout setup runlog score stop tensor ops gemm gemm_avx2 gemm_avx512 ops_bf16 gpt split data eval ckpt checkpoint safe optim comm comm_launch comm_shm comm_nccl rendezvous dp cp zero tp pp pp_sched plan trace selftest version plot
+EMU_TRAIN_SRCS := args layout setup runlog score stop tensor ops gemm gemm_avx2 gemm_avx512 ops_bf16 gpt data eval ckpt checkpoint safe optim comm comm_launch comm_shm comm_nccl rendezvous dp cp zero tp pp pp_sched plan trace selftest version plot
 EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
                   test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
 EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include

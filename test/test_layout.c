@@ -1,4 +1,4 @@
-/* test/test_split.c: split.c's table of every tensor's tp cut and its walk
+/* test/test_layout.c: layout.c's table of every tensor's tp cut and its walk
  * over a shard's runs, on a small model cut every way the program cuts it
  * (tp 1, 2, 3, 6; one stage, two stages, two stages of two chunks):
  *  - the runs of one rank cover its layout [0, num_params) exactly once;
@@ -17,7 +17,7 @@
 #include <string.h>
 #include "check.h"
 #include "gpt.h"
-#include "split.h"
+#include "layout.h"
 
 /* A rank's shard of layout (P stages of V chunks) x tp, built on dev. */
 static void build(GPT *m, const GPTConfig *cfg, Dev *dev, int P, int V, int st, int tp, int r) {
