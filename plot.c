@@ -473,12 +473,13 @@ int plot_schedule_svg(const char *path, const PPTimeline *t, const char *schedul
  * which rank's keys and values each rank holds at each step of the ring,
  * the arrow of each step's pass to the next rank. */
 static void draw_ring(FILE *f, int N, int T) {
-    int K = 2 * N, Tc = T / K, cell = K <= 8 ? 44 : 360 / K, left = 90, top = 90;
+    int K = 2 * N, Tc = T / K, cell = K <= 8 ? 44 : 360 / K, left = 130, top = 90;
     int grid = K * cell, rx = left + grid + 90, cw = 96, rh = 30;
-    int width = rx + N * cw + 40, height = top + grid + 120;
-    if (height < top + N * rh + 160) height = top + N * rh + 160;
+    int width = rx + (N * cw > 600 ? N * cw : 600) + 30, height = top + grid + 40 + 18 * ((N + 3) / 4);
+    if (height < top + N * rh + 110) height = top + N * rh + 110;
     if (width < 820) width = 820;
     plot_svg_begin(f, width, height);
+    fprintf(f, " data-cp=\"%d\" data-seq=\"%d\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", N, T);
     fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"17\">context parallelism: --cp %d, a sequence of %d tokens in %d "
             "chunks of %d, rank r holding chunks r and %d-r</text>\n", N, T, K, Tc, K - 1);
     fprintf(f, "<text x=\"%d\" y=\"%d\">causal attention: query chunk (down) x key chunk (across)</text>\n", left,
@@ -506,8 +507,8 @@ static void draw_ring(FILE *f, int N, int T) {
         plot_micro_colour(r, N, PP_FORWARD, col, sizeof col);
         int y = top + grid + 24 + (r / 4) * 18;
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                "font-size=\"12\">rank %d: %ld scores a head</text>\n", left + (r % 4) * 170, y - 10, col,
-                left + (r % 4) * 170 + 16, y, r, per_rank);
+                "font-size=\"12\">rank %d: %ld scores a head</text>\n", left + (r % 4) * 200, y - 10, col,
+                left + (r % 4) * 200 + 16, y, r, per_rank);
     }
     /* the ring: step s, rank r holds the block of rank (r - s) mod N */
     fprintf(f, "<text x=\"%d\" y=\"%d\">the ring: whose keys and values each rank holds, step by step</text>\n", rx,

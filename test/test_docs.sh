@@ -101,6 +101,9 @@ else bad "links that do not resolve: $(tail -n +2 $OUT/links.txt | tr '\n' ' ')"
 ./train --show-schedule --pp 4 --micro-batches 8 --schedule 1f1b --schedule-svg $OUT/schedule.svg > /dev/null
 if cmp -s $OUT/schedule.svg docs/schedule-1f1b.svg; then ok "docs/schedule-1f1b.svg equals a fresh drawing"
 else bad "docs/schedule-1f1b.svg is stale: run make docs"; fi
+./train --show-schedule --cp 4 --seq 64 --schedule-svg $OUT/ring.svg > /dev/null
+if cmp -s $OUT/ring.svg docs/ring-cp4.svg; then ok "docs/ring-cp4.svg equals a fresh drawing"
+else bad "docs/ring-cp4.svg is stale: run make docs"; fi
 
 # 5. the reading order
 python3 - > $OUT/order.txt 2>&1 <<'PY'
