@@ -377,17 +377,22 @@ static void queue_drop(NcclState *s, NcclQueue *q) {
 /* Ends the rank from the watchdog's thread: the line, every communicator
  * aborted (so no NCCL kernel waits on), the failure recorded for the
  * supervisor and the other ranks of a fork job, exit 1. */
+/* A rank's last words: fmt's line on stderr, after whatever stdout holds. */
+static void last_line(const char *fmt, va_list ap) {
+    fflush(stdout);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
 static void watchdog_fail(NcclState *s, int culprit, int code, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 4, 5)));
 static void watchdog_fail(NcclState *s, int culprit, int code, const char *fmt, ...) {
     Comm *c = s->c;
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    vfprintf(stderr, fmt, ap);
+    last_line(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
     for (int i = 0; i < s->nq; i++) ncclCommAbort(s->q[i]->comm);
     if (c->impl->shm) shm_abort_set(c->impl->shm, culprit, code);
     _exit(1);
@@ -511,11 +516,8 @@ static void init_fail(InitWatch *w, const char *fmt, ...) __attribute__((noretur
 static void init_fail(InitWatch *w, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    vfprintf(stderr, fmt, ap);
+    last_line(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
     if (w->c->impl->shm) shm_abort_set(w->c->impl->shm, w->c->rank, 1);
     _exit(1);   /* the held connections close with it: the other ranks learn at once */
 }

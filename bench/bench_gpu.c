@@ -1303,26 +1303,19 @@ static void bench_memory(BenchCtx *c) {
     BENCH_BUF(K, (size_t)N, 0, (float)V, 0);           /* targets [N] */
     k->act_elems = (double)N * V + (double)N * Vp, k->other_bytes = 8.0 * N;
 
-    /* adamw over every parameter, one launch: read grad; read + write param, m, v (float32) */
-    BENCH_CASE("adamw", adamw, bench_run_adamw);
-    snprintf(k->shape, sizeof k->shape, "%zu", nparams);
-    k->n = nparams, k->ref_f32 = 1, k->fp32_too = 0;
-    BENCH_BUF(F, nparams, -1, 1, 1);           /* param [n] */
-    BENCH_BUF(F, nparams, -1, 1, 0);           /* grad [n] */
-    BENCH_BUF(F, nparams, -0.1f, 0.1f, 1);     /* m [n] */
-    BENCH_BUF(F, nparams, 0, 0.01f, 1);        /* v [n] */
-    k->other_bytes = 28.0 * nparams;
-
-    /* adamw_segs (what train calls): the same bytes over GPT-2's 148 tensors in one launch */
-    BENCH_CASE("adamw_segs", adamw_segs, bench_run_adamw_segs);
-    BENCH_STEP(BENCH_P_OPT, 1);
-    snprintf(k->shape, sizeof k->shape, "%zu", nparams);
-    k->n = nparams, k->ref_f32 = 1, k->fp32_too = 0;
-    BENCH_BUF(F, nparams, -1, 1, 1);           /* param [n] */
-    BENCH_BUF(F, nparams, -1, 1, 0);           /* grad [n] */
-    BENCH_BUF(F, nparams, -0.1f, 0.1f, 1);     /* m [n] */
-    BENCH_BUF(F, nparams, 0, 0.01f, 1);        /* v [n] */
-    k->other_bytes = 28.0 * nparams;
+    /* adamw over every parameter, one launch: read grad; read + write param, m, v (float32); then
+       adamw_segs (what train calls): the same bytes over GPT-2's 148 tensors in one launch */
+    for (int segs = 0; segs <= 1; segs++) {
+        if (!segs) BENCH_CASE("adamw", adamw, bench_run_adamw);
+        else BENCH_CASE("adamw_segs", adamw_segs, bench_run_adamw_segs), BENCH_STEP(BENCH_P_OPT, 1);
+        snprintf(k->shape, sizeof k->shape, "%zu", nparams);
+        k->n = nparams, k->ref_f32 = 1, k->fp32_too = 0;
+        BENCH_BUF(F, nparams, -1, 1, 1);           /* param [n] */
+        BENCH_BUF(F, nparams, -1, 1, 0);           /* grad [n] */
+        BENCH_BUF(F, nparams, -0.1f, 0.1f, 1);     /* m [n] */
+        BENCH_BUF(F, nparams, 0, 0.01f, 1);        /* v [n] */
+        k->other_bytes = 28.0 * nparams;
+    }
 
     /* encoder_forward: read tokens N ints, wte rows N*C, wpe T*C (act, each wpe row once); write out N*C */
     BENCH_CASE("encoder_forward", encoder_forward, bench_run_encf);
