@@ -347,14 +347,34 @@ static void run_poll_save(Run *r) {
     if (rc > 0 && r->comm.rank == 0) printf("checkpoint %s/step-%ld published\n", r->a.checkpoint_dir, r->ck_async.meta.step);
 }
 
-/* Whether to stop after this step, as rank 0 sees it (a signal, or
- * --time-limit's clock), broadcast so every rank stops after the same step.
- * Returns the signal, -1 for the time limit, or 0. */
-static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
-    int32_t why = stop_signal();
-    if (!why && stop_time_due(clock, setup_now_ms(), steps_done)) why = -1;
-    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
-    return why;
+/* Whether to stop after this step: a signal on any rank, or --time-limit's
+ * clock on any, all-reduced with MAX (stop_vote) so every rank stops after
+ * the same step. Returns the signal, -1 for the time limit, or 0; *who the
+ * rank that asked. */
+static int stop_agreed(Run *r, const StopClock *clock, int steps_done, int *who) {
+    int sig = stop_signal();
+    int32_t vote = stop_vote(sig, !sig && stop_time_due(clock, setup_now_ms(), steps_done), r->comm.rank);
+    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_all_reduce(&r->comm.world, NULL, &vote, 1, COMM_I32, COMM_MAX);
+    return stop_vote_reason(vote, who);
+}
+
+/* A step whose loss or gradient norm is not finite (both are the same on
+ * every rank: the loss shared by score_share_loss, the norm global) stops
+ * the run at once, before anything of it is saved or published, an async
+ * save in flight included, so `latest` stays the last finite checkpoint
+ * (Megatron's check of the loss and the gradients). Every rank exits 1;
+ * rank 0 says so in one line. */
+static void stop_if_diverged(Run *r, int step, double loss, double norm) {
+    if (isfinite(loss) && isfinite(norm)) return;
+    if (r->comm.rank == 0) {
+        fflush(stdout);
+        int bad_loss = !isfinite(loss);   /* the loss comes first (the forward), then the gradients */
+        fprintf(stderr, "train: step %d diverged: the %s is %g (%s %g): stopped, nothing of step %d saved%s%s\n", step,
+                bad_loss ? "loss" : "gradient norm", bad_loss ? loss : norm, bad_loss ? "gradient norm" : "loss",
+                bad_loss ? norm : loss, step, r->a.checkpoint_dir ? "; --resume continues from the last checkpoint in " : "",
+                r->a.checkpoint_dir ? r->a.checkpoint_dir : "");
+    }
+    exit(1);
 }
 
 /* ---- the run ------------------------------------------------------------------- */
@@ -383,8 +403,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             printf("\n");
         }
         fflush(stdout);
+        stop_if_diverged(r, s + 1, loss, norm);
         if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
-        int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
+        int who = 0, stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0, &who) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
         if (r->ck_async.active) run_poll_save(r);
         if (a->checkpoint_dir && (due || stop)) {
@@ -393,7 +414,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             clock->save_ms = setup_now_ms() - t_save;
         }
         if (stop) {
-            if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s)\n", stop, s + 1, strsignal(stop));
+            if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s, on rank %d)\n", stop, s + 1, strsignal(stop), who);
             if (rank0 && stop < 0) printf("stopped by --time-limit %g min after step %d\n", a->time_limit_min, s + 1);
             if (rank0) printf(a->checkpoint_dir ? "stopped at step %d: checkpoint %s; the same command continues\n"
                               : "stopped at step %d: nothing saved (no --checkpoint-dir%s); the same command starts over\n",
