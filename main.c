@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,12 +183,13 @@ static void step_before_backward(void *ctx, int micro, int last) {
 }
 
 /* Writes buf (this rank's part of the model's layout on its device: the
- * parameters, or the gradients) as one llm.c model file on rank 0: each rank
+ * parameters, or the gradients) as the llm.c model file `path` of `flag`
+ * (--save, --dump-grads) on rank 0: each rank
  * puts its elements of the whole model in llm.c's order, the tp ranks'
  * slices and the pp stages' layers are summed into one model (they are
  * disjoint; the tied wte comes from the first stage), rank 0 writes.
  * Collective; returns 0 or -1. */
-static int write_gathered(Run *r, const float *buf, const char *path) {
+static int write_gathered(Run *r, const float *buf, const char *flag, const char *path) {
     char err[512];
     GPT *m = &r->model;
     size_t total = gpt_total_params(&m->cfg);
@@ -201,8 +203,8 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     int rc = 0;
     if (r->comm.rank == 0) {
         rc = ckpt_write(path, &m->cfg, llmc, err, sizeof err);
-        if (rc) fprintf(stderr, "train: %s\n", err);
-        else printf("saved %s\n", path);
+        if (rc) fprintf(stderr, "train: %s: model file %s not written: %s\n", flag, path, err);
+        else printf("saved model file %s\n", path);
     }
     free(host);
     free(llmc);
@@ -222,7 +224,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     double loss = pp_run(&r->pp, dloss, &cb) / M;
     if (step == 0 && a->dump_grads) {
         comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
-        write_gathered(r, r->model.grads, a->dump_grads);
+        write_gathered(r, r->model.grads, "--dump-grads", a->dump_grads);
     }
     *lr = optim_lr(&a->opt, step);
     trace_begin(r->trace, "optimizer", "optimizer");
@@ -307,7 +309,7 @@ static void sample(Run *r, int n) {
 /* --save: the parameters (ZeRO-3 gathers them first). Collective. */
 static int save_model(Run *r) {
     float *full = dp_full_params(&r->dp);
-    int rc = write_gathered(r, full, r->a.save);
+    int rc = write_gathered(r, full, "--save", r->a.save);
     dp_full_params_free(&r->dp, full);
     return rc;
 }
@@ -426,29 +428,35 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
 }
 
 /* After the last step: the final checkpoint, validation and HellaSwag, a sample, --save,
- * the summary, comm stats and the trace. Returns the exit status. */
+ * the summary, comm stats and the trace. Returns the exit status: 1 on every rank when
+ * --save, or a write of --log, --plot or --trace on any rank, failed (each said when it
+ * happened), else 0. */
 static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
     if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, 0, ckpath, cklen) != 0) exit(1);
     score_evaluate(r, log, a->steps);   /* --val, --eval-hellaswag */
     if (a->sample) sample(r, a->sample);
-    int rc = a->save ? save_model(r) : 0;
+    int32_t failed = a->save ? save_model(r) != 0 : 0;
     if (rank0)
-        runlog_summary(log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, setup_device_peak(r) * 1e12,
-                       runlog_flops_per_token(r));
+        runlog_summary(log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, failed ? NULL : a->save,
+                       setup_device_peak(r) * 1e12, runlog_flops_per_token(r));
     runlog_transient(r);
     if (a->comm_stats) {
         printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r->comm.rank);
         comm_stats_print(&r->comm, stdout);
     }
     fflush(stdout);
-    if (r->trace) {
-        trace_close(r->trace);
+    if (a->trace) {   /* every rank, even one whose part could not be created (trace_open said so) */
+        if (!r->trace || trace_close(r->trace) != 0) failed = 1;
+        r->trace = NULL;
         comm_barrier(&r->comm.world);
         if (rank0 && trace_merge(a->trace, r->comm.world_size) >= 0) printf("trace: %s\n", a->trace);
+        else if (rank0) failed = 1;
     }
-    return rc ? 1 : 0;
+    if (rank0 && runlog_write_failed(log)) failed = 1;
+    if (r->comm.world_size > 1) comm_all_reduce(&r->comm.world, NULL, &failed, 1, COMM_I32, COMM_MAX);
+    return failed ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -458,6 +466,7 @@ int main(int argc, char **argv) {
     r.argc = argc;
     r.argv = argv;
     StopClock clock = {.t0_ms = setup_now_ms()};
+    signal(SIGXFSZ, SIG_IGN);   /* past a file-size limit (ulimit -f) a write fails (EFBIG), said as a full disk is */
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
