@@ -200,7 +200,7 @@ int ckpt_write(const char *path, const GPTConfig *cfg, const float *llmc, char *
     h[5] = cfg->heads; h[6] = cfg->dim; h[7] = cfg->padded_vocab;
     size_t n = gpt_total_params(cfg);
     if (fwrite(h, 4, 256, o.f) != 256 || fwrite(llmc, 4, n, o.f) != n) {
-        snprintf(err, errlen, "failed writing model file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "failed writing %s: %s", path, strerror(errno));
         safe_out_abort(&o);
         return -1;
     }

@@ -203,7 +203,7 @@ static int write_gathered(Run *r, const float *buf, const char *flag, const char
     int rc = 0;
     if (r->comm.rank == 0) {
         rc = ckpt_write(path, &m->cfg, llmc, err, sizeof err);
-        if (rc) fprintf(stderr, "train: %s: model file %s not written: %s\n", flag, path, err);
+        if (rc) fprintf(stderr, "train: %s: model file not written: %s\n", flag, err);
         else printf("saved model file %s\n", path);
     }
     free(host);
@@ -481,6 +481,7 @@ int main(int argc, char **argv) {
     /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
     if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
         setup_die_usage("%s", err);
+    setup_warnings(&r);   /* every check has passed */
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;

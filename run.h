@@ -62,6 +62,11 @@ double setup_now_ms(void);
  * and data; exits 2 with one line on the first problem. */
 void setup_check(Run *r);
 
+/* setup.c: the warnings setup_check found (data shared by --data and --val, a
+ * .bin file read as bytes, --zero 2/3 with --pp), printed by the first rank once
+ * every check has passed, so that a bad-input exit stays one line. */
+void setup_warnings(const Run *r);
+
 /* setup.c: stage st of P's layers into s (--stage-layers, --virtual, or even). */
 void setup_stage_layers(const Args *a, int L, int P, int st, GPTShard *s);
 

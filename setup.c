@@ -318,9 +318,6 @@ static void check_model_and_data(Run *r) {
         setup_die_usage("%s", err);
     if (a->data && data_check_vocab(tr, cfg.vocab, err, sizeof err) != 0) setup_die_usage("%s", err);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
-    char msg[1024];
-    if (a->data && a->val && data_overlap(tr, &r->val, msg, sizeof msg) > 0)
-        fprintf(stderr, "train: warning: %s\n", msg);
     if (a->data && !(r->data_shards = data_describe(tr))) setup_die_usage("out of memory describing the data");
     if (a->eval_hellaswag) load_hellaswag(&r->hellaswag, a->eval_hellaswag, a->seq, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
@@ -373,10 +370,6 @@ static void check_split(Run *r) {
         setup_die_usage("--pp %d x --virtual %d = %d chunks: the model's %d layers do not divide into them "
                         "(or give the %d chunks' layers with --stage-layers)", pp, V, pp * V, cfg->layers, pp * V);
     }
-    if (pp > 1 && a->dpc.zero >= 2)
-        fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
-                "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n",
-                a->dpc.zero, pp);
 }
 
 /* The device, the dtype and the backend's own limits (run_build picks the same backend). */
@@ -512,4 +505,20 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta) {
     snprintf(l->dtype, sizeof l->dtype, "%s", dt_name(r->dtype));
     snprintf(l->schedule, sizeof l->schedule, "%s", pp_schedule_name(a->schedule));
     l->batch = a->batch; l->seq = a->seq; l->micro_batches = a->micro_batches;
+}
+
+/* After every check has passed (a bad-input exit is one line, never a warning and then
+ * the error): the warnings, on the first rank only. */
+void setup_warnings(const Run *r) {
+    const Args *a = &r->a;
+    char msg[1024];
+    if (r->launch.rank != 0 || a->show_schedule) return;
+    if (a->data && a->val && data_overlap(&r->train, &r->val, msg, sizeof msg) > 0)
+        fprintf(stderr, "train: warning: %s\n", msg);
+    if (a->data && data_bytes_note(&r->train, msg, sizeof msg)) fprintf(stderr, "train: --data: %s\n", msg);
+    if (a->val && data_bytes_note(&r->val, msg, sizeof msg)) fprintf(stderr, "train: --val: %s\n", msg);
+    if (a->pp > 1 && a->dpc.zero >= 2)
+        fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
+                "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n",
+                a->dpc.zero, a->pp);
 }
