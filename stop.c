@@ -36,6 +36,7 @@ void stop_signals_install(int escalate) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;   /* a stop waits for the step's end: a write blocked on a full pipe goes on, whole */
     sigemptyset(&sa.sa_mask);
     stop_escalate = escalate;
     sigaction(SIGINT, &sa, NULL);
