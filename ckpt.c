@@ -12,13 +12,19 @@
  * be a regular file of exactly that size (it is read twice, once for the
  * header and once for the parameters, so a stream cannot be a model file).
  * It is written through safe.h's SafeOut: a temporary beside it, fsync, rename.
+ *
+ * Every parameter must be finite: a NaN or an infinity in a model file is
+ * damage, never a model (training from it gives `loss nan` at step one), so
+ * reading one names the file, the tensor, the layer and the element.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include "layout.h"
 #include "ckpt.h"
 #include "safe.h"
 
@@ -92,11 +98,60 @@ static FILE *model_open(const char *path, GPTConfig *cfg, char *err, size_t errl
     return f;
 }
 
+/* Names element g of llm.c's order of the model cfg: "qkvw of layer 1, element 17 of 12288". */
+static void name_element(const GPTConfig *cfg, size_t g, char *buf, size_t len) {
+    size_t start = 0;
+    for (int i = 0; i < GPT_NTENSORS; i++) {
+        size_t n = layout_tensor_size(cfg, i, cfg->layers, 1, 1, 1);
+        if (g >= start + n) { start += n; continue; }
+        size_t k = g - start;
+        if (gpt_tensor_per_layer(i)) {
+            size_t per = layout_piece_size(cfg, i, 1);
+            snprintf(buf, len, "%s of layer %zu, element %zu of %zu", gpt_tensor_name(i), k / per, k % per, per);
+        } else {
+            snprintf(buf, len, "%s, element %zu of %zu", gpt_tensor_name(i), k, n);
+        }
+        return;
+    }
+    snprintf(buf, len, "element %zu", g);
+}
+
+/* 0 when v [n] (elements base .. base+n-1 of llm.c's order) are all finite,
+ * else -1 with err naming the file, the first such value and its tensor. */
+static int check_finite(const char *path, const GPTConfig *cfg, const float *v, size_t n, size_t base, char *err,
+                        size_t errlen) {
+    for (size_t k = 0; k < n; k++) {
+        if (isfinite(v[k])) continue;
+        char where[160];
+        name_element(cfg, base + k, where, sizeof where);
+        snprintf(err, errlen, "model file %s: %s in %s: a damaged model (every parameter must be finite)", path,
+                 isnan(v[k]) ? "NaN" : v[k] > 0 ? "+Inf" : "-Inf", where);
+        return -1;
+    }
+    return 0;
+}
+
 int ckpt_read_config(const char *path, GPTConfig *cfg, char *err, size_t errlen) {
     FILE *f = model_open(path, cfg, err, errlen);
     if (!f) return -1;
+    /* every parameter read, in pieces, and checked finite */
+    enum { CHUNK = 1 << 16 };
+    float *buf = safe_malloc(CHUNK * sizeof(float), "a piece of the model file");   /* [CHUNK] */
+    size_t total = gpt_total_params(cfg), done = 0;
+    int rc = 0;
+    while (done < total && rc == 0) {
+        size_t want = total - done < CHUNK ? total - done : CHUNK;
+        if (fread(buf, sizeof(float), want, f) != want) {
+            snprintf(err, errlen, "%s: truncated: expected %zu parameters after the header", path, total);
+            rc = -1;
+        } else {
+            rc = check_finite(path, cfg, buf, want, done, err, errlen);
+        }
+        done += want;
+    }
+    free(buf);
     fclose(f);
-    return 0;
+    return rc;
 }
 
 int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
@@ -125,6 +180,10 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
         free(llmc); free(host);
         return -1;
     }
+    if (check_finite(path, &m->cfg, llmc, total, 0, err, errlen) != 0) {   /* changed since ckpt_read_config */
+        free(llmc); free(host);
+        return -1;
+    }
     gpt_llmc_copy(m, host, llmc, 0);
     dev_from_host(m->dev, m->params, host, local);
     gpt_params_changed(m);
@@ -142,7 +201,7 @@ int ckpt_write(const char *path, const GPTConfig *cfg, const float *llmc, char *
     h[5] = cfg->heads; h[6] = cfg->dim; h[7] = cfg->padded_vocab;
     size_t n = gpt_total_params(cfg);
     if (fwrite(h, 4, 256, o.f) != 256 || fwrite(llmc, 4, n, o.f) != n) {
-        snprintf(err, errlen, "failed writing checkpoint %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "failed writing %s: %s", path, strerror(errno));
         safe_out_abort(&o);
         return -1;
     }

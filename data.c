@@ -660,6 +660,20 @@ int data_overlap(const DataSet *train, const DataSet *val, char *msg, size_t msg
     return n;
 }
 
+int data_bytes_note(const DataSet *ds, char *msg, size_t msglen) {
+    int n = 0;
+    const char *first = NULL;
+    for (int i = 0; ds->is_bytes && i < ds->n_shards; i++) {
+        size_t len = strlen(ds->shards[i].path);
+        if (len < 4 || strcmp(ds->shards[i].path + len - 4, ".bin") != 0) continue;
+        if (!n) first = ds->shards[i].path;
+        n++;
+    }
+    if (n) snprintf(msg, msglen, "%s%s has no llm.c token header (magic %d): read as bytes, one token a byte", first,
+                    n > 1 ? " (and other .bin files)" : "", TOKENS_MAGIC);
+    return n > 0;
+}
+
 void data_free(DataSet *ds) {
     for (int i = 0; i < ds->n_shards; i++) {
         DataShard *s = &ds->shards[i];

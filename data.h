@@ -116,6 +116,11 @@ int data_compare(const char *saved, const DataSet *ds, char *msg, size_t msglen)
  * and when there are any one line in msg naming the first, for a warning. */
 int data_overlap(const DataSet *train, const DataSet *val, char *msg, size_t msglen);
 
+/* A byte file named like a token file: when ds is read as bytes (no llm.c
+ * token magic) and one of its files' names ends in ".bin", 1 and one line
+ * in msg naming the first, for a notice before training; else 0. */
+int data_bytes_note(const DataSet *ds, char *msg, size_t msglen);
+
 /* Unmaps, closes and frees everything; ds is all zero afterwards. */
 void data_free(DataSet *ds);
 

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,12 +194,13 @@ static void step_before_backward(void *ctx, int micro, int last) {
 }
 
 /* Writes buf (this rank's part of the model's layout on its device: the
- * parameters, or the gradients) as one llm.c model file on rank 0: each rank
+ * parameters, or the gradients) as the llm.c model file `path` of `flag`
+ * (--save, --dump-grads) on rank 0: each rank
  * puts its elements of the whole model in llm.c's order, the tp ranks'
  * slices and the pp stages' layers are summed into one model (they are
  * disjoint; the tied wte comes from the first stage), rank 0 writes.
  * Collective; returns 0 or -1. */
-static int write_gathered(Run *r, const float *buf, const char *path) {
+static int write_gathered(Run *r, const float *buf, const char *flag, const char *path) {
     char err[512];
     GPT *m = &r->model;
     size_t total = gpt_total_params(&m->cfg);
@@ -212,8 +214,8 @@ static int write_gathered(Run *r, const float *buf, const char *path) {
     int rc = 0;
     if (r->comm.rank == 0) {
         rc = ckpt_write(path, &m->cfg, llmc, err, sizeof err);
-        if (rc) fprintf(stderr, "train: %s\n", err);
-        else printf("saved %s\n", path);
+        if (rc) fprintf(stderr, "train: %s: model file not written: %s\n", flag, err);
+        else printf("saved model file %s\n", path);
     }
     free(host);
     free(llmc);
@@ -258,7 +260,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     if (gpu) loss_queue(r, M);
     if (step == 0 && a->dump_grads) {
         comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
-        write_gathered(r, r->model.grads, a->dump_grads);
+        write_gathered(r, r->model.grads, "--dump-grads", a->dump_grads);
     }
     *lr = optim_lr(&a->opt, step);
     trace_begin(r->trace, "optimizer", "optimizer");
@@ -348,7 +350,7 @@ static void sample(Run *r, int n) {
 /* --save: the parameters (ZeRO-3 gathers them first). Collective. */
 static int save_model(Run *r) {
     float *full = dp_full_params(&r->dp);
-    int rc = write_gathered(r, full, r->a.save);
+    int rc = write_gathered(r, full, "--save", r->a.save);
     dp_full_params_free(&r->dp, full);
     return rc;
 }
@@ -388,14 +390,34 @@ static void run_poll_save(Run *r) {
     if (rc > 0 && r->comm.rank == 0) printf("checkpoint %s/step-%ld published\n", r->a.checkpoint_dir, r->ck_async.meta.step);
 }
 
-/* Whether to stop after this step, as rank 0 sees it (a signal, or
- * --time-limit's clock), broadcast so every rank stops after the same step.
- * Returns the signal, -1 for the time limit, or 0. */
-static int stop_agreed(Run *r, const StopClock *clock, int steps_done) {
-    int32_t why = stop_signal();
-    if (!why && stop_time_due(clock, trace_now_ms(), steps_done)) why = -1;
-    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_broadcast(&r->comm.world, NULL, &why, 1, COMM_I32, 0);
-    return why;
+/* Whether to stop after this step: a signal on any rank, or --time-limit's
+ * clock on any, all-reduced with MAX (stop_vote) so every rank stops after
+ * the same step. Returns the signal, -1 for the time limit, or 0; *who the
+ * rank that asked. */
+static int stop_agreed(Run *r, const StopClock *clock, int steps_done, int *who) {
+    int sig = stop_signal();
+    int32_t vote = stop_vote(sig, !sig && stop_time_due(clock, trace_now_ms(), steps_done), r->comm.rank);
+    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_all_reduce(&r->comm.world, NULL, &vote, 1, COMM_I32, COMM_MAX);
+    return stop_vote_reason(vote, who);
+}
+
+/* A step whose loss or gradient norm is not finite (both are the same on
+ * every rank: the loss shared by score_share_loss, the norm global) stops
+ * the run at once, before anything of it is saved or published, an async
+ * save in flight included, so `latest` stays the last finite checkpoint
+ * (Megatron's check of the loss and the gradients). Every rank exits 1;
+ * rank 0 says so in one line. */
+static void stop_if_diverged(Run *r, int step, double loss, double norm) {
+    if (isfinite(loss) && isfinite(norm)) return;
+    if (r->comm.rank == 0) {
+        fflush(stdout);
+        int bad_loss = !isfinite(loss);   /* the loss comes first (the forward), then the gradients */
+        fprintf(stderr, "train: step %d diverged: the %s is %g (%s %g): stopped, nothing of step %d saved%s%s\n", step,
+                bad_loss ? "loss" : "gradient norm", bad_loss ? loss : norm, bad_loss ? "gradient norm" : "loss",
+                bad_loss ? norm : loss, step, r->a.checkpoint_dir ? "; --resume continues from the last checkpoint in " : "",
+                r->a.checkpoint_dir ? r->a.checkpoint_dir : "");
+    }
+    exit(1);
 }
 
 /* ---- the run ------------------------------------------------------------------- */
@@ -429,8 +451,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         }
         fflush(stdout);
         dev_range_pop(&r->dev);
+        stop_if_diverged(r, s + 1, loss, norm);
         if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
-        int stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0) : 0;
+        int who = 0, stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0, &who) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
         if (r->ck_async.active) run_poll_save(r);
         if (a->checkpoint_dir && (due || stop)) {
@@ -439,7 +462,7 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
             clock->save_ms = trace_now_ms() - t_save;
         }
         if (stop) {
-            if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s)\n", stop, s + 1, strsignal(stop));
+            if (rank0 && stop > 0) printf("stopped by signal %d after step %d (%s, on rank %d)\n", stop, s + 1, strsignal(stop), who);
             if (rank0 && stop < 0) printf("stopped by --time-limit %g min after step %d\n", a->time_limit_min, s + 1);
             if (rank0) printf(a->checkpoint_dir ? "stopped at step %d: checkpoint %s; the same command continues\n"
                               : "stopped at step %d: nothing saved (no --checkpoint-dir%s); the same command starts over\n",
@@ -451,29 +474,35 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
 }
 
 /* After the last step: the final checkpoint, validation and HellaSwag, a sample, --save,
- * the summary, comm stats and the trace. Returns the exit status. */
+ * the summary, comm stats and the trace. Returns the exit status: 1 on every rank when
+ * --save, or a write of --log, --plot or --trace on any rank, failed (each said when it
+ * happened), else 0. */
 static int run_finish(Run *r, RunLog *log, int s0, char *ckpath, size_t cklen) {
     Args *a = &r->a;
     int rank0 = r->comm.rank == 0;
     if (a->checkpoint_dir && s0 < a->steps && save_checkpoint(r, a->steps, 0, ckpath, cklen) != 0) exit(1);
     score_evaluate(r, log, a->steps);   /* --val, --eval-hellaswag */
     if (a->sample) sample(r, a->sample);
-    int rc = a->save ? save_model(r) : 0;
+    int32_t failed = a->save ? save_model(r) != 0 : 0;
     if (rank0)
-        runlog_summary(log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, setup_device_peak(r) * 1e12,
-                       runlog_flops_per_token(r));
+        runlog_summary(log, a->checkpoint_dir && s0 < a->steps ? ckpath : NULL, failed ? NULL : a->save,
+                       setup_device_peak(r) * 1e12, runlog_flops_per_token(r));
     runlog_transient(r);
     if (a->comm_stats) {
         printf("comm stats, rank %d (bus bytes, nccl-tests convention):\n", r->comm.rank);
         comm_stats_print(&r->comm, stdout);
     }
     fflush(stdout);
-    if (r->trace) {
-        trace_close(r->trace);
+    if (a->trace) {   /* every rank, even one whose part could not be created (trace_open said so) */
+        if (!r->trace || trace_close(r->trace) != 0) failed = 1;
+        r->trace = NULL;
         comm_barrier(&r->comm.world);
         if (rank0 && trace_merge(a->trace, r->comm.world_size) >= 0) printf("trace: %s\n", a->trace);
+        else if (rank0) failed = 1;
     }
-    return rc ? 1 : 0;
+    if (rank0 && runlog_write_failed(log)) failed = 1;
+    if (r->comm.world_size > 1) comm_all_reduce(&r->comm.world, NULL, &failed, 1, COMM_I32, COMM_MAX);
+    return failed ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -483,6 +512,7 @@ int main(int argc, char **argv) {
     r.argc = argc;
     r.argv = argv;
     StopClock clock = {.t0_ms = trace_now_ms()};
+    signal(SIGXFSZ, SIG_IGN);   /* past a file-size limit (ulimit -f) a write fails (EFBIG), said as a full disk is */
     for (int i = 1; i < argc; i++)   /* the planner runs no model: plan.c */
         if (!strcmp(argv[i], "--plan")) return plan_main(argc, argv);
     args_parse_or_exit(&r.a, argc, argv);
@@ -501,6 +531,7 @@ int main(int argc, char **argv) {
     /* one run a checkpoint directory: rank 0 holds the lock (a --ranks job's supervisor, for all) */
     if (r.a.checkpoint_dir && r.launch.rank == 0 && stop_lock(r.a.checkpoint_dir, err, sizeof err) < 0)
         safe_die_usage("%s", err);
+    setup_warnings(&r);   /* every check has passed */
     if (comm_launch_start(&r.launch, err, sizeof err) != 0) {
         fprintf(stderr, "train: %s\n", err);
         return 1;

@@ -16,6 +16,7 @@
 #include "pp_sched.h"
 #include "safe.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,9 +267,10 @@ static void draw_svg(FILE *f, const Plot *p) {
 int plot_write(const Plot *p, char *err, size_t errlen) {
     SafeOut o;
     if (safe_out_open(&o, p->path, err, errlen) != 0) return -1;
+    errno = 0;
     draw_svg(o.f, p);
     if (ferror(o.f)) {
-        snprintf(err, errlen, "--plot %s: write error", p->path);
+        snprintf(err, errlen, "writing %s failed (%s)", p->path, strerror(errno ? errno : EIO));
         safe_out_abort(&o);
         return -1;
     }

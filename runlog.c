@@ -14,7 +14,14 @@
  * A resumed run (from step S) first cuts the file back to its records up to
  * step S, so no step appears twice, and draws them into --plot: the plot of
  * a run stopped and resumed five times is the whole run.
+ *
+ * A write of --log or --plot that fails (a full disk, a file-size limit) is
+ * said at once in one line and the run goes on (its checkpoints stay valid:
+ * the next resume cuts a torn last record away), but it ends with exit
+ * status 1 (runlog_write_failed), and the summary names no file it did not
+ * write.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,8 +86,21 @@ static FILE *log_open(RunLog *l, const char *path, int s0) {
         if (l->plot.path && strstr(line, "\"type\":\"val\"")) plot_val(&l->plot, (int)step, loss);
     }
     if (old) fclose(old);
-    if (fflush(f) != 0 || rename(tmp, path) != 0) { fclose(f); unlink(tmp); return NULL; }
+    if (fflush(f) != 0 || ferror(f) || rename(tmp, path) != 0) { fclose(f); unlink(tmp); return NULL; }
     return f;
+}
+
+/* After a record: flushes --log; on a failure says so once and writes no more. */
+static void log_flush(RunLog *l) {
+    if (!l->log) return;
+    errno = 0;
+    if (fflush(l->log) == 0 && !ferror(l->log)) return;
+    int e = errno ? errno : EIO;
+    fprintf(stderr, "train: --log %s: write failed (%s): the run goes on without it and will exit 1\n",
+            l->r->a.log, strerror(e));
+    fclose(l->log);
+    l->log = NULL;
+    l->log_failed = 1;
 }
 
 /* The "run" record: the build, this start's step, the command line, the layout. */
@@ -104,7 +124,7 @@ static void log_run(RunLog *l, int s0) {
             r->comm.world_size, r->mesh.dp, r->mesh.tp, r->mesh.pp, r->a.layout.zero, r->a.layout.micro_batches, r->a.layout.batch,
             r->a.layout.seq, pp_schedule_name(r->a.layout.schedule), r->dev.kind == DEV_CUDA ? "cuda" : "cpu", dt_name(r->dev.dtype),
             r->cfg.layers, r->cfg.heads, r->cfg.dim, r->cfg.vocab, gpt_total_params(&r->cfg));
-    fflush(f);
+    log_flush(l);
 }
 
 void runlog_init(RunLog *l, Run *r, int s0) {
@@ -122,19 +142,30 @@ void runlog_init(RunLog *l, Run *r, int s0) {
                   (long long)r->a.layout.batch * r->a.layout.seq * r->a.layout.micro_batches * r->mesh.dp);
     }
     if (r->comm.rank == 0 && r->a.log) {
+        errno = 0;
         l->log = log_open(l, r->a.log, s0);
-        if (!l->log) fprintf(stderr, "train: --log %s: cannot write it; the run goes on without\n", r->a.log);
-        else log_run(l, s0);
+        if (!l->log) {
+            fprintf(stderr, "train: --log %s: cannot write it (%s): the run goes on without it and will exit 1\n",
+                    r->a.log, strerror(errno ? errno : EIO));
+            l->log_failed = 1;
+        } else {
+            log_run(l, s0);
+        }
     }
 }
 
-/* Rewrites the plot (atomically); a failure is said once a write and the run goes on. */
+/* Rewrites the plot (atomically); the first failure is said, the run goes on. */
 static void runlog_plot(RunLog *l) {
     char err[512];
     if (!l->plot.path) return;
-    if (plot_write(&l->plot, err, sizeof err) != 0) fprintf(stderr, "train: %s\n", err);
+    l->plot_ok = plot_write(&l->plot, err, sizeof err) == 0;
+    if (!l->plot_ok && !l->plot_failed)
+        fprintf(stderr, "train: --plot: %s: the run goes on and will exit 1\n", err);
+    if (!l->plot_ok) l->plot_failed = 1;
     l->plot_written = trace_now_ms();
 }
+
+int runlog_write_failed(const RunLog *l) { return l->log_failed || l->plot_failed; }
 
 /* Rank 0, after a step's line: appends " | elapsed E | eta T" and records the step. */
 void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double ms) {
@@ -155,7 +186,7 @@ void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double
         json_num(l->log, "ms", ms);
         json_num(l->log, "tok_s", tokens_per_step / (ms / 1e3));
         fprintf(l->log, ",\"tokens\":%lld}\n", tokens_per_step * step);
-        fflush(l->log);
+        log_flush(l);
     }
     if (!l->plot.path) return;
     plot_train(&l->plot, step, loss, lr);
@@ -169,7 +200,7 @@ void runlog_val(RunLog *l, int step, double loss) {
         fprintf(l->log, "{\"type\":\"val\",\"step\":%d", step);
         json_num(l->log, "loss", loss);
         fprintf(l->log, "}\n");
-        fflush(l->log);
+        log_flush(l);
     }
     if (!l->plot.path) return;
     plot_val(&l->plot, step, loss);
@@ -177,7 +208,7 @@ void runlog_val(RunLog *l, int step, double loss) {
 }
 
 /* Rank 0, at the end: what the run did, in three lines. */
-void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token) {
+void runlog_summary(RunLog *l, const char *ckpt, const char *model, double peak, double flops_per_token) {
     Args *a = &l->r->a;
     int steps = l->last_step - l->s0;
     long long tokens = (long long)steps * a->layout.batch * a->layout.seq * a->layout.micro_batches * l->r->mesh.dp;
@@ -191,7 +222,8 @@ void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_t
     printf("\nsummary: final train loss %.4f", l->last_loss);
     if (!isnan(l->val_loss)) printf(", val loss %.4f", l->val_loss);
     printf("\nsummary: checkpoint %s | plot %s | model %s\n", ckpt ? ckpt : "none",
-           l->plot.path ? l->plot.path : "none", a->save ? a->save : "none");
+           l->plot.path && l->plot_ok ? l->plot.path : l->plot.path ? "not written" : "none",
+           model ? model : a->save ? "not written" : "none");
 }
 
 void runlog_hellaswag(RunLog *l, int step, int correct, int total) {
@@ -199,7 +231,7 @@ void runlog_hellaswag(RunLog *l, int step, int correct, int total) {
     fprintf(l->log, "{\"type\":\"hellaswag\",\"step\":%d,\"correct\":%d,\"total\":%d", step, correct, total);
     json_num(l->log, "acc_norm", total ? (double)correct / total : NAN);
     fprintf(l->log, "}\n");
-    fflush(l->log);
+    log_flush(l);
 }
 
 void runlog_free(RunLog *l) {

@@ -16,8 +16,11 @@ typedef struct RunLog {
     int s0, last_step;        /* steps done before this run (--resume), the last one printed */
     double last_loss, val_loss;  /* NAN until known */
     Plot plot;                /* when --plot */
-    FILE *log;                /* --log: JSON lines, appended */
+    FILE *log;                /* --log: JSON lines, appended (NULL after a failed write) */
     double plot_written;      /* ms of the last write */
+    int log_failed;           /* a write of --log failed (said once; the run goes on without it) */
+    int plot_failed;          /* a write of --plot failed (said once; later writes are still tried) */
+    int plot_ok;              /* the last write of --plot succeeded */
 } RunLog;
 
 /* Starts the log of a run that begins at step s0 (0, or the resumed step); opens --plot on rank 0. */
@@ -28,8 +31,12 @@ void runlog_step(RunLog *l, int step, double loss, double norm, float lr, double
 void runlog_val(RunLog *l, int step, double loss);
 /* Rank 0: a HellaSwag result at step, into --log. */
 void runlog_hellaswag(RunLog *l, int step, int correct, int total);
-/* Rank 0, at the end: what the run did, in three lines (ckpt: the last checkpoint or NULL). */
-void runlog_summary(RunLog *l, const char *ckpt, double peak, double flops_per_token);
+/* Rank 0, at the end: what the run did, in three lines (ckpt: the last checkpoint or NULL;
+ * model: the --save file written, or NULL; a plot whose last write failed is not named). */
+void runlog_summary(RunLog *l, const char *ckpt, const char *model, double peak, double flops_per_token);
+/* Whether a write of --log or --plot failed during the run (each said at once in one
+ * line): the run goes on and its exit status at the end is 1. */
+int runlog_write_failed(const RunLog *l);
 void runlog_free(RunLog *l);
 
 /* Rank 0: the model, the batch, the layout and the backend, before step 1. */

@@ -294,9 +294,6 @@ static void check_model_and_data(Run *r) {
         safe_die_usage("%s", err);
     if (a->data && data_check_vocab(tr, cfg.vocab, err, sizeof err) != 0) safe_die_usage("%s", err);
     if (a->val) load_data(&r->val, a->val, a, cfg.vocab);
-    char msg[1024];
-    if (a->data && a->val && data_overlap(tr, &r->val, msg, sizeof msg) > 0)
-        fprintf(stderr, "train: warning: %s\n", msg);
     if (a->data && !(r->data_shards = data_describe(tr))) safe_die_usage("out of memory describing the data");
     if (a->eval_hellaswag) load_hellaswag(&r->hellaswag, a->eval_hellaswag, a->layout.seq, cfg.vocab);
     if (a->tokenizer && data_tokenizer_load(&r->tok, a->tokenizer, err, sizeof err) != 0)
@@ -316,9 +313,6 @@ static void check_layout(Run *r) {
     if (layout_infer_mesh(l, r->launch.world_size, err, sizeof err) != 0 ||
         layout_check(l, &r->cfg, r->launch.world_size, err, sizeof err) != 0)
         safe_die_usage("%s", err);
-    if (l->pp > 1 && l->zero >= 2)
-        fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
-                "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n", l->zero, l->pp);
 }
 
 /* The device, the dtype and the backend's own limits (run_build picks the same backend). */
@@ -495,4 +489,20 @@ int setup_agreement(const Run *r, char item[][SETUP_AGREE_LEN], const char **ptr
     snprintf(item[n++], SETUP_AGREE_LEN, "version=%s", version_source());
     for (int i = 0; i < n; i++) ptr[i] = item[i];
     return n;
+}
+
+/* After every check has passed (a bad-input exit is one line, never a warning and then
+ * the error): the warnings, on the first rank only. */
+void setup_warnings(const Run *r) {
+    const Args *a = &r->a;
+    char msg[1024];
+    if (r->launch.rank != 0 || a->show_schedule) return;
+    if (a->data && a->val && data_overlap(&r->train, &r->val, msg, sizeof msg) > 0)
+        fprintf(stderr, "train: warning: %s\n", msg);
+    if (a->data && data_bytes_note(&r->train, msg, sizeof msg)) fprintf(stderr, "train: --data: %s\n", msg);
+    if (a->val && data_bytes_note(&r->val, msg, sizeof msg)) fprintf(stderr, "train: --val: %s\n", msg);
+    if (a->layout.pp > 1 && a->layout.zero >= 2)
+        fprintf(stderr, "train: warning: --zero %d with --pp %d: the articles advise ZeRO-1 with pipelines "
+                "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n",
+                a->layout.zero, a->layout.pp);
 }

@@ -37,6 +37,11 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta);
  * else known by the GPU's name, else 0: no MFU printed). */
 double setup_device_peak(Run *r);
 
+/* The warnings setup_check found (data shared by --data and --val, a .bin
+ * file read as bytes, --zero 2/3 with --pp), printed by the first rank once
+ * every check has passed, so that a bad-input exit stays one line. */
+void setup_warnings(const Run *r);
+
 /* What the ranks of one job must agree on, as "name=value" items for the
  * rendezvous (CommLaunch.agree): world, model, layout, batch, optimizer,
  * data (its spec, a digest of its shards' names and sizes) and version. A

@@ -2,8 +2,10 @@
  *
  * The signal handler only records which signal came (the one piece of
  * global state a handler needs); the loop asks stop_signal() after each
- * step, rank 0's answer is broadcast so every rank stops after the same
- * step, writes its part of the checkpoint, and exits EXIT_STOPPED. The lock
+ * step, every rank's answer becomes a vote (stop_vote) whose MAX over the
+ * ranks is the job's, so a signal to any one rank (a launcher that signals
+ * only some, a person's kill) stops every rank after the same step; each
+ * writes its part of the checkpoint and exits EXIT_STOPPED. The lock
  * is flock(2) on DIR/.lock: the kernel lets it go when the run's last
  * process dies, even under kill -9, so a requeued job never finds a stale
  * lock; the file holds "host pid" to name the holder.
@@ -34,6 +36,7 @@ void stop_signals_install(int escalate) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;   /* a stop waits for the step's end: a write blocked on a full pipe goes on, whole */
     sigemptyset(&sa.sa_mask);
     stop_escalate = escalate;
     sigaction(SIGINT, &sa, NULL);
@@ -42,6 +45,22 @@ void stop_signals_install(int escalate) {
 }
 
 int stop_signal(void) { return stop_sig; }
+
+/* A vote: 0 none; else (key << 20) | rank, the key 1 for the clock and
+ * 1 + the signal for a signal, so the MAX over ranks is a signal before the
+ * clock, then the highest rank asking. */
+#define STOP_RANK_BITS 20
+
+int32_t stop_vote(int sig, int time_due, int rank) {
+    int key = sig > 0 ? 1 + (sig & 0xff) : time_due ? 1 : 0;
+    return key ? (int32_t)(((uint32_t)key << STOP_RANK_BITS) | ((uint32_t)rank & ((1u << STOP_RANK_BITS) - 1))) : 0;
+}
+
+int stop_vote_reason(int32_t vote, int *rank) {
+    int key = (int)((uint32_t)vote >> STOP_RANK_BITS);
+    if (rank) *rank = key ? (int)((uint32_t)vote & ((1u << STOP_RANK_BITS) - 1)) : 0;
+    return key == 0 ? 0 : key == 1 ? -1 : key - 1;
+}
 
 int stop_time_due(const StopClock *c, double now_ms, int steps_done) {
     if (c->limit_ms <= 0 || steps_done < 1) return 0;

@@ -10,6 +10,7 @@
 #define STOP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The exit status of a run stopped early that the same command continues
  * (sysexits.h's EX_TEMPFAIL). 0: the last step is done; 1: a failure; 2: bad input. */
@@ -23,6 +24,15 @@ void stop_signals_install(int escalate);
 
 /* The signal that asked for a stop, or 0. */
 int stop_signal(void);
+
+/* One rank's wish after a step, as an int32 whose MAX over every rank is the
+ * job's decision (a signal outranks --time-limit's clock, then the higher
+ * rank): sig the signal that came (0 none), time_due stop_time_due's answer.
+ * 0 when neither. */
+int32_t stop_vote(int sig, int time_due, int rank);
+/* The decision a vote (after the MAX) carries: the signal, -1 for the time
+ * limit, or 0 to go on; *rank (when not NULL) the rank that asked. */
+int stop_vote_reason(int32_t vote, int *rank);
 
 /* --time-limit: the wall time a run may take, and what it has learned of its steps and saves. */
 typedef struct StopClock {

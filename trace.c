@@ -44,8 +44,10 @@ typedef struct TraceSpan {
 } TraceSpan;
 
 struct Trace {
-    FILE *f;                        /* <path>.<rank>.part */
+    FILE *f;                        /* <path>.<rank>.part; NULL after a failed write */
+    char *part;                     /* its name */
     int rank;
+    int failed;                     /* a write failed (said once; nothing more is written) */
     int depth;                      /* spans opened and not ended, recorded or not */
     TraceSpan open[TRACE_DEPTH];    /* the recorded ones: open[0 .. min(depth, 16) - 1] */
 };
@@ -98,12 +100,13 @@ Trace *trace_open(const char *path, int rank, int world) {
     if (!t) { free(name); return NULL; }
     t->f = fopen(name, "w");
     if (!t->f) {
-        fprintf(stderr, "trace: cannot create %s: %s\n", name, strerror(errno));
+        fprintf(stderr, "train: rank %d: --trace: cannot create %s (%s): the run goes on without it and will exit 1\n",
+                rank, name, strerror(errno));
         free(name);
         free(t);
         return NULL;
     }
-    free(name);
+    t->part = name;
     setvbuf(t->f, NULL, _IOFBF, 1 << 20);
     t->rank = rank;
     char label[32];
@@ -115,6 +118,15 @@ Trace *trace_open(const char *path, int rank, int world) {
     put_meta(t->f, "thread_name", rank, 1, "comm");
     (void)world;   /* the merge needs it, the part does not */
     return t;
+}
+
+/* A write of the part failed (e: its errno): said once, and the part is closed. */
+static void trace_failed(Trace *t, int e) {
+    fprintf(stderr, "train: rank %d: --trace: writing %s failed (%s): the run goes on without it and will exit 1\n",
+            t->rank, t->part, strerror(e ? e : EIO));
+    if (t->f) fclose(t->f);
+    t->f = NULL;
+    t->failed = 1;
 }
 
 void trace_begin(Trace *t, const char *name, const char *cat) {
@@ -132,8 +144,9 @@ void trace_end(Trace *t) {
     if (!t || t->depth == 0) return;
     int64_t end = now_ns();
     t->depth--;
-    if (t->depth >= TRACE_DEPTH) return;   /* opened too deep: not recorded */
+    if (t->depth >= TRACE_DEPTH || !t->f) return;   /* opened too deep, or the part failed: not recorded */
     const TraceSpan *sp = &t->open[t->depth];
+    errno = 0;
     fprintf(t->f, "{\"name\":\"");
     put_json_string(t->f, sp->name);
     fprintf(t->f, "\",\"cat\":\"");
@@ -144,14 +157,21 @@ void trace_end(Trace *t) {
     fprintf(t->f, ",\"dur\":");
     put_us(t->f, end - sp->start_ns);
     fprintf(t->f, "}\n");
+    if (ferror(t->f)) trace_failed(t, errno);   /* the buffer's write, when it fills, failed */
 }
 
-void trace_close(Trace *t) {
-    if (!t) return;
+int trace_close(Trace *t) {
+    if (!t) return 0;
     while (t->depth > 0) trace_end(t);
-    if (fclose(t->f) != 0) fprintf(stderr, "trace: writing rank %d's part: %s\n", t->rank,
-                                   strerror(errno));
+    errno = 0;
+    if (t->f && fclose(t->f) != 0) {
+        t->f = NULL;
+        trace_failed(t, errno);
+    }
+    int rc = t->failed ? -1 : 0;
+    free(t->part);
     free(t);
+    return rc;
 }
 
 

@@ -52,7 +52,9 @@ typedef struct Trace Trace;
 /* Opens rank `rank`'s part of trace `path` (<path>.<rank>.part, truncated)
  * and writes its metadata events (process "rank r", threads "compute" and
  * "comm"). Returns NULL when path is NULL or empty (tracing off), and NULL
- * with a line on stderr when the file cannot be created. */
+ * with a line on stderr when the file cannot be created. A write that fails
+ * later (a full disk) is said at once in one line on stderr; nothing more
+ * is recorded, and trace_close returns -1. */
 Trace *trace_open(const char *path, int rank, int world);
 
 /* Milliseconds on a monotonic clock: the step line's timings, --time-limit's
@@ -70,8 +72,9 @@ void trace_begin(Trace *t, const char *name, const char *cat);
  * event. Without an open span it does nothing. */
 void trace_end(Trace *t);
 
-/* Ends the spans still open, flushes and closes the part file, frees t. */
-void trace_close(Trace *t);
+/* Ends the spans still open, flushes and closes the part file, frees t.
+ * 0, or -1 when a write of the part failed (said on stderr when it did). */
+int trace_close(Trace *t);
 
 /* Rank 0, after every rank's trace_close (a barrier between): joins the
  * parts of ranks 0 .. world-1 into one JSON file at `path`, written to

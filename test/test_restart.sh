@@ -20,15 +20,37 @@ MODEL="--layers 2 --heads 4 --dim 128 --max-seq 16 --vocab 61"
 ./train $D $MODEL --steps 0 --save $OUT/init.bin > $OUT/init.log 2>&1 || bad "writing the --init file: $(tail -n 1 $OUT/init.log)"
 STEPS=40
 
-# runs "$@" in the background and sends it signal $1 50 ms later (the handlers are in place
-# from the start, and a stop asked before step one comes after it); its exit status
-signal_soon() {
-    sig=$1; log=$2; shift 2
-    "$@" > $log 2>&1 &
+# signal_held SIG LOG CKDIR RANKS CMD...: runs CMD in the background with its output held: it
+# writes into a FIFO filled beforehand, so its first write (after its signal handlers are
+# installed, before step one can end on any rank) blocks. Waits for the events that show it is
+# ready (CKDIR/.lock names its pid: the lock is taken after the handlers are installed; its
+# RANKS ranks exist, which inherit them), sends SIG to it and its ranks, then lets the output
+# flow into LOG. Its exit status. (A signal sent after a fixed delay instead could come before
+# the handlers on a loaded machine, and kill it with 128 + SIG; or after its first steps, when
+# --time-limit's clock may already have stopped it.)
+signal_held() {
+    sig=$1; log=$2; ck=$3; nr=$4; shift 4
+    fifo=$log.fifo
+    rm -f $fifo && mkfifo $fifo
+    exec 3<> $fifo                                                         # opens never block
+    dd if=/dev/zero of=$fifo bs=65536 count=1 oflag=nonblock 2> /dev/null 3>&-   # the FIFO is full
+    "$@" > $fifo 2>&1 3>&- &
     pid=$!
-    sleep 0.05
-    kill -$sig $pid 2>/dev/null
+    tries=0
+    until grep -q "pid $pid\$" $ck/.lock 2> /dev/null && [ "$(pgrep -P $pid | wc -l)" -ge "$nr" ]; do
+        tries=$((tries + 1))
+        [ $tries -lt 30000 ] && [ -d /proc/$pid ] || break   # it exited (a failure the caller reports)
+        sleep 0.01
+    done
+    kill -$sig $pid $(pgrep -P $pid) 2> /dev/null
+    tr -d '\000' < $fifo > $log 3>&- &   # ends when the run's last process does
+    drain=$!
+    exec 3>&-
     wait $pid
+    rc=$?
+    wait $drain
+    rm -f $fifo
+    return $rc
 }
 
 # waits until no process of a run on $1 is left (a kill -9'd supervisor's ranks die by PDEATHSIG)
@@ -41,14 +63,15 @@ loop() {   # name, layout flags, checkpoint flags, steps
     timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --save $d/straight.bin > $d/straight.log 2>&1 ||
         { bad "$name: the straight run failed (see $d/straight.log)"; return; }
     # the one command line; its --time-limit a quarter of the straight run's wall time, so
-    # that on any machine it takes a few runs (at least one step each), and at least 0.2 s,
-    # so that the first run's SIGUSR1 (sent at 50 ms) stops it before the clock does
+    # that on any machine it takes a few runs (at least one step each), and at least 0.2 s
+    # (the first run's SIGUSR1 comes before its first step ends: signal_held)
     tl=$(echo "$t0 $(date +%s.%N)" | awk '{ t = ($2 - $1) / 4; if (t < 0.2) t = 0.2; printf "%.6f", t / 60 }')
     set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --checkpoint-dir $d/ck --checkpoint-every 3 \
         $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
-    signal_soon USR1 $d/run1.log "$@"; codes="$codes $?"
-    signal_soon KILL $d/run2.log "$@"; codes="$codes $?"
+    nr=$(echo "$layout" | sed -n 's/.*--ranks \([0-9]*\).*/\1/p')
+    signal_held USR1 $d/run1.log $d/ck ${nr:-0} "$@"; codes="$codes $?"
+    signal_held KILL $d/run2.log $d/ck ${nr:-0} "$@"; codes="$codes $?"
     wait_gone $d/ck
     n=2
     while [ $n -lt 80 ]; do
@@ -143,7 +166,8 @@ else bad "--resume on an empty directory: $(head -n 1 $OUT/empty.log)"; fi
 rm -rf $OUT/locked
 ./train $D $MODEL --batch 4 --steps 100000 --checkpoint-dir $OUT/locked > $OUT/lock1.log 2>&1 &
 pid=$!
-for i in $(seq 1 200); do grep -q '^step ' $OUT/lock1.log && break; sleep 0.05; done
+# the event: the lock names it (no fixed wait: on a loaded machine it may take a while)
+i=0; until grep -q "pid $pid\$" $OUT/locked/.lock 2> /dev/null || [ $i -ge 30000 ] || [ ! -d /proc/$pid ]; do i=$((i + 1)); sleep 0.01; done
 timeout 60 ./train $D $MODEL --batch 4 --steps 2 --checkpoint-dir $OUT/locked --resume > $OUT/lock2.out 2> $OUT/lock2.err
 rc=$?
 kill -INT $pid; wait $pid; rc1=$?
