@@ -49,10 +49,13 @@ static inline int cp_visible(int N, int T, int r, int t, int s, int j) {
 
 /* Each row is read at or after the place it is written (a position is
  * never before its row), so the copy can run in place, front to back. */
-void cp_local_tokens(int *x, int B, int T, int N, int r) {
+void cp_local_tokens(int *x, int *y, int B, int T, int N, int r) {
     int Tl = T / N;
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < Tl; i++) x[b * Tl + i] = x[b * T + cp_position(N, r, T, i)];
+        for (int i = 0; i < Tl; i++) {
+            x[b * Tl + i] = x[b * T + cp_position(N, r, T, i)];
+            if (y) y[b * Tl + i] = y[b * T + cp_position(N, r, T, i)];
+        }
 }
 
 void cp_show(FILE *f, int N, int T) {

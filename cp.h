@@ -16,8 +16,9 @@ int cp_chunk(int N, int r, int half);
 int cp_position(int N, int r, int T, int i);
 
 /* x [B,T] of whole sequences becomes, in place, x [B,T/N]: rank r's rows,
- * position cp_position(N, r, T, i) at row i. */
-void cp_local_tokens(int *x, int B, int T, int N, int r);
+ * position cp_position(N, r, T, i) at row i; and y too when not NULL (the
+ * targets beside the inputs). */
+void cp_local_tokens(int *x, int *y, int B, int T, int N, int r);
 
 /* --show-schedule --cp N: the deal of T tokens and the ring's steps, as text. */
 void cp_show(FILE *f, int N, int T);

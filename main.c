@@ -165,10 +165,7 @@ static void run_free(Run *r) {
 
 /* What pp_run asks of a step: micro-batch m's tokens, and DP's notice
  * before each backward. */
-typedef struct StepCtx {
-    Run *r;
-    int step;
-} StepCtx;
+typedef struct StepCtx { Run *r; int step; } StepCtx;
 
 /* Micro-batch `micro` of this dp rank: sequences of the global batch G = B*M*D
  * from (dp_rank*M + micro)*B on (data.c's order). */
@@ -181,10 +178,7 @@ static void step_batch(void *ctx, int micro, GPTActs *a) {
     if (data_batch(&r->train, c->step, G, (r->mesh.dp_rank * M + micro) * B, B, r->inputs, r->targets, err,
                    sizeof err) != 0)
         safe_die_usage("%s", err);   /* a token beyond the vocabulary, a shard that shrank */
-    if (N > 1) {   /* context parallelism: this rank's two chunks of each sequence (cp.c) */
-        cp_local_tokens(r->inputs, B, T, N, r->mesh.cp_rank);
-        cp_local_tokens(r->targets, B, T, N, r->mesh.cp_rank);
-    }
+    if (N > 1) cp_local_tokens(r->inputs, r->targets, B, T, N, r->mesh.cp_rank);   /* this rank's chunks (cp.c) */
     gpt_set_batch(&r->model, a, r->inputs, r->targets, B, T / N);
 }
 
@@ -222,26 +216,6 @@ static int write_gathered(Run *r, const float *buf, const char *flag, const char
     return rc;
 }
 
-/* On a GPU the step's loss stays on the device until the norm's read-back
- * (tensor.h, dev_loss_*): its mean over the micro-batches, as a float
- * averaged over dp there too (score_share_loss's arithmetic, on the device),
- * queued for the host. Called after pp_run. */
-static void loss_queue(Run *r, int M) {
-    float *mean = dev_loss_finish(&r->dev, M);
-    if (r->mesh.dp_group.size > 1)
-        comm_op_wait(comm_all_reduce(&r->mesh.dp_group, &r->dev, mean, 1, COMM_F32, COMM_AVG), &r->dev);
-    dev_loss_queue(&r->dev);
-}
-
-/* The loss loss_queue queued, once the norm has been read back: what
- * score_share_loss returns (the pp broadcast still on the host). */
-static double loss_read(Run *r) {
-    if (r->mesh.dp_group.size == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
-    float l = (float)dev_loss_read(&r->dev, 1);
-    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
-    return l;
-}
-
 /* One optimizer step over the global batch of `step` through the pipeline's
  * schedule. Returns the global mean loss and leaves the pre-clip gradient
  * norm and the lr used. On a GPU the host waits for the device once: the
@@ -257,7 +231,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     dp_step_begin(&r->dp);
     if (gpu) dev_loss_defer(&r->dev);
     double loss = pp_run(&r->pp, dloss, &cb) / M;   /* 0 on a GPU: the loss is on the device */
-    if (gpu) loss_queue(r, M);
+    if (gpu) score_loss_queue(r, M);
     if (step == 0 && a->dump_grads) {
         comm_wait(&r->comm, &r->dev);  /* the bucket all-reduces are done */
         write_gathered(r, r->model.grads, "--dump-grads", a->dump_grads);
@@ -267,7 +241,7 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     *norm = dp_step_end(&r->dp, *lr);
     gpt_params_changed(&r->model);  /* the bf16 copy is remade at each unit's next use */
     trace_end(r->trace);
-    return gpu ? loss_read(r) : score_share_loss(r, loss);
+    return gpu ? score_loss_read(r) : score_share_loss(r, loss);
 }
 
 /* ---- sampling, saving (evaluation is score.c's) ---------------------------- */
@@ -328,7 +302,7 @@ static void sample(Run *r, int n) {
         int start = i > T ? i - T : 0, len = i - start;
         memcpy(window, ctx + start, (size_t)len * sizeof(int));
         GPTActs *acts = r->pp.acts[0];
-        if (N > 1) cp_local_tokens(window, 1, T, N, r->mesh.cp_rank);   /* this rank's chunks */
+        if (N > 1) cp_local_tokens(window, NULL, 1, T, N, r->mesh.cp_rank);   /* this rank's chunks */
         gpt_set_batch(m, acts, window, NULL, 1, T / N);
         pp_forward(&r->pp, acts, 1, T / N, 0);
         int next = m->has_head ? sample_next(r, acts, len - 1, logits, row16, &rng) : V - 1;
@@ -390,36 +364,6 @@ static void run_poll_save(Run *r) {
     if (rc > 0 && r->comm.rank == 0) printf("checkpoint %s/step-%ld published\n", r->a.checkpoint_dir, r->ck_async.meta.step);
 }
 
-/* Whether to stop after this step: a signal on any rank, or --time-limit's
- * clock on any, all-reduced with MAX (stop_vote) so every rank stops after
- * the same step. Returns the signal, -1 for the time limit, or 0; *who the
- * rank that asked. */
-static int stop_agreed(Run *r, const StopClock *clock, int steps_done, int *who) {
-    int sig = stop_signal();
-    int32_t vote = stop_vote(sig, !sig && stop_time_due(clock, trace_now_ms(), steps_done), r->comm.rank);
-    if (r->comm.world_size > 1 && r->launch.graceful_stop) comm_all_reduce(&r->comm.world, NULL, &vote, 1, COMM_I32, COMM_MAX);
-    return stop_vote_reason(vote, who);
-}
-
-/* A step whose loss or gradient norm is not finite (both are the same on
- * every rank: the loss shared by score_share_loss, the norm global) stops
- * the run at once, before anything of it is saved or published, an async
- * save in flight included, so `latest` stays the last finite checkpoint
- * (Megatron's check of the loss and the gradients). Every rank exits 1;
- * rank 0 says so in one line. */
-static void stop_if_diverged(Run *r, int step, double loss, double norm) {
-    if (isfinite(loss) && isfinite(norm)) return;
-    if (r->comm.rank == 0) {
-        fflush(stdout);
-        int bad_loss = !isfinite(loss);   /* the loss comes first (the forward), then the gradients */
-        fprintf(stderr, "train: step %d diverged: the %s is %g (%s %g): stopped, nothing of step %d saved%s%s\n", step,
-                bad_loss ? "loss" : "gradient norm", bad_loss ? loss : norm, bad_loss ? "gradient norm" : "loss",
-                bad_loss ? norm : loss, step, r->a.checkpoint_dir ? "; --resume continues from the last checkpoint in " : "",
-                r->a.checkpoint_dir ? r->a.checkpoint_dir : "");
-    }
-    exit(1);
-}
-
 /* ---- the run ------------------------------------------------------------------- */
 
 /* Steps s0 .. --steps, each printed by rank 0; evaluation (score.c) every --val-every,
@@ -451,9 +395,9 @@ static int run_train(Run *r, RunLog *log, StopClock *clock, int s0, char *ckpath
         }
         fflush(stdout);
         dev_range_pop(&r->dev);
-        stop_if_diverged(r, s + 1, loss, norm);
+        stop_if_diverged(r->comm.rank, s + 1, loss, norm, a->checkpoint_dir);
         if (a->val_every && (s + 1) % a->val_every == 0 && s + 1 < a->steps) score_evaluate(r, log, s + 1);
-        int who = 0, stop = s + 1 < a->steps ? stop_agreed(r, clock, s + 1 - s0, &who) : 0;
+        int who = 0, stop = s + 1 < a->steps ? stop_agreed(&r->comm.world, r->launch.graceful_stop, clock, trace_now_ms(), s + 1 - s0, &who) : 0;
         int due = a->checkpoint_every && (s + 1) % a->checkpoint_every == 0 && s + 1 < a->steps;
         if (r->ck_async.active) run_poll_save(r);
         if (a->checkpoint_dir && (due || stop)) {

@@ -53,10 +53,7 @@ double score_val_loss(Run *r) {
         if (data_batch(&r->val, i, B * r->mesh.dp, r->mesh.dp_rank * B, B, r->inputs, r->targets, err,
                        sizeof err) != 0)
             safe_die_usage("%s", err);
-        if (N > 1) {   /* this rank's chunks of each sequence, as in training */
-            cp_local_tokens(r->inputs, B, T, N, r->mesh.cp_rank);
-            cp_local_tokens(r->targets, B, T, N, r->mesh.cp_rank);
-        }
+        if (N > 1) cp_local_tokens(r->inputs, r->targets, B, T, N, r->mesh.cp_rank);   /* as in training */
         gpt_set_batch(&r->model, acts, r->inputs, r->targets, B, T / N);
         loss += pp_forward(&r->pp, acts, B, T / N, 1) / a->val_batches;
     }
@@ -122,4 +119,22 @@ void score_evaluate(Run *r, RunLog *log, int step) {
         if (rank0) runlog_hellaswag(log, step, correct, total);
     }
     fflush(stdout);
+}
+
+/* On a GPU the step's loss stays on the device until the norm's read-back
+ * (tensor.h, dev_loss_*): its mean over the micro-batches, averaged over
+ * the dp x cp group there too (score_share_loss's arithmetic, on the device),
+ * queued for the host. */
+void score_loss_queue(Run *r, int M) {
+    float *mean = dev_loss_finish(&r->dev, M);
+    if (r->mesh.dp_group.size > 1)
+        comm_op_wait(comm_all_reduce(&r->mesh.dp_group, &r->dev, mean, 1, COMM_F32, COMM_AVG), &r->dev);
+    dev_loss_queue(&r->dev);
+}
+
+double score_loss_read(Run *r) {
+    if (r->mesh.dp_group.size == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
+    float l = (float)dev_loss_read(&r->dev, 1);
+    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
+    return l;
 }

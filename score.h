@@ -29,4 +29,11 @@ int score_hellaswag(Run *r, int *correct, int *total);
  * Collective; does nothing without either. */
 void score_evaluate(Run *r, RunLog *log, int step);
 
+/* A GPU step's loss, kept on the device: after pp_run, its mean over M
+ * micro-batches averaged over the dp x cp group and queued for the host
+ * (score_loss_queue); once the norm has been read back, the global mean
+ * loss, score_share_loss's (score_loss_read). */
+void score_loss_queue(Run *r, int M);
+double score_loss_read(Run *r);
+
 #endif

@@ -12,14 +12,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include "stop.h"
+#include "comm.h"
 
 static volatile sig_atomic_t stop_sig;   /* the one global: a signal handler's flag */
 static volatile sig_atomic_t stop_escalate;
@@ -96,4 +99,24 @@ int stop_lock(const char *dir, char *err, size_t errlen) {
     int k = snprintf(line, sizeof line, "host %s pid %d\n", host, (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)k, 0) != k) { /* the lock holds without the note */ }
     return fd;
+}
+
+int stop_agreed(CommGroup *world, int graceful, const StopClock *clock, double now_ms, int steps_done, int *who) {
+    int sig = stop_signal();
+    int32_t vote = stop_vote(sig, !sig && stop_time_due(clock, now_ms, steps_done), world->index);
+    if (world->size > 1 && graceful) comm_all_reduce(world, NULL, &vote, 1, COMM_I32, COMM_MAX);
+    return stop_vote_reason(vote, who);
+}
+
+void stop_if_diverged(int rank, int step, double loss, double norm, const char *checkpoint_dir) {
+    if (isfinite(loss) && isfinite(norm)) return;
+    if (rank == 0) {
+        fflush(stdout);
+        int bad_loss = !isfinite(loss);   /* the loss comes first (the forward), then the gradients */
+        fprintf(stderr, "train: step %d diverged: the %s is %g (%s %g): stopped, nothing of step %d saved%s%s\n", step,
+                bad_loss ? "loss" : "gradient norm", bad_loss ? loss : norm, bad_loss ? "gradient norm" : "loss",
+                bad_loss ? norm : loss, step, checkpoint_dir ? "; --resume continues from the last checkpoint in " : "",
+                checkpoint_dir ? checkpoint_dir : "");
+    }
+    exit(1);
 }

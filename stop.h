@@ -51,4 +51,22 @@ int stop_time_due(const StopClock *c, double now_ms, int steps_done);
  * with one line in err naming the other run's host and pid. */
 int stop_lock(const char *dir, char *err, size_t errlen);
 
+struct CommGroup;   /* comm.h */
+
+/* Whether to stop after this step: a signal on any rank, or --time-limit's
+ * clock on any, all-reduced over world with MAX (stop_vote) so every rank
+ * stops after the same step (graceful 0: the supervisor stops the ranks
+ * itself, no vote). Returns the signal, -1 for the time limit, or 0; *who
+ * the rank that asked. Collective over world. */
+int stop_agreed(struct CommGroup *world, int graceful, const StopClock *clock, double now_ms, int steps_done,
+                int *who);
+
+/* A step whose loss or gradient norm is not finite (both are the same on
+ * every rank: the loss shared by score_share_loss, the norm global) stops
+ * the run at once, before anything of it is saved or published, an async
+ * save in flight included, so `latest` stays the last finite checkpoint
+ * (Megatron's check of the loss and the gradients). Every rank exits 1;
+ * rank 0 says so in one line. Returns when both are finite. */
+void stop_if_diverged(int rank, int step, double loss, double norm, const char *checkpoint_dir);
+
 #endif

@@ -53,7 +53,7 @@ ext() {
     port=$((port + 1)); pids=""; r=0
     while [ $r -lt "$world" ]; do
         # shellcheck disable=SC2086
-        env $UNSET RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
+        env $UNSET TORCHELASTIC_RUN_ID=reliability-$$ RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$port ./train "$@" > "$pre.$r.log" 2>&1 &
         pids="$pids $!"; r=$((r + 1))
     done
