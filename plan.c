@@ -339,16 +339,16 @@ static void search_mesh(const GPTConfig *cfg, int G, int seq, const PlanCluster 
 }
 
 /* Context parallelism is searched second, and only when nothing fits
- * without it: it adds the ring's traffic to what dp, tp and pp already cost,
- * and pays for itself in memory, by cutting each sequence's activations N
- * ways, when a sequence is too long for a rank. */
+ * without it and something was too large (the sequence is too long for a
+ * rank): it adds the ring's traffic to what dp, tp and pp already cost, and
+ * pays for itself in memory, by cutting each sequence's activations N ways. */
 int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, int with_cp,
                 PlanSearch *ps) {
     memset(ps, 0, sizeof *ps);
     size_t cap = 1 << 20;
     ps->fit = malloc(cap * sizeof *ps->fit);
     if (!ps->fit) return -1;
-    for (int pass = 0; pass < (with_cp ? 2 : 1) && !ps->nfit; pass++)
+    for (int pass = 0; pass < (with_cp ? 2 : 1) && !ps->nfit && (!pass || ps->rejected[0]); pass++)
         for (int dp = 1; dp <= c->gpus; dp++) {
             if (c->gpus % dp || G % dp) continue;
             for (int cp = pass ? 2 : 1; cp <= (pass ? c->gpus / dp : 1); cp++) {
@@ -543,7 +543,7 @@ int plan_main(int argc, char **argv) {
                                          " lasting busy / cores times longer (the ranks share the cores)"
                                        : "compute / (1 - bubble)");
     if (all[0].l.cp > 1)   /* the search went on to context parallelism: nothing fitted without it */
-        printf("assumptions, cp: searched because no layout without it fits; each sequence in 2 cp chunks, activations"
+        printf("assumptions, cp: searched because no layout without it fits in memory; each sequence in 2 cp chunks, activations"
                " and attention's log-sum-exp for seq / cp tokens a rank; ZeRO and the dp reduction over dp x cp; the ring"
                " (cp.c) next to tp, in a node when tp x cp fits, its kv blocks %s, each pass exposed where it outlasts"
                " one block's attention (the causal half of 4 B (seq/cp)^2 C/tp flops; backward twice that, the"

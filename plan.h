@@ -79,7 +79,8 @@ void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, 
  * 1f1b; with all_schedules also interleaved, V chunks dividing the
  * layers, and zb-h1, zb-h2), evaluated; context parallelism (cp > 1, 2 cp
  * dividing seq, tp x cp inside a node) only when with_cp and no layout
- * without it fits (a second pass over the cp ranks): those that fit
+ * without it fits, some for want of memory (a second pass over the cp
+ * ranks): those that fit
  * in fit[nfit], fastest first; of the rest, how many were rejected for
  * each reason (0 memory, 1 the model does not divide, 2 tp (or tp x cp) across nodes)
  * and the one with the least memory of each. 0, or -1 out of memory. */
