@@ -263,8 +263,17 @@ static void cp_reserve(CP *cp, size_t n, size_t nd) {
         cp->dkv[i] = safe_malloc(n * sizeof(float), "the cp ring's key and value gradients");
     }
     cp->D = safe_malloc(nd * sizeof(float), "the cp ring's row dots");
+    cp->ring_bytes = (4 * n + nd) * sizeof(float);
     cp->cap = n + nd;
 }
+
+void cp_reserve_step(CP *cp, int B, int T, int C, int NH, int Cw, int embed) {
+    int Tl = T / cp->N;
+    cp_reserve(cp, (size_t)B * Tl * 2 * C, (size_t)B * NH * Tl);
+    if (embed) cp_reserve_rows(cp, (size_t)Tl * Cw);
+}
+
+size_t cp_bytes(const CP *cp) { return cp->ring_bytes + 2 * cp->pos_cap * sizeof(float); }
 
 /* The block in hand goes to rank + 1 while the next arrives from rank - 1. */
 static void cp_pass(CP *cp, float *send, float *recv, size_t n) {

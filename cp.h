@@ -70,11 +70,19 @@ typedef struct CP {
     float *D;            /* [B,NH,Tl] */
     size_t pos_cap;      /* floats of each below */
     float *wpe, *dwpe;   /* [Tl,C] the position rows of this rank's chunks, and their gradient */
+    size_t ring_bytes;   /* what kv, dkv and D hold */
 } CP;
 
 /* Binds cp to group g (N = g->size; g NULL: one rank). */
 void cp_init(CP *cp, CommGroup *g, Dev *dev);
 void cp_free(CP *cp);
+/* The ring's buffers for micro-batches of B sequences of T tokens (C, NH:
+ * this rank's channels and heads) and, with embed, the position rows of Cw
+ * channels, made now rather than at the first step, so that the memory
+ * line, printed before it, counts them (cp_bytes). */
+void cp_reserve_step(CP *cp, int B, int T, int C, int NH, int Cw, int embed);
+/* Bytes cp's buffers hold: the ring's and the position rows (0 unbound). */
+size_t cp_bytes(const CP *cp);
 
 /* The position embedding of this rank's rows: wpe's rows of its two
  * chunks, [Tl,C] (T the whole sequence), for the embedding to add. */

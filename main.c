@@ -138,6 +138,9 @@ static void run_build(Run *r) {
     if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->layout.schedule, a->layout.micro_batches,
                  a->layout.batch, a->layout.seq / a->layout.cp, r->trace, err, sizeof err) != 0)
         safe_die_usage("%s", err);
+    if (r->mesh.cp > 1)   /* the ring's buffers now, for the memory line to count */
+        cp_reserve_step(&r->cp, a->layout.batch, a->layout.seq, r->cfg.dim / r->mesh.tp, r->cfg.heads / r->mesh.tp,
+                        r->cfg.dim, r->model.has_embed);
     r->inputs = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's inputs");
     r->targets = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's targets");
 }

@@ -4,15 +4,16 @@
  * the hardware". The GPUs it knows (h100, a100: memory, peak, links) are
  * written once, here (plan_cluster_preset, plan_device_tflops).
  *
- * For every layout dp x tp x pp = gpus, ZeRO 0-3, offload, micro-batches,
- * schedule, recompute and sp it predicts per rank:
+ * For every layout dp x cp x tp x pp = gpus, ZeRO 0-3, offload,
+ * micro-batches, schedule, recompute and sp it predicts per rank:
  *  - memory, by the functions train's memory line uses: gpt_shard_params
  *    (what gpt_build allocates), zero_memory_formula (the ZeRO paper's
  *    accounting zero_memory prints), gpt_acts_formula x pp_sets_in_flight
  *    (what pp_build allocates: one set of activations a micro-batch in
  *    flight, the schedule's peak);
  *  - bytes a step in each group, the formulas test_dp, test_tp and test_3d
- *    check --comm-stats against (bus bytes, nccl-tests convention);
+ *    check --comm-stats against (bus bytes, nccl-tests convention), cp's
+ *    ring (cp.c) among them;
  *  - the bubble (pp_bubble_formula) and a step time: compute at the GPU's
  *    rate, each group's bytes at latency + bytes / bandwidth of the link
  *    it crosses (CPU ranks that share a host's cores: compute laid on the
@@ -32,9 +33,9 @@
 #define DP_HIDDEN 0.8   /* fraction of the dp reduction hidden behind backward (buckets) */
 
 static const char *const row_kind[PLAN_NROWS] = {"all_reduce", "all_gather", "reduce_scatter", "all_reduce",
-    "reduce_scatter", "all_gather", "send", "recv", "all_reduce", "broadcast", "all_reduce"};
+    "reduce_scatter", "all_gather", "send", "recv", "all_reduce", "broadcast", "all_reduce", "send", "recv"};
 static const char *const row_group[PLAN_NROWS] = {"tp", "tp", "tp", "dp", "dp", "dp", "pp", "pp", "pp", "pp",
-    "embed"};
+    "embed", "cp", "cp"};
 const char *plan_row_kind(int i) { return i >= 0 && i < PLAN_NROWS ? row_kind[i] : "?"; }
 const char *plan_row_group(int i) { return i >= 0 && i < PLAN_NROWS ? row_group[i] : "?"; }
 
@@ -85,7 +86,9 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     if (layout_check(l, cfg, 0, NULL, 0) != 0) return -1;
     GPTShard s;
     layout_stage_shard(l, cfg, stage, 0, &s);   /* what train builds on this stage (tp rank 0's shape) */
-    int D = l->dp, tp = l->tp, P = l->pp, M = l->micro_batches, V = l->virtual_chunks, seq = l->seq;
+    /* D: the group gradients reduce over and ZeRO shards over, dp x cp (comm.c's dp_group) */
+    int D = l->dp * l->cp, tp = l->tp, P = l->pp, M = l->micro_batches, V = l->virtual_chunks, seq = l->seq;
+    int ncp = l->cp;
     double N = (double)gpt_shard_params(cfg, &s);
     /* memory: the ZeRO paper's accounting (zero_memory_formula, which
      * train's memory line prints beside what it allocated) */
@@ -102,8 +105,10 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     m.nchunks = V; m.split_backward = s.split_backward;
     m.chunk_first[0] = 0;
     for (int k = 0; k < V; k++) m.chunk_first[k + 1] = m.chunk_first[k] + s.chunk_nlayers[k];
-    size_t C = cfg->dim, NH = cfg->heads, B = l->batch, T = seq;
-    size_t att = c->cpu ? B * (NH / tp) * T * T : B * (NH / tp) * T;  /* flash: a log-sum-exp a row */
+    /* T: the tokens of a sequence this rank holds (cp.c: 2 of its 2N chunks); every activation has T rows */
+    size_t C = cfg->dim, NH = cfg->heads, B = l->batch, T = seq / ncp;
+    /* attention's state a set: the CPU's softmax probabilities, or a log-sum-exp a row (flash; cp's ring) */
+    size_t att = c->cpu && ncp == 1 ? B * (NH / tp) * T * T : B * (NH / tp) * T;
     /* pp.c's sets: those of the head's chunk carry the head's buffers (pp_stage_sets) */
     int head_sets = 0, other_sets = 0;
     if (pp_stage_sets(l->schedule, P, M, V, stage, &head_sets, &other_sets) != 0) return -1;
@@ -112,6 +117,14 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     m.has_head = 0;
     r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
     m.has_head = s.has_head;
+    /* cp's own buffers (cp.c), made once and kept: the ring's kv[2] and dkv[2]
+     * [B,T,2C/tp] (the block in hand, the one arriving, their gradients) and
+     * D [B,NH/tp,T] floats, and on the embedding's stage the position rows of
+     * its chunks and their gradient, wpe and dwpe [T,C] floats. train's memory
+     * line counts them with the activations; so does the planner. */
+    double kv = (double)B * T * 2 * (C / tp) * m.esz;   /* one block of the ring, in bytes */
+    if (ncp > 1) r->ring = 4 * kv + 4.0 * B * (NH / tp) * T + (s.has_embed ? 2 * 4.0 * T * C : 0);
+    r->acts += r->ring;
     /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
      * the gradients of the unit in backward and of the one before it (whose
      * reduction completes one unit later), the embedding's two at once, and
@@ -132,6 +145,7 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
        layers' 2 forward ones again for each forward recompute repeats */
     double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;
     r->recomputed = l->recompute ? recomputed_layers(&s) : 0;
+    r->layers = s.nlayers;
     sites += 2.0 * r->recomputed;
     if (tp > 1) {
         x[PLAN_TP_AR] = norm_ar(tp);      /* the gradient norm (dp.c) */
@@ -144,6 +158,12 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
             x[PLAN_TP_RS] = M * sites * bus_ag(tp, act);
             x[PLAN_TP_AR] += M * (2.0 * s.nlayers + s.has_head) * bus_ar(tp, 2.0 * C * 4);  /* LN weights */
         }
+    }
+    if (ncp > 1) {   /* the ring, a micro-batch (cp.c): each layer forward passes the kv block on N - 1 times
+                      (and again in each forward recompute repeats), each backward N - 1 times and its
+                      gradient N times, the last hop taking it home; a pass sends one block and receives one */
+        double passes = (ncp - 1.0) * (s.nlayers + r->recomputed) + (2.0 * ncp - 1) * s.nlayers;
+        x[PLAN_CP_SEND] = x[PLAN_CP_RECV] = M * passes * kv;
     }
     double N4 = 4 * N;
     x[PLAN_DP_AR] = bus_ar(D, 4) + (l->zero >= 1 ? norm_ar(D) : 0);   /* the loss; the norm of owned shards */
@@ -172,9 +192,9 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
 }
 
 int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const Layout *l) {
-    for (int rank = 0; rank < l->dp * l->tp * l->pp; rank++) {
+    for (int rank = 0; rank < l->dp * l->cp * l->tp * l->pp; rank++) {
         PlanRank r;
-        if (plan_rank(cfg, c, l, rank / (l->tp * l->dp), &r) != 0) return -1;
+        if (plan_rank(cfg, c, l, rank / (l->tp * l->cp * l->dp), &r) != 0) return -1;
         fprintf(f, "plan rank %d: params %.6g MB, grads %.6g MB, optimizer %.6g MB, activations %.6g MB, "
                    "transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6, r.acts / 1e6,
                 r.transient / 1e6);
@@ -206,7 +226,7 @@ static double link_time(const PlanCluster *c, double bytes, double calls, int in
  * its core to another, and only slots with fewer busy ranks than cores
  * waste any: a pipeline's ramp, naive's one stage at a time. */
 static double compute_wall(const PlanCluster *c, const Layout *l, double bubble, double t) {
-    int ranks = l->dp * l->tp * l->pp, V = l->virtual_chunks;
+    int ranks = l->dp * l->cp * l->tp * l->pp, V = l->virtual_chunks;
     if (c->cores <= 0 || c->cores >= ranks) return t / (1 - bubble);
     double share = (double)ranks / c->cores;
     if (l->pp == 1) return t * share;
@@ -218,10 +238,37 @@ static double compute_wall(const PlanCluster *c, const Layout *l, double bubble,
     for (int s = 0; s < tl.T; s++) {
         int busy = 0;
         for (int st = 0; st < l->pp; st++) busy += tl.slots[st * tl.T + s].kind != PP_IDLE;
-        units += fmax(1.0, (double)busy * l->dp * l->tp / c->cores);
+        units += fmax(1.0, (double)busy * l->dp * l->cp * l->tp / c->cores);
     }
     pp_timeline_free(&tl);
     return t * units / n;
+}
+
+/* Seconds a step of cp's ring leaves exposed on a rank of stage w (cp.c's
+ * passes over the cp group's link, which sits next to tp's: inside a node
+ * while tp x cp ranks fit one). A pass sends the block in hand, kv = B
+ * (T/N) 2 (C/tp) bytes, to the next rank and receives the next; on GPUs it
+ * runs beside the attention of the block in hand, and only what that
+ * compute does not cover is exposed:
+ *   a layer forward:   (N - 1) max(0, t(kv) - a)
+ *   a layer backward:  (N - 1) max(0, 2 t(kv) - 2a) + t(kv)
+ *     (the block and its gradient move on while the next block's backward
+ *     runs; the gradient's last hop home has no block left to hide behind)
+ * t(b) = latency + b / bandwidth; a = the forward attention of one block,
+ * the causal half of its 4 B (T/N)^2 (C/tp) flops (dealt in pairs, every
+ * block but a rank's own is exactly half visible) at the matmuls' rate;
+ * backward twice that. Layer forwards: the stage's layers and each forward
+ * recompute repeats, M times a step; backwards, the layers M times. CPU
+ * ranks hide nothing (a = 0): the shared-memory sendrecv blocks. */
+static double ring_time(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, const PlanRank *w) {
+    int N = l->cp;
+    if (N <= 1) return 0;
+    double Tl = (double)l->seq / N, Cl = (double)cfg->dim / l->tp;
+    double kv = l->batch * Tl * 2 * Cl * (c->cpu ? 4 : 2);
+    double a = c->cpu ? 0 : 2.0 * l->batch * Tl * Tl * Cl / (c->tflops * 1e12 * MFU_RATE);
+    double t_kv = link_time(c, kv, 1, l->tp * N <= c->per_node);
+    double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, 2 * t_kv - 2 * a) + t_kv;
+    return l->micro_batches * ((w->layers + w->recomputed) * fwd + w->layers * bwd);
 }
 
 void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, PlanResult *p) {
@@ -245,13 +292,14 @@ void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, 
     if (p->bubble < 0) { p->why = "no schedule"; return; }
     double t_wall = compute_wall(c, l, p->bubble, p->t_compute);
     const PlanRank *w = &p->worst;
-    int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
+    int tp_in = l->tp <= c->per_node, dp_in = l->tp * l->cp * l->dp <= c->per_node, pp_in = c->gpus <= c->per_node;
     p->t_tp = link_time(c, rows_sum(w, PLAN_TP_AR, PLAN_TP_RS), M * 4.0 * cfg->layers / l->pp, tp_in);
     double tdp = link_time(c, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) + w->bytes[PLAN_EMBED_AR], 4, dp_in);
     p->t_dp = tdp - fmin(tdp, DP_HIDDEN * p->t_compute * 2 / 3);  /* hidden behind backward */
     p->t_pp = link_time(c, w->bytes[PLAN_PP_SEND] + w->bytes[PLAN_PP_RECV], 2.0 * M * V, pp_in);
-    p->step = t_wall + (p->t_tp + p->t_pp) / (1 - p->bubble) + p->t_dp;
-    if (l->offload) p->step += 16.0 * Ntot / (l->tp * l->pp * l->dp) / 25e9;  /* PCIe */
+    p->t_cp = ring_time(cfg, c, l, w);
+    p->step = t_wall + (p->t_tp + p->t_pp + p->t_cp) / (1 - p->bubble) + p->t_dp;
+    if (l->offload) p->step += 16.0 * Ntot / (l->tp * l->pp * l->dp * l->cp) / 25e9;  /* PCIe */
     p->mfu = flops / (p->step * c->gpus * c->tflops * 1e12);
     if (p->mem > c->mem_gb * 1e9) p->why = "does not fit in memory";
 }
@@ -261,40 +309,54 @@ static int cmp_step(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, PlanSearch *ps) {
+/* The layouts of one mesh, dp x cp x tp x pp = c's GPUs, into ps. */
+static void search_mesh(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, int dp,
+                        int cp, int tp, PlanSearch *ps, size_t cap) {
+    int pp = c->gpus / dp / cp / tp, per = G / dp;
+    for (int M = 1; M <= per && ps->nfit + 4096 < cap; M++) {
+        if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
+        for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
+        for (int sc = PP_NAIVE; sc <= (all_schedules ? PP_ZBH2 : PP_1F1B); sc++) for (int V = 1; V <= 16; V++)
+        for (int rc = 0; rc <= 1; rc++) for (int sp = 0; sp <= (tp > 1); sp++) {
+            if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
+            /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
+            if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
+            Layout l = {.dp = dp, .cp = cp, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
+                        .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
+                        .recompute = rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
+            PlanResult p;
+            plan_evaluate(cfg, c, &l, &p);
+            int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
+            /* tp's collectives, and cp's ring beside them, stay inside a node */
+            if (kind < 0 && tp * cp > c->per_node) kind = 2, p.why = cp > 1 ? "tp x cp crosses nodes" : "tp crosses nodes";
+            if (kind >= 0) {
+                if (!ps->rejected[kind]++ || p.mem < ps->best_rej[kind].mem) ps->best_rej[kind] = p;
+                continue;
+            }
+            ps->fit[ps->nfit++] = p;
+        }
+    }
+}
+
+/* Context parallelism is searched second, and only when nothing fits
+ * without it and something was too large (the sequence is too long for a
+ * rank): it adds the ring's traffic to what dp, tp and pp already cost, and
+ * pays for itself in memory, by cutting each sequence's activations N ways. */
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, int with_cp,
+                PlanSearch *ps) {
     memset(ps, 0, sizeof *ps);
     size_t cap = 1 << 20;
     ps->fit = malloc(cap * sizeof *ps->fit);
     if (!ps->fit) return -1;
-    for (int dp = 1; dp <= c->gpus; dp++) {
-        if (c->gpus % dp || G % dp) continue;
-        for (int tp = 1; tp <= c->gpus / dp; tp++) {
-            if ((c->gpus / dp) % tp) continue;
-            int pp = c->gpus / dp / tp, per = G / dp;
-            for (int M = 1; M <= per && ps->nfit + 4096 < cap; M++) {
-                if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
-                for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
-                for (int sc = PP_NAIVE; sc <= (all_schedules ? PP_ZBH2 : PP_1F1B); sc++) for (int V = 1; V <= 16; V++)
-                for (int rc = 0; rc <= 1; rc++) for (int sp = 0; sp <= (tp > 1); sp++) {
-                    if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
-                    /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
-                    if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
-                    Layout l = {.dp = dp, .cp = 1, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
-                                .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
-                                .recompute = rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
-                    PlanResult p;
-                    plan_evaluate(cfg, c, &l, &p);
-                    int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
-                    if (kind < 0 && tp > c->per_node) kind = 2, p.why = "tp crosses nodes";
-                    if (kind >= 0) {
-                        if (!ps->rejected[kind]++ || p.mem < ps->best_rej[kind].mem) ps->best_rej[kind] = p;
-                        continue;
-                    }
-                    ps->fit[ps->nfit++] = p;
-                }
+    for (int pass = 0; pass < (with_cp ? 2 : 1) && !ps->nfit && (!pass || ps->rejected[0]); pass++)
+        for (int dp = 1; dp <= c->gpus; dp++) {
+            if (c->gpus % dp || G % dp) continue;
+            for (int cp = pass ? 2 : 1; cp <= (pass ? c->gpus / dp : 1); cp++) {
+                if ((c->gpus / dp) % cp || seq % (2 * cp)) continue;   /* cp.c: 2 cp chunks a sequence */
+                for (int tp = 1; tp <= c->gpus / dp / cp; tp++)
+                    if ((c->gpus / dp / cp) % tp == 0) search_mesh(cfg, G, seq, c, all_schedules, dp, cp, tp, ps, cap);
             }
         }
-    }
     qsort(ps->fit, ps->nfit, sizeof *ps->fit, cmp_step);
     return 0;
 }
@@ -353,15 +415,20 @@ double plan_device_tflops(const char *device_name) {
 static void print_layout(const PlanResult *p) {
     const Layout *l = &p->l;
     const PlanRank *w = &p->worst;
-    char sched[32];
+    char sched[32], cp[24] = "", ring[40] = "";
     snprintf(sched, sizeof sched, l->virtual_chunks > 1 ? "%s V %d" : "%s", pp_schedule_name(l->schedule), l->virtual_chunks);
-    printf("  dp %3d tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
-           " | tp %.3g dp %.3g pp %.3g embed %.3g MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
-           l->dp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
+    if (l->cp > 1) {   /* context parallelism: its ranks and its ring's bytes (nothing when cp is 1) */
+        snprintf(cp, sizeof cp, " cp %d", l->cp);
+        snprintf(ring, sizeof ring, " cp %.3g", rows_sum(w, PLAN_CP_SEND, PLAN_CP_RECV) / 1e6);
+    }
+    printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
+           " | tp %.3g dp %.3g pp %.3g embed %.3g%s MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
+           l->dp, cp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
            w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
-           rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, p->bubble, p->step, 100 * p->mfu);
+           rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, ring, p->bubble, p->step,
+           100 * p->mfu);
 }
 
 /* A flag's number: all of s, finite, in [lo, hi]; else one line on stderr. */
@@ -447,7 +514,7 @@ int plan_main(int argc, char **argv) {
     }
     nodes = (c.gpus + c.per_node - 1) / c.per_node;
     PlanSearch ps;
-    if (plan_search(&cfg, G, seq, &c, all_sched, &ps) != 0) { fprintf(stderr, "plan: out of memory\n"); return 1; }
+    if (plan_search(&cfg, G, seq, &c, all_sched, 1, &ps) != 0) { fprintf(stderr, "plan: out of memory\n"); return 1; }
     size_t n = ps.nfit;
     PlanResult *all = ps.fit;
     int *rejected = ps.rejected;
@@ -475,7 +542,15 @@ int plan_main(int argc, char **argv) {
            c.cores && c.cores < c.gpus ? "compute laid on the schedule's slots, a slot with more busy ranks than cores"
                                          " lasting busy / cores times longer (the ranks share the cores)"
                                        : "compute / (1 - bubble)");
-    static const char *kinds[] = {"does not fit in memory", "the model does not divide (tp | heads, pp <= layers)", "tp crosses nodes"};
+    if (all[0].l.cp > 1)   /* the search went on to context parallelism: nothing fitted without it */
+        printf("assumptions, cp: searched because no layout without it fits in memory; each sequence in 2 cp chunks, activations"
+               " and attention's log-sum-exp for seq / cp tokens a rank; ZeRO and the dp reduction over dp x cp; the ring"
+               " (cp.c) next to tp, in a node when tp x cp fits, its kv blocks %s, each pass exposed where it outlasts"
+               " one block's attention (the causal half of 4 B (seq/cp)^2 C/tp flops; backward twice that, the"
+               " gradient's last hop home exposed whole); train runs cp on CPU ranks only so far (--device cpu)\n",
+               c.cpu ? "float32, nothing hidden (the shared-memory sendrecv blocks)" : "bf16 on a stream beside the attention");
+    const char *kinds[] = {"does not fit in memory", "the model does not divide (tp | heads, pp <= layers)",
+                           all[0].l.cp > 1 ? "tp (or tp x cp) crosses nodes" : "tp crosses nodes"};
     for (int k = 0; k < 3; k++)
         if (rejected[k]) {
             printf("rejected %d layouts: %s; e.g.", rejected[k], kinds[k]);
@@ -484,10 +559,11 @@ int plan_main(int argc, char **argv) {
     printf("%zu layouts fit; the fastest %d:\n", n, top < (int)n ? top : (int)n);
     for (size_t i = 0; i < n && (int)i < top; i++) print_layout(&all[i]);
     const PlanResult *b = &all[0];
-    char virt[32] = "";
+    char virt[32] = "", cpf[24] = "";
     if (b->l.virtual_chunks > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.virtual_chunks);
-    printf("plan: --dp %d --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s%s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
-           b->l.dp, b->l.tp, b->l.pp, b->l.zero, b->l.micro_batches, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
+    if (b->l.cp > 1) snprintf(cpf, sizeof cpf, " --cp %d", b->l.cp);
+    printf("plan: --dp %d%s --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s%s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
+           b->l.dp, cpf, b->l.tp, b->l.pp, b->l.zero, b->l.micro_batches, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
            b->l.sp ? " --sp" : "", pp_schedule_name(b->l.schedule), virt, b->mem / 1e9, b->step, 100 * b->mfu);
     plan_search_free(&ps);
     return 0;

@@ -1,4 +1,4 @@
-/* plan.h: the auto-parallel planner (自动并行): dp x tp x pp x ZeRO x
+/* plan.h: the auto-parallel planner (自动并行): dp x cp x tp x pp x ZeRO x
  * micro-batches for a model, a global batch and a cluster, by the formulas
  * train's memory line and --comm-stats are tested against. */
 #ifndef PLAN_H
@@ -45,7 +45,7 @@ double plan_flops_per_token(const GPTConfig *cfg, int seq, PlanFlops which);
 
 /* The rows of --comm-stats (operation, group) a step of training moves. */
 enum { PLAN_TP_AR, PLAN_TP_AG, PLAN_TP_RS, PLAN_DP_AR, PLAN_DP_RS, PLAN_DP_AG, PLAN_PP_SEND, PLAN_PP_RECV,
-       PLAN_PP_AR, PLAN_PP_BC, PLAN_EMBED_AR, PLAN_NROWS };
+       PLAN_PP_AR, PLAN_PP_BC, PLAN_EMBED_AR, PLAN_CP_SEND, PLAN_CP_RECV, PLAN_NROWS };
 /* Row i's operation ("all_reduce") and group ("tp"), as --comm-stats names them. */
 const char *plan_row_kind(int i);
 const char *plan_row_group(int i);
@@ -53,16 +53,18 @@ const char *plan_row_group(int i);
 /* Per rank of one stage: bytes of memory and bytes a step in each group. */
 typedef struct PlanRank {
     double params, grads, optim, acts;  /* train's memory line (optim wherever it lives) */
+    double ring;                        /* of acts, cp's ring buffers and position rows (cp.c) */
     double transient;                   /* ZeRO-2/3 unit buffers at their peak */
     double total;                       /* on the device: the above, less offloaded optimizer state */
     double bytes[PLAN_NROWS];           /* bus bytes a step in each --comm-stats row */
     int sets;                           /* activation sets in flight */
     int recomputed;                     /* layer forwards recompute repeats a micro-batch */
+    int layers;                         /* the layers this stage holds */
 } PlanRank;
 
 typedef struct PlanResult {
     Layout l;         /* dp_mode DDP (the planner does not model the parameter server), dtype bf16 on GPUs */
-    double mem, bubble, t_compute, t_tp, t_dp, t_pp, step, mfu;
+    double mem, bubble, t_compute, t_tp, t_dp, t_pp, t_cp, step, mfu;
     PlanRank worst;   /* the stage with the most memory */
     const char *why;  /* NULL when it fits */
 } PlanResult;
@@ -75,9 +77,12 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
 void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, PlanResult *p);
 /* Every layout of c's GPUs for global batch G (schedules naive, gpipe and
  * 1f1b; with all_schedules also interleaved, V chunks dividing the
- * layers, and zb-h1, zb-h2), evaluated: those that fit
+ * layers, and zb-h1, zb-h2), evaluated; context parallelism (cp > 1, 2 cp
+ * dividing seq, tp x cp inside a node) only when with_cp and no layout
+ * without it fits, some for want of memory (a second pass over the cp
+ * ranks): those that fit
  * in fit[nfit], fastest first; of the rest, how many were rejected for
- * each reason (0 memory, 1 the model does not divide, 2 tp across nodes)
+ * each reason (0 memory, 1 the model does not divide, 2 tp (or tp x cp) across nodes)
  * and the one with the least memory of each. 0, or -1 out of memory. */
 typedef struct PlanSearch {
     PlanResult *fit;
@@ -85,12 +90,13 @@ typedef struct PlanSearch {
     int rejected[3];
     PlanResult best_rej[3];
 } PlanSearch;
-int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, PlanSearch *ps);
+int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int all_schedules, int with_cp,
+                PlanSearch *ps);
 /* Frees what plan_search filled in ps. */
 void plan_search_free(PlanSearch *ps);
 
 /* train --plan-layout: for each rank of layout l (rank = tp_rank + tp x
- * (dp_rank + dp x stage), comm.c's mesh), the planner's memory line and
+ * (cp_rank + cp x (dp_rank + dp x stage)), comm.c's mesh), the planner's memory line and
  * --comm-stats rows, in train's own units, so a test can hold the two side
  * by side. 0, or -1 when the model does not divide that way. */
 int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const Layout *l);

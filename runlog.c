@@ -243,13 +243,14 @@ void runlog_free(RunLog *l) {
 void runlog_memory(Run *r) {
     DPMemory mem;
     dp_memory(&r->dp, &mem);
-    char stash[64] = "";
+    char stash[64] = "", ring[64] = "";
     if (pp_stash_bytes(&r->pp)) snprintf(stash, sizeof stash, ", of which the B->W stash %.6g MB", pp_stash_bytes(&r->pp) / 1e6);
+    if (cp_bytes(&r->cp)) snprintf(ring, sizeof ring, ", of which the cp ring %.6g MB", cp_bytes(&r->cp) / 1e6);
     printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
-           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s)\n",
+           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s%s)\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
            (mem.optim + mem.optim_host) / 1e6, r->a.layout.offload ? " on the host" : "",
-           mem.f_optim / 1e6, pp_acts_bytes(&r->pp) / 1e6, r->pp.nsets, stash);
+           mem.f_optim / 1e6, (pp_acts_bytes(&r->pp) + cp_bytes(&r->cp)) / 1e6, r->pp.nsets, stash, ring);
 }
 
 /* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */

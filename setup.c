@@ -220,9 +220,11 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
     if (l->dp || l->tp || l->pp || l->nstage_layers)
         safe_die_usage("--layout auto chooses --dp, --tp, --pp and the stages itself: give none of them");
     if (l->dp_mode == DP_PS) safe_die_usage("--layout auto: the planner does not model --dp-mode ps");
+    if (l->cp > 1) safe_die_usage("--layout auto chooses --cp itself (on CPU ranks): give no --cp");
     PlanCluster c = host_cluster(r, world, cuda);
     PlanSearch ps;
-    if (plan_search(cfg, G, l->seq, &c, a->all_schedules, &ps) != 0) safe_die_usage("--layout auto: out of memory");
+    /* cp only for CPU ranks: train refuses --cp on GPUs for now (check_device) */
+    if (plan_search(cfg, G, l->seq, &c, a->all_schedules, c.cpu, &ps) != 0) safe_die_usage("--layout auto: out of memory");
     if (!ps.nfit) {
         plan_search_free(&ps);
         safe_die_usage("--layout auto: no layout of %d ranks fits a global batch of %d sequences of %d tokens", world,
@@ -230,10 +232,11 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
     }
     const PlanResult *b = &ps.fit[0];
     *l = b->l;   /* the dtype is still the flag's to say (check_device) */
-    char virt[32] = "";
+    char virt[32] = "", cp[24] = "";
     if (l->virtual_chunks > 1) snprintf(virt, sizeof virt, " --virtual %d", l->virtual_chunks);
-    printf("layout auto: --dp %d --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s%s "
-           "(planner: %.3g GB a rank, step %.3g s, on %s)\n", l->dp, l->tp, l->pp, l->zero, l->micro_batches,
+    if (l->cp > 1) snprintf(cp, sizeof cp, " --cp %d", l->cp);
+    printf("layout auto: --dp %d%s --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s%s "
+           "(planner: %.3g GB a rank, step %.3g s, on %s)\n", l->dp, cp, l->tp, l->pp, l->zero, l->micro_batches,
            l->batch, l->offload ? " --offload" : "", l->recompute ? " --recompute" : "", l->sp ? " --sp" : "",
            pp_schedule_name(l->schedule), virt, b->mem / 1e9, b->step,
            c.cpu ? "CPU ranks" : "GPUs taken for " PLAN_DEFAULT_GPU "s, 8 a node");
@@ -390,7 +393,7 @@ void setup_check(Run *r) {
  * rank, in the units of the memory line and --comm-stats. */
 int setup_plan_layout(Run *r) {
     const Layout *l = &r->a.layout;
-    PlanCluster c = host_cluster(r, l->dp * l->tp * l->pp, r->kind == DEV_CUDA);
+    PlanCluster c = host_cluster(r, l->dp * l->cp * l->tp * l->pp, r->kind == DEV_CUDA);
     if (r->kind == DEV_CUDA && l->dtype == DT_F32) c.cpu = 1;   /* float32 activations */
     if (l->dp_mode == DP_PS) safe_die_usage("--plan-layout: the planner does not model --dp-mode ps");
     if (plan_layout_print(stdout, &r->cfg, &c, l) != 0) safe_die_usage("--plan-layout: the model does not divide that way");

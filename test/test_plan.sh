@@ -73,3 +73,27 @@ bad_auto "--layout auto beside --dp" "chooses --dp, --tp, --pp" --dp 2
 err=$(./train $T --all-schedules 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && echo "$err" | grep -q "give --layout auto" && ok "--all-schedules alone" "exit 2: $err" ||
     no "--all-schedules alone" "exit $rc: $err"
+
+# Context parallelism: searched when no layout without it fits in memory.
+# GPT-2 XL's 25 heads leave tp 1 on 8 GPUs; at 524288 tokens a sequence
+# nothing fits without cp, and the plan splits the sequence (--cp 8); at
+# 1024 tokens it does not. --layout auto takes cp for CPU ranks only (train
+# runs cp on the CPU only so far): on 4 CPU ranks a sequence of 262144
+# tokens, whose softmax probabilities (275 GB) no rank holds, gets --cp; on GPUs
+# the same request that --plan answers with cp is refused.
+XL="--layers 48 --heads 25 --dim 1600 --vocab 50257 --max-seq 524288 --global-batch 1"
+long=$(./train --plan $XL --cluster h100x8 --seq 524288 | tail -n 1)
+short=$(./train --plan $XL --cluster h100x8 --seq 1024 | tail -n 1)
+case "$long" in "plan: --dp 1 --cp 8 "*) lc=1;; *) lc=0;; esac
+case "$short" in *" --cp "*) sc=1;; "plan: --dp "*) sc=0;; *) sc=1;; esac
+[ $lc -eq 1 ] && [ $sc -eq 0 ] && ok "--plan chooses cp for a sequence too long without it" "$long; at 1024 tokens: $short" ||
+    no "--plan and cp" "524288 tokens: '$long'; 1024 tokens: '$short'"
+C="--layers 4 --heads 1 --dim 8 --vocab 61 --global-batch 1 --ranks 4 --layout auto --plan-layout"
+cpu=$(./train --device cpu $C --max-seq 262144 --seq 262144 | head -n 1)
+few=$(./train --device cpu $C --max-seq 16 --seq 16 | head -n 1)
+gpu=$(./train --device cuda $XL --ranks 8 --seq 524288 --layout auto --plan-layout 2>&1 | head -n 1)
+case "$cpu" in "layout auto: --dp "*" --cp "*) cc=1;; *) cc=0;; esac
+case "$few" in "layout auto: --dp "*" --cp "*) fc=1;; "layout auto: --dp "*) fc=0;; *) fc=1;; esac
+case "$gpu" in *"no layout of 8 ranks fits"*) gc=1;; *) gc=0;; esac
+[ $cc -eq 1 ] && [ $fc -eq 0 ] && [ $gc -eq 1 ] && ok "--layout auto and cp" "CPU, 262144 tokens: $cpu; 16 tokens: $few; GPUs: $gpu" ||
+    no "--layout auto and cp" "CPU 262144: '$cpu'; CPU 16: '$few'; GPUs: '$gpu'"

@@ -3,7 +3,8 @@
 #
 # For every factorization of 8 ranks into dp x tp x pp with ZeRO 0-3, for
 # pipelines (P = 2, 4; gpipe, 1f1b, interleaved, zb-h1, zb-h2) with and
-# without --recompute, and with --sp, ./train runs one step with --comm-stats and prints every rank's
+# without --recompute, with --sp, and for context parallelism (--cp 2, 4,
+# composed with dp, tp and sp, pp, ZeRO), ./train runs one step with --comm-stats and prints every rank's
 # memory line; ./train --plan-layout, given the same flags, prints what
 # plan.c predicts for each rank. They must agree:
 #  - params, grads, optimizer and activations of every rank: the memory
@@ -113,3 +114,17 @@ check "one-layer chunks, tp 2 interleaved --recompute" --ranks 4 --layers 4 --tp
       --virtual 2 --micro-batches 2 --recompute
 check "--stage-layers 1,3, tp 2 zb-h1 --recompute" --ranks 4 --tp 2 --pp 2 --layers 4 --stage-layers 1,3 \
       --schedule zb-h1 --micro-batches 2 --recompute
+# context parallelism (cp.c): each rank holds seq / cp tokens of every
+# sequence (--seq 16: 2 cp divides it); activations and attention's
+# log-sum-exp for those, the ring's kv and dkv blocks and the position rows
+# among the activations, ZeRO and the dp rows over dp x cp, and the ring's
+# send and recv rows of the cp group
+C="--seq 16"
+check "cp 2" --ranks 2 --cp 2 $C --micro-batches 2
+check "cp 4, recompute" --ranks 4 --cp 4 $C --recompute
+check "dp 2 x cp 2" --ranks 4 --dp 2 --cp 2 $C --micro-batches 2
+check "cp 2 x tp 2 --sp" --ranks 4 --cp 2 --tp 2 --sp $C --micro-batches 2
+check "cp 2 x pp 2 zero 1" --ranks 4 --cp 2 --pp 2 --zero 1 $C --micro-batches 4
+check "dp 2 x cp 2 zero 3" --ranks 4 --dp 2 --cp 2 --zero 3 $C --micro-batches 2
+check "cp 2 x pp 2 zb-h1 --recompute" --ranks 4 --cp 2 --pp 2 --schedule zb-h1 $C --micro-batches 4 --recompute
+check "dp 2 x cp 2 x tp 2 --sp zero 1" --ranks 8 --dp 2 --cp 2 --tp 2 --sp --zero 1 $C
