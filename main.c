@@ -107,8 +107,10 @@ static void run_build_model(Run *r) {
     gpt_build(&r->model, &r->cfg, &r->dev, &shard);
     r->model.recompute = a->layout.recompute;
     tp_attach(&r->model, &r->tpg, &r->mesh.tp_group, &r->dev, a->layout.sp);
-    if (r->mesh.cp > 1) {   /* context parallelism: attention as the cp group's ring */
+    if (r->mesh.cp > 1) {   /* context parallelism: attention as the cp group's ring; its buffers now, counted */
         cp_init(&r->cp, &r->mesh.cp_group, &r->dev);
+        cp_reserve_step(&r->cp, a->layout.batch, a->layout.seq, r->cfg.dim / r->mesh.tp, r->cfg.heads / r->mesh.tp,
+                        r->cfg.dim, r->model.has_embed);
         r->model.cp = &r->cp;
     }
     if (a->init && !r->resumed) {
@@ -138,9 +140,6 @@ static void run_build(Run *r) {
     if (pp_build(&r->pp, &r->model, &r->mesh.pp_group, &r->dev, a->layout.schedule, a->layout.micro_batches,
                  a->layout.batch, a->layout.seq / a->layout.cp, r->trace, err, sizeof err) != 0)
         safe_die_usage("%s", err);
-    if (r->mesh.cp > 1)   /* the ring's buffers now, for the memory line to count */
-        cp_reserve_step(&r->cp, a->layout.batch, a->layout.seq, r->cfg.dim / r->mesh.tp, r->cfg.heads / r->mesh.tp,
-                        r->cfg.dim, r->model.has_embed);
     r->inputs = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's inputs");
     r->targets = safe_malloc((size_t)a->layout.batch * a->layout.seq * sizeof(int), "a micro-batch's targets");
 }

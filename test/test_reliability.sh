@@ -189,6 +189,7 @@ if [ "$how" = "a 64 KiB tmpfs" ]; then
     M1="--layers 1 --heads 2 --dim 16 --max-seq 16 --vocab 61"
     ./train $D $M1 --steps 6 --checkpoint-dir $FS/ck --checkpoint-every 2 --keep 1 > $OUT/full_ck.out 2> $OUT/full_ck.err
     rc=$?
+    rm -rf $OUT/full_ck_copy
     cp -r $FS/ck $OUT/full_ck_copy 2> /dev/null
     umount $FS
     rm -f $OUT/full_ck_copy/.lock
