@@ -127,6 +127,17 @@ static inline void shm_describe_status(int code, char *buf, size_t len) {
     else snprintf(buf, len, "exit status %d", code);
 }
 
+/* -1 with err "rank R stops: rank F failed <when> (<how>)" once a rank has
+ * set h's abort word (the waits of the join and of NCCL's id), else 0. */
+static inline int shm_abort_said(ShmHeader *h, int rank, const char *when, char *err, size_t errlen) {
+    int64_t w = atomic_load(&h->abort_word);
+    if (!w) return 0;
+    char how[64];
+    shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
+    snprintf(err, errlen, "rank %d stops: rank %d failed %s (%s)", rank, (int)(w >> 32) - 2, when, how);
+    return -1;
+}
+
 /* One staging area: 512 KB, so a chunk stays in cache between the phases of
  * an all-reduce (bench_comm measured 2 ranks at about 2.0 GB/s bus bandwidth
  * for 64-256 MB against about 1.4 with 4 MB areas), and 64 ranks map 96 MB

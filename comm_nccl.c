@@ -475,14 +475,7 @@ static int id_from_segment(Comm *c, ncclUniqueId *id, char *err, size_t errlen) 
     ShmHeader *h = c->impl->shm;
     double by = now_s() + JOIN_S;
     while (!atomic_load(&h->nccl_id_ready)) {
-        int64_t w = atomic_load(&h->abort_word);
-        if (w) {
-            char how[64];
-            shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
-            snprintf(err, errlen, "rank %d stops: rank %d failed before NCCL's id was out (%s)", c->rank,
-                     (int)(w >> 32) - 2, how);
-            return -1;
-        }
+        if (shm_abort_said(h, c->rank, "before NCCL's id was out", err, errlen)) return -1;
         if (now_s() >= by) {
             snprintf(err, errlen, "rank %d: rank 0 did not hand out NCCL's id within %g s", c->rank, JOIN_S);
             return -1;

@@ -499,14 +499,7 @@ static int shm_wait_joined(Comm *c, char *err, size_t errlen) {
     int W = h->world;
     double served_by = now_s() + RENDEZVOUS_S + JOIN_S, mapped_by = now_s() + JOIN_S, next_check = 0;
     for (;;) {
-        int64_t w = atomic_load(&h->abort_word);
-        if (w) {
-            char how[64];
-            shm_describe_status((int32_t)(uint32_t)w, how, sizeof how);
-            snprintf(err, errlen, "rank %d stops: rank %d failed while the ranks joined (%s)", c->rank,
-                     (int)(w >> 32) - 2, how);
-            return -1;
-        }
+        if (shm_abort_said(h, c->rank, "while the ranks joined", err, errlen)) return -1;
         int served = atomic_load(&h->served), mapped = atomic_load(&h->mapped);
         if (served && mapped == W) return 0;
         double now = now_s();
