@@ -26,6 +26,14 @@
  * parameter server, which updates and sends the parameters back. */
 typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
 
+/* What backward recomputes rather than keeps (重计算; --recompute-mode):
+ * nothing; the MLP's GELU output, [B,T,4C/tp] a layer, from its input
+ * (llm.c's -r 1); that and the two LayerNorms' outputs, [B,T,C] each, from
+ * their inputs (-r 2); or everything but each layer's input (--recompute).
+ * The first three give the same bits: a recompute runs the forward's op on
+ * the forward's input. gpt.c's GPT.recompute holds one. */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_GELU, RECOMPUTE_NORM, RECOMPUTE_FULL } RecomputeMode;
+
 typedef struct Layout {
     /* the mesh: dp x cp x tp x pp = the job's ranks (the flags may leave one of
        dp, tp, pp at 0: setup.c infers it, comm_mesh_shape's rule, before layout_check) */
@@ -40,7 +48,8 @@ typedef struct Layout {
     int micro_batches;       /* M: micro-batches a step (gradient accumulation, pipeline depth) */
     int nstage_layers;       /* entries of stage_layers; 0: the layers split as evenly as possible */
     int stage_layers[COMM_MAX_RANKS];  /* [pp x V] layers of each chunk, the model's chunks in order */
-    int recompute;           /* keep each layer's input only; recompute the rest in backward */
+    RecomputeMode recompute; /* what backward recomputes: none, gelu, norm, or full (keep each
+                                layer's input only; recompute the rest) */
     /* the step's shape, recorded with the layout */
     int batch;               /* B: sequences a micro-batch on each dp rank */
     int seq;                 /* T: tokens a sequence */

@@ -184,3 +184,30 @@ int layout_runs_next(LayoutRuns *w, LayoutRun *r) {
                      .global = w->global + w->first + b * w->stride, .n = w->len};
     return 1;
 }
+
+/* ---------------------------------------------------------------------------
+ * gpt.h's functions that are this walk, or one line onto this file's. */
+
+void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
+    LayoutRuns w;
+    LayoutRun r;
+    for (layout_runs_start(&w, m); layout_runs_next(&w, &r);) {
+        if (!to_llmc) memcpy(internal + r.local, llmc + r.global, r.n * sizeof(float));
+        else if (layout_counts(m, r.tensor)) memcpy(llmc + r.global, internal + r.local, r.n * sizeof(float));
+    }
+}
+
+/* The names callers outside used before split.c (checkpoint.c, plan.c,
+ * test_tp.c): each one line onto this file's. */
+int gpt_tensor_replicated(const GPT *m, int i) { return layout_replicated(m->tp, i); }
+size_t gpt_layer_size(const GPTConfig *cfg, int i) {
+    return gpt_tensor_per_layer(i) ? layout_piece_size(cfg, i, 1) : 0;
+}
+size_t gpt_tensor_size(const GPTConfig *cfg, int i, int nlayers, int has_embed, int has_head) {
+    return layout_tensor_size(cfg, i, nlayers, has_embed, has_head, 1);
+}
+size_t gpt_shard_index(const GPT *m, int i, size_t k, size_t *run) {
+    return layout_piece_index(m, i, k, run);
+}
+size_t gpt_llmc_offset(const GPTConfig *cfg, int i, int l) { return layout_global_offset(cfg, i, l); }
+int gpt_tensor_counts(const GPT *m, int i) { return layout_counts(m, i); }
