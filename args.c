@@ -214,8 +214,8 @@ void args_usage(FILE *f) {
         if (!g->name) { fprintf(f, "%s\n", g->help); continue; }
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", g->name, g->value ? " " : "", g->value ? g->value : "");
-        fprintf(f, "  %-22s ", left);
-        if ((int)strlen(left) > 22) fprintf(f, "\n  %-22s ", "");
+        if ((int)strlen(left) > 22) fprintf(f, "  %s\n  %-22s ", left, "");   /* the help on a line of its own */
+        else fprintf(f, "  %-22s ", left);
         for (const char *p = g->help; *p; p++) {
             fputc(*p, f);
             if (*p == '\n') fprintf(f, "  %-22s ", "");
