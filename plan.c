@@ -286,7 +286,8 @@ int plan_search(const GPTConfig *cfg, int G, int seq, const PlanCluster *c, int 
                     if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
                     Layout l = {.dp = dp, .cp = 1, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
                                 .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
-                                .recompute = rc ? RECOMPUTE_FULL : RECOMPUTE_NONE, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
+                                .recompute = rc ? RECOMPUTE_FULL : RECOMPUTE_NONE, .batch = per / M, .seq = seq,
+                                .dtype = c->cpu ? DT_F32 : DT_BF16};
                     PlanResult p;
                     plan_evaluate(cfg, c, &l, &p);
                     int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
