@@ -30,8 +30,8 @@ typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
  * nothing; the MLP's GELU output, [B,T,4C/tp] a layer, from its input
  * (llm.c's -r 1); that and the two LayerNorms' outputs, [B,T,C] each, from
  * their inputs (-r 2); or everything but each layer's input (--recompute).
- * The first three give the same bits: a recompute runs the forward's op on
- * the forward's input. gpt.c's GPT.recompute holds one. */
+ * The modes nest, and each gives the bits of none: a recompute runs the
+ * forward's op on the forward's input. gpt.c's GPT.recompute holds one. */
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_GELU, RECOMPUTE_NORM, RECOMPUTE_FULL } RecomputeMode;
 
 typedef struct Layout {
