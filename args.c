@@ -79,6 +79,7 @@ static int parse_plan(Args *a, const char *v, char *err, size_t errlen);
 static const int decay_values[] = {1, 0};                          /* cosine|none */
 static const int backend_values[] = {COMM_NCCL, COMM_SHM, -1};     /* nccl|shm|auto */
 static const int dp_mode_values[] = {DP_ALLREDUCE, DP_PS};          /* ddp|ps */
+static const int recompute_values[] = {RECOMPUTE_NONE, RECOMPUTE_GELU, RECOMPUTE_NORM, RECOMPUTE_FULL};
 
 static const ArgsFlag flags[] = {
     {NULL, NULL, HEADING, "data and files:"},
@@ -178,7 +179,13 @@ static const ArgsFlag flags[] = {
                                                                     "model's chunks s, s+P, ... (1; the layers divide into P x V)"},
     {"stage-layers", "3,3,4,2", OWN(parse_stage_layers), "layers of each stage (as even as possible); with --virtual V,\n"
                                                          "P x V ranges: the model's chunks in order"},
-    {"recompute", NULL, SWITCH(layout.recompute, 1), "keep each layer's input only; recompute the rest in backward"},
+    {"recompute", NULL, SWITCH(layout.recompute, RECOMPUTE_FULL), "keep each layer's input only; recompute the rest in backward\n"
+                                                                  "(--recompute-mode full)"},
+    {"recompute-mode", "none|gelu|norm|full", CHOICE(layout.recompute, recompute_values),
+     "what backward recomputes instead of keeping (none): gelu, the MLP's\n"
+     "GELU output from its input (llm.c's -r 1); norm, that and both\n"
+     "LayerNorms' outputs (-r 2); full, all but each layer's input. gelu\n"
+     "and norm give the bits of none; the memory line shows what each keeps"},
     {"show-schedule", NULL, SWITCH(show_schedule, 1), "draw the schedule and its bubble, as text and SVG, and exit\n"
                                                       "(no data needed)"},
     {"schedule-svg", "FILE", OWN(parse_schedule_svg), "where --show-schedule writes the SVG (schedule.svg); implies it"},
@@ -207,8 +214,8 @@ void args_usage(FILE *f) {
         if (!g->name) { fprintf(f, "%s\n", g->help); continue; }
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", g->name, g->value ? " " : "", g->value ? g->value : "");
-        fprintf(f, "  %-22s ", left);
-        if ((int)strlen(left) > 22) fprintf(f, "\n  %-22s ", "");
+        if ((int)strlen(left) > 22) fprintf(f, "  %s\n  %-22s ", left, "");   /* the help on a line of its own */
+        else fprintf(f, "  %-22s ", left);
         for (const char *p = g->help; *p; p++) {
             fputc(*p, f);
             if (*p == '\n') fprintf(f, "  %-22s ", "");

@@ -43,7 +43,7 @@ typedef struct Args {
     int ranks;                /* --ranks: fork this many ranks (0: one, or the launcher's) */
     Layout layout;            /* --dp --tp --pp (0: inferred), --sp, --dp-mode, --zero, --offload,
                                  --schedule, --virtual, --micro-batches, --stage-layers,
-                                 --recompute, --batch, --seq */
+                                 --recompute(-mode), --batch, --seq */
     double bucket_mb;         /* --bucket-mb: DDP's and ZeRO-1's gradient bucket, MB of float32 */
     const char *dump_grads;   /* write step 0's reduced gradients here (for tests) */
     int show_schedule;        /* --show-schedule: draw the schedule and exit */

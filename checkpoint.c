@@ -21,7 +21,7 @@
  * order of --save's model files: the one coordinate system every layout
  * shares. A rank's local layout (gpt.h: layer-major, a stage's layers, a tp
  * slice of each tensor) maps onto it by runs (local, global, n): gpt.h's
- * layout.c's walk over a shard's runs, the map gpt_llmc_copy applies
+ * layout.c's walk over a shard's runs, the map layout_llmc_copy applies
  * element by element; ZeRO's ownership (zero.h:
  * bucket b owns [off + own_off, + own_n), its state at state_off) cuts those
  * runs into the pieces this rank owns. A shard holds, for its pieces in the

@@ -2,7 +2,7 @@
  *
  * A 256-int32 header (magic 20240326, version 3 for float32, then maxT, V,
  * L, heads, C, Vp) and the parameters in llm.c's order, so models from
- * llm.c's tools load here and ours load there. gpt_llmc_copy converts
+ * llm.c's tools load here and ours load there. layout_llmc_copy converts
  * between that order and the layer-major layout in memory; a stage takes
  * only its own tensors from the file.
  *
@@ -184,7 +184,7 @@ int ckpt_load(const char *path, GPT *m, char *err, size_t errlen) {
         free(llmc); free(host);
         return -1;
     }
-    gpt_llmc_copy(m, host, llmc, 0);
+    layout_llmc_copy(m, host, llmc, 0);
     dev_from_host(m->dev, m->params, host, local);
     gpt_params_changed(m);
     free(llmc);
@@ -221,7 +221,7 @@ int ckpt_save(const char *path, GPT *m, char *err, size_t errlen) {
     float *host = safe_malloc(bytes, "the parameters");
     float *llmc = safe_malloc(bytes, "the parameters in llm.c's order");
     dev_to_host(m->dev, host, m->params, bytes);
-    gpt_llmc_copy(m, host, llmc, 1);
+    layout_llmc_copy(m, host, llmc, 1);
     int rc = ckpt_write(path, &m->cfg, llmc, err, errlen);
     free(host);
     free(llmc);

@@ -20,9 +20,10 @@
  *    shard sits in the unsplit model and which copy counts;
  *  - 数据并行 (data, ZeRO): the unit hooks let dp.c and zero.c reduce
  *    gradients as they are finished and gather sharded parameters on use;
- *  - 重计算 (recompute): a set of activations keeps each layer's input and
- *    one slot for the inner activations, which backward refills layer by
- *    layer (the two lines marked 重计算 below).
+ *  - 重计算 (recompute): a set of activations keeps one slot, not one a
+ *    layer, of what the mode recomputes (the GELU output; the LayerNorms'
+ *    outputs too; or all but each layer's input), which backward refills
+ *    layer by layer through layer_recompute, with the forward's own ops.
  * Nothing here knows how a stage or shard was chosen; it computes what it
  * holds. Every op goes through m->dev->ops, so the same code runs the CPU
  * reference and the CUDA kernels.
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt.h"
+#include "layout.h"
 #include "safe.h"
 #include "layout.h"
 #include "tp.h"
@@ -91,7 +93,6 @@ static int set_layers(const GPT *m) {
         if (gpt_chunk_layers(m, c) > n) n = gpt_chunk_layers(m, c);
     return n;
 }
-
 
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
     if (cfg->layers < 1 || cfg->heads < 1 || cfg->dim < 1 || cfg->max_seq < 1 || cfg->vocab < 1) {
@@ -259,15 +260,6 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
     }
 }
 
-void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
-    LayoutRuns w;
-    LayoutRun r;
-    for (layout_runs_start(&w, m); layout_runs_next(&w, &r);) {
-        if (!to_llmc) memcpy(internal + r.local, llmc + r.global, r.n * sizeof(float));
-        else if (layout_counts(m, r.tensor)) memcpy(llmc + r.global, internal + r.local, r.n * sizeof(float));
-    }
-}
-
 /* The backward scratch for max_bt rows (n), made (alloc 1) or freed (0):
  * dx, dln, full [n,C], datty [n,C/tp], dqkv [n,3C/tp], dfch, dfchg
  * [n,4C/tp] in the dev's dtype, and sp_dw [2C] float32. */
@@ -376,10 +368,10 @@ void gpt_init_random(GPT *m, uint64_t seed) {
  * (on the last stage), the B->W stash (split backward only). */
 #define ACTS_FIELDS(X)                                                        \
     X(x_in, rows * C, E)                                                      \
-    X(ln1, nk * bt * C, E) X(ln1_mean, nk * rows, 4) X(ln1_rstd, nk * rows, 4) \
+    X(ln1, nkn * bt * C, E) X(ln1_mean, nk * rows, 4) X(ln1_rstd, nk * rows, 4) \
     X(qkv, nk * bt * 3 * Cl, E) X(atty, nk * bt * Cl, E) X(att, nk * a->att_stride, 4) \
-    X(res2, nk * rows * C, E) X(ln2, nk * bt * C, E) X(ln2_mean, nk * rows, 4)  \
-    X(ln2_rstd, nk * rows, 4) X(fch, nk * bt * Fl, E) X(fchg, nk * bt * Fl, E)  \
+    X(res2, nk * rows * C, E) X(ln2, nkn * bt * C, E) X(ln2_mean, nk * rows, 4) \
+    X(ln2_rstd, nk * rows, 4) X(fch, nk * bt * Fl, E) X(fchg, nkg * bt * Fl, E) \
     X(res3, nl * rows * C, E) X(proj, bt * C, E)
 #define HEAD_FIELDS(X)                                                        \
     X(lnf, bt * C, E) X(lnf_mean, rows, 4) X(lnf_rstd, rows, 4) X(logits, bt * Vl, E) \
@@ -391,14 +383,17 @@ void gpt_init_random(GPT *m, uint64_t seed) {
 #define ACTS_SIZES                                                                  \
     size_t C = m->cfg.dim, tp = m->tp, Cl = C / tp, Fl = 4 * C / tp, NHl = m->cfg.heads / tp; \
     size_t Vl = m->cfg.padded_vocab / tp, nl = set_layers(m), B = a->B, T = a->T;    \
-    size_t bt = B * T, rows = a->rows, nk = a->kept, E = a->esz;                     \
-    (void)Cl; (void)E; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk;
+    size_t bt = B * T, rows = a->rows, nk = a->kept, nkn = a->kept_norm, nkg = a->kept_gelu, E = a->esz; \
+    (void)Cl; (void)E; (void)Fl; (void)NHl; (void)Vl; (void)nl; (void)rows; (void)nk; (void)nkn; (void)nkg;
 
-/* A set's shape before anything is allocated. */
+/* A set's shape before anything is allocated: one slot of what the mode
+ * recomputes (the modes nest: gelu's fchg, norm's also ln1 and ln2, full's
+ * all the inner activations). */
 static GPTActs acts_shape(const GPT *m, int B, int T, size_t att_stride) {
-    int nl = set_layers(m);
-    return (GPTActs){.B = B, .T = T, .rows = tp_stream_rows(m, B * T), .esz = m->esz,
-                     .att_stride = att_stride, .kept = m->recompute && nl > 0 ? 1 : nl};
+    int nl = set_layers(m), one = nl > 0, r = m->recompute;
+    return (GPTActs){.B = B, .T = T, .rows = tp_stream_rows(m, B * T), .esz = m->esz, .att_stride = att_stride,
+                     .kept = r >= RECOMPUTE_FULL ? one : nl, .kept_norm = r >= RECOMPUTE_NORM ? one : nl,
+                     .kept_gelu = r >= RECOMPUTE_GELU ? one : nl};
 }
 
 /* Bytes gpt_acts_build allocates for a set on m's shape (m needs only cfg,
@@ -589,19 +584,20 @@ typedef struct LayerActs {
     void *res3;                  /* [rows,C] the layer's output */
 } LayerActs;
 
-/* 重计算: with recompute a set has one slot of inner activations, which
- * every layer's forward refills; without, one a layer. The output res3
- * always has a place of its own: it is the next layer's input. */
+/* 重计算: what the mode recomputes has one slot in a set, which every
+ * layer's forward refills; the rest one a layer. The output res3 always
+ * has a place of its own: it is the next layer's input. */
 static LayerActs layer_acts(const GPT *m, const GPTActs *a, int j) {
     size_t C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, N = (size_t)a->B * a->T, rows = a->rows;
-    size_t slot = a->kept == 1 ? 0 : (size_t)j;
+    size_t slot = a->kept == 1 ? 0 : (size_t)j, sn = a->kept_norm == 1 ? 0 : (size_t)j;
+    size_t sg = a->kept_gelu == 1 ? 0 : (size_t)j;
     return (LayerActs){
-        .ln1 = at(m, a->ln1, slot * N * C), .ln1_mean = a->ln1_mean + slot * rows,
+        .ln1 = at(m, a->ln1, sn * N * C), .ln1_mean = a->ln1_mean + slot * rows,
         .ln1_rstd = a->ln1_rstd + slot * rows, .qkv = at(m, a->qkv, slot * N * 3 * Cl),
         .atty = at(m, a->atty, slot * N * Cl), .att = a->att + slot * a->att_stride,
-        .res2 = at(m, a->res2, slot * rows * C), .ln2 = at(m, a->ln2, slot * N * C),
+        .res2 = at(m, a->res2, slot * rows * C), .ln2 = at(m, a->ln2, sn * N * C),
         .ln2_mean = a->ln2_mean + slot * rows, .ln2_rstd = a->ln2_rstd + slot * rows,
-        .fch = at(m, a->fch, slot * N * Fl), .fchg = at(m, a->fchg, slot * N * Fl),
+        .fch = at(m, a->fch, slot * N * Fl), .fchg = at(m, a->fchg, sg * N * Fl),
         .res3 = at(m, a->res3, (size_t)j * rows * C)};
 }
 
@@ -767,6 +763,27 @@ static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerD
                           L.ln1_mean, L.ln1_rstd, N);
 }
 
+/* 重计算: what the set keeps one slot of, made again for layer j by the
+ * forward's own ops on the forward's inputs, so the bits are the
+ * forward's: full, the whole layer from its input; norm, the LayerNorms
+ * from the layer's input and res2 (gathered again under sequence
+ * parallelism, as forward did); gelu and norm, the GELU from fc's output.
+ * A chunk of one layer still has them from its forward. */
+static void layer_recompute(GPT *m, GPTActs *a, int j, int B, int T) {
+    int l = set_layer(m, a, j), u = unit_of_layer(m, l), N = B * T;
+    if (gpt_chunk_layers(m, a->chunk) == 1) return;
+    if (a->kept == 1) { layer_forward(m, a, j, B, T); return; }
+    LayerActs L = layer_acts(m, a, j);
+    if (a->kept_norm == 1) {
+        params_acquire(m, u);
+        LayerTensors w = layer_tensors(m, l, param);
+        tp_layernorm_forward(m, L.ln1, L.ln1_mean, L.ln1_rstd, NULL, layer_input(m, a, j), NULL, w.ln1w, w.ln1b, N);
+        tp_layernorm_forward(m, L.ln2, L.ln2_mean, L.ln2_rstd, NULL, L.res2, NULL, w.ln2w, w.ln2b, N);
+        params_release(m, u);
+    }
+    if (a->kept_gelu == 1) m->dev->ops->gelu_forward(m->dev, L.fchg, L.fch, (size_t)N * 4 * m->cfg.dim / m->tp);
+}
+
 /* Layer j's backward: whole, its parameters' gradients with the input's;
  * or split, a zero-bubble schedule's B: the input's alone, the outputs'
  * left in the stash for W. */
@@ -774,9 +791,8 @@ static void layer_backward(GPT *m, GPTActs *a, int j, int B, int T, int split) {
     int l = set_layer(m, a, j), u = unit_of_layer(m, l);
     params_acquire(m, u);
     if (!split) grads_acquire(m, u);
-    /* 重计算: the inner activations again, from the layer's kept input (a
-     * chunk of one layer still has them from its forward) */
-    if (a->kept == 1 && gpt_chunk_layers(m, a->chunk) > 1) layer_forward(m, a, j, B, T);
+    /* 重计算: a split backward's B reads only what full recompute drops */
+    if (!split || a->kept == 1) layer_recompute(m, a, j, B, T);
     LayerDeltas dl = split ? stash_deltas(m, a, j) : scratch_deltas(m);
     LayerTensors dw = split ? (LayerTensors){0} : layer_tensors(m, l, grad);
     layer_backprop(m, a, j, B, T, &dl, &dw);
@@ -791,8 +807,8 @@ static void layer_backward_weights(GPT *m, GPTActs *a, int j, int B, int T) {
     int C = m->cfg.dim, Cl = C / m->tp, Fl = 4 * C / m->tp, N = B * T;
     int l = set_layer(m, a, j), u = unit_of_layer(m, l);
     grads_acquire(m, u);
-    /* 重计算: after B only layer 0's inner activations are in the one slot */
-    if (a->kept == 1 && j > 0) layer_forward(m, a, j, B, T);
+    /* 重计算: after B the slots hold layer 0's (full) or the forward's last layer's */
+    if (a->kept != 1 || j > 0) layer_recompute(m, a, j, B, T);
     LayerActs L = layer_acts(m, a, j);
     LayerDeltas s = stash_deltas(m, a, j);
     LayerTensors dw = layer_tensors(m, l, grad);

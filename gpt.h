@@ -40,7 +40,7 @@ typedef struct GPTConfig {
  * leading wte and wpe, the last the lnf unit and, when it is not also the
  * first, the trailing wte: the tied copy, a unit of its own on both ends so
  * that the two copies' gradients can be summed shard for shard.
- * gpt_llmc_copy converts to and from llm.c's order. */
+ * layout_llmc_copy converts to and from llm.c's order. */
 enum {
     GPT_WTE,       /* [Vp, C] */
     GPT_WPE,       /* [maxT, C] */
@@ -137,8 +137,10 @@ struct GPT {
     GPTTensorParallel tpc;     /* its collectives; unused when tp == 1 */
     struct CP *cp;             /* context parallelism (cp.c): each sequence's T tokens are this
                                   rank's T/N, attention a ring over the cp group; NULL: none */
-    int recompute;             /* keep only layer inputs; recompute the rest in backward
-                                  (and again in W when the backward is split) */
+    int recompute;             /* layout.h's RecomputeMode: what backward makes again rather
+                                  than keeps: nothing, the GELU output, also the LayerNorms'
+                                  outputs, or all but the layer inputs (full; again in W
+                                  when the backward is split, where W alone needs the others) */
     size_t sizes[GPT_NTENSORS];     /* elements of each tensor held here (0 if absent) */
     size_t offsets[GPT_NTENSORS];   /* where each starts in params / grads; for per-layer
                                        tensors, in the first local layer's unit */
@@ -188,14 +190,17 @@ typedef struct GPTActs {
     size_t esz;      /* bytes of an element of the void * buffers */
     size_t att_stride;  /* floats of one layer's attention state */
     int rows;        /* rows of the residual stream here: B*T, or B*T/tp with sequence parallelism */
-    int kept;        /* layers whose inner activations are kept: nl, or 1 with recompute */
+    int kept;        /* layers whose inner activations are kept: nl, or 1 with full recompute */
+    int kept_norm;   /* layers whose ln1 and ln2 are kept: nl, or 1 recomputing norm or full */
+    int kept_gelu;   /* layers whose fchg is kept: nl, or 1 with any recompute */
     int has_head;    /* holds the head's buffers (lnf .. lse), else those are NULL */
     int *tokens;     /* [B,T] inputs on dev (first stage); with tp, ids local to this rank's vocabulary slice */
     int *targets;    /* [B,T] on dev (last stage) */
     int *embed_plan; /* [2BT+1] on dev: dev_embed_plan of tokens, for a deterministic embedding backward on GPUs */
     int embed_runs;  /* its run count, -1 when there is none (CPU, or no tokens set) */
     void *x_in;      /* [rows,C] the stage's input: the embedding, or what the previous stage sent */
-    /* per layer, stacked over the stage's layers (nl = kept layers for all but res3) */
+    /* per layer, stacked over the stage's layers (nl = kept layers for all but res3;
+       kept_norm for ln1 and ln2, kept_gelu for fchg) */
     void *ln1;       /* [nl,B,T,C] (all rows, gathered, with sequence parallelism) */
     float *ln1_mean, *ln1_rstd;  /* [nl,rows] */
     void *qkv;       /* [nl,B,T,3C/tp] this rank's heads' q, k, v */
@@ -242,7 +247,7 @@ int gpt_preset(const char *name, GPTConfig *cfg);
 /* Parameters shard s holds (gpt_build's num_params), without building it. */
 size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s);
 /* Bytes of one set of activations (gpt_acts_build's), from the shape alone:
- * m needs cfg, tp, tpc.sp, nlayers, has_head, recompute and esz; nchunks
+ * m needs cfg, tp, tpc.sp, nlayers, has_head, recompute (the mode) and esz; nchunks
  * (0: one chunk of nlayers) and chunk_first size the set for the largest
  * chunk, split_backward adds the B->W stash. */
 size_t gpt_acts_formula(const GPT *m, int B, int T, size_t att_stride, int cuda);
@@ -291,13 +296,6 @@ size_t gpt_tensor_offset(const GPT *m, int i, int l);
 /* Pointer to tensor i of local layer l (l ignored for whole-model tensors)
  * inside base, which is m->params, m->grads or any buffer of the same layout. */
 float *gpt_tensor(const GPT *m, float *base, int i, int l);
-
-/* Copies between this shard's layout (internal [num_params]) and llm.c's
- * order of the whole model (llmc [gpt_total_params], host memory both),
- * run by run (layout.h's layout_runs_next): to_llmc 1 fills this shard's
- * elements of llmc (only the copies that count, layout_counts, so a sum
- * over tp ranks assembles the model), 0 fills internal from them. */
-void gpt_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
 
 /* Calls fn(ctx, off, n, tensor) for each piece of [offset, offset + count)
  * of this stage's layout that lies in one tensor of one layer, in order:
@@ -353,7 +351,8 @@ void gpt_head_logits(GPT *m, GPTActs *a, int B, int T);
  * does the input gradient and stashes in a what
  * gpt_chunk_backward_weights (W) needs later for the layers' parameter
  * gradients; W reads nothing but a (and, with recompute, the parameters,
- * to run the layers' forward again), and a must not be reused in between.
+ * to run the layers' forward, or their LayerNorms, again), and a must not
+ * be reused in between.
  * The head's and the embedding's gradients are B's (they need no stash). */
 void gpt_head_backward(GPT *m, GPTActs *a, int B, int T);
 void gpt_chunk_backward(GPT *m, GPTActs *a, int c, int B, int T);

@@ -307,3 +307,12 @@ int layout_runs_next(LayoutRuns *w, LayoutRun *r) {
                      .global = w->global + w->first + b * w->stride, .n = w->len};
     return 1;
 }
+
+void layout_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc) {
+    LayoutRuns w;
+    LayoutRun r;
+    for (layout_runs_start(&w, m); layout_runs_next(&w, &r);) {
+        if (!to_llmc) memcpy(internal + r.local, llmc + r.global, r.n * sizeof(float));
+        else if (layout_counts(m, r.tensor)) memcpy(llmc + r.global, internal + r.local, r.n * sizeof(float));
+    }
+}

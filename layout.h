@@ -26,6 +26,14 @@
  * parameter server, which updates and sends the parameters back. */
 typedef enum { DP_ALLREDUCE = 0, DP_PS = 1 } DPMode;
 
+/* What backward recomputes rather than keeps (重计算; --recompute-mode):
+ * nothing; the MLP's GELU output, [B,T,4C/tp] a layer, from its input
+ * (llm.c's -r 1); that and the two LayerNorms' outputs, [B,T,C] each, from
+ * their inputs (-r 2); or everything but each layer's input (--recompute).
+ * The modes nest, and each gives the bits of none: a recompute runs the
+ * forward's op on the forward's input. gpt.c's GPT.recompute holds one. */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_GELU, RECOMPUTE_NORM, RECOMPUTE_FULL } RecomputeMode;
+
 typedef struct Layout {
     /* the mesh: dp x cp x tp x pp = the job's ranks (the flags may leave one of
        dp, tp, pp at 0: setup.c infers it, comm_mesh_shape's rule, before layout_check) */
@@ -40,7 +48,8 @@ typedef struct Layout {
     int micro_batches;       /* M: micro-batches a step (gradient accumulation, pipeline depth) */
     int nstage_layers;       /* entries of stage_layers; 0: the layers split as evenly as possible */
     int stage_layers[COMM_MAX_RANKS];  /* [pp x V] layers of each chunk, the model's chunks in order */
-    int recompute;           /* keep each layer's input only; recompute the rest in backward */
+    RecomputeMode recompute; /* what backward recomputes: none, gelu, norm, or full (keep each
+                                layer's input only; recompute the rest) */
     /* the step's shape, recorded with the layout */
     int batch;               /* B: sequences a micro-batch on each dp rank */
     int seq;                 /* T: tokens a sequence */
@@ -80,7 +89,7 @@ void layout_stage_shard(const Layout *l, const GPTConfig *cfg, int stage, int tp
  * (layout_piece_size), which copy of a tensor counts once (layout_counts),
  * and its runs: the pieces of the shard that are contiguous both here and
  * in the unsplit model (layout_runs_start / layout_runs_next), which the
- * model's --save and load (gpt_llmc_copy), the initialisation and the
+ * model's --save and load (layout_llmc_copy), the initialisation and the
  * checkpoints walk.
  */
 
@@ -154,5 +163,12 @@ typedef struct LayoutRuns {
  *   for (layout_runs_start(&w, m); layout_runs_next(&w, &r);) ... r.local, r.global, r.n ... */
 void layout_runs_start(LayoutRuns *w, const GPT *m);
 int layout_runs_next(LayoutRuns *w, LayoutRun *r);
+
+/* Copies between this shard's layout (internal [num_params]) and llm.c's
+ * order of the whole model (llmc [gpt_total_params], host memory both),
+ * run by run (layout.h's layout_runs_next): to_llmc 1 fills this shard's
+ * elements of llmc (only the copies that count, layout_counts, so a sum
+ * over tp ranks assembles the model), 0 fills internal from them. */
+void layout_llmc_copy(const GPT *m, float *internal, float *llmc, int to_llmc);
 
 #endif

@@ -204,7 +204,7 @@ static int write_gathered(Run *r, const float *buf, const char *flag, const char
     float *llmc = safe_malloc(total * sizeof(float), "the model in llm.c's order");
     memset(llmc, 0, total * sizeof(float));
     dev_to_host(m->dev, host, buf, m->num_params * sizeof(float));
-    gpt_llmc_copy(m, host, llmc, 1);
+    layout_llmc_copy(m, host, llmc, 1);
     comm_all_reduce(&r->mesh.tp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
     comm_all_reduce(&r->mesh.pp_group, NULL, llmc, total, COMM_F32, COMM_SUM);
     int rc = 0;

@@ -144,9 +144,14 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     /* Megatron's all-reduces a micro-batch: 2 a layer forward, 2 backward; the
        layers' 2 forward ones again for each forward recompute repeats */
     double sites = 4.0 * s.nlayers + s.has_embed + s.has_head;
-    r->recomputed = l->recompute ? recomputed_layers(&s) : 0;
+    r->recomputed = l->recompute == RECOMPUTE_FULL ? recomputed_layers(&s) : 0;
     r->layers = s.nlayers;
     sites += 2.0 * r->recomputed;
+    /* --recompute-mode gelu, norm: no matmul flops again; norm gathers ln1's and ln2's rows again under sp,
+       once a layer of a chunk of two or more (B's count without the split) */
+    GPTShard once = s;
+    once.split_backward = 0;
+    double regathers = l->recompute == RECOMPUTE_NORM ? 2.0 * recomputed_layers(&once) : 0;
     if (tp > 1) {
         x[PLAN_TP_AR] = norm_ar(tp);      /* the gradient norm (dp.c) */
         if (s.has_head)                  /* vocab-parallel cross-entropy: each rank's row statistics */
@@ -154,7 +159,7 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
         if (!l->sp) {
             x[PLAN_TP_AR] += M * sites * bus_ar(tp, act);
         } else {                         /* all-gather before, reduce-scatter after each site */
-            x[PLAN_TP_AG] += M * sites * bus_ag(tp, act);
+            x[PLAN_TP_AG] += M * (sites + regathers) * bus_ag(tp, act);
             x[PLAN_TP_RS] = M * sites * bus_ag(tp, act);
             x[PLAN_TP_AR] += M * (2.0 * s.nlayers + s.has_head) * bus_ar(tp, 2.0 * C * 4);  /* LN weights */
         }
@@ -323,7 +328,7 @@ static void search_mesh(const GPTConfig *cfg, int G, int seq, const PlanCluster 
             if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
             Layout l = {.dp = dp, .cp = cp, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
                         .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
-                        .recompute = rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
+                        .recompute = rc ? RECOMPUTE_FULL : RECOMPUTE_NONE, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
             PlanResult p;
             plan_evaluate(cfg, c, &l, &p);
             int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;

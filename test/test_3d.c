@@ -9,6 +9,9 @@
  *    into B and a deferred W), each with and without --recompute, and
  *    ZB-H2 with P = 4; and inside dp 2 x tp 2 x pp 2, ZeRO-1 (V = 2), with
  *    and without --recompute;
+ *  - --recompute-mode gelu, norm and full: the bits of no recompute, byte
+ *    for byte, on one rank, tp 2 with sp and pp 2 under zb-h1, and rank 0's
+ *    activations falling mode by mode, each the planner's figure;
  *  - every factorization of 8 ranks into dp x tp x pp, with ZeRO 0 and 1
  *    (the articles' 4D: DP+PP+TP+ZeRO-1), and a few more (ZeRO 2 and 3 with
  *    a pipeline, --offload, --sp, uneven --stage-layers);
@@ -327,6 +330,81 @@ static void context_parallel(Checks *c) {
     train_run_free(&ref);
 }
 
+/* The whole of file path (NULL when it cannot be read), its size in *n. */
+static char *file_bytes(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    *n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        b = malloc((size_t)*n + 1);
+        if (fread(b, 1, (size_t)*n, f) != (size_t)*n) { free(b); b = NULL; }
+    }
+    if (f) fclose(f);
+    return b;
+}
+
+/* The MB after "activations " in the line of out that starts with key, or -1. */
+static double acts_mb(const char *out, const char *key) {
+    const char *p = out ? strstr(out, key) : NULL;
+    p = p ? strstr(p, "activations ") : NULL;
+    return p ? atof(p + 12) : -1;
+}
+
+/* --recompute-mode: gelu and norm recompute with the forward's own ops on
+ * the forward's inputs, so each saves the model of no recompute byte for
+ * byte: on one rank (and in bf16), tp 2 with sp (the LayerNorms' outputs
+ * gathered again) and pp 2 under zb-h1 (W recomputes after B); full is
+ * --recompute, byte for byte. Rank 0's activations (the memory line) fall
+ * from none to gelu to norm to full, each what --plan-layout counts. */
+static void recompute_modes(Checks *c) {
+    Model md = {"--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8",
+                4, 32, 128, 16, params_of(4)};
+    static const struct { const char *name, *flags; int plan; } lay[] = {
+        {"one rank", "--batch 4", 1},
+        {"one rank, bf16", "--dtype bf16 --batch 4", 0},   /* the planner's bf16 is the GPU's */
+        {"tp 2, sp", "--ranks 2 --tp 2 --sp --batch 4", 1},
+        {"pp 2, zb-h1", "--ranks 2 --pp 2 --schedule zb-h1 --batch 1 --micro-batches 4", 1},
+    };
+    static const char *mode[] = {"--recompute-mode none", "--recompute-mode gelu", "--recompute-mode norm",
+                                 "--recompute-mode full", "--recompute"};
+    char flags[512], save[128], name[256], cmd[1024];
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+        char *bytes[5];
+        long n[5];
+        double acts[5], plan[5];
+        int ok = 1;
+        for (int k = 0; k < 5; k++) {
+            Result r, p;
+            snprintf(flags, sizeof flags, "%s %s", lay[i].flags, mode[k]);
+            snprintf(save, sizeof save, OUT "/recompute%d.bin", k);
+            remove(save);
+            run(&r, &md, flags, save);
+            ok = ok && r.rc == 0 && r.nsteps == STEPS;
+            bytes[k] = file_bytes(save, &n[k]);
+            acts[k] = acts_mb(r.out, "memory rank 0: ");
+            snprintf(cmd, sizeof cmd, TRAIN_BIN " %s --device cpu %s --plan-layout 2>&1", md.flags, flags);
+            if (lay[i].plan) train_run(&p, cmd);
+            plan[k] = lay[i].plan ? acts_mb(p.out, "plan rank 0: ") : acts[k];
+            if (lay[i].plan) train_run_free(&p);
+            train_run_free(&r);
+        }
+        for (int k = 1; k < 5; k++) {
+            int same = ok && bytes[0] && bytes[k] && n[k] == n[0] && !memcmp(bytes[k], bytes[0], (size_t)n[0]);
+            snprintf(name, sizeof name, "%s: %s", lay[i].name, mode[k]);
+            check(c, same, name, "the model saved after %d steps (%ld bytes) %s no recompute's%s", STEPS, n[k],
+                  same ? "equals, byte for byte," : "differs from", k == 4 ? " and --recompute-mode full's" : "");
+        }
+        int falls = acts[0] > acts[1] && acts[1] > acts[2] && acts[2] > acts[3] && acts[3] == acts[4] && acts[3] > 0;
+        int planned = 1;
+        for (int k = 0; k < 5; k++) planned = planned && plan[k] == acts[k];
+        snprintf(name, sizeof name, "%s: activations by mode", lay[i].name);
+        check(c, ok && falls && planned, name, "rank 0's activations none %g, gelu %g, norm %g, full %g MB (--recompute "
+              "%g)%s", acts[0], acts[1], acts[2], acts[3], acts[4],
+              lay[i].plan ? (planned ? ", each the planner's" : ", NOT the planner's") : "");
+        for (int k = 0; k < 5; k++) free(bytes[k]);
+    }
+}
+
 #ifdef TRAIN_NCCL_EMU
 /* The layouts a GPU box runs, over the emulated NCCL in both timings. */
 static void nccl_layouts(Checks *c, const Model *md, const Result *ref, const float *pref) {
@@ -378,6 +456,7 @@ int main(void) {
     if (!EMU) pipelines(&c);
     if (!EMU) new_schedules(&c);
     if (!EMU) context_parallel(&c);
+    if (!EMU) recompute_modes(&c);
 
     /* every factorization of 8 ranks: 8 layers and 8 heads, so any split divides */
     Model big = {"--data test/fixtures/ref_tokens.bin --layers 8 --heads 8 --dim 32 --max-seq 16 --vocab 61 --seq 8",

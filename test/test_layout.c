@@ -6,7 +6,7 @@
  *    llm.c's order [0, gpt_total_params) exactly once, and each run lies in
  *    its own tensor's span there;
  *  - layout_piece_index agrees with the runs element for element;
- *  - gpt_llmc_copy there and back: every rank's parameters are the right
+ *  - layout_llmc_copy there and back: every rank's parameters are the right
  *    elements of the whole model, and the ranks' copies reassemble it;
  *  - Megatron's cuts by hand for tp 2, rank 1: qkvw's rows of heads 3..5 in
  *    each of q, k and v; attprojw's and fcprojw's right half of every row;
@@ -42,7 +42,7 @@ static int layout(Checks *c, const GPTConfig *cfg, Dev *dev, int P, int V, int t
             build(&m, cfg, dev, P, V, st, tp, r);
             int *local = calloc(m.num_params, sizeof(int));
             float *mine = malloc(m.num_params * sizeof(float));
-            gpt_llmc_copy(&m, mine, whole, 0);
+            layout_llmc_copy(&m, mine, whole, 0);
             LayoutRuns w;
             LayoutRun run;
             for (layout_runs_start(&w, &m); layout_runs_next(&w, &run); runs++) {
@@ -60,7 +60,7 @@ static int layout(Checks *c, const GPTConfig *cfg, Dev *dev, int P, int V, int t
                 }
             }
             for (size_t k = 0; k < m.num_params; k++) bad += local[k] != 1;
-            gpt_llmc_copy(&m, mine, back, 1);
+            layout_llmc_copy(&m, mine, back, 1);
             free(local);
             free(mine);
             gpt_free(&m);

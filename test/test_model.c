@@ -17,6 +17,7 @@
 #include <string.h>
 #include <stdint.h>
 #include "check.h"
+#include "layout.h"
 #include "tensor.h"
 #include "gpt.h"
 #include "data.h"
@@ -138,7 +139,7 @@ static void check_gradients(Checks *c, const Expected *e, DevKind kind, DType dt
           e->loss0, lerr, bd->loss);
     float *host = malloc(m.num_params * 4), *g = malloc(m.num_params * 4);
     dev_to_host(&dev, host, m.grads, m.num_params * 4);
-    gpt_llmc_copy(&m, host, g, 1);  /* g in llm.c's order, as the fixture */
+    layout_llmc_copy(&m, host, g, 1);  /* g in llm.c's order, as the fixture */
     double worst = 0;
     size_t off = 0;
     for (int i = 0; i < GPT_NTENSORS; i++, off += m.sizes[i - 1]) {
