@@ -1,8 +1,10 @@
 #!/bin/sh
 # bench/cp_memory.sh (make bench-cp): context parallelism's memory at T 4096
 # on the CPU (issue 41, "How it must be shown"): a GPT-2 124M-shaped model
-# (width 768, 12 heads; LAYERS layers, 2 by default so that the three runs
-# take minutes on two cores) trained one step of batch 1 x 4096 tokens at
+# (width 768, 12 heads, GPT-2's vocabulary of 50257, whose logits at 4096
+# tokens weigh about as much as a layer's activations; LAYERS layers, 4 by
+# default rather than 12, so that cp 1 needs about 7 GB and the three runs
+# take about two minutes on two cores) trained one step of batch 1 x 4096 tokens at
 # --cp 1, 2 and 4 (--ranks N --cp N), and for each rank:
 #   - the activations train counts (its "memory rank r: ... activations X MB"
 #     line: gpt.c's buffers of a set of activations);
@@ -19,14 +21,15 @@
 #     its parent's and its VmHWM to a file; the ranks are the processes whose
 #     parent is the --ranks supervisor, in the order it forks them (rank 0
 #     first, so in pid order).
-# Then the table: the resident memory a rank saves against cp 1 beside the counted saving
-# (activations plus those buffers), and their ratio; the planner's
-# activations a rank (--plan-layout) beside train's.
-# Environment: LAYERS (2), SEQ (4096), VOCAB (empty: the data's, 256 for
-# bytes), OUT (test/out/cp_memory).
+# Then the table: the resident memory a rank saves against cp 1 beside the
+# counted saving (activations plus those buffers), their ratio, and the
+# saving in activations alone; the planner's activations a rank
+# (--plan-layout) beside train's.
+# Environment: LAYERS (4), SEQ (4096), VOCAB (50257; empty: the data's,
+# 256 for bytes), OUT (test/out/cp_memory).
 set -u
 cd "$(dirname "$0")/.." || exit 2
-LAYERS=${LAYERS:-2} SEQ=${SEQ:-4096} VOCAB=${VOCAB:-}
+LAYERS=${LAYERS:-4} SEQ=${SEQ:-4096} VOCAB=${VOCAB-50257}
 OUT=${OUT:-test/out/cp_memory}
 DATA=data/tinyshakespeare_train.txt
 [ -x ./train ] || { echo "bench-cp: build ./train first (make build)"; exit 2; }
@@ -78,8 +81,8 @@ for N in 1 2 4; do
 done
 echo
 awk -v C=$C -v NH=$NH -v B=$B -v T=$SEQ -v out="$OUT" 'BEGIN {
-    printf "| cp | rank | activations counted (MB) | planner activations (MB) | + scratch counted (MB) | peak RSS (MB) | RSS saved vs cp 1 (MB) | counted saved vs cp 1 (MB) | ratio |\n"
-    printf "|---|---|---|---|---|---|---|---|---|\n"
+    printf "| cp | rank | activations counted (MB) | planner activations (MB) | + scratch counted (MB) | peak RSS (MB) | RSS saved vs cp 1 (MB) | counted saved vs cp 1 (MB) | ratio | activations saved (MB) |\n"
+    printf "|---|---|---|---|---|---|---|---|---|---|\n"
     for (N = 1; N <= 4; N *= 2) {
         Tl = T / N
         scratch = 15 * C * B * Tl * 4                                 # gpt.c scratch_rows
@@ -98,11 +101,11 @@ awk -v C=$C -v NH=$NH -v B=$B -v T=$SEQ -v out="$OUT" 'BEGIN {
         for (r = 0; r < nr[N]; r++) {
             counted = acts[N, r] + scratch / 1e6
             rssmb = rss[N, r] * 1024 / 1e6   # kB of 1024 bytes to MB of 1e6
-            if (N == 1) { base_c = counted; base_r = rssmb }
+            if (N == 1) { base_c = counted; base_r = rssmb; base_a = acts[N, r] }
             dr = base_r - rssmb; dc = base_c - counted
-            printf "| %d | %d | %.1f | %s | %.1f | %.1f | %s | %s | %s |\n", N, r, acts[N, r], plan, counted, rssmb,
+            printf "| %d | %d | %.1f | %s | %.1f | %.1f | %s | %s | %s | %s |\n", N, r, acts[N, r], plan, counted, rssmb,
                    N == 1 ? "-" : sprintf("%.1f", dr), N == 1 ? "-" : sprintf("%.1f", dc),
-                   N == 1 ? "-" : sprintf("%.3f", dr / dc)
+                   N == 1 ? "-" : sprintf("%.3f", dr / dc), N == 1 ? "-" : sprintf("%.1f", base_a - acts[N, r])
         }
     }
 }'
