@@ -7,6 +7,7 @@
 #   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
 #   make bench-data   the data loader: RSS, PSS and tokens/s with 1 and 30 shards
 #   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
+#   make bench-cp     context parallelism's memory at T 4096: counted and resident, cp 1, 2, 4 (LAYERS=4)
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
 #
@@ -163,7 +164,7 @@ include test/emu/emu.mk
 $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/train/main.o test/emu/tensor_cuda.o test/emu/emu_dev.o: .flags-c
 
 
-.PHONY: all build tests train test docs bench bench-cpu bench-comm bench-data bench-pipeline bench-plan bench-ckpt compare-layouts clean
+.PHONY: all build tests train test docs bench bench-cpu bench-comm bench-data bench-pipeline bench-plan bench-ckpt bench-cp compare-layouts clean
 
 all: build
 
@@ -305,6 +306,10 @@ bench-plan: build bench/bench_comm
 
 bench-ckpt: build
 	@sh bench/bench_ckpt.sh
+
+# a 124M-shaped model at T 4096 on cp 1, 2, 4: activations counted, peak RSS, the planner's (bench/cp_memory.sh)
+bench-cp: build data/tinyshakespeare_train.txt
+	@sh bench/cp_memory.sh
 
 # one small model under 1 rank, DDP, ZeRO-3, TP, PP and 4D on the CPU: their
 # loss curves on one plot, test/out/layouts.svg (STEPS=300)

@@ -22,15 +22,20 @@
  * and one dear chunk, and the work is equal exactly:
  *   Tc^2 (2N - 1) + Tc (Tc + 1) scores for every r  (Tc = T / 2N).
  *
- * The functions below are written as plain loops over (row, head, key):
- * they are the specification, checked against ops.c's attention over the
- * whole sequence by test/test_cp.c.
+ * Each block of the ring is written twice, as ops.c writes attention: as
+ * plain loops over (row, head, key), cp_block_forward_naive and
+ * _backward_naive, the specification; and as the path the ring runs,
+ * cp_block_forward and _backward, each chunk pair's products handed to
+ * gemm.c. test/test_cp.c checks both against ops.c's attention over the
+ * whole sequence.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cp.h"
+#include "exp_f32.h"
+#include "gemm.h"
 #include "safe.h"
 
 int cp_chunk(int N, int r, int half) { return half ? 2 * N - 1 - r : r; }
@@ -95,8 +100,8 @@ int cp_check(int N, int T, char *err, size_t errlen) {
     return 0;
 }
 
-void cp_block_forward(float *out, float *lse, const float *qkv, const float *kv, int B, int T, int C,
-                      int NH, int N, int r, int s, uint64_t *pairs) {
+void cp_block_forward_naive(float *out, float *lse, const float *qkv, const float *kv, int B, int T,
+                            int C, int NH, int N, int r, int s, uint64_t *pairs) {
     int Tl = T / N, hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
     uint64_t count = 0;
@@ -159,9 +164,9 @@ void cp_backward_prep(float *D, const float *out, const float *dout, int B, int 
 
 /* A (batch, head) pair owns its channels of dqkv and dkv, so the threads
  * split pairs and no two write the same element. */
-void cp_block_backward(float *dqkv, float *dkv, const float *qkv, const float *kv, const float *out,
-                       const float *lse, const float *D, const float *dout, int B, int T, int C, int NH,
-                       int N, int r, int s) {
+void cp_block_backward_naive(float *dqkv, float *dkv, const float *qkv, const float *kv,
+                             const float *out, const float *lse, const float *D, const float *dout, int B,
+                             int T, int C, int NH, int N, int r, int s) {
     int Tl = T / N, hs = C / NH;
     float scale = (float)(1.0 / sqrt((double)hs));
     (void)out;
@@ -190,6 +195,168 @@ void cp_block_backward(float *dqkv, float *dkv, const float *qkv, const float *k
                     }
                 }
             }
+}
+
+/* ---------------------------------------------------------------------------
+ * The fast path, what the ring runs: the same blocks as matrix products.
+ * Rank r's rows are runs of consecutive positions (its two chunks; one run
+ * of T when N = 1), and so are rank s's keys. A pair of chunks is one of
+ * three: the key chunk earlier than the query chunk, seen whole; the same
+ * chunk (r = s), causal, seen up to the diagonal; the key chunk later, not
+ * seen. Per (batch, head), in blocks of CP_ROWS query rows inside one
+ * chunk, the scores S = Q K^T go to gemm.c over the strided views of qkv
+ * and kv (nothing is transposed in memory) for the keys the block's last
+ * row sees, then the block's softmax and log-sum-exp, then P V by gemm,
+ * then the merge; backward recomputes P and runs dP = dO V^T, dS, dQ += dS
+ * K, dK += dS^T Q, dV += P^T dO by gemm (ops.c's cpu_attention_forward /
+ * _backward, a block at a time). A (batch, head) pair is one thread's, its
+ * products single-threaded inside (gemm.c runs one thread in a parallel
+ * region), and each product sums in an order fixed by its shape: no
+ * result depends on the thread count. */
+
+#define CP_ROWS 96   /* query rows a block, as ops.c's AT_ROWS */
+
+/* Rank r's rows as runs of consecutive positions: n runs of len rows, run
+ * k at rows [k len, (k + 1) len) holding positions pos[k] + i. */
+typedef struct {
+    int n, len, pos[2];
+} CPRuns;
+
+static CPRuns cp_runs(int N, int r, int T) {
+    if (N == 1) return (CPRuns){.n = 1, .len = T};
+    int Tc = T / (2 * N);
+    return (CPRuns){.n = 2, .len = Tc, .pos = {cp_chunk(N, r, 0) * Tc, cp_chunk(N, r, 1) * Tc}};
+}
+
+/* How many of rank s's rows rank r's query row t sees, counted from rank
+ * s's first row: the causal mask as chunk pairs. Rank s's chunks come in
+ * order of position (s before 2N-1-s), so whatever a query sees of the
+ * later one it sees the earlier whole: the keys seen are always the
+ * block's first rows, and within a chunk a later row sees as many or more. */
+static int cp_seen(int N, int T, int r, int t, int s) {
+    CPRuns q = cp_runs(N, r, T), k = cp_runs(N, s, T);
+    int qi = t / q.len, tq = t % q.len, n = 0;
+    for (int kk = 0; kk < k.n; kk++) {
+        if (k.pos[kk] < q.pos[qi]) n = (kk + 1) * k.len;            /* an earlier chunk: whole */
+        else if (k.pos[kk] == q.pos[qi]) n = kk * k.len + tq + 1;   /* the same chunk: causal */
+    }                                                               /* a later chunk: nothing */
+    return n;
+}
+
+/* The end of the block of query rows that starts at row r0: CP_ROWS rows,
+ * or fewer at the end of r0's chunk. */
+static int cp_block_end(const CPRuns *q, int r0) {
+    int end = (r0 / q->len + 1) * q->len;
+    return r0 + CP_ROWS < end ? r0 + CP_ROWS : end;
+}
+
+void cp_block_forward(float *out, float *lse, const float *qkv, const float *kv, int B, int T, int C,
+                      int NH, int N, int r, int s, uint64_t *pairs) {
+    int Tl = T / N, hs = C / NH;
+    size_t lq = 3 * (size_t)C, lk = 2 * (size_t)C;   /* a row of qkv, of kv */
+    float scale = (float)(1.0 / sqrt((double)hs));
+    CPRuns q = cp_runs(N, r, T);
+    uint64_t count = 0;
+    #pragma omp parallel reduction(+:count)
+    {
+        float *S = safe_malloc((size_t)CP_ROWS * Tl * sizeof(float), "cp scores");     /* [CP_ROWS, <= Tl] */
+        float *ob = safe_malloc((size_t)CP_ROWS * hs * sizeof(float), "cp partial");   /* [CP_ROWS, hs] */
+        float *lb = safe_malloc((size_t)CP_ROWS * 2 * sizeof(float), "cp partial lse"); /* [CP_ROWS, 2] */
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                const float *Q = qkv + (size_t)b * Tl * lq + h * hs;           /* [Tl,hs] at lq */
+                const float *K = kv + (size_t)b * Tl * lk + h * hs, *V = K + C; /* [Tl,hs] at lk */
+                float *O = out + (size_t)b * Tl * C + h * hs;                   /* [Tl,hs] at C */
+                float *L = lse + ((size_t)b * NH + h) * Tl;                     /* [Tl] */
+                for (int r0 = 0; r0 < Tl; r0 = cp_block_end(&q, r0)) {
+                    int r1 = cp_block_end(&q, r0), nc = cp_seen(N, T, r, r1 - 1, s);
+                    if (nc == 0) continue;   /* a later chunk: no key of this block is visible */
+                    gemm(r1 - r0, nc, hs, Q + r0 * lq, lq, 1, K, 1, lk, S, nc, 0, NULL);
+                    /* the block's softmax: each row's visible scores, its max, e^(s - max), their sum */
+                    for (int t = r0; t < r1; t++) {
+                        float *a = S + (size_t)(t - r0) * nc;   /* [nc] */
+                        int n = cp_seen(N, T, r, t, s);
+                        float m = -INFINITY;
+                        #pragma omp simd reduction(max:m)
+                        for (int j = 0; j < n; j++) {
+                            a[j] *= scale;
+                            m = a[j] > m ? a[j] : m;
+                        }
+                        double sum = 0;
+                        #pragma omp simd reduction(+:sum)
+                        for (int j = 0; j < n; j++) { a[j] = exp_f32(a[j] - m); sum += a[j]; }
+                        for (int j = n; j < nc; j++) a[j] = 0;
+                        lb[2 * (t - r0)] = m + (float)log(sum);
+                        lb[2 * (t - r0) + 1] = (float)sum;
+                        count += (uint64_t)n;
+                    }
+                    gemm(r1 - r0, hs, nc, S, nc, 1, V, lk, 1, ob, hs, 0, NULL);   /* unnormalised P V */
+                    /* the merge: both partials rescaled to the new log-sum-exp */
+                    for (int t = r0; t < r1; t++) {
+                        float lse_b = lb[2 * (t - r0)], sum = lb[2 * (t - r0) + 1];
+                        float *l = L + t, *o = O + (size_t)t * C;   /* [hs] */
+                        const float *p = ob + (size_t)(t - r0) * hs;  /* [hs] */
+                        float hi = *l > lse_b ? *l : lse_b;
+                        float merged = hi + logf(expf(*l - hi) + expf(lse_b - hi));
+                        float keep = expf(*l - merged), add = expf(lse_b - merged) / sum;
+                        for (int i = 0; i < hs; i++) o[i] = o[i] * keep + p[i] * add;
+                        *l = merged;
+                    }
+                }
+            }
+        free(S);
+        free(ob);
+        free(lb);
+    }
+    if (pairs) *pairs += count;
+}
+
+void cp_block_backward(float *dqkv, float *dkv, const float *qkv, const float *kv, const float *out,
+                       const float *lse, const float *D, const float *dout, int B, int T, int C, int NH,
+                       int N, int r, int s) {
+    int Tl = T / N, hs = C / NH;
+    size_t lq = 3 * (size_t)C, lk = 2 * (size_t)C;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    CPRuns q = cp_runs(N, r, T);
+    (void)out;
+    #pragma omp parallel
+    {
+        float *P = safe_malloc((size_t)CP_ROWS * Tl * sizeof(float), "cp probabilities");  /* [CP_ROWS, <= Tl] */
+        float *dS = safe_malloc((size_t)CP_ROWS * Tl * sizeof(float), "cp score grads");   /* [CP_ROWS, <= Tl] */
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                size_t qo = (size_t)b * Tl * lq + h * hs, ko = (size_t)b * Tl * lk + h * hs;
+                const float *Q = qkv + qo, *K = kv + ko, *V = K + C;    /* [Tl,hs] at lq, lk, lk */
+                float *dQ = dqkv + qo, *dK = dkv + ko, *dV = dK + C;     /* [Tl,hs] at lq, lk, lk */
+                const float *G = dout + (size_t)b * Tl * C + h * hs;     /* [Tl,hs] at C */
+                const float *L = lse + ((size_t)b * NH + h) * Tl, *Dr = D + ((size_t)b * NH + h) * Tl;  /* [Tl] */
+                for (int r0 = 0; r0 < Tl; r0 = cp_block_end(&q, r0)) {
+                    int r1 = cp_block_end(&q, r0), nc = cp_seen(N, T, r, r1 - 1, s), M = r1 - r0;
+                    if (nc == 0) continue;
+                    gemm(M, nc, hs, Q + r0 * lq, lq, 1, K, 1, lk, P, nc, 0, NULL);    /* S = Q K^T */
+                    gemm(M, nc, hs, G + r0 * (size_t)C, C, 1, V, 1, lk, dS, nc, 0, NULL);  /* dP = dO V^T */
+                    /* P = e^(S scale - lse) with the merged lse; dS = P (dP - D) scale; 0 where not seen */
+                    for (int t = r0; t < r1; t++) {
+                        float *p = P + (size_t)(t - r0) * nc, *e = dS + (size_t)(t - r0) * nc;   /* [nc] */
+                        float l = L[t], d = Dr[t];
+                        int n = cp_seen(N, T, r, t, s);
+                        #pragma omp simd
+                        for (int j = 0; j < n; j++) {
+                            p[j] = exp_f32(p[j] * scale - l);
+                            e[j] = p[j] * (e[j] - d) * scale;
+                        }
+                        for (int j = n; j < nc; j++) p[j] = e[j] = 0;
+                    }
+                    gemm(M, hs, nc, dS, nc, 1, K, lk, 1, dQ + r0 * lq, lq, 1, NULL);               /* dQ += dS K */
+                    gemm(nc, hs, M, dS, 1, nc, Q + r0 * lq, lq, 1, dK, lk, 1, NULL);               /* dK += dS^T Q */
+                    gemm(nc, hs, M, P, 1, nc, G + r0 * (size_t)C, C, 1, dV, lk, 1, NULL);          /* dV += P^T dO */
+                }
+            }
+        free(P);
+        free(dS);
+    }
 }
 
 void cp_pack_kv(float *kv, const float *qkv, int B, int Tl, int C) {

@@ -38,9 +38,15 @@ int cp_check(int N, int T, char *err, size_t errlen);
  * partial output o_b and log-sum-exp lse_b per (row, head); they merge into
  * out [B,Tl,C] and lse [B,NH,Tl], which start at 0 and -inf:
  *   lse' = log(e^lse + e^lse_b),  out' = out e^(lse - lse') + o_b e^(lse_b - lse').
- * pairs, when not NULL, counts the (query, key) scores computed. */
+ * pairs, when not NULL, counts the (query, key) scores computed. By
+ * chunk pairs through gemm.c; the result does not depend on the thread
+ * count. */
 void cp_block_forward(float *out, float *lse, const float *qkv, const float *kv, int B, int T, int C,
                       int NH, int N, int r, int s, uint64_t *pairs);
+/* The same as plain loops over (row, head, key): the specification the
+ * fast path above (per chunk pair, by gemm) is tested against. */
+void cp_block_forward_naive(float *out, float *lse, const float *qkv, const float *kv, int B, int T,
+                            int C, int NH, int N, int r, int s, uint64_t *pairs);
 
 /* D [B,NH,Tl] = the row dot products dO . O each head's backward needs. */
 void cp_backward_prep(float *D, const float *out, const float *dout, int B, int Tl, int C, int NH);
@@ -53,6 +59,10 @@ void cp_backward_prep(float *D, const float *out, const float *dout, int B, int 
 void cp_block_backward(float *dqkv, float *dkv, const float *qkv, const float *kv, const float *out,
                        const float *lse, const float *D, const float *dout, int B, int T, int C, int NH,
                        int N, int r, int s);
+/* The same as plain loops (the specification). */
+void cp_block_backward_naive(float *dqkv, float *dkv, const float *qkv, const float *kv,
+                             const float *out, const float *lse, const float *D, const float *dout, int B,
+                             int T, int C, int NH, int N, int r, int s);
 
 /* kv [B,Tl,2C] = the k and v parts of qkv [B,Tl,3C]. */
 void cp_pack_kv(float *kv, const float *qkv, int B, int Tl, int C);
