@@ -182,7 +182,10 @@ int comm_mesh_build(Comm *c, int dp, int cp, int tp, int pp, CommMesh *m, char *
     /* colors: the coordinates a group's members share, folded into one number */
     comm_split(c, dc + dp * cp * m->pp_rank, m->tp_rank, "tp", &m->tp_group);
     comm_split(c, m->tp_rank + tp * m->pp_rank, dc, "dp", &m->dp_group);
-    comm_split(c, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank), m->cp_rank, "cp", &m->cp_group);
+    if (cp > 1)   /* a communicator only where there is a ring (NCCL's, and its emulation's, are counted) */
+        comm_split(c, m->tp_rank + tp * (m->dp_rank + dp * m->pp_rank), m->cp_rank, "cp", &m->cp_group);
+    else
+        m->cp_group = (CommGroup){.comm = c, .name = "cp", .size = 1, .index = 0, .ranks = NULL};
     comm_split(c, m->tp_rank + tp * dc, m->pp_rank, "pp", &m->pp_group);
     comm_split(c, end_stage ? m->tp_rank + tp * dc : COMM_NO_COLOR, m->pp_rank, "embed", &m->embed_group);
     return 0;

@@ -144,7 +144,8 @@ struct Comm {
 typedef struct CommMesh {
     int dp, cp, tp, pp;
     int dp_rank, cp_rank, tp_rank, pp_rank;
-    CommGroup dp_group, cp_group, tp_group, pp_group, embed_group;
+    CommGroup dp_group, cp_group, tp_group, pp_group, embed_group;   /* cp_group: a group of its own
+                                                                         only when cp > 1 */
 } CommMesh;
 
 /* ---- launching ---------------------------------------------------------- */

@@ -83,6 +83,17 @@ typedef struct NcclQueue {
     int size, *ranks;            /* its members, world ranks */
 } NcclQueue;
 
+/* An operation on q's communicator that failed: the group and NCCL's own
+ * last words (an async error a peer raised comes back here, when the host
+ * calls again before the watchdog has looked), as the watchdog says it. */
+static void nccl_qcheck(Comm *c, const NcclQueue *q, ncclResult_t r, const char *call, const char *file, int line) {
+    if (r == ncclSuccess) return;
+    const char *detail = ncclGetLastError(q->comm);
+    comm_die(c, "error: rank %d: NCCL error on group %s (%d ranks): %s%s%s (%s at %s:%d)", c->rank, q->name, q->size,
+             ncclGetErrorString(r), detail && *detail ? ": " : "", detail ? detail : "", call, file, line);
+}
+#define NCCL_QCHECK(c, q, call) nccl_qcheck((c), (q), (call), #call, __FILE__, __LINE__)
+
 /* This rank's NCCL state beside CommImpl (c->impl->nccl). */
 typedef struct NcclState {
     Comm *c;
@@ -196,11 +207,11 @@ typedef enum { INPLACE_ALL_REDUCE, INPLACE_BROADCAST, INPLACE_REDUCE } InPlace;
 static void inplace_call(Comm *c, NcclQueue *q, InPlace k, void *p, size_t n, CommDtype t, CommRed op,
                          int root) {
     if (k == INPLACE_ALL_REDUCE)
-        NCCL_CHECK(c, ncclAllReduce(p, p, n, nccl_type(t), nccl_op(op), q->comm, q->stream));
+        NCCL_QCHECK(c, q, ncclAllReduce(p, p, n, nccl_type(t), nccl_op(op), q->comm, q->stream));
     else if (k == INPLACE_BROADCAST)
-        NCCL_CHECK(c, ncclBroadcast(p, p, n, nccl_type(t), root, q->comm, q->stream));
+        NCCL_QCHECK(c, q, ncclBroadcast(p, p, n, nccl_type(t), root, q->comm, q->stream));
     else
-        NCCL_CHECK(c, ncclReduce(p, p, n, nccl_type(t), nccl_op(op), root, q->comm, q->stream));
+        NCCL_QCHECK(c, q, ncclReduce(p, p, n, nccl_type(t), nccl_op(op), root, q->comm, q->stream));
 }
 
 static const char *inplace_names[] = {"ncclAllReduce", "ncclBroadcast", "ncclReduce"};
@@ -256,7 +267,7 @@ CommOp nccl_reduce_scatter(CommGroup *g, Dev *d, void *out, const void *in, size
     const char *src = host ? stage_in(c, q, base, in, n * es) : in;
     char *dst = host ? base + a + p : out;
     if (!extra) {
-        NCCL_CHECK(c, ncclReduceScatter(src, dst, maxc, nccl_type(t), nccl_op(op), q->comm, st));
+        NCCL_QCHECK(c, q, ncclReduceScatter(src, dst, maxc, nccl_type(t), nccl_op(op), q->comm, st));
     } else {
         char *pad = base + a, *mine = pad + g->index * maxc * es;
         d2d(c, q, pad, src, extra * maxc * es);
@@ -264,7 +275,7 @@ CommOp nccl_reduce_scatter(CommGroup *g, Dev *d, void *out, const void *in, size
             CUDA_CHECK(c, cudaMemcpy2DAsync(pad + extra * maxc * es, maxc * es, src + extra * maxc * es,
                                             (maxc - 1) * es, (maxc - 1) * es, G - extra,
                                             cudaMemcpyDeviceToDevice, st));
-        NCCL_CHECK(c, ncclReduceScatter(pad, mine, maxc, nccl_type(t), nccl_op(op), q->comm, st));
+        NCCL_QCHECK(c, q, ncclReduceScatter(pad, mine, maxc, nccl_type(t), nccl_op(op), q->comm, st));
         d2d(c, q, dst, mine, cnt * es);
     }
     CommOp o = queued(c, g, q, "ncclReduceScatter");
@@ -286,11 +297,11 @@ CommOp nccl_all_gather(CommGroup *g, Dev *d, void *out, const void *in, size_t n
     const char *src = host ? stage_in(c, q, base, in, cnt * es) : in;
     char *dst = host ? base + a + p : out;
     if (!extra) {
-        NCCL_CHECK(c, ncclAllGather(src, dst, maxc, nccl_type(t), q->comm, st));
+        NCCL_QCHECK(c, q, ncclAllGather(src, dst, maxc, nccl_type(t), q->comm, st));
     } else {
         char *pad = base + a, *mine = pad + g->index * maxc * es;
         d2d(c, q, mine, src, cnt * es);
-        NCCL_CHECK(c, ncclAllGather(mine, pad, maxc, nccl_type(t), q->comm, st));
+        NCCL_QCHECK(c, q, ncclAllGather(mine, pad, maxc, nccl_type(t), q->comm, st));
         d2d(c, q, dst, pad, extra * maxc * es);
         if (maxc > 1)
             CUDA_CHECK(c, cudaMemcpy2DAsync(dst + extra * maxc * es, (maxc - 1) * es, pad + extra * maxc * es,
@@ -312,8 +323,8 @@ CommOp nccl_p2p(CommGroup *g, Dev *d, void *buf, size_t n, CommDtype t, int peer
         comm_die(c, "error: rank %d: comm_%s on the NCCL backend needs a GPU buffer", c->rank,
                  send ? "send" : "recv");
     after_compute(c, q, d);
-    if (send) NCCL_CHECK(c, ncclSend(buf, n, nccl_type(t), peer, q->comm, q->stream));
-    else NCCL_CHECK(c, ncclRecv(buf, n, nccl_type(t), peer, q->comm, q->stream));
+    if (send) NCCL_QCHECK(c, q, ncclSend(buf, n, nccl_type(t), peer, q->comm, q->stream));
+    else NCCL_QCHECK(c, q, ncclRecv(buf, n, nccl_type(t), peer, q->comm, q->stream));
     if (c->impl->batching) {
         c->impl->nccl->batch_q = q;
         c->impl->nccl->batch_g = g;
@@ -326,7 +337,7 @@ void nccl_barrier(CommGroup *g) {
     Comm *c = g->comm;
     NcclQueue *q = queue_of(g);
     char *one = scratch_of(c, q, 4);
-    NCCL_CHECK(c, ncclAllReduce(one, one, 1, ncclInt32, ncclSum, q->comm, q->stream));
+    NCCL_QCHECK(c, q, ncclAllReduce(one, one, 1, ncclInt32, ncclSum, q->comm, q->stream));
     queued(c, g, q, "ncclAllReduce (barrier)");
     CUDA_CHECK(c, cudaStreamSynchronize(q->stream));
 }

@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.a.log = log;
     r.a.plot = plot;
     r.a.steps = 300;
-    r.a.batch = r.a.seq = r.a.micro_batches = 1;
+    r.a.layout.batch = r.a.layout.seq = r.a.layout.micro_batches = 1;
     r.mesh.dp = r.mesh.tp = r.mesh.pp = 1;
     r.comm.world_size = 1;
     r.cfg = (GPTConfig){.layers = 1, .heads = 1, .dim = 4, .max_seq = 8, .vocab = 128, .padded_vocab = 128};

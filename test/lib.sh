@@ -60,3 +60,36 @@ t_stop_resume() {
     timeout 300 ./train $model $second --steps $N --checkpoint-dir "$d/ck" --resume --save "$d/resumed.bin" \
         > "$d/resumed.log" 2>&1 || { bad "$name: the resumed run failed (see $d/resumed.log)"; return 1; }
 }
+
+# signal_held SIG LOG CKDIR RANKS CMD...: runs CMD in the background with its output held: it
+# writes into a FIFO filled beforehand, so its first write (after its signal handlers are
+# installed, before step one can end on any rank) blocks. Waits for the events that show it is
+# ready (CKDIR/.lock names its pid: the lock is taken after the handlers are installed; its
+# RANKS ranks exist, which inherit them), sends SIG to it and its ranks, then lets the output
+# flow into LOG. Its exit status. (A signal sent after a fixed delay instead could come before
+# the handlers on a loaded machine, and kill it with 128 + SIG; or after its first steps, when
+# --time-limit's clock may already have stopped it.)
+signal_held() {
+    sig=$1; log=$2; ck=$3; nr=$4; shift 4
+    fifo=$log.fifo
+    rm -f $fifo && mkfifo $fifo
+    exec 3<> $fifo                                                         # opens never block
+    dd if=/dev/zero of=$fifo bs=65536 count=1 oflag=nonblock 2> /dev/null 3>&-   # the FIFO is full
+    "$@" > $fifo 2>&1 3>&- &
+    pid=$!
+    tries=0
+    until grep -q "pid $pid\$" $ck/.lock 2> /dev/null && [ "$(pgrep -P $pid | wc -l)" -ge "$nr" ]; do
+        tries=$((tries + 1))
+        [ $tries -lt 30000 ] && [ -d /proc/$pid ] || break   # it exited (a failure the caller reports)
+        sleep 0.01
+    done
+    kill -$sig $pid $(pgrep -P $pid) 2> /dev/null
+    tr -d '\000' < $fifo > $log 3>&- &   # ends when the run's last process does
+    drain=$!
+    exec 3>&-
+    wait $pid
+    rc=$?
+    wait $drain
+    rm -f $fifo
+    return $rc
+}

@@ -19,6 +19,7 @@
 #                    in one); each time --resume continues, and the final model
 #                    is the straight run's, bitwise
 cd "$(dirname "$0")/.." || exit 2
+. test/lib.sh
 OUT=test/out/ckpt_faults
 rm -rf "$OUT"; mkdir -p "$OUT"
 M="--data test/fixtures/ref_tokens.bin --layers 4 --heads 4 --dim 32 --max-seq 16 --vocab 61 --seq 8 --device cpu --clip 0.5 --lr 0.005"
@@ -93,7 +94,7 @@ bad "a foreign manifest" "not a train checkpoint manifest"
 s=$(fresh $good 2); head -n 12 $s/manifest.txt > $OUT/x && mv $OUT/x $s/manifest.txt
 bad "a truncated manifest" "incomplete manifest"
 s=$(fresh $good 2); sed -i 's/^stage_layers 4/stage_layers 5/' $s/manifest.txt
-bad "a manifest layout the model cannot take" "stage layers do not add up"
+bad "a manifest layout the model cannot take" "its layout is not one this model runs: --stage-layers adds up to"
 s=$(fresh $good 2); sed -i 's/^range \([0-9]*\) \([0-9]*\)/range \1 18446744073709551615/' $s/manifest.txt
 bad "a range whose length would wrap" "malformed manifest (line"
 s=$(fresh $good 2); sed -i 's/ ranges \([0-9]*\)$/ ranges 1/' $s/manifest.txt
@@ -165,11 +166,8 @@ N=1500
 sigterm() {   # name, flags
     name=$1; flags=$2; d=$OUT/sig_$(echo "$name" | tr -c 'a-z0-9\n' '_')
     timeout 300 ./train $M $flags --steps $N --save $d.straight.bin > $d.straight.log 2>&1
-    ./train $M $flags --steps $N --checkpoint-dir $d > $d.log 2>&1 &
-    pid=$!
-    sleep 0.7
-    kill -TERM $pid
-    wait $pid
+    nr=$(echo "$flags" | sed -n 's/.*--ranks \([0-9]*\).*/\1/p')
+    signal_held TERM $d.log $d ${nr:-0} ./train $M $flags --steps $N --checkpoint-dir $d   # once it is ready: no race
     rc=$?
     at=$(sed -n 's/.*stopped by signal 15 after step \([0-9]*\).*/\1/p' $d.log)
     latest=$(cat $d/latest 2>/dev/null)

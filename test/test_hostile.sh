@@ -193,7 +193,7 @@ bad "env: rank 1 without MASTER_ADDR" "torchrun started 2 ranks but MASTER_ADDR 
 bad "env: more ranks than supported" "SLURM_STEP_NUM_TASKS=100000: at most 65536 ranks are supported" \
     SLURM_STEP_ID=0,SLURM_PROCID=0,SLURM_STEP_NUM_TASKS=100000,MASTER_PORT=29999 --data $DATA $SLOW --save $SAVE
 bad "env: more ranks than shared memory takes" "takes at most 64" \
-    OMPI_COMM_WORLD_RANK=0,OMPI_COMM_WORLD_SIZE=70,MASTER_PORT=29999 --data $DATA $SLOW --save $SAVE
+    OMPI_COMM_WORLD_RANK=0,OMPI_COMM_WORLD_SIZE=70,OMPI_MCA_ess_base_jobid=1,MASTER_PORT=29999 --data $DATA $SLOW --save $SAVE
 bad "env: a rank outside the world" "RANK=3 is not a rank of the world of WORLD_SIZE=2" \
     RANK=3,WORLD_SIZE=2,MASTER_PORT=29999 --data $DATA $SLOW --save $SAVE
 bad "env: a rank that is not a number" "RANK=x is not a whole number" RANK=x,WORLD_SIZE=2 --data $DATA $SLOW --save $SAVE

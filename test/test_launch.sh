@@ -154,7 +154,7 @@ bad "openmpi rank beyond the world" "OMPI_COMM_WORLD_RANK=2 is not a rank" OMPI_
     OMPI_COMM_WORLD_SIZE=2 MASTER_PORT=$port -- $SMALL
 bad "mpich empty world" "PMI_SIZE=0: a world has at least one rank" PMI_RANK=0 PMI_SIZE=0 -- $SMALL
 bad "more ranks than shared memory takes" "at most 64 ranks" RANK=0 WORLD_SIZE=100 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port -- $SMALL
+    TORCHELASTIC_RUN_ID=launch MASTER_PORT=$port -- $SMALL
 bad "--ranks beside a launcher" "--ranks 4 cannot be used inside a launcher that started 2 ranks" RANK=0 \
     WORLD_SIZE=2 MASTER_PORT=$port -- $SMALL --ranks 4
 # a world whose launcher names no job, and no TRAIN_JOB_TOKEN: rank 0 could not tell its ranks from

@@ -117,8 +117,8 @@ bug count "a collective with a mismatched count" tp.c \
     'comm_op_wait(comm_all_reduce(g->g, g->dev, buf, n - (size_t)g->g->index, comm_type(t), COMM_SUM), g->dev);' \
     eager nccl --ranks 2 --tp 2 --batch 4
 
-bug inplace "sp's reduce-scatter with its output equal to its input" gpt.c \
-    'void *mine = out == partial ? at(m, partial, m->tp_rank * n) : out;' \
+bug inplace "sp's reduce-scatter with its output equal to its input" tp.c \
+    'void *mine = out == partial ? elem(m, partial, m->tp_rank * n) : out;' \
     'void *mine = out;' \
     eager nccl --ranks 2 --tp 2 --sp --batch 4
 

@@ -20,39 +20,6 @@ MODEL="--layers 2 --heads 4 --dim 128 --max-seq 16 --vocab 61"
 ./train $D $MODEL --steps 0 --save $OUT/init.bin > $OUT/init.log 2>&1 || bad "writing the --init file: $(tail -n 1 $OUT/init.log)"
 STEPS=40
 
-# signal_held SIG LOG CKDIR RANKS CMD...: runs CMD in the background with its output held: it
-# writes into a FIFO filled beforehand, so its first write (after its signal handlers are
-# installed, before step one can end on any rank) blocks. Waits for the events that show it is
-# ready (CKDIR/.lock names its pid: the lock is taken after the handlers are installed; its
-# RANKS ranks exist, which inherit them), sends SIG to it and its ranks, then lets the output
-# flow into LOG. Its exit status. (A signal sent after a fixed delay instead could come before
-# the handlers on a loaded machine, and kill it with 128 + SIG; or after its first steps, when
-# --time-limit's clock may already have stopped it.)
-signal_held() {
-    sig=$1; log=$2; ck=$3; nr=$4; shift 4
-    fifo=$log.fifo
-    rm -f $fifo && mkfifo $fifo
-    exec 3<> $fifo                                                         # opens never block
-    dd if=/dev/zero of=$fifo bs=65536 count=1 oflag=nonblock 2> /dev/null 3>&-   # the FIFO is full
-    "$@" > $fifo 2>&1 3>&- &
-    pid=$!
-    tries=0
-    until grep -q "pid $pid\$" $ck/.lock 2> /dev/null && [ "$(pgrep -P $pid | wc -l)" -ge "$nr" ]; do
-        tries=$((tries + 1))
-        [ $tries -lt 30000 ] && [ -d /proc/$pid ] || break   # it exited (a failure the caller reports)
-        sleep 0.01
-    done
-    kill -$sig $pid $(pgrep -P $pid) 2> /dev/null
-    tr -d '\000' < $fifo > $log 3>&- &   # ends when the run's last process does
-    drain=$!
-    exec 3>&-
-    wait $pid
-    rc=$?
-    wait $drain
-    rm -f $fifo
-    return $rc
-}
-
 # waits until no process of a run on $1 is left (a kill -9'd supervisor's ranks die by PDEATHSIG)
 wait_gone() { for i in $(seq 1 100); do pgrep -f -- "--checkpoint-dir $1 " > /dev/null || return 0; sleep 0.1; done; }
 
@@ -63,9 +30,11 @@ loop() {   # name, layout flags, checkpoint flags, steps
     timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --save $d/straight.bin > $d/straight.log 2>&1 ||
         { bad "$name: the straight run failed (see $d/straight.log)"; return; }
     # the one command line; its --time-limit a quarter of the straight run's wall time, so
-    # that on any machine it takes a few runs (at least one step each), and at least 0.2 s
-    # (the first run's SIGUSR1 comes before its first step ends: signal_held)
-    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ t = ($2 - $1) / 4; if (t < 0.2) t = 0.2; printf "%.6f", t / 60 }')
+    # that on any machine it takes a few runs (at least one step each), at least 0.2 s (the
+    # first run's SIGUSR1 comes before its first step ends: signal_held) and at most 1 s: a
+    # straight run slowed by a loaded machine must not give the later runs, on a quieter one,
+    # a limit longer than all their steps (seen: 75 137 0, no run stopped by the clock)
+    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ t = ($2 - $1) / 4; if (t < 0.2) t = 0.2; if (t > 1) t = 1; printf "%.6f", t / 60 }')
     set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --checkpoint-dir $d/ck --checkpoint-every 3 \
         $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
