@@ -554,6 +554,8 @@ int main(void) {
             train_run_free(&tp);
         } else {
             check_skip(&c, "cuda bf16: cp 2", "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
+            check_skip(&c, "cuda bf16: cp 2 x tp 2, sp, against tp 2 sp",
+                       "no CUDA GPU visible (or built without CUDA); run on a GPU machine");
         }
     }
     train_run_free(&ref);
