@@ -6,7 +6,10 @@
  * vocabulary-parallel form, AdamW and the reductions of the gradient norm),
  * with exactly the contracts of the plain-C reference in ops.c, which
  * test/test_kernels.c checks them against. It also holds the cuda_*
- * functions tensor.c uses for device memory and streams.
+ * functions tensor.c uses for device memory and streams, and the block
+ * steps of context parallelism's ring (cuda_cp_*, for cp.c): a first, plain
+ * version, one thread a (batch, head, row), no tensor cores; the flash
+ * kernels taking the chunk pair's offsets are for later.
  *
  * Everything is hand-written: no cuBLAS, no cuDNN, no device-wide library
  * algorithms. Reductions use warp shuffles, the matmuls a shared-memory tiled
