@@ -27,7 +27,11 @@
  * _backward_naive, the specification; and as the path the ring runs,
  * cp_block_forward and _backward, each chunk pair's products handed to
  * gemm.c. test/test_cp.c checks both against ops.c's attention over the
- * whole sequence.
+ * whole sequence. On a GPU (float32 or bf16) the ring's buffers are device
+ * memory and each block step is a kernel of kernels.cu (cuda_cp_*: a first,
+ * plain version, a thread a row; the flash kernels taking the chunk pair's
+ * offsets are for later); test_3d_emu and test_3d_nccl_emu check it
+ * against one CPU rank under the CUDA emulation.
  */
 #include <math.h>
 #include <stdio.h>
@@ -369,29 +373,54 @@ void cp_unpack_dkv(float *dqkv, const float *dkv, int B, int Tl, int C) {
         memcpy(dqkv + row * 3 * C + C, dkv + row * 2 * C, 2 * (size_t)C * sizeof(float));
 }
 
-/* Rows [Tl,C] of the two chunks, made room for. */
+/* ---------------------------------------------------------------------------
+ * The ring's buffers and passes. On the CPU they are host float32 and the
+ * blocks run the fast path above. On a GPU (dev CUDA, float32 or bf16) they
+ * are device memory: kv in the dev's dtype, their gradients, D, and one
+ * float32 accumulator (the output's merge in forward, dq in backward), and
+ * each block step is kernels.cu's cuda_cp_*; comm_sendrecv takes device
+ * buffers (NCCL's own, or staged through the host on shared memory). */
+
+static int cp_gpu(const CP *cp) { return cp->dev && cp->dev->kind == DEV_CUDA; }
+static size_t cp_esz(const CP *cp) { return cp_gpu(cp) ? dt_size(cp->dev->dtype) : sizeof(float); }
+
+static void *cp_alloc(CP *cp, size_t bytes, const char *what) {
+    return cp_gpu(cp) ? dev_alloc(cp->dev, bytes) : safe_malloc(bytes, what);
+}
+static void cp_release(CP *cp, void *p, size_t bytes) {
+    if (!p) return;
+    if (cp_gpu(cp)) dev_free(cp->dev, p, bytes);
+    else free(p);
+}
+
+/* Rows [Tl,C] of the two chunks, made room for (n elements, 4 bytes each at most). */
 static void cp_reserve_rows(CP *cp, size_t n) {
     if (n <= cp->pos_cap) return;
-    free(cp->wpe);
-    free(cp->dwpe);
-    cp->wpe = safe_malloc(n * sizeof(float), "the cp positions");
-    cp->dwpe = safe_malloc(n * sizeof(float), "the cp positions' gradient");
+    cp_release(cp, cp->wpe, cp->pos_cap * sizeof(float));
+    cp_release(cp, cp->dwpe, cp->pos_cap * sizeof(float));
+    cp->wpe = cp_alloc(cp, n * sizeof(float), "the cp positions");
+    cp->dwpe = cp_alloc(cp, n * sizeof(float), "the cp positions' gradient");
     cp->pos_cap = n;
 }
 
-const float *cp_positions(CP *cp, const float *wpe, int T, int C) {
+const void *cp_positions(CP *cp, const void *wpe, int T, int C) {
     int Tl = T / cp->N, Tc = Tl / 2;
+    size_t e = cp_esz(cp), chunk = (size_t)Tc * C * e;
     cp_reserve_rows(cp, (size_t)Tl * C);
-    for (int half = 0; half < 2; half++)   /* a chunk's positions are one run of wpe's rows */
-        memcpy(cp->wpe + (size_t)half * Tc * C, wpe + (size_t)cp_chunk(cp->N, cp->rank, half) * Tc * C,
-               (size_t)Tc * C * sizeof(float));
+    for (int half = 0; half < 2; half++) {   /* a chunk's positions are one run of wpe's rows */
+        char *dst = (char *)cp->wpe + half * chunk;
+        const char *src = (const char *)wpe + cp_chunk(cp->N, cp->rank, half) * chunk;
+        if (cp_gpu(cp)) dev_copy(cp->dev, dst, src, chunk);
+        else memcpy(dst, src, chunk);
+    }
     return cp->wpe;
 }
 
 float *cp_positions_grad(CP *cp, int T, int C) {
     size_t n = (size_t)(T / cp->N) * C;
     cp_reserve_rows(cp, n);
-    memset(cp->dwpe, 0, n * sizeof(float));
+    if (cp_gpu(cp)) dev_zero(cp->dev, cp->dwpe, n * sizeof(float));
+    else memset(cp->dwpe, 0, n * sizeof(float));
     return cp->dwpe;
 }
 
@@ -400,6 +429,7 @@ void cp_positions_done(CP *cp, float *dwpe, int T, int C) {
     for (int half = 0; half < 2; half++) {
         float *dst = dwpe + (size_t)cp_chunk(cp->N, cp->rank, half) * Tc * C;
         const float *src = cp->dwpe + (size_t)half * Tc * C;
+        if (cp_gpu(cp)) { cp->dev->ops->accumulate(cp->dev, dst, src, (size_t)Tc * C); continue; }
         for (size_t i = 0; i < (size_t)Tc * C; i++) dst[i] += src[i];
     }
 }
@@ -412,26 +442,39 @@ void cp_init(CP *cp, CommGroup *g, Dev *dev) {
     cp->rank = g && g->size > 0 ? g->index : 0;
 }
 
+/* The ring's buffers freed (cap, nd: what cp_reserve made them for). */
+static void cp_release_ring(CP *cp) {
+    size_t n = cp->cap - cp->nd;
+    for (int i = 0; i < 2; i++) {
+        cp_release(cp, cp->kv[i], n * cp_esz(cp));
+        cp_release(cp, cp->dkv[i], n * sizeof(float));
+    }
+    cp_release(cp, cp->D, cp->nd * sizeof(float));
+    cp_release(cp, cp->acc, n / 2 * sizeof(float));
+}
+
 void cp_free(CP *cp) {
-    for (int i = 0; i < 2; i++) { free(cp->kv[i]); free(cp->dkv[i]); }
-    free(cp->D);
-    free(cp->wpe);
-    free(cp->dwpe);
+    cp_release_ring(cp);
+    cp_release(cp, cp->wpe, cp->pos_cap * sizeof(float));
+    cp_release(cp, cp->dwpe, cp->pos_cap * sizeof(float));
     memset(cp, 0, sizeof *cp);
 }
 
-/* The ring's buffers for blocks of n floats and a D of nd. */
+/* The ring's buffers for blocks of n elements and a D of nd floats; on a
+ * GPU also the float32 accumulator of n / 2 (a [B,Tl,C] beside a block's
+ * [B,Tl,2C]). */
 static void cp_reserve(CP *cp, size_t n, size_t nd) {
     if (n + nd <= cp->cap) return;
-    for (int i = 0; i < 2; i++) { free(cp->kv[i]); free(cp->dkv[i]); }
-    free(cp->D);
+    cp_release_ring(cp);
     for (int i = 0; i < 2; i++) {
-        cp->kv[i] = safe_malloc(n * sizeof(float), "the cp ring's keys and values");
-        cp->dkv[i] = safe_malloc(n * sizeof(float), "the cp ring's key and value gradients");
+        cp->kv[i] = cp_alloc(cp, n * cp_esz(cp), "the cp ring's keys and values");
+        cp->dkv[i] = cp_alloc(cp, n * sizeof(float), "the cp ring's key and value gradients");
     }
-    cp->D = safe_malloc(nd * sizeof(float), "the cp ring's row dots");
-    cp->ring_bytes = (4 * n + nd) * sizeof(float);
+    cp->D = cp_alloc(cp, nd * sizeof(float), "the cp ring's row dots");
+    cp->acc = cp_gpu(cp) ? cp_alloc(cp, n / 2 * sizeof(float), "the cp ring's accumulator") : NULL;
+    cp->ring_bytes = 2 * n * cp_esz(cp) + (2 * n + nd) * sizeof(float) + (cp->acc ? n / 2 * sizeof(float) : 0);
     cp->cap = n + nd;
+    cp->nd = nd;
 }
 
 void cp_reserve_step(CP *cp, int B, int T, int C, int NH, int Cw, int embed) {
@@ -442,33 +485,97 @@ void cp_reserve_step(CP *cp, int B, int T, int C, int NH, int Cw, int embed) {
 
 size_t cp_bytes(const CP *cp) { return cp->ring_bytes + 2 * cp->pos_cap * sizeof(float); }
 
-/* The block in hand goes to rank + 1 while the next arrives from rank - 1. */
-static void cp_pass(CP *cp, float *send, float *recv, size_t n) {
+/* The block in hand goes to rank + 1 while the next arrives from rank - 1
+ * (n elements of t). The operation is returned for the compute stream to
+ * wait on where the arriving block is needed (cp_arrived, GPU only: on
+ * the CPU the exchange is done when it returns). */
+static CommOp cp_pass(CP *cp, void *send, void *recv, size_t n, CommDtype t) {
     int N = cp->N;
-    comm_sendrecv(cp->g, cp->dev, send, (cp->rank + 1) % N, recv, (cp->rank + N - 1) % N, n, COMM_F32);
+    return comm_sendrecv(cp->g, cp->dev, send, (cp->rank + 1) % N, recv, (cp->rank + N - 1) % N, n, t);
+}
+#ifdef USE_CUDA
+static void cp_arrived(CP *cp, CommOp op) { comm_op_wait(op, cp->dev); }
+
+/* The ring on a GPU: each pass queued before the block in hand's kernel, and
+ * waited for after it, so that on NCCL the p2p runs beside the kernel. */
+static void cp_gpu_forward(CP *cp, void *out, float *lse, const void *qkv, int B, int T, int C, int NH) {
+    int N = cp->N, Tl = T / N;
+    size_t n = (size_t)B * Tl * 2 * C, rows = (size_t)B * Tl;
+    DType dt = cp->dev->dtype;
+    void *st = cp->dev->stream;
+    CommDtype ct = dt == DT_BF16 ? COMM_BF16 : COMM_F32;
+    cuda_cp_copy_cols(cp->kv[0], dt, 2 * (size_t)C, 0, qkv, dt, 3 * (size_t)C, C, 2 * (size_t)C, rows, st);
+    int cur = 0;
+    for (int step = 0; step < N; step++) {
+        int src = (cp->rank + N - step) % N;
+        CommOp op = {0};
+        if (step < N - 1) op = cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n, ct);
+        cuda_cp_block_forward(cp->acc, lse, qkv, cp->kv[cur], B, T, C, NH, N, cp->rank, src, step == 0, dt, st);
+        if (step < N - 1) cp_arrived(cp, op);
+        cur ^= 1;
+    }
+    cuda_cp_copy_cols(out, dt, C, 0, cp->acc, DT_F32, C, 0, C, rows, st);   /* rounded to the dtype once */
 }
 
-void cp_attention_forward(CP *cp, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+static void cp_gpu_backward(CP *cp, void *dqkv, const void *dout, const void *qkv, const void *out,
+                            const float *lse, int B, int T, int C, int NH) {
+    int N = cp->N, Tl = T / N;
+    size_t n = (size_t)B * Tl * 2 * C, rows = (size_t)B * Tl;
+    DType dt = cp->dev->dtype;
+    void *st = cp->dev->stream;
+    CommDtype ct = dt == DT_BF16 ? COMM_BF16 : COMM_F32;
+    cuda_cp_prep(cp->D, out, dout, B, Tl, C, NH, dt, st);
+    dev_zero(cp->dev, cp->acc, n / 2 * sizeof(float));
+    dev_zero(cp->dev, cp->dkv[0], n * sizeof(float));
+    cuda_cp_copy_cols(cp->kv[0], dt, 2 * (size_t)C, 0, qkv, dt, 3 * (size_t)C, C, 2 * (size_t)C, rows, st);
+    int cur = 0;
+    for (int step = 0; step < N; step++) {
+        int src = (cp->rank + N - step) % N;
+        CommOp op = {0};
+        /* the block itself moves on beside its kernel (the kernel only reads it) */
+        if (N > 1 && step < N - 1) op = cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n, ct);
+        cuda_cp_block_backward(cp->acc, cp->dkv[cur], qkv, cp->kv[cur], lse, cp->D, dout, B, T, C, NH, N,
+                               cp->rank, src, dt, st);
+        if (N > 1 && step < N - 1) cp_arrived(cp, op);
+        if (N > 1) cp_arrived(cp, cp_pass(cp, cp->dkv[cur], cp->dkv[cur ^ 1], n, COMM_F32));   /* its gradient after it */
+        if (N > 1) cur ^= 1;
+    }
+    cuda_cp_copy_cols(dqkv, dt, 3 * (size_t)C, 0, cp->acc, DT_F32, C, 0, C, rows, st);
+    cuda_cp_copy_cols(dqkv, dt, 3 * (size_t)C, C, cp->dkv[cur], DT_F32, 2 * (size_t)C, 0, 2 * (size_t)C, rows, st);
+}
+#endif
+
+void cp_attention_forward(CP *cp, void *out_, float *lse, const void *qkv_, int B, int T, int C, int NH) {
     int N = cp->N, Tl = T / N;
     size_t n = (size_t)B * Tl * 2 * C;
     cp_reserve(cp, n, (size_t)B * NH * Tl);
+#ifdef USE_CUDA
+    if (cp_gpu(cp)) { cp_gpu_forward(cp, out_, lse, qkv_, B, T, C, NH); return; }
+#endif
+    float *out = out_;
+    const float *qkv = qkv_;
     memset(out, 0, (size_t)B * Tl * C * sizeof(float));
     for (size_t i = 0; i < (size_t)B * NH * Tl; i++) lse[i] = -INFINITY;
     cp_pack_kv(cp->kv[0], qkv, B, Tl, C);
     int cur = 0;
     for (int step = 0; step < N; step++) {
         int src = (cp->rank + N - step) % N;   /* whose block is in hand */
-        if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n);
+        if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n, COMM_F32);
         cp_block_forward(out, lse, qkv, cp->kv[cur], B, T, C, NH, N, cp->rank, src, NULL);
         cur ^= 1;
     }
 }
 
-void cp_attention_backward(CP *cp, float *dqkv, const float *dout, const float *qkv, const float *out,
+void cp_attention_backward(CP *cp, void *dqkv_, const void *dout_, const void *qkv_, const void *out_,
                            const float *lse, int B, int T, int C, int NH) {
     int N = cp->N, Tl = T / N;
     size_t n = (size_t)B * Tl * 2 * C;
     cp_reserve(cp, n, (size_t)B * NH * Tl);
+#ifdef USE_CUDA
+    if (cp_gpu(cp)) { cp_gpu_backward(cp, dqkv_, dout_, qkv_, out_, lse, B, T, C, NH); return; }
+#endif
+    float *dqkv = dqkv_;
+    const float *dout = dout_, *qkv = qkv_, *out = out_;
     cp_backward_prep(cp->D, out, dout, B, Tl, C, NH);
     memset(dqkv, 0, (size_t)B * Tl * 3 * C * sizeof(float));
     cp_pack_kv(cp->kv[0], qkv, B, Tl, C);
@@ -479,8 +586,8 @@ void cp_attention_backward(CP *cp, float *dqkv, const float *dout, const float *
         cp_block_backward(dqkv, cp->dkv[cur], qkv, cp->kv[cur], out, lse, cp->D, dout, B, T, C, NH, N,
                           cp->rank, src);
         if (N > 1) {   /* the block and its gradient move on; after the last step, the gradient goes home */
-            if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n);
-            cp_pass(cp, cp->dkv[cur], cp->dkv[cur ^ 1], n);
+            if (step < N - 1) cp_pass(cp, cp->kv[cur], cp->kv[cur ^ 1], n, COMM_F32);
+            cp_pass(cp, cp->dkv[cur], cp->dkv[cur ^ 1], n, COMM_F32);
             cur ^= 1;
         }
     }

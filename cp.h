@@ -69,18 +69,22 @@ void cp_pack_kv(float *kv, const float *qkv, int B, int Tl, int C);
 /* The k and v parts of dqkv [B,Tl,3C] = dkv [B,Tl,2C]. */
 void cp_unpack_dkv(float *dqkv, const float *dkv, int B, int Tl, int C);
 
-/* A rank's place in its cp group and the ring's buffers (CPU, float32). */
+/* A rank's place in its cp group and the ring's buffers: host float32 on
+ * the CPU; on a GPU device memory, kv and wpe in the dev's dtype, the rest
+ * float32. */
 typedef struct CP {
     CommGroup *g;        /* the cp group: N ranks in ring order */
     Dev *dev;
     int N, rank;
-    size_t cap;          /* floats each buffer below holds */
-    float *kv[2];        /* [B,Tl,2C] the block in hand and the one arriving */
+    size_t cap, nd;      /* elements of a kv block plus D's, and D's alone */
+    void *kv[2];         /* [B,Tl,2C] the block in hand and the one arriving */
     float *dkv[2];       /* [B,Tl,2C] its gradient, travelling with it */
     float *D;            /* [B,NH,Tl] */
-    size_t pos_cap;      /* floats of each below */
-    float *wpe, *dwpe;   /* [Tl,C] the position rows of this rank's chunks, and their gradient */
-    size_t ring_bytes;   /* what kv, dkv and D hold */
+    float *acc;          /* GPU only: [B,Tl,C] the merged output, then dq, before their rounding to the dtype */
+    size_t pos_cap;      /* elements of each below */
+    void *wpe;           /* [Tl,C] the position rows of this rank's chunks (the dev's dtype) */
+    float *dwpe;         /* [Tl,C] their gradient */
+    size_t ring_bytes;   /* what kv, dkv, D and acc hold */
 } CP;
 
 /* Binds cp to group g (N = g->size; g NULL: one rank). */
@@ -95,8 +99,9 @@ void cp_reserve_step(CP *cp, int B, int T, int C, int NH, int Cw, int embed);
 size_t cp_bytes(const CP *cp);
 
 /* The position embedding of this rank's rows: wpe's rows of its two
- * chunks, [Tl,C] (T the whole sequence), for the embedding to add. */
-const float *cp_positions(CP *cp, const float *wpe, int T, int C);
+ * chunks, [Tl,C] (T the whole sequence, wpe on cp's dev in its dtype), for
+ * the embedding to add. */
+const void *cp_positions(CP *cp, const void *wpe, int T, int C);
 /* A zeroed [Tl,C] for the embedding's backward to fill; then
  * cp_positions_done adds it into dwpe [maxT,C] at its chunks' rows. */
 float *cp_positions_grad(CP *cp, int T, int C);
@@ -104,13 +109,15 @@ void cp_positions_done(CP *cp, float *dwpe, int T, int C);
 
 /* Causal attention over the whole sequence for this rank's Tl = T/N rows:
  * N steps, each the block in hand (its own first) while the ring moves it
- * on to rank + 1 and takes the next from rank - 1. out [B,Tl,C], lse
- * [B,NH,Tl]. Collective over the cp group. */
-void cp_attention_forward(CP *cp, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+ * on to rank + 1 and takes the next from rank - 1. out [B,Tl,C] and qkv in
+ * the dev's dtype (float32 on the CPU; on a GPU float32 or bf16, the
+ * blocks by kernels.cu's cuda_cp_*), lse [B,NH,Tl] float32. Collective
+ * over the cp group. */
+void cp_attention_forward(CP *cp, void *out, float *lse, const void *qkv, int B, int T, int C, int NH);
 
 /* Its backward: the blocks travel the ring again with their gradients; after
  * N steps each block's dk, dv are home. Writes all of dqkv [B,Tl,3C].
  * Collective over the cp group. */
-void cp_attention_backward(CP *cp, float *dqkv, const float *dout, const float *qkv, const float *out,
+void cp_attention_backward(CP *cp, void *dqkv, const void *dout, const void *qkv, const void *out,
                            const float *lse, int B, int T, int C, int NH);
 #endif

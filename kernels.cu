@@ -6,7 +6,10 @@
  * vocabulary-parallel form, AdamW and the reductions of the gradient norm),
  * with exactly the contracts of the plain-C reference in ops.c, which
  * test/test_kernels.c checks them against. It also holds the cuda_*
- * functions tensor.c uses for device memory and streams.
+ * functions tensor.c uses for device memory and streams, and the block
+ * steps of context parallelism's ring (cuda_cp_*, for cp.c): a first, plain
+ * version, one thread a (batch, head, row), no tensor cores; the flash
+ * kernels taking the chunk pair's offsets are for later.
  *
  * Everything is hand-written: no cuBLAS, no cuDNN, no device-wide library
  * algorithms. Reductions use warp shuffles, the matmuls a shared-memory tiled
@@ -1799,6 +1802,224 @@ static int sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, doubl
     int e = 0;
     for (unsigned i = 0; i < blocks; i++) e = host[3 * blocks + i] > e ? (int)host[3 * blocks + i] : e;
     return e;
+}
+
+/* ---------------------------------------------------------------------------
+ * Context parallelism's ring on a GPU (cp.c, docs/context-parallel.md): one
+ * block step of the ring, forward and backward, for rank r's query rows
+ * against the keys and values rank s holds. Positions follow cp.c's deal
+ * (cp_position: rank r holds chunks r and 2N-1-r of Tc = T/2N tokens), and
+ * the causal mask is on those positions. A first version: one thread per
+ * (batch, head, row), plain loops over the block's keys and the head's
+ * channels, no tensor cores and no shared memory; the flash kernels taking
+ * the chunk pair's offsets are for later. Everything accumulates in float32
+ * (the partial output and its log-sum-exp, dq, and the travelling dk dv);
+ * qkv, kv, dout and out are read in the table's dtype. Each thread owns the
+ * outputs it writes: no atomics, the same bits every run.
+ *
+ * qkv [B,Tl,3C] (Tl = T/N), kv [B,Tl,2C], acc [B,Tl,C] f32, lse and D
+ * [B,NH,Tl] f32, dkv [B,Tl,2C] f32; head h at channels h*hs. */
+
+__device__ __forceinline__ int cp_pos_dev(int N, int r, int T, int i) {
+    if (N == 1) return i;
+    int Tc = T / (2 * N), half = i / Tc;
+    return (half ? 2 * N - 1 - r : r) * Tc + i % Tc;
+}
+
+/* q . k over hs channels, both in T, times scale. */
+template <typename T>
+__device__ __forceinline__ float cp_dot(const T *a, const T *b, int hs) {
+    float s = 0.0f;
+    for (int i = 0; i < hs; i++) s += ld(a, i) * ld(b, i);
+    return s;
+}
+
+// The merge, one thread a (b, h, t): the block's max, then its sum of
+// e^(s - max) (so lse_b), then both partials rescaled to the merged
+// log-sum-exp: acc = acc e^(lse - lse') + sum_j e^(s_j - lse') v_j.
+// first: acc and lse hold nothing yet (read as 0 and -inf).
+template <typename T>
+__global__ void cp_block_forward_kernel(float *acc, float *lse, const T *qkv, const T *kv, int B, int Tn,
+                                        int C, int NH, int N, int r, int s, int first, float scale) {
+    int Tl = Tn / N, hs = C / NH;
+    size_t total = (size_t)B * NH * Tl;
+    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
+         row += (size_t)gridDim.x * blockDim.x) {
+        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
+        size_t b = row / ((size_t)Tl * NH);
+        const T *q = qkv + (b * Tl + t) * 3 * C + h * hs;
+        const T *kb = kv + b * Tl * 2 * C + h * hs;   // row j's k at j*2C, its v at j*2C + C
+        int pq = cp_pos_dev(N, r, Tn, t);
+        float m = -INFINITY;
+        for (int j = 0; j < Tl; j++)
+            if (cp_pos_dev(N, s, Tn, j) <= pq) m = fmaxf(m, cp_dot(q, kb + (size_t)j * 2 * C, hs) * scale);
+        float *o = acc + (b * Tl + t) * C + h * hs;
+        float lo = first ? -INFINITY : lse[row];
+        if (m == -INFINITY) {   // no key of this block is visible
+            if (first) { for (int i = 0; i < hs; i++) o[i] = 0.0f; lse[row] = -INFINITY; }
+            continue;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < Tl; j++)
+            if (cp_pos_dev(N, s, Tn, j) <= pq) sum += expf(cp_dot(q, kb + (size_t)j * 2 * C, hs) * scale - m);
+        float lb = m + logf(sum);
+        float hi = fmaxf(lo, lb), merged = hi + logf(expf(lo - hi) + expf(lb - hi));
+        float keep = expf(lo - merged);
+        for (int i = 0; i < hs; i++) o[i] = first ? 0.0f : o[i] * keep;
+        for (int j = 0; j < Tl; j++) {
+            if (cp_pos_dev(N, s, Tn, j) > pq) continue;
+            const T *k = kb + (size_t)j * 2 * C;
+            float p = expf(cp_dot(q, k, hs) * scale - merged);
+            for (int i = 0; i < hs; i++) o[i] += p * ld(k + C, i);
+        }
+        lse[row] = merged;
+    }
+}
+
+// dq [B,Tl,C] += sum_j dS_j k_j, one thread a query row (b, h, t), with
+// P = e^(s scale - lse), dS = P (dO . v - D) scale.
+template <typename T>
+__global__ void cp_block_dq_kernel(float *dq, const T *qkv, const T *kv, const float *lse, const float *D,
+                                   const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
+    int Tl = Tn / N, hs = C / NH;
+    size_t total = (size_t)B * NH * Tl;
+    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
+         row += (size_t)gridDim.x * blockDim.x) {
+        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
+        size_t b = row / ((size_t)Tl * NH);
+        const T *q = qkv + (b * Tl + t) * 3 * C + h * hs, *g = dout + (b * Tl + t) * C + h * hs;
+        const T *kb = kv + b * Tl * 2 * C + h * hs;
+        float *o = dq + (b * Tl + t) * C + h * hs, l = lse[row], dd = D[row];
+        int pq = cp_pos_dev(N, r, Tn, t);
+        for (int j = 0; j < Tl; j++) {
+            if (cp_pos_dev(N, s, Tn, j) > pq) continue;
+            const T *k = kb + (size_t)j * 2 * C;
+            float p = expf(cp_dot(q, k, hs) * scale - l);
+            float ds = p * (cp_dot(g, k + C, hs) - dd) * scale;
+            for (int i = 0; i < hs; i++) o[i] += ds * ld(k, i);
+        }
+    }
+}
+
+// dkv [B,Tl,2C] += (sum_t dS_t q_t, sum_t P_t dO_t), one thread a key row
+// (b, h, j) of the block, over this rank's query rows that see it.
+template <typename T>
+__global__ void cp_block_dkv_kernel(float *dkv, const T *qkv, const T *kv, const float *lse, const float *D,
+                                    const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
+    int Tl = Tn / N, hs = C / NH;
+    size_t total = (size_t)B * NH * Tl;
+    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
+         row += (size_t)gridDim.x * blockDim.x) {
+        int j = (int)(row % Tl), h = (int)(row / Tl % NH);
+        size_t b = row / ((size_t)Tl * NH);
+        const T *k = kv + (b * Tl + j) * 2 * C + h * hs;
+        float *dk = dkv + (b * Tl + j) * 2 * C + h * hs, *dv = dk + C;
+        const float *L = lse + (b * NH + h) * Tl, *Dr = D + (b * NH + h) * Tl;
+        int pk = cp_pos_dev(N, s, Tn, j);
+        for (int t = 0; t < Tl; t++) {
+            if (pk > cp_pos_dev(N, r, Tn, t)) continue;
+            const T *q = qkv + (b * Tl + t) * 3 * C + h * hs, *g = dout + (b * Tl + t) * C + h * hs;
+            float p = expf(cp_dot(q, k, hs) * scale - L[t]);
+            float ds = p * (cp_dot(g, k + C, hs) - Dr[t]) * scale;
+            for (int i = 0; i < hs; i++) {
+                dk[i] += ds * ld(q, i);
+                dv[i] += p * ld(g, i);
+            }
+        }
+    }
+}
+
+// D [B,NH,Tl] = dO . O per (row, head).
+template <typename T>
+__global__ void cp_prep_kernel(float *D, const T *out, const T *dout, int B, int Tl, int C, int NH) {
+    int hs = C / NH;
+    size_t total = (size_t)B * NH * Tl;
+    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
+         row += (size_t)gridDim.x * blockDim.x) {
+        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
+        size_t b = row / ((size_t)Tl * NH);
+        size_t o = (b * Tl + t) * C + h * hs;
+        D[row] = cp_dot(out + o, dout + o, hs);
+    }
+}
+
+// dst [rows, ldd] at column off.. off+w = src [rows, lds] at column offs..,
+// each element widened to float32 and stored in TD (the kv pack, the
+// results' stores).
+template <typename TD, typename TS>
+__global__ void cp_copy_cols_kernel(TD *dst, size_t ldd, size_t off, const TS *src, size_t lds, size_t offs,
+                                    size_t w, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / w, c = i % w;
+        st(dst, row * ldd + off + c, ld(src, row * lds + offs + c));
+    }
+}
+
+template <typename T>
+static void cp_forward_t(float *acc, float *lse, const void *qkv, const void *kv, int B, int Tn, int C, int NH,
+                         int N, int r, int s, int first, cudaStream_t cs) {
+    size_t rows = (size_t)B * NH * (Tn / N);
+    if (!rows) return;
+    float scale = (float)(1.0 / sqrt((double)(C / NH)));
+    cp_block_forward_kernel<T><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
+        acc, lse, (const T *)qkv, (const T *)kv, B, Tn, C, NH, N, r, s, first, scale);
+    LAUNCH_CHECK(cp_block_forward_kernel);
+}
+
+template <typename T>
+static void cp_backward_t(float *dq, float *dkv, const void *qkv, const void *kv, const float *lse,
+                          const float *D, const void *dout, int B, int Tn, int C, int NH, int N, int r, int s,
+                          cudaStream_t cs) {
+    size_t rows = (size_t)B * NH * (Tn / N);
+    if (!rows) return;
+    float scale = (float)(1.0 / sqrt((double)(C / NH)));
+    cp_block_dq_kernel<T><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
+        dq, (const T *)qkv, (const T *)kv, lse, D, (const T *)dout, B, Tn, C, NH, N, r, s, scale);
+    LAUNCH_CHECK(cp_block_dq_kernel);
+    cp_block_dkv_kernel<T><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
+        dkv, (const T *)qkv, (const T *)kv, lse, D, (const T *)dout, B, Tn, C, NH, N, r, s, scale);
+    LAUNCH_CHECK(cp_block_dkv_kernel);
+}
+
+extern "C" void cuda_cp_block_forward(float *acc, float *lse, const void *qkv, const void *kv, int B, int Tn,
+                                      int C, int NH, int N, int r, int s, int first, DType t, void *stream) {
+    if (t == DT_BF16) cp_forward_t<bf16>(acc, lse, qkv, kv, B, Tn, C, NH, N, r, s, first, (cudaStream_t)stream);
+    else cp_forward_t<float>(acc, lse, qkv, kv, B, Tn, C, NH, N, r, s, first, (cudaStream_t)stream);
+}
+
+extern "C" void cuda_cp_block_backward(float *dq, float *dkv, const void *qkv, const void *kv, const float *lse,
+                                       const float *D, const void *dout, int B, int Tn, int C, int NH, int N,
+                                       int r, int s, DType t, void *stream) {
+    if (t == DT_BF16) cp_backward_t<bf16>(dq, dkv, qkv, kv, lse, D, dout, B, Tn, C, NH, N, r, s, (cudaStream_t)stream);
+    else cp_backward_t<float>(dq, dkv, qkv, kv, lse, D, dout, B, Tn, C, NH, N, r, s, (cudaStream_t)stream);
+}
+
+extern "C" void cuda_cp_prep(float *D, const void *out, const void *dout, int B, int Tl, int C, int NH, DType t,
+                             void *stream) {
+    size_t rows = (size_t)B * NH * Tl;
+    if (!rows) return;
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (t == DT_BF16)
+        cp_prep_kernel<bf16><<<elementwise_grid(rows, 128), 128, 0, cs>>>(D, (const bf16 *)out, (const bf16 *)dout, B, Tl, C, NH);
+    else
+        cp_prep_kernel<float><<<elementwise_grid(rows, 128), 128, 0, cs>>>(D, (const float *)out, (const float *)dout, B, Tl, C, NH);
+    LAUNCH_CHECK(cp_prep_kernel);
+}
+
+extern "C" void cuda_cp_copy_cols(void *dst, DType td, size_t ldd, size_t off, const void *src, DType ts,
+                                  size_t lds, size_t offs, size_t w, size_t rows, void *stream) {
+    size_t total = rows * w;
+    if (!total) return;
+    cudaStream_t cs = (cudaStream_t)stream;
+    unsigned g = elementwise_grid(total, 256);
+#define CP_COPY(TD, TS) \
+    cp_copy_cols_kernel<TD, TS><<<g, 256, 0, cs>>>((TD *)dst, ldd, off, (const TS *)src, lds, offs, w, total)
+    if (td == DT_BF16 && ts == DT_BF16) CP_COPY(bf16, bf16);
+    else if (td == DT_BF16) CP_COPY(bf16, float);
+    else if (ts == DT_BF16) CP_COPY(float, bf16);
+    else CP_COPY(float, float);
+#undef CP_COPY
+    LAUNCH_CHECK(cp_copy_cols_kernel);
 }
 
 /* ---------------------------------------------------------------------------

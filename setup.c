@@ -341,10 +341,10 @@ static void check_device(Run *r) {
     if (backend == COMM_NCCL && r->kind != DEV_CUDA) safe_die_usage("--backend nccl needs --device cuda");
     a->layout.dtype = a->dtype ? (strcmp(a->dtype, "bf16") ? DT_F32 : DT_BF16)
                                : (r->kind == DEV_CUDA ? DT_BF16 : DT_F32);
-    /* context parallelism's ring runs on the CPU in float32 (cp.c): the flash kernels do not take it yet */
-    if (a->layout.cp > 1 && (r->kind == DEV_CUDA || a->layout.dtype != DT_F32))
-        safe_die_usage("--cp %d runs on the CPU in float32 for now (--device cpu --dtype fp32): the GPU's ring is "
-                       "not written yet", a->layout.cp);
+    /* context parallelism's ring (cp.c): on the CPU in float32, on a GPU in float32 or bf16 (kernels.cu) */
+    if (a->layout.cp > 1 && r->kind != DEV_CUDA && a->layout.dtype != DT_F32)
+        safe_die_usage("--cp %d on the CPU runs in float32 (--dtype fp32); bf16 with --cp runs on a GPU "
+                       "(--device cuda)", a->layout.cp);
     if (a->layout.cp > 1 && a->eval_hellaswag)
         safe_die_usage("--eval-hellaswag scores whole sequences on one rank: it does not take --cp %d yet",
                        a->layout.cp);

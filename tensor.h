@@ -317,6 +317,21 @@ void *cuda_event_new(void);
 void cuda_event_record(void *event, void *stream);
 void cuda_event_wait(void *event);
 void cuda_event_free(void *event);
+/* Context parallelism's ring on a GPU (cp.c), t the dtype of qkv, kv, out
+ * and dout; everything else float32; queued on stream. One block step
+ * forward: rank r's rows of qkv [B,Tl,3C] (Tl = T/N) against rank s's kv
+ * [B,Tl,2C], merged by log-sum-exp into acc [B,Tl,C] and lse [B,NH,Tl]
+ * (first: they hold nothing yet). Backward: dq [B,Tl,C] and dkv [B,Tl,2C]
+ * accumulate, given the merged lse and D [B,NH,Tl] = cuda_cp_prep's dO . O. */
+void cuda_cp_block_forward(float *acc, float *lse, const void *qkv, const void *kv, int B, int T, int C, int NH,
+                           int N, int r, int s, int first, DType t, void *stream);
+void cuda_cp_block_backward(float *dq, float *dkv, const void *qkv, const void *kv, const float *lse,
+                            const float *D, const void *dout, int B, int T, int C, int NH, int N, int r, int s,
+                            DType t, void *stream);
+void cuda_cp_prep(float *D, const void *out, const void *dout, int B, int Tl, int C, int NH, DType t, void *stream);
+/* dst [rows,ldd] columns off..off+w (dtype td) = src [rows,lds] columns offs.. (dtype ts), converted. */
+void cuda_cp_copy_cols(void *dst, DType td, size_t ldd, size_t off, const void *src, DType ts, size_t lds,
+                       size_t offs, size_t w, size_t rows, void *stream);
 /* nvtxRangePushA / nvtxRangePop: free when no tool listens. */
 void cuda_range_push(const char *name);
 void cuda_range_pop(void);
