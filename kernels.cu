@@ -1834,6 +1834,20 @@ __device__ __forceinline__ float cp_dot(const T *a, const T *b, int hs) {
     return s;
 }
 
+// The rows [B,NH,Tl] of a ring step, walked grid-stride: the first row
+// this thread takes, the stride, the count; and a row's (b, h, i).
+struct CpRows {
+    size_t first, stride, total;
+};
+__device__ inline CpRows cp_rows(int B, int NH, int Tl) {
+    return {blockIdx.x * (size_t)blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x, (size_t)B * NH * Tl};
+}
+__device__ inline void cp_row_of(size_t row, int Tl, int NH, size_t *b, int *h, int *i) {
+    *i = (int)(row % Tl);
+    *h = (int)(row / Tl % NH);
+    *b = row / ((size_t)Tl * NH);
+}
+
 // The merge, one thread a (b, h, t): the block's max, then its sum of
 // e^(s - max) (so lse_b), then both partials rescaled to the merged
 // log-sum-exp: acc = acc e^(lse - lse') + sum_j e^(s_j - lse') v_j.
@@ -1842,11 +1856,11 @@ template <typename T>
 __global__ void cp_block_forward_kernel(float *acc, float *lse, const T *qkv, const T *kv, int B, int Tn,
                                         int C, int NH, int N, int r, int s, int first, float scale) {
     int Tl = Tn / N, hs = C / NH;
-    size_t total = (size_t)B * NH * Tl;
-    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
-         row += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
-        size_t b = row / ((size_t)Tl * NH);
+    CpRows w = cp_rows(B, NH, Tl);
+    for (size_t row = w.first; row < w.total; row += w.stride) {
+        size_t b;
+        int h, t;
+        cp_row_of(row, Tl, NH, &b, &h, &t);
         const T *q = qkv + (b * Tl + t) * 3 * C + h * hs;
         const T *kb = kv + b * Tl * 2 * C + h * hs;   // row j's k at j*2C, its v at j*2C + C
         int pq = cp_pos_dev(N, r, Tn, t);
@@ -1882,11 +1896,11 @@ template <typename T>
 __global__ void cp_block_dq_kernel(float *dq, const T *qkv, const T *kv, const float *lse, const float *D,
                                    const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
     int Tl = Tn / N, hs = C / NH;
-    size_t total = (size_t)B * NH * Tl;
-    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
-         row += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
-        size_t b = row / ((size_t)Tl * NH);
+    CpRows w = cp_rows(B, NH, Tl);
+    for (size_t row = w.first; row < w.total; row += w.stride) {
+        size_t b;
+        int h, t;
+        cp_row_of(row, Tl, NH, &b, &h, &t);
         const T *q = qkv + (b * Tl + t) * 3 * C + h * hs, *g = dout + (b * Tl + t) * C + h * hs;
         const T *kb = kv + b * Tl * 2 * C + h * hs;
         float *o = dq + (b * Tl + t) * C + h * hs, l = lse[row], dd = D[row];
@@ -1907,11 +1921,11 @@ template <typename T>
 __global__ void cp_block_dkv_kernel(float *dkv, const T *qkv, const T *kv, const float *lse, const float *D,
                                     const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
     int Tl = Tn / N, hs = C / NH;
-    size_t total = (size_t)B * NH * Tl;
-    for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
-         row += (size_t)gridDim.x * blockDim.x) {
-        int j = (int)(row % Tl), h = (int)(row / Tl % NH);
-        size_t b = row / ((size_t)Tl * NH);
+    CpRows w = cp_rows(B, NH, Tl);
+    for (size_t row = w.first; row < w.total; row += w.stride) {
+        size_t b;
+        int h, j;
+        cp_row_of(row, Tl, NH, &b, &h, &j);
         const T *k = kv + (b * Tl + j) * 2 * C + h * hs;
         float *dk = dkv + (b * Tl + j) * 2 * C + h * hs, *dv = dk + C;
         const float *L = lse + (b * NH + h) * Tl, *Dr = D + (b * NH + h) * Tl;
@@ -1936,8 +1950,9 @@ __global__ void cp_prep_kernel(float *D, const T *out, const T *dout, int B, int
     size_t total = (size_t)B * NH * Tl;
     for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
          row += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(row % Tl), h = (int)(row / Tl % NH);
-        size_t b = row / ((size_t)Tl * NH);
+        size_t b;
+        int h, t;
+        cp_row_of(row, Tl, NH, &b, &h, &t);
         size_t o = (b * Tl + t) * C + h * hs;
         D[row] = cp_dot(out + o, dout + o, hs);
     }
