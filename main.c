@@ -153,12 +153,7 @@ static void run_free(Run *r) {
     cp_free(&r->cp);
     comm_mesh_free(&r->mesh);
     comm_free(&r->comm);
-    data_free(&r->train);
-    free(r->data_shards);
-    data_free(&r->val);
-    data_tokenizer_free(&r->tok);
-    eval_free(&r->hellaswag);
-    checkpoint_free(&r->ck);
+    setup_free(r);
     checkpoint_async_free(&r->ck_async);
     dev_close(&r->dev);
 }
@@ -469,7 +464,11 @@ int main(int argc, char **argv) {
     r.launch.graceful_stop = r.a.checkpoint_dir || r.a.time_limit_min > 0;
     if (r.launch.graceful_stop || r.launch.world_size <= 1) stop_signals_install(1);   /* a stop asked now comes after step one */
     if (r.a.show_schedule) return setup_show_schedule(&r.a);
-    if (r.a.plan_layout) return setup_plan_layout(&r);
+    if (r.a.plan_layout) {
+        int rc = setup_plan_layout(&r);
+        setup_free(&r);
+        return rc;
+    }
     /* a checkpoint directory belongs to one run: another's is refused before anything is written to it */
     if (r.a.checkpoint_dir && !r.a.resume && checkpoint_dir_used(r.a.checkpoint_dir))
         safe_die_usage("--checkpoint-dir %s holds another run's checkpoints: add --resume to continue it, or name "

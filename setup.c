@@ -510,3 +510,13 @@ void setup_warnings(const Run *r) {
                 "(each micro-batch reduces its gradients; the saving over --pp alone is small)\n",
                 a->layout.zero, a->layout.pp);
 }
+
+void setup_free(Run *r) {
+    data_free(&r->train);
+    free(r->data_shards);
+    r->data_shards = NULL;
+    data_free(&r->val);
+    data_tokenizer_free(&r->tok);
+    eval_free(&r->hellaswag);
+    checkpoint_free(&r->ck);
+}

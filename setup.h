@@ -37,6 +37,9 @@ void setup_checkpoint_meta(const Run *r, long step, CheckpointMeta *meta);
  * else known by the GPU's name, else 0: no MFU printed). */
 double setup_device_peak(Run *r);
 
+/* Frees what setup_check loaded (the data, tokenizer, eval set, checkpoint). */
+void setup_free(Run *r);
+
 /* The warnings setup_check found (data shared by --data and --val, a .bin
  * file read as bytes, --zero 2/3 with --pp), printed by the first rank once
  * every check has passed, so that a bad-input exit stays one line. */
