@@ -1,10 +1,11 @@
 /* layout.h: the parallel layout of a run, as one type (混合并行, the
  * hybrid-parallelism article's DP+PP+TP+ZeRO).
  *
- * A Layout says how the ranks of a job divide one training step: dp x tp x
- * pp ranks (comm.c's mesh: rank = tp_rank + tp x (dp_rank + dp x pp_rank)),
- * what data parallelism does over dp (DDP or the parameter server, a ZeRO
- * stage, the optimizer on the host), how the pipeline runs (a schedule, M
+ * A Layout says how the ranks of a job divide one training step: dp x cp x
+ * tp x pp ranks (comm.c's mesh: rank = tp_rank + tp x (cp_rank + cp x
+ * (dp_rank + dp x pp_rank))), how many ranks split each sequence (context
+ * parallelism, cp.c), what data parallelism does over dp (DDP or the
+ * parameter server, a ZeRO stage, the optimizer on the host), how the pipeline runs (a schedule, M
  * micro-batches, V chunks a stage, the stages' layers), what the tp group
  * splits (sequence parallelism) and what backward recomputes, together with
  * the step's shape that the planner and a checkpoint record with it (batch,
@@ -12,7 +13,8 @@
  * (layout_check: every rule and its message live there), the planner
  * searches over them (plan.c), a checkpoint's manifest records one
  * (checkpoint.c), and the model asks it for a rank's shard
- * (layout_stage_shard).
+ * (layout_stage_shard). The second half of this header is how every
+ * tensor is cut over tp: one table, and one walk over a shard's runs.
  */
 #ifndef LAYOUT_H
 #define LAYOUT_H
@@ -56,20 +58,20 @@ typedef struct Layout {
     DType dtype;             /* activations and the compute copy of the parameters */
 } Layout;
 
-/* Whether model cfg can run under layout l on `world` ranks: every rule of
- * a layout, checked here only (layout.c lists them). world 0: no ranks to
- * match (the planner, a manifest that records none); cfg NULL: the rules
- * that need no model (--show-schedule). Returns 0, or -1 with one line in
- * err naming the flag and the rule ("--tp 3 does not divide 2 heads");
- * err may be NULL (the planner asks quietly). Reads dp, tp, pp, sp,
- * dp_mode, zero, schedule, virtual_chunks, micro_batches, the stage layers,
- * batch and seq (a manifest's layout has them all, with V 1 and one range
- * a stage). */
 /* The mesh's omitted dimension (a 0 among dp, tp, pp) inferred from the
  * world's ranks over cp (comm_mesh_shape's rule). Returns 0, or -1 with one
  * line in err. */
 int layout_infer_mesh(Layout *l, int world, char *err, size_t errlen);
 
+/* Whether model cfg can run under layout l on `world` ranks: every rule of
+ * a layout, checked here only (layout.c lists them). world 0: no ranks to
+ * match (the planner, a manifest that records none); cfg NULL: the rules
+ * that need no model (--show-schedule). Returns 0, or -1 with one line in
+ * err naming the flag and the rule ("--tp 3 does not divide 2 heads");
+ * err may be NULL (the planner asks quietly). Reads dp, cp, tp, pp, sp,
+ * dp_mode, zero, schedule, virtual_chunks, micro_batches, the stage layers,
+ * batch and seq (a manifest's layout has them all, with V 1 and one range
+ * a stage). */
 int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, size_t errlen);
 
 /* The shard a rank of stage `stage` (0..pp-1) and tp rank tp_rank holds
