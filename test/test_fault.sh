@@ -23,10 +23,11 @@ shm_ours() { for f in /dev/shm/train-*; do [ -e "$f" ] && echo "$f"; done; }   #
 # rank_pid LOG R: the pid rank R printed ("rank R pid P", maybe "[rank R] " first)
 rank_pid() { sed -n "s/^\(\[rank $2\] \)\{0,1\}rank $2 pid \([0-9][0-9]*\)\$/\2/p" "$1" | head -n 1; }
 
-# wait_pids LOG N: until N ranks have printed their pid (10 s at most)
+# wait_pids LOG N: until N ranks have printed their pid (120 s at most: a deadline for a
+# failure, not a race a loaded machine can lose)
 wait_pids() {
     i=0
-    while [ "$i" -lt 100 ]; do
+    while [ "$i" -lt 1200 ]; do
         n=$(grep -c ' pid [0-9][0-9]*$' "$1" 2>/dev/null)
         [ "${n:-0}" -ge "$2" ] && return 0
         sleep 0.1; i=$((i + 1))
@@ -204,7 +205,9 @@ log=$out/train_kill9.log
     --vocab 61 --batch 1 --seq 8 --steps 1000000 --device cpu > "$log" 2>&1 &
 job=$!
 i=0
-while [ "$i" -lt 100 ] && ! grep -q '^step 5/' "$log"; do sleep 0.1; i=$((i + 1)); done
+# the job's step 5 is an event to wait for: 120 s at most (on a loaded machine 4 ranks on 2
+# cores took more than the 10 s this once allowed)
+while [ "$i" -lt 1200 ] && ! grep -q '^step 5/' "$log"; do sleep 0.1; i=$((i + 1)); done
 ranks=$(pgrep -P "$job" | tr '\n' ' ')
 victim=$(echo "$ranks" | awk '{ print $3 }')
 if [ -z "$victim" ] || ! grep -q '^step 5/' "$log"; then
