@@ -902,19 +902,14 @@ static const struct ManifestKey {
     int (*read)(Manifest *m, const char *line);
     int once;
 } manifest_keys[] = {
-    {"step", key_step, 1},
-    {"model", key_model, 1},
-    {"layout", key_layout, 1},
-    {"stage_layers", key_stage_layers, 1},
-    {"data_position", key_position, 1},
-    {"data_shards", key_data_shards, 0},
-    {"data_shard", key_data_shards, 0},
-    {"data", key_data, 1},
-    {"optimizer", key_optimizer, 1},
-    {"schedule", key_schedule, 1},
-    {"shards", key_shards, 1},
-    {"shard", key_shard, 0},
-    {"range", key_range, 0},
+    /* what was trained: the step, the model, the layout it ran on */
+    {"step", key_step, 1}, {"model", key_model, 1}, {"layout", key_layout, 1},
+    {"stage_layers", key_stage_layers, 1}, {"schedule", key_schedule, 1},
+    /* where the data stood; data_describe's count line, then one line a shard */
+    {"data", key_data, 1}, {"data_position", key_position, 1},
+    {"data_shards", key_data_shards, 0}, {"data_shard", key_data_shards, 0},
+    /* the optimizer, then the shard files and each one's ranges */
+    {"optimizer", key_optimizer, 1}, {"shards", key_shards, 1}, {"shard", key_shard, 0}, {"range", key_range, 0},
 };
 #define NKEYS (sizeof manifest_keys / sizeof manifest_keys[0])
 

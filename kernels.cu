@@ -1839,13 +1839,15 @@ __device__ __forceinline__ float cp_dot(const T *a, const T *b, int hs) {
 struct CpRows {
     size_t first, stride, total;
 };
+struct CpRow {
+    size_t b;   // the batch row
+    int h, i;   // the head, the position in this rank's Tl
+};
 __device__ inline CpRows cp_rows(int B, int NH, int Tl) {
     return {blockIdx.x * (size_t)blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x, (size_t)B * NH * Tl};
 }
-__device__ inline void cp_row_of(size_t row, int Tl, int NH, size_t *b, int *h, int *i) {
-    *i = (int)(row % Tl);
-    *h = (int)(row / Tl % NH);
-    *b = row / ((size_t)Tl * NH);
+__device__ inline CpRow cp_row_of(size_t row, int Tl, int NH) {
+    return {row / ((size_t)Tl * NH), (int)(row / Tl % NH), (int)(row % Tl)};
 }
 
 // The merge, one thread a (b, h, t): the block's max, then its sum of
@@ -1858,9 +1860,9 @@ __global__ void cp_block_forward_kernel(float *acc, float *lse, const T *qkv, co
     int Tl = Tn / N, hs = C / NH;
     CpRows w = cp_rows(B, NH, Tl);
     for (size_t row = w.first; row < w.total; row += w.stride) {
-        size_t b;
-        int h, t;
-        cp_row_of(row, Tl, NH, &b, &h, &t);
+        CpRow at = cp_row_of(row, Tl, NH);
+        size_t b = at.b;
+        int h = at.h, t = at.i;
         const T *q = qkv + (b * Tl + t) * 3 * C + h * hs;
         const T *kb = kv + b * Tl * 2 * C + h * hs;   // row j's k at j*2C, its v at j*2C + C
         int pq = cp_pos_dev(N, r, Tn, t);
@@ -1890,54 +1892,38 @@ __global__ void cp_block_forward_kernel(float *acc, float *lse, const T *qkv, co
     }
 }
 
-// dq [B,Tl,C] += sum_j dS_j k_j, one thread a query row (b, h, t), with
-// P = e^(s scale - lse), dS = P (dO . v - D) scale.
-template <typename T>
-__global__ void cp_block_dq_kernel(float *dq, const T *qkv, const T *kv, const float *lse, const float *D,
-                                   const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
+// The backward of one ring step, one thread a row of one side of it:
+// KEYS false, a query row t (b, h, t) of this rank: dq [B,Tl,C] += sum_j dS_j k_j
+// over the block's keys j it sees; KEYS true, a key row j of the block:
+// dkv [B,Tl,2C] += (sum_t dS_t q_t, sum_t P_t dO_t) over this rank's queries t
+// that see it. P = e^(s scale - lse), dS = P (dO . v - D) scale. Each thread
+// owns the rows it writes, so no two threads add into one element.
+template <typename T, bool KEYS>
+__global__ void cp_block_backward_kernel(float *grad, const T *qkv, const T *kv, const float *lse,
+                                         const float *D, const T *dout, int B, int Tn, int C, int NH, int N,
+                                         int r, int s, float scale) {
     int Tl = Tn / N, hs = C / NH;
     CpRows w = cp_rows(B, NH, Tl);
     for (size_t row = w.first; row < w.total; row += w.stride) {
-        size_t b;
-        int h, t;
-        cp_row_of(row, Tl, NH, &b, &h, &t);
-        const T *q = qkv + (b * Tl + t) * 3 * C + h * hs, *g = dout + (b * Tl + t) * C + h * hs;
-        const T *kb = kv + b * Tl * 2 * C + h * hs;
-        float *o = dq + (b * Tl + t) * C + h * hs, l = lse[row], dd = D[row];
-        int pq = cp_pos_dev(N, r, Tn, t);
-        for (int j = 0; j < Tl; j++) {
-            if (cp_pos_dev(N, s, Tn, j) > pq) continue;
-            const T *k = kb + (size_t)j * 2 * C;
-            float p = expf(cp_dot(q, k, hs) * scale - l);
-            float ds = p * (cp_dot(g, k + C, hs) - dd) * scale;
-            for (int i = 0; i < hs; i++) o[i] += ds * ld(k, i);
-        }
-    }
-}
-
-// dkv [B,Tl,2C] += (sum_t dS_t q_t, sum_t P_t dO_t), one thread a key row
-// (b, h, j) of the block, over this rank's query rows that see it.
-template <typename T>
-__global__ void cp_block_dkv_kernel(float *dkv, const T *qkv, const T *kv, const float *lse, const float *D,
-                                    const T *dout, int B, int Tn, int C, int NH, int N, int r, int s, float scale) {
-    int Tl = Tn / N, hs = C / NH;
-    CpRows w = cp_rows(B, NH, Tl);
-    for (size_t row = w.first; row < w.total; row += w.stride) {
-        size_t b;
-        int h, j;
-        cp_row_of(row, Tl, NH, &b, &h, &j);
-        const T *k = kv + (b * Tl + j) * 2 * C + h * hs;
-        float *dk = dkv + (b * Tl + j) * 2 * C + h * hs, *dv = dk + C;
-        const float *L = lse + (b * NH + h) * Tl, *Dr = D + (b * NH + h) * Tl;
-        int pk = cp_pos_dev(N, s, Tn, j);
-        for (int t = 0; t < Tl; t++) {
-            if (pk > cp_pos_dev(N, r, Tn, t)) continue;
+        CpRow at = cp_row_of(row, Tl, NH);   // a query row, or a key row (KEYS)
+        size_t b = at.b;
+        for (int other = 0; other < Tl; other++) {
+            int t = KEYS ? other : at.i, j = KEYS ? at.i : other, h = at.h;   // the query row, the key row
+            if (cp_pos_dev(N, s, Tn, j) > cp_pos_dev(N, r, Tn, t)) continue;
             const T *q = qkv + (b * Tl + t) * 3 * C + h * hs, *g = dout + (b * Tl + t) * C + h * hs;
-            float p = expf(cp_dot(q, k, hs) * scale - L[t]);
-            float ds = p * (cp_dot(g, k + C, hs) - Dr[t]) * scale;
-            for (int i = 0; i < hs; i++) {
-                dk[i] += ds * ld(q, i);
-                dv[i] += p * ld(g, i);
+            const T *k = kv + (b * Tl + j) * 2 * C + h * hs;   // its v at k + C
+            size_t qrow = (b * NH + h) * Tl + t;
+            float p = expf(cp_dot(q, k, hs) * scale - lse[qrow]);
+            float ds = p * (cp_dot(g, k + C, hs) - D[qrow]) * scale;
+            if (KEYS) {
+                float *dk = grad + (b * Tl + j) * 2 * C + h * hs, *dv = dk + C;
+                for (int i = 0; i < hs; i++) {
+                    dk[i] += ds * ld(q, i);
+                    dv[i] += p * ld(g, i);
+                }
+            } else {
+                float *dq = grad + (b * Tl + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) dq[i] += ds * ld(k, i);
             }
         }
     }
@@ -1950,9 +1936,9 @@ __global__ void cp_prep_kernel(float *D, const T *out, const T *dout, int B, int
     size_t total = (size_t)B * NH * Tl;
     for (size_t row = blockIdx.x * (size_t)blockDim.x + threadIdx.x; row < total;
          row += (size_t)gridDim.x * blockDim.x) {
-        size_t b;
-        int h, t;
-        cp_row_of(row, Tl, NH, &b, &h, &t);
+        CpRow at = cp_row_of(row, Tl, NH);
+        size_t b = at.b;
+        int h = at.h, t = at.i;
         size_t o = (b * Tl + t) * C + h * hs;
         D[row] = cp_dot(out + o, dout + o, hs);
     }
@@ -1988,12 +1974,12 @@ static void cp_backward_t(float *dq, float *dkv, const void *qkv, const void *kv
     size_t rows = (size_t)B * NH * (Tn / N);
     if (!rows) return;
     float scale = (float)(1.0 / sqrt((double)(C / NH)));
-    cp_block_dq_kernel<T><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
+    cp_block_backward_kernel<T, false><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
         dq, (const T *)qkv, (const T *)kv, lse, D, (const T *)dout, B, Tn, C, NH, N, r, s, scale);
-    LAUNCH_CHECK(cp_block_dq_kernel);
-    cp_block_dkv_kernel<T><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
+    LAUNCH_CHECK(cp_block_backward_kernel);
+    cp_block_backward_kernel<T, true><<<elementwise_grid(rows, 128), 128, 0, cs>>>(
         dkv, (const T *)qkv, (const T *)kv, lse, D, (const T *)dout, B, Tn, C, NH, N, r, s, scale);
-    LAUNCH_CHECK(cp_block_dkv_kernel);
+    LAUNCH_CHECK(cp_block_backward_kernel);
 }
 
 extern "C" void cuda_cp_block_forward(float *acc, float *lse, const void *qkv, const void *kv, int B, int Tn,
