@@ -215,8 +215,9 @@ static int env_read(const EnvNames *e, int ranks, CommLaunch *l, char *err, size
  * job: torchrun's run id (--rdzv-id; --standalone draws a random one, else it
  * is "none"), the Slurm step (job id and step id: the step's tasks, not the
  * batch shell), Open MPI's job id (ORTE's OMPI_MCA_ess_base_jobid; PRRTE's
- * PMIX_NAMESPACE from Open MPI 5). MPICH's Hydra exports none. Writes the
- * identity, and the variables' names into from; 0 when there is none. */
+ * PMIX_NAMESPACE from Open MPI 5). MPICH's Hydra exports none, and torchrun's
+ * default "none" is every such job's: neither counts. Writes the identity,
+ * and the variables' names into from; 0 when there is none. */
 static int job_identity(int which, char *id, size_t idlen, char *from, size_t fromlen) {
     const char *a = NULL, *b = NULL, *an = NULL, *bn = NULL;
     if (which == ENV_TORCHRUN) {
@@ -230,7 +231,7 @@ static int job_identity(int which, char *id, size_t idlen, char *from, size_t fr
     } else {
         a = getenv(an = "PMIX_NAMESPACE");
     }
-    if (!a || !*a) return 0;
+    if (!a || !*a || (which == ENV_TORCHRUN && !strcmp(a, "none"))) return 0;
     snprintf(id, idlen, "%s=%s%s%s%s%s", an, a, b ? " " : "", b ? bn : "", b ? "=" : "", b ? b : "");
     snprintf(from, fromlen, "%s%s%s", an, b ? " and " : "", b ? bn : "");
     return 1;
@@ -246,7 +247,7 @@ static int env_token(int which, CommLaunch *l, char *err, size_t errlen) {
     if (!has_id && !secret) {
         snprintf(err, errlen, "%s started %d ranks but names no job (no %s): export TRAIN_JOB_TOKEN=<a secret> "
                  "to every rank of this job, so that rank 0 can tell its ranks from anyone else's", l->source,
-                 l->world_size, which == ENV_TORCHRUN ? "TORCHELASTIC_RUN_ID" : which == ENV_SLURM ?
+                 l->world_size, which == ENV_TORCHRUN ? "TORCHELASTIC_RUN_ID but torchrun's default 'none'; or pass --rdzv-id" : which == ENV_SLURM ?
                  "SLURM_JOB_ID" : which == ENV_OPENMPI ? "OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE" :
                  "PMIX_NAMESPACE");
         return -1;

@@ -159,8 +159,10 @@ bad "--ranks beside a launcher" "--ranks 4 cannot be used inside a launcher that
     WORLD_SIZE=2 MASTER_PORT=$port -- $SMALL --ranks 4
 # a world whose launcher names no job, and no TRAIN_JOB_TOKEN: rank 0 could not tell its ranks from
 # anyone else's
-bad "torchrun world without a run id" "torchrun started 2 ranks but names no job (no TORCHELASTIC_RUN_ID): export TRAIN_JOB_TOKEN" \
+bad "torchrun world without a run id" "torchrun started 2 ranks but names no job (no TORCHELASTIC_RUN_ID" \
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL
+bad "torchrun world with its default run id" "names no job (no TORCHELASTIC_RUN_ID but torchrun's default 'none'" \
+    RANK=0 WORLD_SIZE=2 TORCHELASTIC_RUN_ID=none MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL
 bad "srun task without a job id" "slurm started 2 ranks but names no job (no SLURM_JOB_ID)" SLURM_PROCID=1 \
     SLURM_NTASKS=2 SLURM_STEP_ID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- $SMALL
 bad "mpich world without TRAIN_JOB_TOKEN" "mpich started 2 ranks but names no job" PMI_RANK=1 PMI_SIZE=2 \
