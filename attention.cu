@@ -1,6 +1,7 @@
 /* attention.cu: fused causal self-attention on bf16 tensor cores
  * (FlashAttention-2 style), forward and backward, behind tc.h's
- * tc_flash_forward / tc_flash_backward.
+ * tc_flash_forward / tc_flash_backward; and the same kernels for one step
+ * of context parallelism's ring (cp.c), tc_flash_pair_forward / _backward.
  *
  * What it computes. One transformer block's attention, exactly the contract
  * of ops.c's attention_forward / attention_backward: for batch b, head h and
@@ -124,6 +125,32 @@
  * (key > query, or query >= T) is applied only to query blocks that start
  * before the key block ends or that run past T.
  *
+ * Chunk pairs (the ring, tc_flash_pair_*). The three tiled kernels take
+ * their operands as an FaIn (q, k and v pointers with their own row
+ * strides) and the rows' positions as an FaPair: n = 1 is the whole
+ * sequence above (row i at position i; these calls build exactly that, and
+ * compute the same bits as before the pair existed); n > 1 is a ring step,
+ * rank rq's queries (qkv [B,Tl,3C]) against rank rk's block of keys and
+ * values (kv [B,Tl,2C]), each rank holding chunks r and 2n-1-r of
+ * tc = T/2n tokens (cp.c's cp_position), Tl = T/n. Positions grow with the
+ * row on both sides, so a query's visible keys are still a prefix of the
+ * key rows: a query block visits the key tiles up to the last one its last
+ * row sees (fa_key_tiles; none at all for the first chunk against a later
+ * rank's block), a key block the query blocks from the first that sees it
+ * (fa_rows_upto), and a tile pair is masked, elementwise on positions, only
+ * where it straddles (fa_straddles; n = 1: the diagonal). What changes is
+ * the epilogue. Forward (RING) does not write bf16 out: each thread merges
+ * its rows' partial O / l and lse_b = ln l + m into the ring's fp32 acc
+ * [B,Tl,C] and lse [B,NH,Tl] by their log-sum-exp (fa_fwd_merge, cp.c's
+ * merge; a row that sees no key of the block leaves them as they are).
+ * Backward takes the final lse and D = dout . out from the caller (cp.c
+ * computes D once a layer) and adds scale dQ into the fp32 dq [B,Tl,C] and
+ * scale dK, dV into the travelling fp32 dkv [B,Tl,2C] (GO = float), with
+ * fa_bwd_kernel<HS, false> and fa_bwd_dq_det_kernel: always the
+ * deterministic backward, since the atomic one's dQ accumulator would need
+ * a second [B,Tl,C] buffer and its bits would vary; every block owns the
+ * rows it adds into, so a ring step has the same bits every run.
+ *
  * Memory traffic. Forward reads Q once, K and V once per query block at or
  * after theirs (about T/128 times each for long T, against T/64 blocks),
  * writes out and lse: O(B NH T hs (T/64)) bytes, never O(T^2). Backward
@@ -134,15 +161,19 @@
  * sequence and layer over 12 heads; here nothing of that size exists.
  *
  * Resources (4 warps a block; dynamic shared memory, opted in above 48 KiB
- * on every call; registers as ptxas of CUDA 13.0 reports for sm_90a):
- *   forward  hs 32: 25600 B,  96 regs (12 B spilled, outside the loop) |
- *            hs 64: 46080 B, 128 regs | hs 128: 87040 B, 237 regs
- *   backward hs 32: 40960 B, 159 regs | hs 64: 65536 B, 232 regs |
- *            hs 128 (BQ 32): 75264 B, 255 regs (24 B spilled, a few
- *            reloads per query block); without dQ (deterministic):
- *            164 | 229 | 245 regs, no spills
- *   deterministic dQ hs 32: 30720 B, 126 regs | hs 64: 55296 B, 166 regs |
- *            hs 128: 104448 B, 246 regs
+ * on every call; registers as ptxas of CUDA 13.0 reports for sm_90a, with
+ * the positions of the chunk pairs in; none of them spills):
+ *   forward  hs 32: 25600 B,  96 regs | hs 64: 46080 B, 129 regs |
+ *            hs 128: 87040 B, 228 regs; a ring step (the merge):
+ *            100 | 136 | 229 regs
+ *   backward hs 32: 40960 B, 158 regs | hs 64: 65536 B, 238 regs |
+ *            hs 128 (BQ 32): 75264 B, 255 regs; without dQ
+ *            (deterministic, and a ring step): 158 | 231 | 249 regs
+ *   deterministic dQ hs 32: 30720 B, 128 regs | hs 64: 55296 B, 166 regs |
+ *            hs 128: 104448 B, 240 regs (a ring step 239)
+ * (Before the pairs: forward 96 with 12 B spilled | 128 | 237, backward
+ * 159 | 232 | 255 with 24 B spilled, without dQ 164 | 229 | 245,
+ * deterministic dQ 126 | 166 | 246.)
  *
  * Numerical contract. Inputs bf16. Dot products accumulate in fp32 on the
  * tensor cores. The softmax statistics (max m, sum l, lse, Dvec) and the
@@ -153,14 +184,17 @@
  * out = bf16(O / l); dqkv = bf16(dqkv + gradient) with the addition in fp32.
  * Dvec uses the bf16 out the forward wrote (as FlashAttention-2 does).
  *
- * Requirements. tc_flash_* return -1, writing nothing, exactly when
- * C % 8 != 0 or hs = C/NH is not in {32, 64, 128}: that is the predicate
+ * Requirements. tc_flash_* (the pair calls too) return -1, writing
+ * nothing, exactly when C % 8 != 0 or hs = C/NH is not in {32, 64, 128}:
+ * that is the predicate
  * kernels.cu uses to size the attention state (lse here, probabilities for
  * its fallback), so no other condition may send the caller to the
  * fallback. Everything else is a caller bug and exits with a message:
  * NH <= 0 or C % NH != 0, or a qkv/out/dout/dqkv/scratch pointer that is
  * not 16-byte aligned (the 16-byte cp.async and stores need it; dev_alloc
  * gives 256 and every [B,T,C]-strided slice of it keeps 16 when C % 8 == 0).
+ * The pair calls also exit on a T, N, r, s that is no chunk pair (T a
+ * multiple of 2N, 0 <= r, s < N) and on fp32 buffers not 8-byte aligned.
  * A device older than sm_80 fails at the launch ("no kernel image"), which
  * is checked. Any T >= 1 and B >= 1 (B or T <= 0: nothing to do, 0):
  * loads beyond T are zero-filled by cp.async, stores beyond T are skipped.
