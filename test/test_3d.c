@@ -48,7 +48,8 @@
  * emulation (test/emu/emu.h), and only the one-rank CPU references and the
  * CUDA layouts run, their names ending in "(cpu emulation)". Among them
  * context parallelism's ring on the GPU (cp 2, and cp 2 x tp 2 with sp),
- * in float32 against one CPU rank and in bf16 against one bf16 CPU rank;
+ * in float32 against one CPU rank and in bf16 against one bf16 CPU rank,
+ * and on the flash kernels (heads of 32 at cp 2, of 64 at cp 2 and 4);
  * over the emulated NCCL too, in both timings.
  */
 #include <math.h>
