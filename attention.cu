@@ -171,9 +171,10 @@
  *            (deterministic, and a ring step): 158 | 231 | 249 regs
  *   deterministic dQ hs 32: 30720 B, 128 regs | hs 64: 55296 B, 166 regs |
  *            hs 128: 104448 B, 240 regs (a ring step 239)
- * (Before the pairs: forward 96 with 12 B spilled | 128 | 237, backward
- * 159 | 232 | 255 with 24 B spilled, without dQ 164 | 229 | 245,
- * deterministic dQ 126 | 166 | 246.)
+ * On sm_80 the ring's hs 64 forward spills 12 B (where: not examined);
+ * nothing else does. Before the pairs, on sm_90a: forward 96 (12 B
+ * spilled) | 128 | 237, backward 159 | 232 | 255 (24 B spilled), without
+ * dQ 164 | 229 | 245, deterministic dQ 126 | 166 | 246.
  *
  * Numerical contract. Inputs bf16. Dot products accumulate in fp32 on the
  * tensor cores. The softmax statistics (max m, sum l, lse, Dvec) and the
