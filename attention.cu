@@ -1,6 +1,7 @@
 /* attention.cu: fused causal self-attention on bf16 tensor cores
  * (FlashAttention-2 style), forward and backward, behind tc.h's
- * tc_flash_forward / tc_flash_backward.
+ * tc_flash_forward / tc_flash_backward; and the same kernels for one step
+ * of context parallelism's ring (cp.c), tc_flash_pair_forward / _backward.
  *
  * What it computes. One transformer block's attention, exactly the contract
  * of ops.c's attention_forward / attention_backward: for batch b, head h and
@@ -124,6 +125,32 @@
  * (key > query, or query >= T) is applied only to query blocks that start
  * before the key block ends or that run past T.
  *
+ * Chunk pairs (the ring, tc_flash_pair_*). The three tiled kernels take
+ * their operands as an FaIn (q, k and v pointers with their own row
+ * strides) and the rows' positions as an FaPair: n = 1 is the whole
+ * sequence above (row i at position i; these calls build exactly that, and
+ * compute the same bits as before the pair existed); n > 1 is a ring step,
+ * rank rq's queries (qkv [B,Tl,3C]) against rank rk's block of keys and
+ * values (kv [B,Tl,2C]), each rank holding chunks r and 2n-1-r of
+ * tc = T/2n tokens (cp.c's cp_position), Tl = T/n. Positions grow with the
+ * row on both sides, so a query's visible keys are still a prefix of the
+ * key rows: a query block visits the key tiles up to the last one its last
+ * row sees (fa_key_tiles; none at all for the first chunk against a later
+ * rank's block), a key block the query blocks from the first that sees it
+ * (fa_rows_upto), and a tile pair is masked, elementwise on positions, only
+ * where it straddles (fa_straddles; n = 1: the diagonal). What changes is
+ * the epilogue. Forward (RING) does not write bf16 out: each thread merges
+ * its rows' partial O / l and lse_b = ln l + m into the ring's fp32 acc
+ * [B,Tl,C] and lse [B,NH,Tl] by their log-sum-exp (fa_fwd_merge, cp.c's
+ * merge; a row that sees no key of the block leaves them as they are).
+ * Backward takes the final lse and D = dout . out from the caller (cp.c
+ * computes D once a layer) and adds scale dQ into the fp32 dq [B,Tl,C] and
+ * scale dK, dV into the travelling fp32 dkv [B,Tl,2C] (GO = float), with
+ * fa_bwd_kernel<HS, false> and fa_bwd_dq_det_kernel: always the
+ * deterministic backward, since the atomic one's dQ accumulator would need
+ * a second [B,Tl,C] buffer and its bits would vary; every block owns the
+ * rows it adds into, so a ring step has the same bits every run.
+ *
  * Memory traffic. Forward reads Q once, K and V once per query block at or
  * after theirs (about T/128 times each for long T, against T/64 blocks),
  * writes out and lse: O(B NH T hs (T/64)) bytes, never O(T^2). Backward
@@ -134,15 +161,20 @@
  * sequence and layer over 12 heads; here nothing of that size exists.
  *
  * Resources (4 warps a block; dynamic shared memory, opted in above 48 KiB
- * on every call; registers as ptxas of CUDA 13.0 reports for sm_90a):
- *   forward  hs 32: 25600 B,  96 regs (12 B spilled, outside the loop) |
- *            hs 64: 46080 B, 128 regs | hs 128: 87040 B, 237 regs
- *   backward hs 32: 40960 B, 159 regs | hs 64: 65536 B, 232 regs |
- *            hs 128 (BQ 32): 75264 B, 255 regs (24 B spilled, a few
- *            reloads per query block); without dQ (deterministic):
- *            164 | 229 | 245 regs, no spills
- *   deterministic dQ hs 32: 30720 B, 126 regs | hs 64: 55296 B, 166 regs |
- *            hs 128: 104448 B, 246 regs
+ * on every call; registers as ptxas of CUDA 13.0 reports for sm_90a, with
+ * the positions of the chunk pairs in; none of them spills):
+ *   forward  hs 32: 25600 B,  96 regs | hs 64: 46080 B, 129 regs |
+ *            hs 128: 87040 B, 228 regs; a ring step (the merge):
+ *            100 | 136 | 229 regs
+ *   backward hs 32: 40960 B, 158 regs | hs 64: 65536 B, 238 regs |
+ *            hs 128 (BQ 32): 75264 B, 255 regs; without dQ
+ *            (deterministic, and a ring step): 158 | 231 | 249 regs
+ *   deterministic dQ hs 32: 30720 B, 128 regs | hs 64: 55296 B, 166 regs |
+ *            hs 128: 104448 B, 240 regs (a ring step 239)
+ * On sm_80 the ring's hs 64 forward spills 12 B (where: not examined);
+ * nothing else does. Before the pairs, on sm_90a: forward 96 (12 B
+ * spilled) | 128 | 237, backward 159 | 232 | 255 (24 B spilled), without
+ * dQ 164 | 229 | 245, deterministic dQ 126 | 166 | 246.
  *
  * Numerical contract. Inputs bf16. Dot products accumulate in fp32 on the
  * tensor cores. The softmax statistics (max m, sum l, lse, Dvec) and the
@@ -153,14 +185,17 @@
  * out = bf16(O / l); dqkv = bf16(dqkv + gradient) with the addition in fp32.
  * Dvec uses the bf16 out the forward wrote (as FlashAttention-2 does).
  *
- * Requirements. tc_flash_* return -1, writing nothing, exactly when
- * C % 8 != 0 or hs = C/NH is not in {32, 64, 128}: that is the predicate
+ * Requirements. tc_flash_* (the pair calls too) return -1, writing
+ * nothing, exactly when C % 8 != 0 or hs = C/NH is not in {32, 64, 128}:
+ * that is the predicate
  * kernels.cu uses to size the attention state (lse here, probabilities for
  * its fallback), so no other condition may send the caller to the
  * fallback. Everything else is a caller bug and exits with a message:
  * NH <= 0 or C % NH != 0, or a qkv/out/dout/dqkv/scratch pointer that is
  * not 16-byte aligned (the 16-byte cp.async and stores need it; dev_alloc
  * gives 256 and every [B,T,C]-strided slice of it keeps 16 when C % 8 == 0).
+ * The pair calls also exit on a T, N, r, s that is no chunk pair (T a
+ * multiple of 2N, 0 <= r, s < N) and on fp32 buffers not 8-byte aligned.
  * A device older than sm_80 fails at the launch ("no kernel image"), which
  * is checked. Any T >= 1 and B >= 1 (B or T <= 0: nothing to do, 0):
  * loads beyond T are zero-filled by cp.async, stores beyond T are skipped.
@@ -346,14 +381,130 @@ __device__ __forceinline__ void fa_load_tile(uint32_t s_base, const bf16 *g, siz
 }
 
 /* ---------------------------------------------------------------------------
+ * Operands and positions, shared by the three tiled kernels.
+ *
+ * FaIn: one call's bf16 inputs. q, k, v point at (b 0, row 0, head 0) of
+ * each; a batch row holds T rows of each side, rows q_ld (queries) or
+ * kv_ld (keys and values) elements apart. The whole-sequence call reads all
+ * three from qkv (q_ld = kv_ld = 3C); a ring step reads q from its qkv and
+ * k, v from the block that travels ([B,T,2C]: kv_ld = 2C).
+ *
+ * FaPair: where the rows sit in the sequence. n = 1: row i is position i
+ * (today's flash attention). n > 1 (context parallelism, cp.c's
+ * cp_position): rank r holds chunks r and 2n-1-r of tc = T_seq / 2n rows,
+ * the queries rank rq's, the keys rank rk's. Rows past T (tile padding)
+ * sit at FA_FAR, after every real key. Positions grow with the row on both
+ * sides, so the keys a query sees are a prefix of the key rows and the
+ * queries a key is seen by a suffix of the query rows: the causal tile
+ * skipping carries over, with a mask wherever a tile pair straddles. */
+struct FaIn {
+    const bf16 *q, *k, *v;
+    size_t q_ld, kv_ld;
+    int T, C, NH;
+};
+struct FaPair {
+    int n, rq, rk, tc;
+};
+#define FA_FAR 0x7fffffff
+
+__device__ __forceinline__ int fa_pos(const FaPair &p, int rank, int i, int T) {
+    if (i >= T) return FA_FAR;
+    if (p.n == 1) return i;
+    return i < p.tc ? rank * p.tc + i : (2 * p.n - 1 - rank) * p.tc + i - p.tc;
+}
+__device__ __forceinline__ int fa_qpos(const FaPair &p, int i, int T) { return fa_pos(p, p.rq, i, T); }
+__device__ __forceinline__ int fa_kpos(const FaPair &p, int j, int T) { return fa_pos(p, p.rk, j, T); }
+
+/* How many of rank's T rows sit at positions <= pos. */
+__device__ __forceinline__ int fa_rows_upto(const FaPair &p, int rank, int pos, int T) {
+    if (p.n == 1) return min(max(pos + 1, 0), T);
+    const int lo = rank * p.tc, hi = (2 * p.n - 1 - rank) * p.tc;
+    return min(max(pos - lo + 1, 0), p.tc) + min(max(pos - hi + 1, 0), p.tc);
+}
+
+/* Key tiles of 64 that query rows [q0, q0 + 64) visit: those holding a key
+ * the block's last real query sees. 0 when none sees any (an invisible pair). */
+__device__ __forceinline__ int fa_key_tiles(const FaPair &p, int q0, int T) {
+    const int last = min(q0 + FA_BQF, T) - 1;
+    return (fa_rows_upto(p, p.rk, fa_qpos(p, last, T), T) + FA_BKV - 1) / FA_BKV;
+}
+
+/* Whether key tile [k0, k0 + 64) against query rows [q0, q0 + rows) holds a
+ * pair to mask: a key after the first query (keys past T are FA_FAR), or a
+ * query row past T. */
+__device__ __forceinline__ bool fa_straddles(const FaPair &p, int k0, int q0, int rows, int T) {
+    return fa_kpos(p, k0 + FA_BKV - 1, T) > fa_qpos(p, q0, T) || q0 + rows > T;
+}
+
+/* p[0..1] += a[0..1] s, as bf16 (read, add in fp32, round once) or fp32:
+ * the backward's dK, dV and dQ into dqkv, or into the ring's fp32 sums. */
+__device__ __forceinline__ void fa_add2(bf16 *p, float a0, float a1, float s) {
+    __nv_bfloat162 *p2 = reinterpret_cast<__nv_bfloat162 *>(p);
+    const float2 o = __bfloat1622float2(*p2);
+    *p2 = __floats2bfloat162_rn(o.x + a0 * s, o.y + a1 * s);
+}
+__device__ __forceinline__ void fa_add2(float *p, float a0, float a1, float s) {
+    float2 *p2 = reinterpret_cast<float2 *>(p);
+    const float2 o = *p2;
+    *p2 = make_float2(o.x + a0 * s, o.y + a1 * s);
+}
+
+/* ---------------------------------------------------------------------------
  * Forward.
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaFwd<HS>::SMEM.
- * out [B,T,C] bf16, lse [B,NH,T] fp32, qkv [B,T,3C] bf16. */
+ * RING false: out [B,T,C] bf16 and lse [B,NH,T] fp32 written (acc unused).
+ * RING true (a ring step): this block's partial output and log-sum-exp
+ * merged into acc [B,T,C] fp32 and lse [B,NH,T] (out unused); first: acc
+ * and lse hold nothing yet. */
 
+/* A ring step's epilogue: this thread's rows t0 and t0 + 8 (of b, h) and
+ * its columns of them, the block's partial O / l with lse_b = ln(l) + m ln 2
+ * (m in log2 units), merged into the running acc and lse:
+ *     lse' = ln(e^lse + e^lse_b)
+ *     acc  = acc e^(lse - lse') + (O / l) e^(lse_b - lse')
+ * A row that sees no key of this block (l = 0) leaves both as they are
+ * (first: acc 0, lse -inf). Each row's 4 lanes read its lse before its
+ * lane 0 writes it. */
 template <int HS>
+__device__ __forceinline__ void fa_fwd_merge(float *acc, float *lse, const float (&o)[HS / 8][4],
+                                             const float m[2], const float l[2], int first, int b,
+                                             int h, int t0, int T, int C, int NH, int tg) {
+    float lo[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = t0 + 8 * r;
+        lo[r] = first || t >= T ? -INFINITY : lse[((size_t)b * NH + h) * T + t];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = t0 + 8 * r;
+        if (t >= T) continue;
+        float *row = acc + ((size_t)b * T + t) * C + (size_t)h * HS + tg * 2;
+        float merged = lo[r], keep = 0.f, take = 0.f;
+        if (l[r] > 0.f) {
+            const float lb = (m[r] + log2f(l[r])) * FA_LN2;
+            const float hi = fmaxf(lo[r], lb);
+            merged = hi + logf(expf(lo[r] - hi) + expf(lb - hi));
+            keep = expf(lo[r] - merged);
+            take = expf(lb - merged) / l[r];
+        } else if (!first) {
+            continue;  /* nothing of this block: acc and lse stay */
+        }
+#pragma unroll
+        for (int dt = 0; dt < HS / 8; dt++) {
+            float2 *p = reinterpret_cast<float2 *>(row + dt * 8);
+            const float2 a = first ? make_float2(0.f, 0.f) : *p;
+            *p = make_float2(a.x * keep + o[dt][2 * r] * take, a.y * keep + o[dt][2 * r + 1] * take);
+        }
+        if (tg == 0) lse[((size_t)b * NH + h) * T + t] = merged;
+    }
+}
+
+template <int HS, bool RING>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv,
-                  int T, int C, int NH, float scale_log2) {
+    fa_fwd_kernel(bf16 *__restrict__ out, float *__restrict__ acc, float *__restrict__ lse,
+                  const FaIn in, const FaPair pr, int first, float scale_log2) {
     constexpr int LD = FaFwd<HS>::LD;
     constexpr int TILE = FaFwd<HS>::TILE;
     constexpr int NT = FA_BKV / 8;  /* n-tiles of S per warp: 8 */
@@ -364,20 +515,26 @@ __global__ void __launch_bounds__(FA_THREADS)
     const uint32_t aK = aQ + TILE * sizeof(bf16);      /* [2][64][LD] */
     const uint32_t aV = aK + 2 * TILE * sizeof(bf16);  /* [2][64][LD] */
 
+    const int T = in.T, C = in.C, NH = in.NH;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int qb = gridDim.y - 1 - blockIdx.y;  /* heaviest query blocks first */
     const int q0 = qb * FA_BQF;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tg = lane & 3;
-    const size_t stride = (size_t)3 * C;
-    const bf16 *qbase = qkv + (size_t)b * T * stride + (size_t)h * HS;  /* q of (b, h, t=0) */
-    const bf16 *kbase = qbase + C;
-    const bf16 *vbase = qbase + 2 * (size_t)C;
+    const size_t qs = in.q_ld, ks = in.kv_ld;
+    const bf16 *qbase = in.q + (size_t)b * T * qs + (size_t)h * HS;  /* q of (b, h, t=0) */
+    const bf16 *kbase = in.k + (size_t)b * T * ks + (size_t)h * HS;
+    const bf16 *vbase = in.v + (size_t)b * T * ks + (size_t)h * HS;
 
-    fa_load_tile<HS, 64>(aQ, qbase, stride, q0, T, tid);
-    fa_load_tile<HS, 64>(aK, kbase, stride, 0, T, tid);
-    fa_load_tile<HS, 64>(aV, vbase, stride, 0, T, tid);
-    fa_cp_commit();
+    const int nkv = fa_key_tiles(pr, q0, T);  /* n = 1: qb + 1 */
+    if (nkv > 0) {
+        fa_load_tile<HS, 64>(aQ, qbase, qs, q0, T, tid);
+        fa_load_tile<HS, 64>(aK, kbase, ks, 0, T, tid);
+        fa_load_tile<HS, 64>(aV, vbase, ks, 0, T, tid);
+        fa_cp_commit();
+    }
+    /* this thread's query rows g and g + 8 of the warp: their positions */
+    const int qp[2] = {fa_qpos(pr, q0 + warp * 16 + g, T), fa_qpos(pr, q0 + warp * 16 + g + 8, T)};
 
     uint32_t qf[HS / 16][4];  /* this warp's 16 query rows as A fragments */
     float o[DT][4];
@@ -391,13 +548,12 @@ __global__ void __launch_bounds__(FA_THREADS)
     const int bn_row = (lane & 7) + ((lane >> 4) << 3), bn_col = ((lane >> 3) & 1) * 8; /* B=X^T */
     const int bt_row = (lane & 7) + (((lane >> 3) & 1) << 3), bt_col = (lane >> 4) * 8; /* B=X, .trans */
 
-    const int nkv = qb + 1;
     for (int j = 0; j < nkv; j++) {
         const int buf = j & 1;
         if (j + 1 < nkv) {
             const uint32_t nb = (uint32_t)((buf ^ 1) * TILE * sizeof(bf16));
-            fa_load_tile<HS, 64>(aK + nb, kbase, stride, (j + 1) * FA_BKV, T, tid);
-            fa_load_tile<HS, 64>(aV + nb, vbase, stride, (j + 1) * FA_BKV, T, tid);
+            fa_load_tile<HS, 64>(aK + nb, kbase, ks, (j + 1) * FA_BKV, T, tid);
+            fa_load_tile<HS, 64>(aV + nb, vbase, ks, (j + 1) * FA_BKV, T, tid);
             fa_cp_commit();
             fa_cp_wait<1>();  /* everything but the tile just issued has landed */
         } else {
@@ -429,16 +585,15 @@ __global__ void __launch_bounds__(FA_THREADS)
             }
         }
 
-        /* Diagonal tile: key column > query row -> -inf (tile j == qb has
-         * kv0 == q0, so local indices compare directly). */
-        if (j == qb) {
+        /* A straddling tile (n = 1: the diagonal, j == qb): a key after
+         * the query -> -inf, keys past T included. */
+        if (fa_straddles(pr, j * FA_BKV, q0, FA_BQF, T)) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int col = nt * 8 + tg * 2 + (e & 1);
-                    int row = warp * 16 + g + (e >> 1) * 8;
-                    if (col > row) s[nt][e] = -INFINITY;
+                    const int key = j * FA_BKV + nt * 8 + tg * 2 + (e & 1);
+                    if (fa_kpos(pr, key, T) > qp[e >> 1]) s[nt][e] = -INFINITY;
                 }
             }
         }
@@ -505,30 +660,34 @@ __global__ void __launch_bounds__(FA_THREADS)
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         inv[r] = 1.f / l[r];
     }
+    if (RING) {
+        fa_fwd_merge<HS>(acc, lse, o, m, l, first, b, h, q0 + warp * 16 + g, T, C, NH, tg);
+    } else {
 #pragma unroll
-    for (int dt = 0; dt < DT; dt++) {
+        for (int dt = 0; dt < DT; dt++) {
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            __nv_bfloat162 v = __floats2bfloat162_rn(o[dt][2 * r] * inv[r], o[dt][2 * r + 1] * inv[r]);
-            *reinterpret_cast<__nv_bfloat162 *>(sQ + (warp * 16 + g + 8 * r) * LD + dt * 8 + tg * 2) = v;
+            for (int r = 0; r < 2; r++) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(o[dt][2 * r] * inv[r], o[dt][2 * r + 1] * inv[r]);
+                *reinterpret_cast<__nv_bfloat162 *>(sQ + (warp * 16 + g + 8 * r) * LD + dt * 8 + tg * 2) = v;
+            }
         }
-    }
-    __syncwarp();
-    constexpr int CPR = HS / 8;
+        __syncwarp();
+        constexpr int CPR = HS / 8;
 #pragma unroll
-    for (int i = 0; i < 16 * CPR / 32; i++) {
-        int ch = lane + i * 32;
-        int r = ch / CPR, col = (ch % CPR) * 8;
-        int t = q0 + warp * 16 + r;
-        if (t < T)
-            *reinterpret_cast<uint4 *>(out + ((size_t)b * T + t) * C + (size_t)h * HS + col) =
-                *reinterpret_cast<const uint4 *>(sQ + (warp * 16 + r) * LD + col);
-    }
-    if (tg == 0) {
+        for (int i = 0; i < 16 * CPR / 32; i++) {
+            int ch = lane + i * 32;
+            int r = ch / CPR, col = (ch % CPR) * 8;
+            int t = q0 + warp * 16 + r;
+            if (t < T)
+                *reinterpret_cast<uint4 *>(out + ((size_t)b * T + t) * C + (size_t)h * HS + col) =
+                    *reinterpret_cast<const uint4 *>(sQ + (warp * 16 + r) * LD + col);
+        }
+        if (tg == 0) {
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int t = q0 + warp * 16 + g + 8 * r;
-            if (t < T) lse[(size_t)bh * T + t] = (m[r] + log2f(l[r])) * FA_LN2;
+            for (int r = 0; r < 2; r++) {
+                int t = q0 + warp * 16 + g + 8 * r;
+                if (t < T) lse[(size_t)bh * T + t] = (m[r] + log2f(l[r])) * FA_LN2;
+            }
         }
     }
 }
@@ -568,15 +727,17 @@ static __global__ void __launch_bounds__(256)
 
 /* Backward, step 2: one block per (b, h, 64-key block).
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaBwd<HS>::SMEM.
- * dqkv [B,T,3C] bf16 (k, v channels accumulated here), dqacc [B,T,C] fp32
- * (atomics; DQ false: unused, dQ is fa_bwd_dq_det_kernel's), Dvec [B,NH,T],
- * dout [B,T,C], qkv [B,T,3C], lse [B,NH,T]. */
-template <int HS, bool DQ>
+ * dk, dv: (b 0, row 0, head 0) of the key and value gradients, rows dkv_ld
+ * apart, accumulated here (GO bf16: dqkv's k and v channels, dkv_ld 3C;
+ * GO float: a ring step's fp32 dkv, dkv_ld 2C). dqacc [B,T,C] fp32 (atomics;
+ * DQ false: unused, dQ is fa_bwd_dq_det_kernel's), Dvec [B,NH,T],
+ * dout [B,T,C], lse [B,NH,T]; q, k, v as `in` says. */
+template <int HS, bool DQ, typename GO>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_bwd_kernel(bf16 *__restrict__ dqkv, float *__restrict__ dqacc,
-                  const float *__restrict__ Dvec, const bf16 *__restrict__ dout,
-                  const bf16 *__restrict__ qkv, const float *__restrict__ lse, int T, int C,
-                  int NH, float scale, float scale_log2) {
+    fa_bwd_kernel(GO *__restrict__ dk_out, GO *__restrict__ dv_out, size_t dkv_ld,
+                  float *__restrict__ dqacc, const float *__restrict__ Dvec,
+                  const bf16 *__restrict__ dout, const FaIn in, const FaPair pr,
+                  const float *__restrict__ lse, float scale, float scale_log2) {
     typedef FaBwd<HS> P;
     constexpr int BQ = P::BQ, LD = P::LD, LDS = P::LDS;
     constexpr int QN = BQ / 8;  /* n-tiles of S^T, dP^T per warp */
@@ -593,22 +754,26 @@ __global__ void __launch_bounds__(FA_THREADS)
                    adO = fa_smem_addr(sdO), adS = fa_smem_addr(sdS), aL = fa_smem_addr(sL),
                    aD = fa_smem_addr(sD);
 
+    const int T = in.T, C = in.C, NH = in.NH;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int kv0 = blockIdx.y * FA_BKV;  /* block 0 has the most query blocks: first */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tg = lane & 3;
-    const size_t stride = (size_t)3 * C;
-    const bf16 *qbase = qkv + (size_t)b * T * stride + (size_t)h * HS;
+    const size_t qs = in.q_ld, ks = in.kv_ld;
+    const bf16 *qbase = in.q + (size_t)b * T * qs + (size_t)h * HS;
     const bf16 *obase = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *lrow = lse + (size_t)bh * T;
     const float *drow = Dvec + (size_t)bh * T;
 
-    const int qb0 = kv0 / BQ, nqb = (T + BQ - 1) / BQ;
+    /* the query blocks from the one holding the first query that sees key
+     * kv0 (n = 1: query kv0) to the end */
+    const int first_q = fa_rows_upto(pr, pr.rq, fa_kpos(pr, kv0, T) - 1, T);
+    const int qb0 = first_q / BQ, nqb = (T + BQ - 1) / BQ;
 
     /* Q, dO, lse, Dvec of query block qb into buffer bufi. */
     auto load_q = [&](int qb, int bufi) {
         const int r0 = qb * BQ;
-        fa_load_tile<HS, BQ>(aQ + (uint32_t)(bufi * P::Q_TILE * sizeof(bf16)), qbase, stride, r0, T,
+        fa_load_tile<HS, BQ>(aQ + (uint32_t)(bufi * P::Q_TILE * sizeof(bf16)), qbase, qs, r0, T,
                              tid);
         fa_load_tile<HS, BQ>(adO + (uint32_t)(bufi * P::Q_TILE * sizeof(bf16)), obase, (size_t)C,
                              r0, T, tid);
@@ -621,8 +786,8 @@ __global__ void __launch_bounds__(FA_THREADS)
         }
     };
 
-    fa_load_tile<HS, 64>(aK, qbase + C, stride, kv0, T, tid);
-    fa_load_tile<HS, 64>(aV, qbase + 2 * (size_t)C, stride, kv0, T, tid);
+    fa_load_tile<HS, 64>(aK, in.k + (size_t)b * T * ks + (size_t)h * HS, ks, kv0, T, tid);
+    fa_load_tile<HS, 64>(aV, in.v + (size_t)b * T * ks + (size_t)h * HS, ks, kv0, T, tid);
     load_q(qb0, 0);
     fa_cp_commit();
 
@@ -636,8 +801,9 @@ __global__ void __launch_bounds__(FA_THREADS)
     /* A = Y^T from [k][m] storage (.trans): row k0 + at_row, column m0 + at_col */
     const int at_row = (lane & 7) + ((lane >> 4) << 3), at_col = ((lane >> 3) & 1) * 8;
 
-    /* this thread's keys (rows of S^T), block-local */
+    /* this thread's keys (rows of S^T), block-local, and their positions */
     const int key_lo = warp * 16 + g;  /* and key_lo + 8 */
+    const int kp[2] = {fa_kpos(pr, kv0 + key_lo, T), fa_kpos(pr, kv0 + key_lo + 8, T)};
 
     for (int qb = qb0, it = 0; qb < nqb; qb++, it++) {
         const int buf = it & 1;
@@ -663,7 +829,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         /* P^T = exp(S^T scale - lse), 0 where key > query or query >= T;
          * dS^T = P^T (dP^T - D) in place in dp, its bf16 copy to sdS; P^T
          * kept only as bf16 A fragments (pa) for dV. */
-        const bool need_mask = q0 < kv0 + FA_BKV || q0 + BQ > T;
+        const bool need_mask = fa_straddles(pr, kv0, q0, BQ, T);
         uint32_t pa[BQ / 16][4];
 #pragma unroll
         for (int nt = 0; nt < QN; nt++) {
@@ -675,9 +841,8 @@ __global__ void __launch_bounds__(FA_THREADS)
             for (int e = 0; e < 4; e++) {
                 float p = exp2f(fmaf(s[nt][e], scale_log2, -((e & 1) ? l1 : l0)));
                 if (need_mask) {
-                    const int key = kv0 + key_lo + (e >> 1) * 8;
                     const int query = q0 + qc + (e & 1);
-                    if (key > query || query >= T) p = 0.f;
+                    if (kp[e >> 1] > fa_qpos(pr, query, T) || query >= T) p = 0.f;
                 }
                 s[nt][e] = p;
                 dp[nt][e] = p * (dp[nt][e] - ((e & 1) ? dd.y : dd.x));
@@ -756,19 +921,19 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();  /* sdS and this buffer are rewritten next iteration */
     }
 
-    /* dK (times scale), dV into dqkv: read, add in fp32, round once. */
+    fa_cp_wait<0>();  /* a block no query sees issued loads and no loop */
+
+    /* dK (times scale), dV into their sums: this block alone owns these rows
+     * and channels (bf16: read, add in fp32, round once). */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int t = kv0 + key_lo + 8 * r;
         if (t >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS + tg * 2;
+        const size_t at = ((size_t)b * T + t) * dkv_ld + (size_t)h * HS + tg * 2;
 #pragma unroll
         for (int nt = 0; nt < DT; nt++) {
-            __nv_bfloat162 *pk = reinterpret_cast<__nv_bfloat162 *>(row + C + nt * 8);
-            __nv_bfloat162 *pv = reinterpret_cast<__nv_bfloat162 *>(row + 2 * (size_t)C + nt * 8);
-            float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
-            *pk = __floats2bfloat162_rn(ok.x + dk[nt][2 * r] * scale, ok.y + dk[nt][2 * r + 1] * scale);
-            *pv = __floats2bfloat162_rn(ov.x + dv[nt][2 * r], ov.y + dv[nt][2 * r + 1]);
+            fa_add2(dk_out + at + nt * 8, dk[nt][2 * r], dk[nt][2 * r + 1], scale);
+            fa_add2(dv_out + at + nt * 8, dv[nt][2 * r], dv[nt][2 * r + 1], 1.f);
         }
     }
 }
@@ -787,19 +952,20 @@ __global__ void __launch_bounds__(FA_THREADS)
  * false> computes them too, for dK and dV): 7 tile products a (key, query)
  * tile pair instead of 5, and no atomics.
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaDq<HS>::SMEM:
- * Q [64][LD], dO [64][LD], K [2][64][LD], V [2][64][LD]. */
+ * Q [64][LD], dO [64][LD], K [2][64][LD], V [2][64][LD]. dq: (b 0, row 0,
+ * head 0) of the query gradient, rows dq_ld apart, accumulated (GO bf16:
+ * dqkv's q channels, dq_ld 3C; GO float: a ring step's fp32 dq, dq_ld C). */
 template <int HS> struct FaDq {
     static constexpr int LD = FaTile<HS>::LD;
     static constexpr int TILE = 64 * LD;
     static constexpr size_t SMEM = (size_t)6 * TILE * sizeof(bf16);
 };
 
-template <int HS>
+template <int HS, typename GO>
 __global__ void __launch_bounds__(FA_THREADS)
-    fa_bwd_dq_det_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ Dvec,
-                         const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
-                         const float *__restrict__ lse, int T, int C, int NH, float scale,
-                         float scale_log2) {
+    fa_bwd_dq_det_kernel(GO *__restrict__ dq_out, size_t dq_ld, const float *__restrict__ Dvec,
+                         const bf16 *__restrict__ dout, const FaIn in, const FaPair pr,
+                         const float *__restrict__ lse, float scale, float scale_log2) {
     constexpr int LD = FaDq<HS>::LD;
     constexpr int TILE = FaDq<HS>::TILE;
     constexpr int NT = FA_BKV / 8;  /* n-tiles of S and dP per warp: 8 */
@@ -810,22 +976,26 @@ __global__ void __launch_bounds__(FA_THREADS)
     const uint32_t aK = adO + TILE * sizeof(bf16);             /* [2][64][LD] */
     const uint32_t aV = aK + 2 * TILE * sizeof(bf16);          /* [2][64][LD] */
 
+    const int T = in.T, C = in.C, NH = in.NH;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int qb = gridDim.y - 1 - blockIdx.y;  /* heaviest query blocks first */
     const int q0 = qb * 64;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tg = lane & 3;
-    const size_t stride = (size_t)3 * C;
-    const bf16 *qbase = qkv + (size_t)b * T * stride + (size_t)h * HS;  /* q of (b, h, t=0) */
-    const bf16 *kbase = qbase + C;
-    const bf16 *vbase = qbase + 2 * (size_t)C;
+    const size_t qs = in.q_ld, ks = in.kv_ld;
+    const bf16 *qbase = in.q + (size_t)b * T * qs + (size_t)h * HS;  /* q of (b, h, t=0) */
+    const bf16 *kbase = in.k + (size_t)b * T * ks + (size_t)h * HS;
+    const bf16 *vbase = in.v + (size_t)b * T * ks + (size_t)h * HS;
     const bf16 *obase = dout + (size_t)b * T * C + (size_t)h * HS;
 
-    fa_load_tile<HS, 64>(aQ, qbase, stride, q0, T, tid);
+    const int nkv = fa_key_tiles(pr, q0, T);  /* n = 1: qb + 1 */
+    if (nkv == 0) return;                      /* no key of this block is seen: dq += 0 */
+    fa_load_tile<HS, 64>(aQ, qbase, qs, q0, T, tid);
     fa_load_tile<HS, 64>(adO, obase, (size_t)C, q0, T, tid);
-    fa_load_tile<HS, 64>(aK, kbase, stride, 0, T, tid);
-    fa_load_tile<HS, 64>(aV, vbase, stride, 0, T, tid);
+    fa_load_tile<HS, 64>(aK, kbase, ks, 0, T, tid);
+    fa_load_tile<HS, 64>(aV, vbase, ks, 0, T, tid);
     fa_cp_commit();
+    const int qp[2] = {fa_qpos(pr, q0 + warp * 16 + g, T), fa_qpos(pr, q0 + warp * 16 + g + 8, T)};
 
     /* lse (log2 units) and D of this thread's rows g and g + 8; rows >= T
      * get 0 (their Q and dO rows are zero-filled, so everything stays finite). */
@@ -842,12 +1012,12 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     const int bt_row = (lane & 7) + (((lane >> 3) & 1) << 3), bt_col = (lane >> 4) * 8; /* B=X, .trans */
 
-    for (int j = 0; j <= qb; j++) {
+    for (int j = 0; j < nkv; j++) {
         const int buf = j & 1;
-        if (j < qb) {
+        if (j + 1 < nkv) {
             const uint32_t nb = (uint32_t)((buf ^ 1) * TILE * sizeof(bf16));
-            fa_load_tile<HS, 64>(aK + nb, kbase, stride, (j + 1) * FA_BKV, T, tid);
-            fa_load_tile<HS, 64>(aV + nb, vbase, stride, (j + 1) * FA_BKV, T, tid);
+            fa_load_tile<HS, 64>(aK + nb, kbase, ks, (j + 1) * FA_BKV, T, tid);
+            fa_load_tile<HS, 64>(aV + nb, vbase, ks, (j + 1) * FA_BKV, T, tid);
             fa_cp_commit();
             fa_cp_wait<1>();  /* everything but the tile just issued has landed */
         } else {
@@ -862,17 +1032,17 @@ __global__ void __launch_bounds__(FA_THREADS)
         fa_mma_yxt<HS, FA_BKV>(s, aQ, warp * 16, kt, lane);
         fa_mma_yxt<HS, FA_BKV>(dp, adO, warp * 16, vt, lane);
 
-        /* dS = P (dP - D), P = exp2(S scale log2(e) - lse log2(e)); the
-         * diagonal tile (j == qb: kv0 == q0) masks key > query. */
+        /* dS = P (dP - D), P = exp2(S scale log2(e) - lse log2(e)); a
+         * straddling tile (n = 1: the diagonal, j == qb) masks key > query. */
+        const bool need_mask = fa_straddles(pr, j * FA_BKV, q0, FA_BQF, T);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float p = exp2f(fmaf(s[nt][e], scale_log2, -lq[e >> 1]));
-                if (j == qb) {
-                    const int col = nt * 8 + tg * 2 + (e & 1);
-                    const int row = warp * 16 + g + (e >> 1) * 8;
-                    if (col > row) p = 0.f;
+                if (need_mask) {
+                    const int key = j * FA_BKV + nt * 8 + tg * 2 + (e & 1);
+                    if (fa_kpos(pr, key, T) > qp[e >> 1]) p = 0.f;
                 }
                 s[nt][e] = p * (dp[nt][e] - dd[e >> 1]);
             }
@@ -894,19 +1064,15 @@ __global__ void __launch_bounds__(FA_THREADS)
         __syncthreads();  /* the next iteration's prefetch overwrites this buffer's pair */
     }
 
-    /* dqkv[q channels] += bf16(scale dQ): this block alone owns these rows
-     * and channels, so read, add in fp32, round once, write. */
+    /* dq += scale dQ: this block alone owns these rows and channels (bf16:
+     * read, add in fp32, round once, write). */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int t = q0 + warp * 16 + g + 8 * r;
         if (t >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + t) * stride + (size_t)h * HS + tg * 2;
+        GO *row = dq_out + ((size_t)b * T + t) * dq_ld + (size_t)h * HS + tg * 2;
 #pragma unroll
-        for (int nt = 0; nt < DT; nt++) {
-            __nv_bfloat162 *pq = reinterpret_cast<__nv_bfloat162 *>(row + nt * 8);
-            const float2 o = __bfloat1622float2(*pq);
-            *pq = __floats2bfloat162_rn(o.x + dq[nt][2 * r] * scale, o.y + dq[nt][2 * r + 1] * scale);
-        }
+        for (int nt = 0; nt < DT; nt++) fa_add2(row + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1], scale);
     }
 }
 
@@ -957,46 +1123,56 @@ static int fa_usable(const char *fn, int C, int NH, const void *const *ptrs, int
     return 1;
 }
 
-template <int HS>
-static void fa_forward_launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
-                              cudaStream_t st) {
+/* The whole sequence's operands: q, k, v all from qkv [B,T,3C]; row i at position i. */
+static FaIn fa_in_qkv(const bf16 *qkv, int T, int C, int NH) {
+    const size_t ld = (size_t)3 * C;
+    return FaIn{qkv, qkv + C, qkv + 2 * (size_t)C, ld, ld, T, C, NH};
+}
+static const FaPair fa_whole = {1, 0, 0, 0};
+
+/* RING false: out, lse written; true: merged into acc, lse (first: nothing there yet). */
+template <int HS, bool RING>
+static void fa_forward_launch(bf16 *out, float *acc, float *lse, const FaIn &in, const FaPair &pr,
+                              int first, int B, cudaStream_t st) {
     const size_t smem = FaFwd<HS>::SMEM;
-    FA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem));
+    FA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<HS, RING>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float scale_log2 = (float)(FA_LOG2E / sqrt((double)HS));
-    dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_BQF - 1) / FA_BQF));
-    fa_fwd_kernel<HS><<<grid, FA_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale_log2);
+    dim3 grid((unsigned)(B * in.NH), (unsigned)((in.T + FA_BQF - 1) / FA_BQF));
+    fa_fwd_kernel<HS, RING><<<grid, FA_THREADS, smem, st>>>(out, acc, lse, in, pr, first, scale_log2);
     FA_LAUNCH_CHECK("fa_fwd_kernel");
 }
 
 /* dqacc NULL: the deterministic backward (dK, dV by fa_bwd_kernel<HS,
- * false>, dQ by fa_bwd_dq_det_kernel); else dQ by atomics into dqacc. */
-template <int HS>
-static void fa_backward_launch(bf16 *dqkv, float *dqacc, const float *Dvec, const bf16 *dout,
-                               const bf16 *qkv, const float *lse, int B, int T, int C, int NH,
-                               cudaStream_t st) {
+ * false>, dQ by fa_bwd_dq_det_kernel); else dQ by atomics into dqacc (GO
+ * bf16 only). dq (rows dq_ld apart), dk and dv (rows dkv_ld apart) are
+ * accumulated: dqkv's channels, or a ring step's fp32 sums. */
+template <int HS, typename GO>
+static void fa_backward_launch(GO *dq, size_t dq_ld, GO *dk, GO *dv, size_t dkv_ld, float *dqacc,
+                               const float *Dvec, const bf16 *dout, const FaIn &in,
+                               const FaPair &pr, const float *lse, int B, cudaStream_t st) {
     const size_t smem = FaBwd<HS>::SMEM;
     const float scale = (float)(1.0 / sqrt((double)HS));
     const float scale_log2 = (float)(FA_LOG2E / sqrt((double)HS));
-    dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_BKV - 1) / FA_BKV));
+    dim3 grid((unsigned)(B * in.NH), (unsigned)((in.T + FA_BKV - 1) / FA_BKV));
     if (dqacc) {
-        FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, true>,
+        FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, true, GO>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        fa_bwd_kernel<HS, true><<<grid, FA_THREADS, smem, st>>>(dqkv, dqacc, Dvec, dout, qkv, lse,
-                                                                T, C, NH, scale, scale_log2);
+        fa_bwd_kernel<HS, true, GO><<<grid, FA_THREADS, smem, st>>>(dk, dv, dkv_ld, dqacc, Dvec, dout,
+                                                                    in, pr, lse, scale, scale_log2);
         FA_LAUNCH_CHECK("fa_bwd_kernel");
         return;
     }
-    FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, false>,
+    FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, false, GO>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_bwd_kernel<HS, false><<<grid, FA_THREADS, smem, st>>>(dqkv, (float *)NULL, Dvec, dout, qkv, lse, T,
-                                                             C, NH, scale, scale_log2);
+    fa_bwd_kernel<HS, false, GO><<<grid, FA_THREADS, smem, st>>>(dk, dv, dkv_ld, (float *)NULL, Dvec,
+                                                                 dout, in, pr, lse, scale, scale_log2);
     FA_LAUNCH_CHECK("fa_bwd_kernel");
     const size_t dsmem = FaDq<HS>::SMEM;
-    FA_CHECK(cudaFuncSetAttribute(fa_bwd_dq_det_kernel<HS>,
+    FA_CHECK(cudaFuncSetAttribute(fa_bwd_dq_det_kernel<HS, GO>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dsmem));
-    fa_bwd_dq_det_kernel<HS><<<grid, FA_THREADS, dsmem, st>>>(dqkv, Dvec, dout, qkv, lse, T, C,
-                                                              NH, scale, scale_log2);
+    fa_bwd_dq_det_kernel<HS, GO><<<grid, FA_THREADS, dsmem, st>>>(dq, dq_ld, Dvec, dout, in, pr, lse,
+                                                                  scale, scale_log2);
     FA_LAUNCH_CHECK("fa_bwd_dq_det_kernel");
 }
 
@@ -1013,11 +1189,11 @@ extern "C" int tc_flash_forward(void *out, float *lse, const void *qkv, int B, i
     if (B <= 0 || T <= 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
     bf16 *o = (bf16 *)out;
-    const bf16 *x = (const bf16 *)qkv;
+    const FaIn in = fa_in_qkv((const bf16 *)qkv, T, C, NH);
     switch (C / NH) {
-    case 32: fa_forward_launch<32>(o, lse, x, B, T, C, NH, st); break;
-    case 64: fa_forward_launch<64>(o, lse, x, B, T, C, NH, st); break;
-    default: fa_forward_launch<128>(o, lse, x, B, T, C, NH, st); break;
+    case 32: fa_forward_launch<32, false>(o, NULL, lse, in, fa_whole, 0, B, st); break;
+    case 64: fa_forward_launch<64, false>(o, NULL, lse, in, fa_whole, 0, B, st); break;
+    default: fa_forward_launch<128, false>(o, NULL, lse, in, fa_whole, 0, B, st); break;
     }
     return 0;
 }
@@ -1032,16 +1208,19 @@ extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, c
     float *dqacc = deterministic ? NULL : scratch;  /* [B,T,C], unused when deterministic */
     float *Dvec = scratch + (size_t)B * T * C; /* [B,NH,T] */
     bf16 *dx = (bf16 *)dqkv;
-    const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv, *o = (const bf16 *)out;
+    const bf16 *g = (const bf16 *)dout, *o = (const bf16 *)out;
+    const FaIn in = fa_in_qkv((const bf16 *)qkv, T, C, NH);
+    const size_t ld = (size_t)3 * C;
 
     const size_t rows = (size_t)B * T * NH;
     fa_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, dqacc, g, o, B, T, C, NH);
     FA_LAUNCH_CHECK("fa_bwd_dot_kernel");
 
+    bf16 *dk = dx + C, *dv = dx + 2 * (size_t)C;
     switch (C / NH) {
-    case 32: fa_backward_launch<32>(dx, dqacc, Dvec, g, x, lse, B, T, C, NH, st); break;
-    case 64: fa_backward_launch<64>(dx, dqacc, Dvec, g, x, lse, B, T, C, NH, st); break;
-    default: fa_backward_launch<128>(dx, dqacc, Dvec, g, x, lse, B, T, C, NH, st); break;
+    case 32: fa_backward_launch<32>(dx, ld, dk, dv, ld, dqacc, Dvec, g, in, fa_whole, lse, B, st); break;
+    case 64: fa_backward_launch<64>(dx, ld, dk, dv, ld, dqacc, Dvec, g, in, fa_whole, lse, B, st); break;
+    default: fa_backward_launch<128>(dx, ld, dk, dv, ld, dqacc, Dvec, g, in, fa_whole, lse, B, st); break;
     }
 
     if (deterministic) return 0;  /* dQ is in dqkv already */
@@ -1051,5 +1230,69 @@ extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, c
     fa_bwd_dq_kernel<<<(unsigned)blocks, 256, 0, st>>>(dx, dqacc, (size_t)B * T, C,
                                                        (float)(1.0 / sqrt((double)(C / NH))));
     FA_LAUNCH_CHECK("fa_bwd_dq_kernel");
+    return 0;
+}
+
+/* A ring step's operands: queries from this rank's qkv [B,Tl,3C], keys and
+ * values from the block in hand kv [B,Tl,2C] (k at 0, v at C); Tl = T / N;
+ * the positions of cp.c's deal (chunks r and 2N-1-r of T / 2N). */
+static void fa_pair_shape(const char *fn, int T, int N, int r, int s) {
+    if (N < 1 || T % (2 * N) != 0 || r < 0 || r >= N || s < 0 || s >= N) {
+        fprintf(stderr, "%s: T = %d, N = %d, r = %d, s = %d is not a chunk pair of a ring\n", fn, T, N,
+                r, s);
+        exit(1);
+    }
+}
+static void fa_pair_aligned8(const char *fn, const float *const *ptrs, int n) {
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] & 7) {
+            fprintf(stderr, "%s: buffer %p is not 8-byte aligned\n", fn, (const void *)ptrs[i]);
+            exit(1);
+        }
+}
+
+extern "C" int tc_flash_pair_forward(float *acc, float *lse, const void *qkv, const void *kv, int B,
+                                     int T, int C, int NH, int N, int r, int s, int first,
+                                     void *stream) {
+    const void *ptrs[2] = {qkv, kv};
+    if (!fa_usable("tc_flash_pair_forward", C, NH, ptrs, 2)) return -1;
+    fa_pair_shape("tc_flash_pair_forward", T, N, r, s);
+    const float *acc8[1] = {acc};
+    fa_pair_aligned8("tc_flash_pair_forward", acc8, 1);
+    const int Tl = T / N;
+    if (B <= 0 || Tl <= 0) return 0;
+    const bf16 *x = (const bf16 *)qkv, *y = (const bf16 *)kv;
+    const FaIn in = {x, y, y + C, (size_t)3 * C, (size_t)2 * C, Tl, C, NH};
+    const FaPair pr = {N, r, s, T / (2 * N)};
+    cudaStream_t st = (cudaStream_t)stream;
+    switch (C / NH) {
+    case 32: fa_forward_launch<32, true>(NULL, acc, lse, in, pr, first, B, st); break;
+    case 64: fa_forward_launch<64, true>(NULL, acc, lse, in, pr, first, B, st); break;
+    default: fa_forward_launch<128, true>(NULL, acc, lse, in, pr, first, B, st); break;
+    }
+    return 0;
+}
+
+extern "C" int tc_flash_pair_backward(float *dq, float *dkv, const void *qkv, const void *kv,
+                                      const float *lse, const float *D, const void *dout, int B,
+                                      int T, int C, int NH, int N, int r, int s, void *stream) {
+    const void *ptrs[3] = {qkv, kv, dout};
+    if (!fa_usable("tc_flash_pair_backward", C, NH, ptrs, 3)) return -1;
+    fa_pair_shape("tc_flash_pair_backward", T, N, r, s);
+    const float *acc8[2] = {dq, dkv};
+    fa_pair_aligned8("tc_flash_pair_backward", acc8, 2);
+    const int Tl = T / N;
+    if (B <= 0 || Tl <= 0) return 0;
+    const bf16 *x = (const bf16 *)qkv, *y = (const bf16 *)kv, *g = (const bf16 *)dout;
+    const FaIn in = {x, y, y + C, (size_t)3 * C, (size_t)2 * C, Tl, C, NH};
+    const FaPair pr = {N, r, s, T / (2 * N)};
+    cudaStream_t st = (cudaStream_t)stream;
+    const size_t dq_ld = (size_t)C, dkv_ld = (size_t)2 * C;
+    float *dk = dkv, *dv = dkv + C;
+    switch (C / NH) {
+    case 32: fa_backward_launch<32, float>(dq, dq_ld, dk, dv, dkv_ld, NULL, D, g, in, pr, lse, B, st); break;
+    case 64: fa_backward_launch<64, float>(dq, dq_ld, dk, dv, dkv_ld, NULL, D, g, in, pr, lse, B, st); break;
+    default: fa_backward_launch<128, float>(dq, dq_ld, dk, dv, dkv_ld, NULL, D, g, in, pr, lse, B, st); break;
+    }
     return 0;
 }

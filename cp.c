@@ -28,10 +28,10 @@
  * cp_block_forward and _backward, each chunk pair's products handed to
  * gemm.c. test/test_cp.c checks both against ops.c's attention over the
  * whole sequence. On a GPU (float32 or bf16) the ring's buffers are device
- * memory and each block step is a kernel of kernels.cu (cuda_cp_*: a first,
- * plain version, a thread a row; the flash kernels taking the chunk pair's
- * offsets are for later); test_3d_emu and test_3d_nccl_emu check it
- * against one CPU rank under the CUDA emulation.
+ * memory and each block step is kernels.cu's cuda_cp_* (in bf16 at heads of
+ * 32, 64 and 128 attention.cu's flash kernels given the chunk pair, else
+ * plain kernels, a thread a row); test_3d_emu and test_3d_nccl_emu check it
+ * against one CPU rank under the CUDA emulation, test_flash the flash steps.
  */
 #include <math.h>
 #include <stdio.h>

@@ -7,9 +7,9 @@
  * with exactly the contracts of the plain-C reference in ops.c, which
  * test/test_kernels.c checks them against. It also holds the cuda_*
  * functions tensor.c uses for device memory and streams, and the block
- * steps of context parallelism's ring (cuda_cp_*, for cp.c): a first, plain
- * version, one thread a (batch, head, row), no tensor cores; the flash
- * kernels taking the chunk pair's offsets are for later.
+ * steps of context parallelism's ring (cuda_cp_*, for cp.c): in bf16 on the
+ * flash kernels of attention.cu given the chunk pair, otherwise plain, one
+ * thread a (batch, head, row), no tensor cores.
  *
  * Everything is hand-written: no cuBLAS, no cuDNN, no device-wide library
  * algorithms. Reductions use warp shuffles, the matmuls a shared-memory tiled
@@ -1809,13 +1809,17 @@ static int sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, doubl
  * block step of the ring, forward and backward, for rank r's query rows
  * against the keys and values rank s holds. Positions follow cp.c's deal
  * (cp_position: rank r holds chunks r and 2N-1-r of Tc = T/2N tokens), and
- * the causal mask is on those positions. A first version: one thread per
- * (batch, head, row), plain loops over the block's keys and the head's
- * channels, no tensor cores and no shared memory; the flash kernels taking
- * the chunk pair's offsets are for later. Everything accumulates in float32
- * (the partial output and its log-sum-exp, dq, and the travelling dk dv);
- * qkv, kv, dout and out are read in the table's dtype. Each thread owns the
- * outputs it writes: no atomics, the same bits every run.
+ * the causal mask is on those positions. In bf16, at a head size flash
+ * attention takes (32, 64, 128), a step runs on attention.cu's flash
+ * kernels given the chunk pair (tc_flash_pair_forward / _backward: tiles of
+ * 64 on tensor cores, the visible key tiles a prefix of the block, masked
+ * where a tile pair straddles; the backward's dq without atomics). Float32,
+ * and other head sizes, run the plain kernels below: one thread per (batch,
+ * head, row), plain loops over the block's keys and the head's channels.
+ * Both accumulate in float32 (the partial output and its log-sum-exp, dq,
+ * and the travelling dk dv); qkv, kv, dout and out are read in the table's
+ * dtype. Each thread (plain) or thread block (flash) owns the outputs it
+ * writes: no atomics, the same bits every run.
  *
  * qkv [B,Tl,3C] (Tl = T/N), kv [B,Tl,2C], acc [B,Tl,C] f32, lse and D
  * [B,NH,Tl] f32, dkv [B,Tl,2C] f32; head h at channels h*hs. */
@@ -1982,8 +1986,14 @@ static void cp_backward_t(float *dq, float *dkv, const void *qkv, const void *kv
     LAUNCH_CHECK(cp_block_backward_kernel);
 }
 
+// bf16 at a head size the flash kernels take (use_flash, as the whole-sequence
+// attention decides): the step runs on attention.cu's tensor-core kernels,
+// given the chunk pair; otherwise on the plain kernels above.
 extern "C" void cuda_cp_block_forward(float *acc, float *lse, const void *qkv, const void *kv, int B, int Tn,
                                       int C, int NH, int N, int r, int s, int first, DType t, void *stream) {
+    if (t == DT_BF16 && use_flash(C, NH) &&
+        tc_flash_pair_forward(acc, lse, qkv, kv, B, Tn, C, NH, N, r, s, first, stream) == 0)
+        return;
     if (t == DT_BF16) cp_forward_t<bf16>(acc, lse, qkv, kv, B, Tn, C, NH, N, r, s, first, (cudaStream_t)stream);
     else cp_forward_t<float>(acc, lse, qkv, kv, B, Tn, C, NH, N, r, s, first, (cudaStream_t)stream);
 }
@@ -1991,6 +2001,9 @@ extern "C" void cuda_cp_block_forward(float *acc, float *lse, const void *qkv, c
 extern "C" void cuda_cp_block_backward(float *dq, float *dkv, const void *qkv, const void *kv, const float *lse,
                                        const float *D, const void *dout, int B, int Tn, int C, int NH, int N,
                                        int r, int s, DType t, void *stream) {
+    if (t == DT_BF16 && use_flash(C, NH) &&
+        tc_flash_pair_backward(dq, dkv, qkv, kv, lse, D, dout, B, Tn, C, NH, N, r, s, stream) == 0)
+        return;
     if (t == DT_BF16) cp_backward_t<bf16>(dq, dkv, qkv, kv, lse, D, dout, B, Tn, C, NH, N, r, s, (cudaStream_t)stream);
     else cp_backward_t<float>(dq, dkv, qkv, kv, lse, D, dout, B, Tn, C, NH, N, r, s, (cudaStream_t)stream);
 }

@@ -89,6 +89,25 @@ int tc_flash_backward(void *dqkv, float *scratch, const void *dout, const void *
                       int deterministic, void *stream);
 size_t tc_flash_scratch_floats(int B, int T, int C, int NH);
 
+/* One step of context parallelism's ring (cp.c) on the same kernels: rank
+ * r's queries against the keys and values of rank s, positions as cp.c
+ * deals them (rank r holds chunks r and 2N-1-r of T/2N tokens; T is the
+ * whole sequence, a multiple of 2N, Tl = T/N rows a side). qkv [B,Tl,3C]
+ * bf16 (this rank's q at channel 0), kv [B,Tl,2C] bf16 (rank s's k at 0,
+ * v at C). Forward merges the step's partial output and log-sum-exp into
+ * acc [B,Tl,C] fp32 and lse [B,NH,Tl] fp32 by their log-sum-exp (first:
+ * they hold nothing yet, and are written). Backward adds the step's
+ * gradients into dq [B,Tl,C] fp32 and dkv [B,Tl,2C] fp32 (dk at 0, dv at
+ * C), given the final lse, D [B,NH,Tl] (dout . out a row and head) and
+ * dout [B,Tl,C] bf16; always without atomics (the same bits every run).
+ * Return 0, or -1 as tc_flash_forward (nothing is written); a T, N, r, s
+ * that is no chunk pair, or an fp32 buffer not 8-byte aligned, exits. */
+int tc_flash_pair_forward(float *acc, float *lse, const void *qkv, const void *kv, int B, int T,
+                          int C, int NH, int N, int r, int s, int first, void *stream);
+int tc_flash_pair_backward(float *dq, float *dkv, const void *qkv, const void *kv,
+                           const float *lse, const float *D, const void *dout, int B, int T,
+                           int C, int NH, int N, int r, int s, void *stream);
+
 /* Whether the flash kernels take head size hs (C/NH). */
 int tc_flash_supports(int hs);
 

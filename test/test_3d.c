@@ -48,7 +48,8 @@
  * emulation (test/emu/emu.h), and only the one-rank CPU references and the
  * CUDA layouts run, their names ending in "(cpu emulation)". Among them
  * context parallelism's ring on the GPU (cp 2, and cp 2 x tp 2 with sp),
- * in float32 against one CPU rank and in bf16 against one bf16 CPU rank;
+ * in float32 against one CPU rank and in bf16 against one bf16 CPU rank,
+ * and on the flash kernels (heads of 32 at cp 2, of 64 at cp 2 and 4);
  * over the emulated NCCL too, in both timings.
  */
 #include <math.h>
@@ -580,10 +581,26 @@ int main(void) {
             {"bf16, heads of 32: tp 2 sp", "--ranks 2 --tp 2 --sp --batch 2", 0},
             {"cuda bf16, flash attention: one rank", "--device cuda --batch 2", 1},
             {"cuda bf16, flash attention: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 2", 1},
-            /* the ring's plain kernels (not flash) at heads of 32, chunks of 16 tokens */
+            /* the ring on the flash kernels (tc_flash_pair_*), chunks of 16 tokens */
             {"cuda bf16, heads of 32: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
         };
         bf16_layouts(&c, &flash, fl, sizeof fl / sizeof fl[0], &ref, 4e-3);
+    }
+    train_run_free(&ref);
+
+    /* The ring on the flash kernels at heads of 64 (2 of them, 128 wide):
+     * cp 2 (chunks of 16 tokens) and cp 4 (chunks of 8, a rank's 16 rows in
+     * one tile), against one bf16 CPU rank, the bound of the heads of 32. */
+    Model flash64 = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 128 --max-seq 64 --vocab 61 --seq 64",
+                     2, 128, 128, 64, 0};
+    run(&ref, &flash64, "--dtype bf16 --batch 2", OUT "/flash64_ref.bin");
+    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 64", "exit %d, %d steps", ref.rc,
+              ref.nsteps)) {
+        static const Bf16Layout fl64[] = {
+            {"cuda bf16, heads of 64: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
+            {"cuda bf16, heads of 64: cp 4", "--device cuda --ranks 4 --cp 4 --batch 2", 1},
+        };
+        bf16_layouts(&c, &flash64, fl64, sizeof fl64 / sizeof fl64[0], &ref, 4e-3);
     }
     train_run_free(&ref);
     return check_done(&c);

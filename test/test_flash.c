@@ -19,6 +19,9 @@
  * the backward, and the same bits both times. Shapes are ragged (T = 37,
  * 200) and GPT-2's (T 1024, 12 heads of 64), with amp 4 for peaky rows.
  *
+ * The ring's chunk pairs (tc_flash_pair_forward / _backward, context
+ * parallelism's steps) have their own section below, run_pair_case.
+ *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
  *
  * Built with -DFLASH_EMU and linked against test/emu/ (test/test_flash_emu),
@@ -45,7 +48,7 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #define FLASH_TAG ""
 #endif
 
-static const char *const groups[] = {"flash forward", "flash backward", "flash determinism"};
+static const char *const groups[] = {"flash forward", "flash backward", "flash determinism", "flash pair"};
 
 #ifdef USE_CUDA
 
@@ -311,6 +314,305 @@ done:
     free(out16); free(out16b); free(res16); free(lse); free(lseb);
 }
 
+/* ---------------------------------------------------------------------------
+ * The ring's chunk pairs (tc_flash_pair_forward / _backward, context
+ * parallelism's steps on these kernels). A sequence of T = 2N Tc tokens,
+ * rank r holding chunks r and 2N-1-r (cp.c's cp_position); every pair (r, s)
+ * of query rank and key rank is run alone and checked against a float64
+ * specification of one block (cp.c's cp_block_*_naive, in double): the
+ * softmax over the keys of rank s that rank r's query sees (key position <=
+ * query position). The pairs fall in three kinds, each checked apart:
+ *   s = r  diagonal: each half sees its own chunk causally, the second
+ *          half also the first chunk whole;
+ *   s < r  earlier keys: both halves see chunk s whole, nothing of 2N-1-s;
+ *   s > r  later keys: the first half sees nothing (out 0, lse -inf), the
+ *          second both chunks whole.
+ * Forward: acc and lse of one step with `first` (acc and lse start as NaN,
+ * so every row must be written), out within 1e-2 of max |ref| (fp32 out
+ * from bf16 probabilities), lse within 1e-3. Then each rank's whole ring
+ * (steps s = r, r-1, ...: the merge) against the full sequence's reference
+ * out and lse at that rank's positions. Backward: each pair's dq, dk, dv
+ * added onto random fp32 starting values, given the full reference's lse
+ * and D = dout . out, within 1e-2 of the pair's own max |gradient|. Chunks
+ * of 37, 45, 20, 70 tokens leave ragged tiles and chunk boundaries inside a
+ * 64-row tile; 64 lines the chunks up with the tiles (whole query blocks
+ * that see nothing). */
+
+static int pair_pos(int N, int r, int T, int i) {
+    const int Tc = T / (2 * N);
+    return (i < Tc ? r : 2 * N - 1 - r) * Tc + i % Tc;
+}
+
+static const char *const pair_kinds[3] = {"diagonal s = r", "earlier keys s < r", "later keys s > r"};
+static int pair_kind(int r, int s) { return s == r ? 0 : s < r ? 1 : 2; }
+
+/* max |got - want| / mag over n fp32 values; infinite on a NaN. */
+static double rel_err_f32(const float *got, const double *want, size_t n, double mag) {
+    double diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i])) return INFINITY;
+        const double e = fabs((double)got[i] - want[i]);
+        if (e > diff) diff = e;
+    }
+    return diff / (mag > 1e-30 ? mag : 1e-30);
+}
+
+/* max |got - want| over log-sum-exps, -inf only where -inf is wanted. */
+static double lse_err(const float *got, const double *want, size_t n) {
+    double diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i]) || isinf(got[i])) {
+            if (!(isinf(want[i]) && isinf(got[i]) && got[i] < 0)) return INFINITY;
+            continue;
+        }
+        const double e = isnan(got[i]) ? INFINITY : fabs((double)got[i] - want[i]);
+        if (e > diff) diff = e;
+    }
+    return diff;
+}
+
+static double max_abs_n(const double *x, size_t n) { return max_abs(x, 1, n, 0, n); }
+
+/* One pair in float64: rank r's queries q [B,Tl,3C] against rank s's block
+ * kv [B,Tl,2C]. Forward: out [B,Tl,C] the softmax over the visible keys
+ * (0 for a row that sees none) and lse [B,NH,Tl] (-inf there). Backward,
+ * from the given lse and D [B,NH,Tl]: dq [B,Tl,C] and dkv [B,Tl,2C]
+ * accumulated (+=). */
+static void pair_reference(int B, int T, int C, int NH, int N, int r, int s, const float *q,
+                           const float *kv, const float *dout, const float *lse_in,
+                           const float *D, double *out, double *lse, double *dq, double *dkv) {
+    const int Tl = T / N, hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double *sc = xmalloc((size_t)Tl * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < Tl; t++) {
+                const float *qt = q + ((size_t)b * Tl + t) * 3 * C + (size_t)h * hs;
+                const float *gt = dout + ((size_t)b * Tl + t) * C + (size_t)h * hs;
+                const size_t row = ((size_t)b * NH + h) * Tl + t;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < Tl; j++) {
+                    sc[j] = -INFINITY;
+                    if (pair_pos(N, s, T, j) > pair_pos(N, r, T, t)) continue;
+                    const float *k = kv + ((size_t)b * Tl + j) * 2 * C + (size_t)h * hs;
+                    double dot = 0;
+                    for (int i = 0; i < hs; i++) dot += (double)qt[i] * k[i];
+                    sc[j] = dot * scale;
+                    if (sc[j] > m) m = sc[j];
+                }
+                double *o = out + ((size_t)b * Tl + t) * C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0;
+                lse[row] = -INFINITY;
+                if (m == -INFINITY) continue;
+                for (int j = 0; j < Tl; j++) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - m);
+                lse[row] = m + log(sum);
+                for (int j = 0; j < Tl; j++) {
+                    if (sc[j] == -INFINITY) continue;
+                    const float *k = kv + ((size_t)b * Tl + j) * 2 * C + (size_t)h * hs, *v = k + C;
+                    const double p = exp(sc[j] - m) / sum;              /* the pair's own softmax */
+                    const double pg = exp(sc[j] - (double)lse_in[row]); /* the whole row's */
+                    double dp = 0;
+                    for (int i = 0; i < hs; i++) {
+                        o[i] += p * v[i];
+                        dp += (double)gt[i] * v[i];
+                    }
+                    const double ds = pg * (dp - D[row]) * scale;
+                    double *dk = dkv + ((size_t)b * Tl + j) * 2 * C + (size_t)h * hs, *dv = dk + C;
+                    double *dqt = dq + ((size_t)b * Tl + t) * C + (size_t)h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dqt[i] += ds * k[i];
+                        dk[i] += ds * qt[i];
+                        dv[i] += pg * gt[i];
+                    }
+                }
+            }
+    free(sc);
+}
+
+/* Rows of rank r (Tl of each batch row) gathered from a [B,T,width] buffer. */
+static void gather_rows(void *dst, const void *src, size_t esz, int B, int T, int N, int r,
+                        size_t width, size_t off, size_t w) {
+    const int Tl = T / N;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++)
+            memcpy((char *)dst + ((size_t)b * Tl + i) * w * esz,
+                   (const char *)src + (((size_t)b * T + pair_pos(N, r, T, i)) * width + off) * esz,
+                   w * esz);
+}
+static void gather_lse(double *dst, const double *src, int B, int NH, int T, int N, int r) {
+    const int Tl = T / N;
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int i = 0; i < Tl; i++) dst[bh * Tl + i] = src[bh * T + pair_pos(N, r, T, i)];
+}
+
+static void fill_f32(float *x, size_t n, float v) { for (size_t i = 0; i < n; i++) x[i] = v; }
+
+static void run_pair_case(Checks *c, Dev *d, Rng *rng, int B, int N, int NH, int hs, int Tc, float amp) {
+    char shape[192], name[288];
+    const int T = 2 * N * Tc, Tl = T / N, C = NH * hs;
+    snprintf(shape, sizeof shape, "N=%d B=%d NH=%d hs=%d chunk=%d amp=%g" FLASH_TAG_FMT, N, B, NH, hs,
+             Tc, amp, FLASH_TAG);
+    const size_t BT = (size_t)B * T, nqkv = BT * 3 * C, nout = BT * C, nlse = (size_t)B * NH * T;
+    const size_t lq = (size_t)B * Tl * 3 * C, lkv = (size_t)B * Tl * 2 * C, lo = (size_t)B * Tl * C,
+                 ll = (size_t)B * NH * Tl;
+
+    /* the whole sequence, its float64 reference, and D = dout . out */
+    uint16_t *qkv16 = xmalloc(nqkv * 2), *dout16 = xmalloc(nout * 2);
+    float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = xmalloc(nout * sizeof(float));
+    for (size_t i = 0; i < nqkv; i++) { qkv16[i] = bf16_from_f32(amp * urand(rng)); qkvf[i] = bf16_to_f32(qkv16[i]); }
+    for (size_t i = 0; i < nout; i++) { dout16[i] = bf16_from_f32(urand(rng)); doutf[i] = bf16_to_f32(dout16[i]); }
+    double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
+    double *rgrad = calloc(nqkv, sizeof(double));
+    if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
+    reference(B, T, C, NH, qkvf, doutf, rout, rlse, rgrad);
+    float *lsef = xmalloc(nlse * sizeof(float)), *Df = xmalloc(nlse * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t row = ((size_t)b * NH + h) * T + t, o = ((size_t)b * T + t) * C + (size_t)h * hs;
+                double dd = 0;
+                for (int i = 0; i < hs; i++) dd += rout[o + i] * doutf[o + i];
+                lsef[row] = (float)rlse[row];
+                Df[row] = (float)dd;
+            }
+
+    /* per rank: q rows (bf16 and float), the kv block, dout, lse, D */
+    uint16_t **q16 = xmalloc(N * sizeof *q16), **kv16 = xmalloc(N * sizeof *kv16), **g16 = xmalloc(N * sizeof *g16);
+    float **qf = xmalloc(N * sizeof *qf), **kvf = xmalloc(N * sizeof *kvf), **gf = xmalloc(N * sizeof *gf);
+    float **lsel = xmalloc(N * sizeof *lsel), **Dl = xmalloc(N * sizeof *Dl);
+    void **g_q = xmalloc(N * sizeof *g_q), **g_kv = xmalloc(N * sizeof *g_kv), **g_g = xmalloc(N * sizeof *g_g);
+    float **g_lse = xmalloc(N * sizeof *g_lse), **g_D = xmalloc(N * sizeof *g_D);
+    for (int r = 0; r < N; r++) {
+        q16[r] = xmalloc(lq * 2); kv16[r] = xmalloc(lkv * 2); g16[r] = xmalloc(lo * 2);
+        qf[r] = xmalloc(lq * 4); kvf[r] = xmalloc(lkv * 4); gf[r] = xmalloc(lo * 4);
+        lsel[r] = xmalloc(ll * 4); Dl[r] = xmalloc(ll * 4);
+        gather_rows(q16[r], qkv16, 2, B, T, N, r, 3 * (size_t)C, 0, 3 * (size_t)C);
+        gather_rows(qf[r], qkvf, 4, B, T, N, r, 3 * (size_t)C, 0, 3 * (size_t)C);
+        gather_rows(kv16[r], qkv16, 2, B, T, N, r, 3 * (size_t)C, C, 2 * (size_t)C);
+        gather_rows(kvf[r], qkvf, 4, B, T, N, r, 3 * (size_t)C, C, 2 * (size_t)C);
+        gather_rows(g16[r], dout16, 2, B, T, N, r, C, 0, C);
+        gather_rows(gf[r], doutf, 4, B, T, N, r, C, 0, C);
+        for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+            for (int i = 0; i < Tl; i++) {
+                lsel[r][bh * Tl + i] = lsef[bh * T + pair_pos(N, r, T, i)];
+                Dl[r][bh * Tl + i] = Df[bh * T + pair_pos(N, r, T, i)];
+            }
+        g_q[r] = gpu_put(d, q16[r], lq * 2);
+        g_kv[r] = gpu_put(d, kv16[r], lkv * 2);
+        g_g[r] = gpu_put(d, g16[r], lo * 2);
+        g_lse[r] = gpu_put(d, lsel[r], ll * 4);
+        g_D[r] = gpu_put(d, Dl[r], ll * 4);
+    }
+    float *g_acc = dev_alloc(d, lo * 4), *g_l = dev_alloc(d, ll * 4);
+    float *g_dq = dev_alloc(d, lo * 4), *g_dkv = dev_alloc(d, lkv * 4);
+    float *acc = xmalloc(lo * 4), *lsg = xmalloc(ll * 4), *dq = xmalloc(lo * 4), *dkv = xmalloc(lkv * 4);
+    float *dq0 = xmalloc(lo * 4), *dkv0 = xmalloc(lkv * 4);
+    double *pout = xmalloc(lo * 8), *plse = xmalloc(ll * 8), *pdq = xmalloc(lo * 8), *pdkv = xmalloc(lkv * 8);
+    double *wdq = xmalloc(lo * 8), *wdkv = xmalloc(lkv * 8);
+
+    /* worst figures of each kind: forward out, lse; backward dq, dk, dv */
+    double worst[3][5] = {{0}};
+    int seen[3] = {0, 0, 0}, rc = 0;
+    for (int r = 0; r < N; r++)
+        for (int s = 0; s < N; s++) {
+            const int kind = pair_kind(r, s);
+            seen[kind] = 1;
+            memset(pdq, 0, lo * 8);
+            memset(pdkv, 0, lkv * 8);
+            pair_reference(B, T, C, NH, N, r, s, qf[r], kvf[s], gf[r], lsel[r], Dl[r], pout, plse, pdq, pdkv);
+
+            fill_f32(acc, lo, NAN);
+            fill_f32(lsg, ll, NAN);
+            dev_from_host(d, g_acc, acc, lo * 4);
+            dev_from_host(d, g_l, lsg, ll * 4);
+            rc |= tc_flash_pair_forward(g_acc, g_l, g_q[r], g_kv[s], B, T, C, NH, N, r, s, 1, d->stream);
+            dev_sync(d);
+            dev_to_host(d, acc, g_acc, lo * 4);
+            dev_to_host(d, lsg, g_l, ll * 4);
+            double e = rel_err_f32(acc, pout, lo, max_abs_n(pout, lo));
+            if (e > worst[kind][0]) worst[kind][0] = e;
+            e = lse_err(lsg, plse, ll);
+            if (e > worst[kind][1]) worst[kind][1] = e;
+
+            /* backward onto random starting values (a quarter of the scale) */
+            const double sq = max_abs_n(pdq, lo), skv = max_abs_n(pdkv, lkv);
+            for (size_t i = 0; i < lo; i++) { dq0[i] = (float)(0.25 * sq) * urand(rng); wdq[i] = dq0[i] + pdq[i]; }
+            for (size_t i = 0; i < lkv; i++) { dkv0[i] = (float)(0.25 * skv) * urand(rng); wdkv[i] = dkv0[i] + pdkv[i]; }
+            dev_from_host(d, g_dq, dq0, lo * 4);
+            dev_from_host(d, g_dkv, dkv0, lkv * 4);
+            rc |= tc_flash_pair_backward(g_dq, g_dkv, g_q[r], g_kv[s], g_lse[r], g_D[r], g_g[r], B, T, C, NH,
+                                         N, r, s, d->stream);
+            dev_sync(d);
+            dev_to_host(d, dq, g_dq, lo * 4);
+            dev_to_host(d, dkv, g_dkv, lkv * 4);
+            e = rel_err_f32(dq, wdq, lo, sq);
+            if (e > worst[kind][2]) worst[kind][2] = e;
+            /* dk and dv: the two halves of each dkv row, each against its own scale */
+            for (int part = 0; part < 2; part++) {
+                double diff = 0, mag = 1e-30;
+                for (size_t row = 0; row < (size_t)B * Tl; row++)
+                    for (int i = 0; i < C; i++) {
+                        const size_t k = row * 2 * C + (size_t)part * C + i;
+                        if (fabs(pdkv[k]) > mag) mag = fabs(pdkv[k]);
+                        diff = isnan(dkv[k]) ? INFINITY : fmax(diff, fabs(dkv[k] - wdkv[k]));
+                        if (isinf(diff)) break;
+                    }
+                e = diff / mag;
+                if (e > worst[kind][3 + part]) worst[kind][3 + part] = e;
+            }
+        }
+    static const char *const what[5] = {"forward out", "forward lse", "backward dq", "backward dk", "backward dv"};
+    for (int k = 0; k < 3; k++) {
+        if (!seen[k]) continue;
+        for (int w = 0; w < 5; w++) {
+            const double tol = w == 1 ? TOL_LSE : TOL_REL;
+            snprintf(name, sizeof name, "flash pair %s, %s %s", what[w], pair_kinds[k], shape);
+            check(c, rc == 0 && worst[k][w] <= tol, name, "worst over the kind's pairs %.2e (tol %.0e)%s",
+                  worst[k][w], tol, rc ? ", a call returned -1" : "");
+        }
+    }
+
+    /* each rank's whole ring: the merge of its N steps, against the full reference */
+    double e_out = 0, e_lse = 0;
+    double *wout = xmalloc(lo * 8), *wlse = xmalloc(ll * 8);
+    const double mag = max_abs_n(rout, nout);
+    for (int r = 0; r < N; r++) {
+        for (int step = 0; step < N; step++) {
+            const int s = (r + N - step) % N;
+            rc |= tc_flash_pair_forward(g_acc, g_l, g_q[r], g_kv[s], B, T, C, NH, N, r, s, step == 0, d->stream);
+        }
+        dev_sync(d);
+        dev_to_host(d, acc, g_acc, lo * 4);
+        dev_to_host(d, lsg, g_l, ll * 4);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < Tl; i++)
+                for (int ch = 0; ch < C; ch++)
+                    wout[((size_t)b * Tl + i) * C + ch] = rout[((size_t)b * T + pair_pos(N, r, T, i)) * C + ch];
+        gather_lse(wlse, rlse, B, NH, T, N, r);
+        e_out = fmax(e_out, rel_err_f32(acc, wout, lo, mag));
+        e_lse = fmax(e_lse, lse_err(lsg, wlse, ll));
+    }
+    snprintf(name, sizeof name, "flash pair ring merge out %s", shape);
+    check(c, rc == 0 && e_out <= TOL_REL, name, "every rank's %d steps merged: max rel err %.2e (tol %.0e)", N,
+          e_out, TOL_REL);
+    snprintf(name, sizeof name, "flash pair ring merge lse %s", shape);
+    check(c, rc == 0 && e_lse <= TOL_LSE, name, "max abs err %.2e (tol %.0e)", e_lse, TOL_LSE);
+
+    free(wout); free(wlse);
+    for (int r = 0; r < N; r++) {
+        dev_free(d, g_q[r], lq * 2); dev_free(d, g_kv[r], lkv * 2); dev_free(d, g_g[r], lo * 2);
+        dev_free(d, g_lse[r], ll * 4); dev_free(d, g_D[r], ll * 4);
+        free(q16[r]); free(kv16[r]); free(g16[r]); free(qf[r]); free(kvf[r]); free(gf[r]);
+        free(lsel[r]); free(Dl[r]);
+    }
+    free(q16); free(kv16); free(g16); free(qf); free(kvf); free(gf); free(lsel); free(Dl);
+    free(g_q); free(g_kv); free(g_g); free(g_lse); free(g_D);
+    dev_free(d, g_acc, lo * 4); dev_free(d, g_l, ll * 4); dev_free(d, g_dq, lo * 4); dev_free(d, g_dkv, lkv * 4);
+    free(acc); free(lsg); free(dq); free(dkv); free(dq0); free(dkv0);
+    free(pout); free(plse); free(pdq); free(pdkv); free(wdq); free(wdkv);
+    free(qkv16); free(dout16); free(qkvf); free(doutf); free(rout); free(rlse); free(rgrad); free(lsef); free(Df);
+}
+
 #endif /* USE_CUDA */
 
 int main(void) {
@@ -342,6 +644,16 @@ int main(void) {
     run_case(&c, &d, &rng, 1, 128, 2, 64, 4.0f);
     run_case(&c, &d, &rng, 1, 200, 4, 32, 1.0f);   /* hs 32, ragged fourth block */
     run_case(&c, &d, &rng, 1, 130, 2, 128, 1.0f);  /* hs 128 (32-row backward blocks) */
+
+    /* the ring's chunk pairs: N 2 and 4, odd B and NH, heads of 32, 64, 128
+     * (their own random stream: the whole-sequence cases keep their inputs) */
+    Rng prng = {0xD1B54A32D192ED03ULL};
+    run_pair_case(&c, &d, &prng, 3, 2, 1, 64, 37, 1.0f);   /* chunk boundary inside a tile */
+    run_pair_case(&c, &d, &prng, 1, 2, 3, 32, 45, 4.0f);
+    run_pair_case(&c, &d, &prng, 1, 2, 1, 64, 64, 4.0f);   /* chunks on tile boundaries */
+    run_pair_case(&c, &d, &prng, 1, 4, 3, 64, 20, 1.0f);   /* a rank's rows in one tile */
+    run_pair_case(&c, &d, &prng, 3, 4, 1, 32, 70, 4.0f);
+    run_pair_case(&c, &d, &prng, 1, 2, 1, 128, 33, 1.0f);  /* hs 128 */
 #ifdef FLASH_EMU
     const char *full = getenv("FLASH_EMU_FULL");
     if (!full || strcmp(full, "1") != 0) {
