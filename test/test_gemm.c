@@ -59,7 +59,7 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #include "tc.h"
 #endif
 
-static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm auto", "bias_grad"};
+static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm auto", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -102,15 +102,18 @@ typedef struct Product {
     int a_kmajor, b_kmajor, bias, accumulate, d_fp32;
 } Product;
 
-static const Product products[4] = {
+#define NPRODUCTS 5
+static const Product products[NPRODUCTS] = {
     {"forward", 1, 1, 1, 0, 0},
     {"dinp", 1, 0, 0, 1, 0},
     {"dw", 0, 0, 0, 1, 1},
     {"forward fp32", 1, 1, 1, 0, 1},  /* no layer of train's, but tc.h allows it: bias into float32 */
+    {"bias+accumulate", 1, 0, 1, 1, 0}, /* nor this: bias and the old D in one epilogue */
 };
 
-static const struct { TcImpl impl; const char *name; } impls[4] = {
-    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_AUTO, "auto"},
+#define NIMPLS 5
+static const struct { TcImpl impl; const char *name; } impls[NIMPLS] = {
+    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"}, {TC_AUTO, "auto"},
 };
 
 static const char *impl_name(int r) {
@@ -118,6 +121,7 @@ static const char *impl_name(int r) {
     case TC_SIMPLE: return "simple";
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
+    case TC_WGMMA_COOP: return "wgmma-coop";
     case TC_AUTO: return "auto";
     default: return "none (-1)";
     }
@@ -184,7 +188,7 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
-    if (impl == TC_WGMMA)
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
                                 : "the GPU is not sm_90";
@@ -228,7 +232,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
     }
     const double tol = p->d_fp32 ? TOL_FP32 : TOL_BF16;
 
-    for (int ii = 0; ii < 4; ii++) {
+    for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s %s%s" GEMM_TAG_FMT, impls[ii].name, p->name,
                  split == 2 ? " split-k odd D" : split ? " split-k" : "", GEMM_TAG);
@@ -261,7 +265,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
             continue;
         }
-        const int tcore = r == TC_MMA || r == TC_WGMMA;
+        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP;
         const int parts = tc_gemm_splits((TcImpl)r, p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor,
                                          M, N, K, WORK_FLOATS, t->gpu.stream);
         /* again from the same start: the parts are added in a fixed order */
@@ -375,7 +379,7 @@ int main(void) {
 #endif
     };
     for (int s = 0; s < 4; s++)
-        for (int p = 0; p < 4; p++)
+        for (int p = 0; p < NPRODUCTS; p++)
             test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2], 0);
     /* Split-K, on weight gradients with few output tiles and a long K: an
      * awkward one, and (on a GPU) GPT-2 small's attention projection. */
