@@ -1,4 +1,5 @@
-/* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations.
+/* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations
+ * (the third in two schedules).
  *
  * One product, D[M,N] = A[M,K] B[K,N] (+ D) (+ bias[N] on every row), bf16
  * operands, float32 accumulation, D written as bf16 or float32 (tc.h has the
@@ -50,7 +51,8 @@
  *     cp.async with src-size 0, which writes 16 zero bytes, so overhanging k
  *     adds nothing and overhanging rows compute values nobody stores.
  *
- * TC_WGMMA (sm_90a builds on a compute capability 9.0 device): wgmma.mma_async
+ * TC_WGMMA_COOP (sm_90a builds on a compute capability 9.0 device), the
+ *   cooperative schedule: wgmma.mma_async
  *   m64n256k16 with both operands in shared memory, loaded by TMA.
  *   - Block tile 128 (m) x 256 (n) x 64 (k), 384 threads = 3 warpgroups:
  *     warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread
@@ -89,7 +91,8 @@
  *     previous stage, so one group of wgmma always overlaps the next wait.
  *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
  *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
- *     producer runs ahead into the next tile while the consumers store.
+ *     producer runs ahead into the next tile while the consumers store, but
+ *     the tensor cores idle while both consumer warpgroups store.
  *   - Split-K: dw has a small output and a long K (768 x 768 is 18
  *     tiles of 128 x 256 for 132 SMs), so with room in the caller's work
  *     buffer a work item is a (tile, part of K) pair instead, and the parts
@@ -108,6 +111,40 @@
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
+ * TC_WGMMA, the ping-pong schedule (mm_wgmma_pp_kernel; what TC_AUTO takes
+ *   on sm_90a): the next rung of the published Hopper GEMM ladder, so that
+ *   one tile's epilogue runs under the next tile's math. As above (producer
+ *   warpgroup, TMA, 128-byte swizzle, mbarriers, persistent grid, split-K),
+ *   except:
+ *   - Each consumer warpgroup owns a whole tile of 128 (m) x 128 (n): per
+ *     k16 step two wgmma m64n128k16 (rows 0-63 and 64-127, the same B
+ *     descriptor), each into 64 of the thread's 128 float accumulators; the
+ *     block's j-th item goes to warpgroup j % 2.
+ *   - A stage is A 128 x 64 (16 KB) + B 128 x 64 (16 KB: a {64 k, 128 n}
+ *     box, or two {64 n, 64 k} boxes 8 KB apart, LBO 8192): 32 KB, 6
+ *     stages, 192 KB; with the same epilogue chunks 218112 bytes in all.
+ *     The producer fills the ring in item order; empty[s] counts the 4 warps
+ *     of the one warpgroup that reads stage s, and each warpgroup counts
+ *     the other's k-blocks into its ring position without waiting on them.
+ *   - The math is ordered by two named barriers (bar.sync / bar.arrive,
+ *     ids 1 and 2, 256 threads: the waiting warpgroup's 128 and the
+ *     signalling one's 128): warpgroup c waits at barrier 1 + c before each
+ *     tile but the block's first, and arrives at the other's barrier once
+ *     its own mainloop has retired (wgmma.wait_group 0), just before its
+ *     epilogue, if the block has a next item. So the tensor cores go from
+ *     one warpgroup's mainloop straight to the other's, and each epilogue
+ *     (bias, the old D, rounding, stores: all of it, not just the stores)
+ *     runs while the other warpgroup computes. The ordering changes no
+ *     value: only the time.
+ *   - Why ping-pong and not TMA stores (cp.async.bulk.tensor shared ->
+ *     global): the worst rows accumulate (dinp: D += ...), so their epilogue
+ *     reads the old D before it can store; a TMA store hides only the
+ *     stores, while ping-pong hides the reads, the adds and the stores
+ *     alike, with the epilogue code unchanged and no staging buffer to
+ *     guard (bench/NOTES.md, "Third round", has the arithmetic). The price:
+ *     a 128 x 128 tile reads 64 flops a byte of operand against the
+ *     128 x 256 tile's 85, and the two warpgroups no longer share a B tile.
+ *
  * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
  * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
  * columns 2 (lane%4) + {0,1} of each 8-wide group). TC_MMA adds bias, adds
@@ -124,7 +161,7 @@
  * others to the caller's work buffer, and one more kernel adds them to D in
  * part order: deterministic. How many parts: mm_plan_split, below.
  *
- * TC_AUTO: TC_WGMMA when the device is sm_90, the sm_90a kernels are in the
+ * TC_AUTO: TC_WGMMA (ping-pong) when the device is sm_90, the sm_90a kernels are in the
  * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and
  * the shape is aligned; else TC_SIMPLE.
  *

@@ -16,8 +16,10 @@
  *    is printed too, but no kernel reaches it: a copy is what is reachable).
  *  - matmul: tc_gemm (tc.h) in the three products of each linear layer
  *    (qkv, attproj, fc, fcproj, head): forward (bias, bf16 out), dinp
- *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync and
- *    with wgmma, beside cuBLAS's cublasGemmEx on the same buffers, layouts
+ *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync, with
+ *    wgmma in ping-pong ("wgmma", TC_WGMMA: what training runs on sm_90a)
+ *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
+ *    ping-pong, timed beside it), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
@@ -276,7 +278,7 @@ static double bench_err(const void *got, const void *ref, size_t n, DType dt) {
 /* ---------------------------------------------------------------------------
  * The context: devices, timing, and what the targets need. No globals. */
 
-enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_NTARGETS = 3 };
+enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_NTARGETS = 4 };
 /* A training step's phases, for the step's kernel sum */
 enum { BENCH_P_FWD, BENCH_P_BWD, BENCH_P_REDUCE, BENCH_P_NORM, BENCH_P_OPT, BENCH_NPHASES };
 static const char *const bench_phase_name[BENCH_NPHASES] = {"forward", "backward", "reduction", "norm", "optimizer"};
@@ -530,6 +532,7 @@ static const char *bench_impl_name(int impl) {
     case TC_SIMPLE: return "simple";
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
+    case TC_WGMMA_COOP: return "wg-coop";
     default: return "cublas";
     }
 }
@@ -537,10 +540,11 @@ static const char *bench_impl_name(int impl) {
 /* One product: every implementation checked, then timed; cuBLAS first, so
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
-    int impls[4], nimpl = 0;
+    int impls[5], nimpl = 0;
     impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
+    impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
     impls[nimpl++] = TC_WGMMA;
     int rows[BENCH_GEMM_ROWS];
     bench_gemm_rows(g->M, rows);
@@ -561,11 +565,11 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         snprintf(name, sizeof name, "%.31s %s", g->label, impl);
         double err = bench_gemm_check(c, &r, rows, prod, impls[j] != BENCH_CUBLAS_IMPL);
         if (err < 0) {
-            printf("%-14s %6d %6d %6d  %-7s %9s %9s %10s %10s\n", j ? "" : g->label, g->M, g->N, g->K,
+            printf("%-14s %6d %6d %6d  %-9s %9s %9s %10s %10s\n", j ? "" : g->label, g->M, g->N, g->K,
                    bench_impl_name(impls[j]), "n/a", "n/a", "n/a", "n/a");
             continue;
         }
-        char range[80];   /* "gemm fcproj dinp wgmma": test/gpu_session.sh profile's filter */
+        char range[80];   /* "gemm fcproj dinp wgmma": test/gpu_session.sh profile's filter ("wg-coop" for the other) */
         snprintf(range, sizeof range, "gemm %.40s %s", g->label, bench_impl_name(impls[j]));
         nvtxRangePushA(range);
         double ms = bench_time(c, bench_run_gemm, NULL, &r);
@@ -579,11 +583,12 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         char pcts[16];
         if (impls[j] == BENCH_CUBLAS_IMPL) snprintf(pcts, sizeof pcts, "-");
         else snprintf(pcts, sizeof pcts, "%.1f%%", pct);
-        printf("%-14s %6d %6d %6d  %-7s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
+        printf("%-14s %6d %6d %6d  %-9s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
                impl, ms, flops / (ms * 1e-3) / 1e12, pcts, err,
                bench_check(c, name, err, tol));
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
         if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
+        if (impls[j] == TC_WGMMA_COOP) bench_target_row(c, BENCH_T_COOP, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
         const int calls = strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
@@ -613,7 +618,7 @@ static void bench_gemm(BenchCtx *c) {
     printf("   fwd: out[rows,OC] = inp @ w^T + b (bf16); dinp[rows,C] += dout @ w (bf16); dw[OC,C] += dout^T @ inp (fp32)\n");
     printf("   error: max |D - ref| / max |ref| over %d rows of D, ref in double on the host; cuBLAS's forward has no bias\n",
            BENCH_GEMM_ROWS);
-    printf("%-14s %6s %6s %6s  %-7s %9s %9s %10s %10s\n", "product", "M", "N", "K", "impl", "ms", "TFLOP/s",
+    printf("%-14s %6s %6s %6s  %-9s %9s %9s %10s %10s\n", "product", "M", "N", "K", "impl", "ms", "TFLOP/s",
            "of cuBLAS", "error");
     for (size_t l = 0; l < sizeof lin / sizeof lin[0]; l++) {
         int OC = lin[l].OC, C = lin[l].C;
@@ -1403,6 +1408,9 @@ static void bench_targets(const BenchCtx *c, int only) {
             printf("target wgmma GEMM, worst training shape, >= 80%% of cuBLAS: %.1f%% (%s) over %d rows %s\n",
                    c->worst[BENCH_T_WGMMA], c->worst_name[BENCH_T_WGMMA], c->nrows[BENCH_T_WGMMA],
                    c->worst[BENCH_T_WGMMA] >= 80 ? "PASS" : "MISS");
+        if (c->nrows[BENCH_T_COOP])
+            printf("(wgmma cooperative, the kernel before ping-pong: worst %.1f%% of cuBLAS (%s); no target)\n",
+                   c->worst[BENCH_T_COOP], c->worst_name[BENCH_T_COOP]);
         if (c->nrows[BENCH_T_MMA])
             printf("(mma.sync, for other cards: worst %.1f%% of cuBLAS (%s); no target)\n", c->worst[BENCH_T_MMA],
                    c->worst_name[BENCH_T_MMA]);

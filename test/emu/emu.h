@@ -170,7 +170,22 @@
  *    its group, reading shared memory then, so a stage released or
  *    refilled before its wgmma finished gives wrong numbers or NaN, and a
  *    block that ends with wgmma in flight stops the program. setmaxnreg
- *    checks only its count (24..256, a multiple of 8).
+ *    checks only its count (24..256, a multiple of 8). m64n128k16 as
+ *    m64n256k16, its 64 accumulators at d + H (mm_wgmma_128<TA, TB, H>, H 0
+ *    or 64: the two halves of the ping-pong tile).
+ *  - Named barriers (bar.sync / bar.arrive id, count: the ping-pong
+ *    kernel's ordering of its two warpgroups' math), ids 1..15 (0 is
+ *    __syncthreads'), count a multiple of 32 up to the block's threads. A
+ *    phase opens with its first arrival's count and completes when that
+ *    many threads are in; bar.sync sleeps until then, bar.arrive goes on.
+ *    Stricter than the PTX ISA wherever hardware would go on silently: an
+ *    arrival with another count than its phase's; a thread arriving twice
+ *    in one phase (hardware counts the warp again and releases the barrier
+ *    early: the ordering is lost, every value still right, so only this
+ *    check can show it); a phase completing with a warp partly in (the
+ *    instructions are .aligned); a block ending with a phase open (an
+ *    arrival nobody waited for); a bar.sync nobody completes is a
+ *    deadlock, reported with the count of threads at named barriers.
  *
  * What it cannot catch.
  *  - Real data races and memory ordering inside a kernel: fibers see every
