@@ -161,7 +161,18 @@
  * others to the caller's work buffer, and one more kernel adds them to D in
  * part order: deterministic. How many parts: mm_plan_split, below.
  *
- * TC_AUTO: TC_WGMMA (ping-pong) when the device is sm_90, the sm_90a kernels are in the
+ * TC_AUTO: on sm_90a, TC_WGMMA (ping-pong) when a work item of the
+ * cooperative kernel (its tile, or its part of K under split-K) has at most
+ * 40 k-blocks of 64 (PP_AUTO_MAX_KB), else TC_WGMMA_COOP: a time model of
+ * the two (bench/NOTES.md, "Third round") has ping-pong winning by 4-80%
+ * wherever the epilogue is a large share of a tile (every K = 768
+ * product, qkv dinp at K 2304, attproj dw's 7 parts of 37 k-blocks) even
+ * if its 128 x 128 tile's operand traffic (94 GB/s an SM at full rate, 12
+ * TB/s from L2 over 132 SMs) is more than L2 gives, and losing up to 20%
+ * on the longer items (fc dinp, fcproj fwd, their dw, the head's dinp and
+ * dw) in that case; bench_gpu times both kernels on every product, so the
+ * lease can move the bound. That is, TC_WGMMA or
+ * TC_WGMMA_COOP when the device is sm_90, the sm_90a kernels are in the
  * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and
  * the shape is aligned; else TC_SIMPLE.
  *
@@ -519,6 +530,10 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + WG_CONSUMER_WARPS * WG_EPI_WARP_BYTES + 1024)
                                                       /* 218112, as WG_SMEM_BYTES */
 #define PP_BAR_MATH 1  /* named barrier PP_BAR_MATH + c: consumer warpgroup c's turn at the math */
+/* TC_AUTO takes the ping-pong kernel when a work item of the cooperative
+ * one (a tile, or its part of K under split-K) has at most this many
+ * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
+#define PP_AUTO_MAX_KB 40
 
 /* MM_EMU_SM90A: the CPU emulation (test/emu/emu.h) builds the sm_90a code
  * for the host, which then runs it in place of a GPU. */
@@ -682,14 +697,45 @@ __device__ __forceinline__ void mm_wgmma_128(float (&d)[128], uint64_t da, uint6
  * (8 bf16 or 4 floats), adds bias and the old D (accumulate), rounds once
  * and stores 16 bytes, so a row's 64 or 128 bytes go out as whole sectors
  * (the fragment's own pairs would be 4 or 8 bytes apiece). vec: N, D and
- * bias allow those 16-byte pieces; else the pieces go out as guarded pairs. */
-template <int NCH, int OFF>
+ * bias allow those 16-byte pieces; else the pieces go out as guarded pairs.
+ * PRE (the ping-pong kernel's): a chunk's 16-byte reads of the old D and of
+ * bias are all issued first, before the fragment goes through shared
+ * memory, so a chunk waits for one round trip to memory; without (the
+ * cooperative kernel's, as measured), each piece's read follows the
+ * previous piece's store (the compiler cannot tell they never alias): 2
+ * round trips a chunk in bf16, 4 in float32. The same values either way. */
+template <int NCH, int OFF, bool PRE>
 __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep, void *D, int d_fp32,
                                                int accumulate, const bf16 *bias, int M, int N,
                                                int row0, int n0, int vec, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ch = 0; ch < NCH; ch++) {
+        /* PRE: this lane's pieces of the old D and bias, read now: fp32 4
+         * pieces of 4 floats (bias 8 bytes each), bf16 2 of 8 (bias 16) */
+        uint4 old_v[4], bias_v[4];
+        if (PRE) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                old_v[i] = make_uint4(0, 0, 0, 0);
+                bias_v[i] = make_uint4(0, 0, 0, 0);
+                if (!d_fp32 && i >= 2) continue;
+                const int v = lane + 32 * i, w = d_fp32 ? 4 : 8;
+                const int row = row0 + (d_fp32 ? v >> 3 : v >> 2);
+                const int col = n0 + ch * 32 + (d_fp32 ? (v & 7) * 4 : (v & 3) * 8);
+                if (!vec || row >= M || col + w > N) continue;
+                const size_t at = (size_t)row * N + col;
+                if (accumulate)
+                    old_v[i] = d_fp32 ? *reinterpret_cast<const uint4 *>((const float *)D + at)
+                                      : *reinterpret_cast<const uint4 *>((const bf16 *)D + at);
+                if (bias && d_fp32) {
+                    const uint2 b2 = *reinterpret_cast<const uint2 *>(bias + col);
+                    bias_v[i] = make_uint4(b2.x, b2.y, 0, 0);
+                } else if (bias) {
+                    bias_v[i] = *reinterpret_cast<const uint4 *>(bias + col);
+                }
+            }
+        }
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
             const int j = OFF / 4 + 4 * ch + jj, cl = jj * 8 + 2 * t;
@@ -708,14 +754,15 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 float4 x = *reinterpret_cast<const float4 *>(ep + r * WG_EPI_PITCH + cv);
                 if (vec && col + 4 <= N) {
                     if (bias) {
-                        const uint2 bb = *reinterpret_cast<const uint2 *>(bias + col);
+                        const uint2 bb = PRE ? make_uint2(bias_v[i].x, bias_v[i].y)
+                                             : *reinterpret_cast<const uint2 *>(bias + col);
                         const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
                         const float2 b0 = __bfloat1622float2(b2[0]), b1 = __bfloat1622float2(b2[1]);
                         x.x += b0.x; x.y += b0.y; x.z += b1.x; x.w += b1.y;
                     }
                     float4 *p = reinterpret_cast<float4 *>((float *)D + (size_t)row * N + col);
                     if (accumulate) {
-                        const float4 o = *p;
+                        const float4 o = PRE ? *reinterpret_cast<const float4 *>(&old_v[i]) : *p;
                         x.x += o.x; x.y += o.y; x.z += o.z; x.w += o.w;
                     }
                     *p = x;
@@ -735,7 +782,7 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 if (vec && col + 8 <= N) {
                     if (bias) {
-                        const uint4 bb = *reinterpret_cast<const uint4 *>(bias + col);
+                        const uint4 bb = PRE ? bias_v[i] : *reinterpret_cast<const uint4 *>(bias + col);
                         const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -746,7 +793,7 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                     }
                     uint4 *p = reinterpret_cast<uint4 *>((bf16 *)D + (size_t)row * N + col);
                     if (accumulate) {
-                        const uint4 ob = *p;
+                        const uint4 ob = PRE ? old_v[i] : *p;
                         const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&ob);
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -886,7 +933,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             /* Part 0 into D; the others, plain float32, to work. */
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            mm_wg_epilogue<8, 0>(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
+            mm_wg_epilogue<8, 0, false>(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
                            to_d ? bias : NULL, M, N, m0 + c * 64 + warp * 16, n0,
                            to_d ? vec_ok : vec_w, lane);
         }
@@ -1026,8 +1073,8 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
             const int dfp = to_d ? d_fp32 : 1, acc = to_d ? accumulate : 0, vec = to_d ? vec_ok : vec_w;
             const bf16 *bs = to_d ? bias : NULL;
-            mm_wg_epilogue<4, 0>(d, ep, out, dfp, acc, bs, M, N, m0 + warp * 16, n0, vec, lane);
-            mm_wg_epilogue<4, 64>(d, ep, out, dfp, acc, bs, M, N, m0 + 64 + warp * 16, n0, vec, lane);
+            mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, M, N, m0 + warp * 16, n0, vec, lane);
+            mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, M, N, m0 + 64 + warp * 16, n0, vec, lane);
         }
     }
 #endif
@@ -1435,6 +1482,20 @@ static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmaj
     return c;
 }
 
+/* Whether TC_AUTO takes the ping-pong wgmma kernel for this product: the
+ * cooperative kernel's work items have at most PP_AUTO_MAX_KB k-blocks. */
+static bool mm_auto_pp(int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
+    return mm_split_wgmma(false, sms, d_fp32, M, N, K, work_floats).kps <= PP_AUTO_MAX_KB;
+}
+
+extern "C" int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M,
+                            int N, int K, size_t work_floats, void *stream) {
+    if (M <= 0 || N <= 0) return TC_SIMPLE;
+    const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
+    if (c.wg_ok) return mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats) ? TC_WGMMA : TC_WGMMA_COOP;
+    return c.mma_ok ? TC_MMA : TC_SIMPLE;
+}
+
 extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
                        int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
                        int K, float *work, size_t work_floats, void *stream) {
@@ -1454,7 +1515,8 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     const size_t mn = empty ? 0 : (size_t)M * N;
 
     if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_AUTO) {
-        const bool pp = impl != TC_WGMMA_COOP;
+        const bool pp = impl == TC_WGMMA ||
+                        (impl == TC_AUTO && !empty && mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats));
         const int ran = pp ? TC_WGMMA : TC_WGMMA_COOP;
         if (c.wg_ok && empty) return ran;
         if (c.wg_ok) {

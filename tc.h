@@ -51,6 +51,13 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
             const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
             size_t work_floats, void *stream);
 
+/* The implementation tc_gemm with TC_AUTO runs for this product on this
+ * device (the arguments as tc_gemm's; nothing is launched but, on a
+ * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the
+ * driver encodes its tensor maps (tc_gemm falls back to TC_MMA if not). */
+int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
+                 int K, size_t work_floats, void *stream);
+
 /* How many parts tc_gemm with this implementation (TC_MMA, TC_WGMMA or TC_WGMMA_COOP; 1 for
  * the others, or when it would not run) cuts K into for this product. */
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,

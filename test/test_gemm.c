@@ -256,12 +256,15 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
             }
             continue;
         }
-        int right_impl = impls[ii].impl == TC_AUTO ? (r >= TC_SIMPLE && r <= TC_WGMMA)
-                                                   : r == (int)impls[ii].impl;
+        /* TC_AUTO must run what tc_gemm_auto says it runs */
+        const int auto_says = tc_gemm_auto(p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor, M, N, K,
+                                           split ? WORK_FLOATS : 0, t->gpu.stream);
+        int right_impl = impls[ii].impl == TC_AUTO ? r == auto_says : r == (int)impls[ii].impl;
         double err = max_rel_err(p, got, ref, M, N, step);
         if (!split) {
             check(&t->checks, right_impl && err <= tol, name,
-                  "%s: ran %s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+                  "%s: ran %s%s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+                  right_impl ? "" : " (not the implementation asked for, or not what tc_gemm_auto says)",
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
             continue;
         }

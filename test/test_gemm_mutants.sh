@@ -91,8 +91,8 @@ mutant "ring position without the other warpgroup's k-blocks (kernel)" \
                 continue;' \
     'continue;' check
 mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
-    'mm_wg_epilogue<4, 64>(d, ep, out,' \
-    'mm_wg_epilogue<4, 0>(d, ep, out,' check
+    'mm_wg_epilogue<4, 64, true>(d, ep, out,' \
+    'mm_wg_epilogue<4, 0, true>(d, ep, out,' check
 mutant "bar.sync count 128 against bar.arrive's 256 (named barriers)" \
     'mm_bar_sync(PP_BAR_MATH + c, 256);' \
     'mm_bar_sync(PP_BAR_MATH + c, 128);' emu
