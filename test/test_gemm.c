@@ -7,6 +7,7 @@
  *   dinp     D += A B         A [M][K], B [K][N]   D bf16, accumulated
  *   dw       D += A B         A [K][M], B [K][N]   D float32, accumulated
  *   forward fp32              as forward, D float32 (bias into a float32 D)
+ *   bias+accumulate D += A B + bias   as dinp, with bias (both in one epilogue)
  * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
  * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
  * forward's contiguous dimension K is aligned, so the tensor-core kernels run
@@ -22,7 +23,9 @@
  * float NaN), so an element a kernel forgets to write fails; accumulated
  * outputs start from random values, so a kernel that overwrites fails.
  *
- * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA and TC_AUTO. An
+ * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA (ping-pong),
+ * TC_WGMMA_COOP (cooperative) and TC_AUTO, which must run what
+ * tc_gemm_auto says it runs. An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
@@ -36,8 +39,10 @@
  * makes one persistent block walk every tile); every name then ends in
  * "(cpu emulation, ...)" with the emulation's settings, and GPT-2's fc
  * shape becomes M=256 N=384 K=288 (TC_MMA: 2 x 3 tiles, 9 k-tiles through
- * its 4-stage pipeline; TC_WGMMA: 2 x 2 tiles of 128 x 256, 5 k-blocks of
- * 64, the last half outside K, so the stages' phases wrap).
+ * its 4-stage pipeline; TC_WGMMA_COOP: 2 x 2 tiles of 128 x 256, 5 k-blocks
+ * of 64, the last half outside K, so the stages' phases wrap; TC_WGMMA: 2 x
+ * 3 tiles of 128 x 128, which with EMU_SMS=1 or 3 one block walks in turns
+ * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages).
  */
 #include <math.h>
 #include <stdint.h>
