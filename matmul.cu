@@ -112,7 +112,7 @@
  *     on machines without a driver.
  *
  * TC_WGMMA, the ping-pong schedule (mm_wgmma_pp_kernel; what TC_AUTO takes
- *   on sm_90a): the next rung of the published Hopper GEMM ladder, so that
+ *   on sm_90a for the shorter work items, below): the next rung of the published Hopper GEMM ladder, so that
  *   one tile's epilogue runs under the next tile's math. As above (producer
  *   warpgroup, TMA, 128-byte swizzle, mbarriers, persistent grid, split-K),
  *   except:
@@ -140,8 +140,9 @@
  *     global): the worst rows accumulate (dinp: D += ...), so their epilogue
  *     reads the old D before it can store; a TMA store hides only the
  *     stores, while ping-pong hides the reads, the adds and the stores
- *     alike, with the epilogue code unchanged and no staging buffer to
- *     guard (bench/NOTES.md, "Third round", has the arithmetic). The price:
+ *     alike, with the same epilogue (its reads of a chunk issued before it
+ *     waits: mm_wg_epilogue's PRE) and no staging buffer to guard
+ *     (bench/NOTES.md, "Third round", has the arithmetic). The price:
  *     a 128 x 128 tile reads 64 flops a byte of operand against the
  *     128 x 256 tile's 85, and the two warpgroups no longer share a B tile.
  *
