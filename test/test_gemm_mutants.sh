@@ -1,6 +1,6 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
-# under the CPU emulation must be caught with each of three bugs planted in a
+# under the CPU emulation must be caught with each of five bugs planted in a
 # copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
@@ -11,10 +11,14 @@
 #     count 128 while the signalling one's bar.arrive says 256 (the PTX ISA
 #     leaves mismatched counts undefined; on hardware the waiter can go
 #     through on its own 128 threads, the ordering silently lost, every
-#     value still right, so only the emulation's check can show it).
-# A kernel bug must make test_gemm print a FAIL (or the emulation stop); the
-# barrier bug must stop the run with the emulation's own message ("emu: ...
-# bar."), since the numbers stay right. Each mutant is test/test_gemm.c
+#     value still right, so only the emulation's check can show it); a
+#     warpgroup arriving at its own barrier instead of the other's (a hang
+#     on hardware); an arrival after the block's last item, which nobody
+#     waits for (left open when the block ends).
+# A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
+# barrier bug must stop the run with the emulation's own message about a
+# named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
+# barrier ..."), since the numbers stay right. Each mutant is test/test_gemm.c
 # linked with the mutated matmul.cu through test/emu/emu_transform, run on
 # an emulated sm_90a with one SM (one block walks every tile, so both
 # warpgroups take turns), copies landing late. The unmutated source runs
@@ -57,7 +61,7 @@ if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
 fi
 echo "PASS gemm mutants: the unmutated kernel passes the same run ($(grep -c '^PASS ' "$D/ref.log") checks)"
 
-mutant() {   # mutant NAME OLD NEW EXPECT: EXPECT is check (a FAIL line or a stop) or emu (the emulation's message naming bar.)
+mutant() {   # mutant NAME OLD NEW EXPECT: EXPECT is check (a FAIL line or a stop) or emu (the emulation's message about a named barrier)
     python3 - "$2" "$3" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; status=1; return; }
 import sys
 s = open("matmul.cu").read()
@@ -72,7 +76,7 @@ PY
     said=$(grep -m1 '^emu: ' "$D/run.log" | cut -c1-220)
     first=$(grep -m1 '^FAIL ' "$D/run.log" | cut -c6- | cut -c1-160)
     if [ "$4" = emu ]; then
-        if [ "$rc" -ne 0 ] && echo "$said" | grep -q 'bar\.'; then
+        if [ "$rc" -ne 0 ] && echo "$said" | grep -q -e 'bar\.' -e 'named barrier'; then
             echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
         else
             echo "FAIL gemm mutant $1: the emulation did not stop it at a named barrier (exit $rc, $nfail FAIL lines${said:+, said: $said})"
@@ -96,4 +100,10 @@ mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
 mutant "bar.sync count 128 against bar.arrive's 256 (named barriers)" \
     'mm_bar_sync(PP_BAR_MATH + c, 256);' \
     'mm_bar_sync(PP_BAR_MATH + c, 128);' emu
+mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers)" \
+    'mm_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
+    'mm_bar_arrive(PP_BAR_MATH + c, 256);' emu
+mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
+    'if (item + (int)gridDim.x < items) mm_bar_arrive(' \
+    'if (item < items) mm_bar_arrive(' emu
 exit $status
