@@ -1,4 +1,5 @@
-/* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations.
+/* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations
+ * (the third in two schedules).
  *
  * One product, D[M,N] = A[M,K] B[K,N] (+ D) (+ bias[N] on every row), bf16
  * operands, float32 accumulation, D written as bf16 or float32 (tc.h has the
@@ -50,7 +51,8 @@
  *     cp.async with src-size 0, which writes 16 zero bytes, so overhanging k
  *     adds nothing and overhanging rows compute values nobody stores.
  *
- * TC_WGMMA (sm_90a builds on a compute capability 9.0 device): wgmma.mma_async
+ * TC_WGMMA_COOP (sm_90a builds on a compute capability 9.0 device), the
+ *   cooperative schedule: wgmma.mma_async
  *   m64n256k16 with both operands in shared memory, loaded by TMA.
  *   - Block tile 128 (m) x 256 (n) x 64 (k), 384 threads = 3 warpgroups:
  *     warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread
@@ -89,7 +91,8 @@
  *     previous stage, so one group of wgmma always overlaps the next wait.
  *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
  *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
- *     producer runs ahead into the next tile while the consumers store.
+ *     producer runs ahead into the next tile while the consumers store, but
+ *     the tensor cores idle while both consumer warpgroups store.
  *   - Split-K: dw has a small output and a long K (768 x 768 is 18
  *     tiles of 128 x 256 for 132 SMs), so with room in the caller's work
  *     buffer a work item is a (tile, part of K) pair instead, and the parts
@@ -108,6 +111,41 @@
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
+ * TC_WGMMA, the ping-pong schedule (mm_wgmma_pp_kernel; what TC_AUTO takes
+ *   on sm_90a for the shorter work items, below): the next rung of the published Hopper GEMM ladder, so that
+ *   one tile's epilogue runs under the next tile's math. As above (producer
+ *   warpgroup, TMA, 128-byte swizzle, mbarriers, persistent grid, split-K),
+ *   except:
+ *   - Each consumer warpgroup owns a whole tile of 128 (m) x 128 (n): per
+ *     k16 step two wgmma m64n128k16 (rows 0-63 and 64-127, the same B
+ *     descriptor), each into 64 of the thread's 128 float accumulators; the
+ *     block's j-th item goes to warpgroup j % 2.
+ *   - A stage is A 128 x 64 (16 KB) + B 128 x 64 (16 KB: a {64 k, 128 n}
+ *     box, or two {64 n, 64 k} boxes 8 KB apart, LBO 8192): 32 KB, 6
+ *     stages, 192 KB; with the same epilogue chunks 218112 bytes in all.
+ *     The producer fills the ring in item order; empty[s] counts the 4 warps
+ *     of the one warpgroup that reads stage s, and each warpgroup counts
+ *     the other's k-blocks into its ring position without waiting on them.
+ *   - The math is ordered by two named barriers (bar.sync / bar.arrive,
+ *     ids 1 and 2, 256 threads: the waiting warpgroup's 128 and the
+ *     signalling one's 128): warpgroup c waits at barrier 1 + c before each
+ *     tile but the block's first, and arrives at the other's barrier once
+ *     its own mainloop has retired (wgmma.wait_group 0), just before its
+ *     epilogue, if the block has a next item. So the tensor cores go from
+ *     one warpgroup's mainloop straight to the other's, and each epilogue
+ *     (bias, the old D, rounding, stores: all of it, not just the stores)
+ *     runs while the other warpgroup computes. The ordering changes no
+ *     value: only the time.
+ *   - Why ping-pong and not TMA stores (cp.async.bulk.tensor shared ->
+ *     global): the worst rows accumulate (dinp: D += ...), so their epilogue
+ *     reads the old D before it can store; a TMA store hides only the
+ *     stores, while ping-pong hides the reads, the adds and the stores
+ *     alike, with the same epilogue (its reads of a chunk issued before it
+ *     waits: mm_wg_epilogue's PRE) and no staging buffer to guard
+ *     (bench/NOTES.md, "Third round", has the arithmetic). The price:
+ *     a 128 x 128 tile reads 64 flops a byte of operand against the
+ *     128 x 256 tile's 85, and the two warpgroups no longer share a B tile.
+ *
  * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
  * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
  * columns 2 (lane%4) + {0,1} of each 8-wide group). TC_MMA adds bias, adds
@@ -124,7 +162,18 @@
  * others to the caller's work buffer, and one more kernel adds them to D in
  * part order: deterministic. How many parts: mm_plan_split, below.
  *
- * TC_AUTO: TC_WGMMA when the device is sm_90, the sm_90a kernels are in the
+ * TC_AUTO: on sm_90a, TC_WGMMA (ping-pong) when a work item of the
+ * cooperative kernel (its tile, or its part of K under split-K) has at most
+ * 40 k-blocks of 64 (PP_AUTO_MAX_KB), else TC_WGMMA_COOP: a time model of
+ * the two (bench/NOTES.md, "Third round") has ping-pong winning by 4-80%
+ * wherever the epilogue is a large share of a tile (every K = 768
+ * product, qkv dinp at K 2304, attproj dw's 7 parts of 37 k-blocks) even
+ * if its 128 x 128 tile's operand traffic (94 GB/s an SM at full rate, 12
+ * TB/s from L2 over 132 SMs) is more than L2 gives, and losing up to 20%
+ * on the longer items (fc dinp, fcproj fwd, their dw, the head's dinp and
+ * dw) in that case; bench_gpu times both kernels on every product, so the
+ * lease can move the bound. That is, TC_WGMMA or
+ * TC_WGMMA_COOP when the device is sm_90, the sm_90a kernels are in the
  * binary and the shape is aligned; else TC_MMA when the device is sm_80+ and
  * the shape is aligned; else TC_SIMPLE.
  *
@@ -471,6 +520,22 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define WG_BOX_BYTES 8192                             /* one 64 x 64 box */
 #define WG_CONSUMER_WARPS 8
 
+/* The ping-pong kernel (TC_WGMMA): a 128 x 128 tile a consumer warpgroup,
+ * 6 stages of A 128 x 64 + B 128 x 64, the same epilogue chunks. */
+#define PP_BM 128
+#define PP_BN 128
+#define PP_STAGES 6
+#define PP_A_BYTES (PP_BM * WG_BK * 2)               /* 16384 */
+#define PP_B_BYTES (PP_BN * WG_BK * 2)               /* 16384 */
+#define PP_STAGE_BYTES (PP_A_BYTES + PP_B_BYTES)      /* 32768 */
+#define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + WG_CONSUMER_WARPS * WG_EPI_WARP_BYTES + 1024)
+                                                      /* 218112, as WG_SMEM_BYTES */
+#define PP_BAR_MATH 1  /* named barrier PP_BAR_MATH + c: consumer warpgroup c's turn at the math */
+/* TC_AUTO takes the ping-pong kernel when a work item of the cooperative
+ * one (a tile, or its part of K under split-K) has at most this many
+ * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
+#define PP_AUTO_MAX_KB 40
+
 /* MM_EMU_SM90A: the CPU emulation (test/emu/emu.h) builds the sm_90a code
  * for the host, which then runs it in place of a GPU. */
 #if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(MM_EMU_SM90A)
@@ -530,6 +595,16 @@ __device__ __forceinline__ void mm_tma_2d(uint32_t dst, const CUtensorMap *map, 
                  :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 
+/* Named barrier `id` (1..15; 0 is __syncthreads'), `count` threads in
+ * whole warps: bar.sync counts this warp and waits until count threads have
+ * arrived; bar.arrive counts it and goes on (a producer's signal). */
+__device__ __forceinline__ void mm_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mm_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}
+
 /* Matrix descriptor: start address, leading and stride byte offsets (all
  * encoded >> 4 in 14 bits), base offset 0 (every swizzle pattern starts on
  * a 1024-byte boundary), swizzle mode 1 = 128 bytes (bits 62-63). */
@@ -584,27 +659,87 @@ __device__ __forceinline__ void mm_wgmma_256(float (&d)[128], uint64_t da, uint6
         : "memory");
 }
 
+#define MM_D8H(i) "+f"(d[H + i]), "+f"(d[H + i + 1]), "+f"(d[H + i + 2]), "+f"(d[H + i + 3]), \
+                  "+f"(d[H + i + 4]), "+f"(d[H + i + 5]), "+f"(d[H + i + 6]), "+f"(d[H + i + 7])
+
+/* d[H .. H + 63] (64 x 128 per warpgroup, fragment: warp w rows 16w +
+ * lane/4 (+8), columns 8j + 2 (lane%4) + {0,1} in d[H + 4j .. H + 4j + 3])
+ * += A(64x16) B(16x128); H is 0 or 64, so one float[128] holds two such
+ * accumulators (the ping-pong tile's rows 0-63 and 64-127). */
+template <int TA, int TB, int H>
+__device__ __forceinline__ void mm_wgmma_128(float (&d)[128], uint64_t da, uint64_t db) {
+    static_assert(H == 0 || H == 64, "H picks a half of d");
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, %67, %68;\n"
+        "}\n"
+        : MM_D8H(0), MM_D8H(8), MM_D8H(16), MM_D8H(24), MM_D8H(32), MM_D8H(40), MM_D8H(48), MM_D8H(56)
+        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
+        : "memory");
+}
+
 #endif /* sm_90a device code */
 
 #if MM_SM90A_BUILD
-/* One warp's 16 x 256 slice of the tile from its wgmma fragment d (rows
+/* One warp's 16 x (32 NCH) slice of the tile from its wgmma fragment (rows
  * row0 + lane/4 and + 8, columns n0 + 8j + 2 (lane % 4) + {0, 1} in
- * d[4j .. 4j + 3]) into D [M][N], through ep, the warp's 16 x 32 float
+ * d[OFF + 4j .. OFF + 4j + 3], j < 4 NCH) into D [M][N]: NCH 8, OFF 0 for
+ * an m64n256 accumulator, NCH 4, OFF 0 or 64 for either m64n128 half of
+ * the ping-pong tile's, through ep, the warp's 16 x 32 float
  * chunk of shared memory (row pitch WG_EPI_PITCH): for each 32 columns the
  * fragment goes in, then every lane takes whole 16-byte pieces of rows
  * (8 bf16 or 4 floats), adds bias and the old D (accumulate), rounds once
  * and stores 16 bytes, so a row's 64 or 128 bytes go out as whole sectors
  * (the fragment's own pairs would be 4 or 8 bytes apiece). vec: N, D and
- * bias allow those 16-byte pieces; else the pieces go out as guarded pairs. */
+ * bias allow those 16-byte pieces; else the pieces go out as guarded pairs.
+ * PRE (the ping-pong kernel's): a chunk's 16-byte reads of the old D and of
+ * bias are all issued first, before the fragment goes through shared
+ * memory, so a chunk waits for one round trip to memory; without (the
+ * cooperative kernel's, as measured), each piece's read follows the
+ * previous piece's store (the compiler cannot tell they never alias): 2
+ * round trips a chunk in bf16, 4 in float32. The same values either way. */
+template <int NCH, int OFF, bool PRE>
 __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep, void *D, int d_fp32,
                                                int accumulate, const bf16 *bias, int M, int N,
                                                int row0, int n0, int vec, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int ch = 0; ch < 8; ch++) {
+    for (int ch = 0; ch < NCH; ch++) {
+        /* PRE: this lane's pieces of the old D and bias, read now: fp32 4
+         * pieces of 4 floats (bias 8 bytes each), bf16 2 of 8 (bias 16) */
+        uint4 old_v[4], bias_v[4];
+        if (PRE) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                old_v[i] = make_uint4(0, 0, 0, 0);
+                bias_v[i] = make_uint4(0, 0, 0, 0);
+                if (!d_fp32 && i >= 2) continue;
+                const int v = lane + 32 * i, w = d_fp32 ? 4 : 8;
+                const int row = row0 + (d_fp32 ? v >> 3 : v >> 2);
+                const int col = n0 + ch * 32 + (d_fp32 ? (v & 7) * 4 : (v & 3) * 8);
+                if (!vec || row >= M || col + w > N) continue;
+                const size_t at = (size_t)row * N + col;
+                if (accumulate)
+                    old_v[i] = d_fp32 ? *reinterpret_cast<const uint4 *>((const float *)D + at)
+                                      : *reinterpret_cast<const uint4 *>((const bf16 *)D + at);
+                if (bias && d_fp32) {
+                    const uint2 b2 = *reinterpret_cast<const uint2 *>(bias + col);
+                    bias_v[i] = make_uint4(b2.x, b2.y, 0, 0);
+                } else if (bias) {
+                    bias_v[i] = *reinterpret_cast<const uint4 *>(bias + col);
+                }
+            }
+        }
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
-            const int j = 4 * ch + jj, cl = jj * 8 + 2 * t;
+            const int j = OFF / 4 + 4 * ch + jj, cl = jj * 8 + 2 * t;
             *reinterpret_cast<float2 *>(ep + g * WG_EPI_PITCH + cl) = make_float2(d[4 * j], d[4 * j + 1]);
             *reinterpret_cast<float2 *>(ep + (g + 8) * WG_EPI_PITCH + cl) =
                 make_float2(d[4 * j + 2], d[4 * j + 3]);
@@ -620,14 +755,15 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 float4 x = *reinterpret_cast<const float4 *>(ep + r * WG_EPI_PITCH + cv);
                 if (vec && col + 4 <= N) {
                     if (bias) {
-                        const uint2 bb = *reinterpret_cast<const uint2 *>(bias + col);
+                        const uint2 bb = PRE ? make_uint2(bias_v[i].x, bias_v[i].y)
+                                             : *reinterpret_cast<const uint2 *>(bias + col);
                         const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
                         const float2 b0 = __bfloat1622float2(b2[0]), b1 = __bfloat1622float2(b2[1]);
                         x.x += b0.x; x.y += b0.y; x.z += b1.x; x.w += b1.y;
                     }
                     float4 *p = reinterpret_cast<float4 *>((float *)D + (size_t)row * N + col);
                     if (accumulate) {
-                        const float4 o = *p;
+                        const float4 o = PRE ? *reinterpret_cast<const float4 *>(&old_v[i]) : *p;
                         x.x += o.x; x.y += o.y; x.z += o.z; x.w += o.w;
                     }
                     *p = x;
@@ -647,7 +783,7 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 if (vec && col + 8 <= N) {
                     if (bias) {
-                        const uint4 bb = *reinterpret_cast<const uint4 *>(bias + col);
+                        const uint4 bb = PRE ? bias_v[i] : *reinterpret_cast<const uint4 *>(bias + col);
                         const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&bb);
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -658,7 +794,7 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                     }
                     uint4 *p = reinterpret_cast<uint4 *>((bf16 *)D + (size_t)row * N + col);
                     if (accumulate) {
-                        const uint4 ob = *p;
+                        const uint4 ob = PRE ? old_v[i] : *p;
                         const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&ob);
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
@@ -798,9 +934,148 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
             /* Part 0 into D; the others, plain float32, to work. */
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            mm_wg_epilogue(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
+            mm_wg_epilogue<8, 0, false>(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
                            to_d ? bias : NULL, M, N, m0 + c * 64 + warp * 16, n0,
                            to_d ? vec_ok : vec_w, lane);
+        }
+    }
+#endif
+}
+
+/* The ping-pong kernel (TC_WGMMA; the header's "Ping-pong"). As
+ * mm_wgmma_kernel, but a work item is a 128 x 128 tile (tiles_m =
+ * ceil(M / 128) fastest, then ceil(N / 128)) and the two consumer
+ * warpgroups take the block's items in turn: the j-th item this block
+ * walks (item blockIdx.x + j gridDim.x) belongs to warpgroup j % 2, which
+ * computes all 128 rows of it (two m64n128k16 a k16 step into the halves
+ * of d) while the other stores its previous tile. The producer fills the
+ * 6-stage ring in the items' order; each stage is read by one warpgroup
+ * (empty[s] counts its 4 warps), and a warpgroup skips the other's
+ * k-blocks in its count of the ring. Named barrier PP_BAR_MATH + c orders
+ * the math: warpgroup c waits there before each tile but its first (item
+ * j > 0), and the other warpgroup arrives there when its mainloop of item
+ * j - 1 is done (only when an item j follows: every arrival is waited
+ * for). Same parameters and split-K as mm_wgmma_kernel; tmB's k-major box
+ * is {64 k, 128 n}. */
+template <bool AK, bool BK>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                   void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                   int vec_ok, float *work, int splits, int kps, int vec_w) {
+#if MM_SM90A_BUILD
+    __shared__ __align__(8) uint64_t full_bar[PP_STAGES];
+    __shared__ __align__(8) uint64_t empty_bar[PP_STAGES];
+    extern __shared__ __align__(16) unsigned char mm_smem[];
+    /* Stages at base + s * 32768: A (16 KB: one {64 k, 128 m} box, or two
+     * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
+     * 64 k}), every box on a 1024-byte boundary. */
+    const uint32_t base = (mm_smem_u32(mm_smem) + 1023u) & ~1023u;
+    const int tiles_m = (M + PP_BM - 1) / PP_BM;
+    const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
+    const int items = tiles * splits;
+    const int nk = (K + WG_BK - 1) / WG_BK;
+    const int wg = threadIdx.x >> 7;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < PP_STAGES; s++) {
+            mm_mbar_init(mm_smem_u32(&full_bar[s]), 1);
+            mm_mbar_init(mm_smem_u32(&empty_bar[s]), 4);  /* the consuming warpgroup's warps */
+        }
+        mm_mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        mm_setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int item = blockIdx.x; item < items; item += gridDim.x) {
+                const int tile = item % tiles, part = item / tiles;
+                const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
+                const int kb1 = min(nk, (part + 1) * kps);
+                for (int kb = part * kps; kb < kb1; kb++, it++) {
+                    const int s = it % PP_STAGES;
+                    const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
+                    const uint32_t fb = mm_smem_u32(&full_bar[s]);
+                    mm_mbar_wait(mm_smem_u32(&empty_bar[s]), parity ^ 1u);
+                    mm_mbar_expect_tx(fb, PP_STAGE_BYTES);
+                    const uint32_t sa = base + s * PP_STAGE_BYTES, sb = sa + PP_A_BYTES;
+                    const int k0 = kb * WG_BK;
+                    if (AK) {
+                        mm_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
+                    } else {
+                        mm_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
+                        mm_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
+                    }
+                    if (BK) {
+                        mm_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 128 n} */
+                    } else {
+                        mm_tma_2d(sb, &tmB, n0, k0, fb);                      /* {64 n, 64 k} */
+                        mm_tma_2d(sb + WG_BOX_BYTES, &tmB, n0 + 64, k0, fb);
+                    }
+                }
+            }
+        }
+    } else {
+        mm_setmaxnreg_inc<232>();
+        const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
+        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+        float *ep = reinterpret_cast<float *>(mm_smem + (base - mm_smem_u32(mm_smem)) +
+                                              PP_STAGES * PP_STAGE_BYTES +
+                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
+        float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
+        int it = 0, j = 0;
+        for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
+            const int tile = item % tiles, part = item / tiles;
+            const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
+            const int kb0 = part * kps, kb1 = min(nk, (part + 1) * kps);
+            if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
+                it += kb1 - kb0;
+                continue;
+            }
+            if (j > 0) mm_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
+#pragma unroll
+            for (int i = 0; i < 128; i++) d[i] = 0.0f;
+            int prev = -1;
+            for (int kb = kb0; kb < kb1; kb++, it++) {
+                const int s = it % PP_STAGES;
+                const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
+                mm_mbar_wait(mm_smem_u32(&full_bar[s]), parity);
+                __syncwarp();
+                const uint32_t sa = base + s * PP_STAGE_BYTES;
+                const uint32_t sb = sa + PP_A_BYTES;
+                mm_wgmma_fence();
+#pragma unroll
+                for (int k16 = 0; k16 < WG_BK / 16; k16++) {
+                    /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
+                    const uint64_t da0 = AK ? mm_desc(sa + 32 * k16, 16, 1024)
+                                            : mm_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
+                    const uint64_t da1 = AK ? mm_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
+                                            : mm_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
+                    const uint64_t db = BK ? mm_desc(sb + 32 * k16, 16, 1024)
+                                           : mm_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
+                    mm_wgmma_128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
+                    mm_wgmma_128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
+                }
+                mm_wgmma_commit();
+                mm_wgmma_wait<1>();
+                if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
+                __syncwarp();
+                prev = s;
+            }
+            mm_wgmma_wait<0>();
+            mm_fence_regs(d);
+            if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
+            __syncwarp();
+            /* the other warpgroup's item j + 1 may take the tensor cores while we store */
+            if (item + (int)gridDim.x < items) mm_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+
+            const bool to_d = part == 0;
+            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
+            const int dfp = to_d ? d_fp32 : 1, acc = to_d ? accumulate : 0, vec = to_d ? vec_ok : vec_w;
+            const bf16 *bs = to_d ? bias : NULL;
+            mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, M, N, m0 + warp * 16, n0, vec, lane);
+            mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, M, N, m0 + 64 + warp * 16, n0, vec, lane);
         }
     }
 #endif
@@ -994,7 +1269,11 @@ static int mm_device_caps(cudaStream_t stream) {
             if (built == 1 && mm_set_smem(mm_wgmma_kernel<true, true>, WG_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, false>, WG_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<false, true>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<false, false>, WG_SMEM_BYTES))
+                mm_set_smem(mm_wgmma_kernel<false, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_pp_kernel<true, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_pp_kernel<true, false>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_pp_kernel<false, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_pp_kernel<false, false>, PP_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
         } else {
             cudaGetLastError();
@@ -1082,10 +1361,13 @@ static MmSplit mm_split_mma(int sms, int d_fp32, int M, int N, int K, size_t wor
     return mm_plan_split(d_fp32, tiles, 2 * sms, sms, mm_ceil_div(K, MM_BK),
                          2.0 * MM_BM * MM_BN * MM_BK, M, N, work_floats);
 }
-static MmSplit mm_split_wgmma(int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
-    const long long tiles = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN);
-    return mm_plan_split(d_fp32, tiles, sms, sms, mm_ceil_div(K, WG_BK),
-                         2.0 * WG_BM * WG_BN * WG_BK, M, N, work_floats);
+/* pp: the ping-pong kernel, whose two warpgroups take turns at the math:
+ * one 128 x 128 tile's k-block at a time an SM. */
+static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
+    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
+    const long long tiles = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn);
+    return mm_plan_split(d_fp32, tiles, sms, sms, mm_ceil_div(K, WG_BK), 2.0 * bm * bn * WG_BK, M, N,
+                         work_floats);
 }
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1132,9 +1414,10 @@ static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Encodes the maps and launches; false (nothing launched) when the driver
- * has no tensor-map encoder or refuses a map. */
-static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const void *A,
+/* Encodes the maps and launches the ping-pong kernel (pp) or the
+ * cooperative one; false (nothing launched) when the driver has no
+ * tensor-map encoder or refuses a map. */
+static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
     void *fn = NULL;
@@ -1153,16 +1436,25 @@ static bool mm_launch_wgmma(int sms, void *D, int d_fp32, int accumulate, const 
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? mm_encode_2d(encode, &ta, A, K, M, WG_BK, WG_BM)
                                : mm_encode_2d(encode, &ta, A, M, K, 64, WG_BK);
-    const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, WG_BN)
+    const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
                                : mm_encode_2d(encode, &tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
-    const long long items = (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) * sp->splits;
+    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
+    const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
     const int grid = (int)(items < sms ? items : sms);
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
-#define WG_GO(AK, BK)                                                                     \
-    mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(                 \
-        ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w)
+#define WG_GO(AK, BK)                                                                       \
+    do {                                                                                    \
+        if (pp)                                                                             \
+            mm_wgmma_pp_kernel<AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(        \
+                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
+                vec_w);                                                                     \
+        else                                                                                \
+            mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(           \
+                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
+                vec_w);                                                                     \
+    } while (0)
     if (a_kmajor && b_kmajor) WG_GO(true, true);
     else if (a_kmajor) WG_GO(true, false);
     else if (b_kmajor) WG_GO(false, true);
@@ -1187,15 +1479,31 @@ static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmaj
     /* grid limits: MMA's n tiles sit on gridDim.y; the persistent grid needs int tile counts */
     c.mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
     c.wg_ok = (caps & MM_CAP_WGMMA) && aligned && c.sms > 0 &&
-              (long long)mm_ceil_div(M, WG_BM) * mm_ceil_div(N, WG_BN) < (1ll << 31);
+              (long long)mm_ceil_div(M, PP_BM) * mm_ceil_div(N, PP_BN) < (1ll << 31);
     return c;
+}
+
+/* Whether TC_AUTO takes the ping-pong wgmma kernel for this product: the
+ * cooperative kernel's work items have at most PP_AUTO_MAX_KB k-blocks. */
+static bool mm_auto_pp(int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
+    return mm_split_wgmma(false, sms, d_fp32, M, N, K, work_floats).kps <= PP_AUTO_MAX_KB;
+}
+
+extern "C" int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M,
+                            int N, int K, size_t work_floats, void *stream) {
+    if (M <= 0 || N <= 0) return TC_SIMPLE;
+    const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
+    if (c.wg_ok) return mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats) ? TC_WGMMA : TC_WGMMA_COOP;
+    return c.mma_ok ? TC_MMA : TC_SIMPLE;
 }
 
 extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
                        int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
                        int K, float *work, size_t work_floats, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
-    if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA) return -1;
+    if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
+        impl != TC_WGMMA_COOP)
+        return -1;
     if (impl == TC_SIMPLE) {
         if (M > 0 && N > 0)
             mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
@@ -1207,17 +1515,20 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     if (!work) work_floats = 0;
     const size_t mn = empty ? 0 : (size_t)M * N;
 
-    if (impl == TC_WGMMA || impl == TC_AUTO) {
-        if (c.wg_ok && empty) return TC_WGMMA;
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_AUTO) {
+        const bool pp = impl == TC_WGMMA ||
+                        (impl == TC_AUTO && !empty && mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats));
+        const int ran = pp ? TC_WGMMA : TC_WGMMA_COOP;
+        if (c.wg_ok && empty) return ran;
         if (c.wg_ok) {
-            const MmSplit sp = mm_split_wgmma(c.sms, d_fp32, M, N, K, work_floats);
-            if (mm_launch_wgmma(c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M,
-                                N, K, &sp, work, st)) {
+            const MmSplit sp = mm_split_wgmma(pp, c.sms, d_fp32, M, N, K, work_floats);
+            if (mm_launch_wgmma(pp, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
+                                M, N, K, &sp, work, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
-                return TC_WGMMA;
+                return ran;
             }
         }
-        if (impl == TC_WGMMA) return -1;
+        if (impl != TC_AUTO) return -1;
     }
     if (impl == TC_MMA || impl == TC_AUTO) {
         if (c.mma_ok) {
@@ -1238,9 +1549,10 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
 
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                               int b_kmajor, int M, int N, int K, size_t work_floats, void *stream) {
-    if (M <= 0 || N <= 0 || (impl != TC_MMA && impl != TC_WGMMA)) return 1;
+    if (M <= 0 || N <= 0 || (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP)) return 1;
     const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
-    if (impl == TC_WGMMA) return c.wg_ok ? mm_split_wgmma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
+        return c.wg_ok ? mm_split_wgmma(impl == TC_WGMMA, c.sms, d_fp32, M, N, K, work_floats).splits : 1;
     return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
 }
 

@@ -22,7 +22,8 @@ typedef enum {
     TC_AUTO = 0,    /* the fastest implementation that takes this shape on this device */
     TC_SIMPLE = 1,  /* one thread an output element, float32 accumulation: the yardstick of the others */
     TC_MMA = 2,     /* mma.sync.m16n8k16 bf16 (sm_80+) */
-    TC_WGMMA = 3    /* wgmma + TMA (sm_90a builds on an sm_90 device) */
+    TC_WGMMA = 3,   /* wgmma + TMA, two consumer warpgroups in ping-pong (sm_90a builds on an sm_90 device) */
+    TC_WGMMA_COOP = 4 /* the same, both warpgroups on one tile (cooperative): the kernel before ping-pong */
 } TcImpl;
 
 /* D[M,N] = A[M,K] B[K,N] (+ D when accumulate) (+ bias[N] on every row when
@@ -41,7 +42,7 @@ typedef enum {
  *      overwrite, or NULL. With room there, a float32 D with few output
  *      tiles and a long K (a weight gradient) is computed split-K: K cut
  *      into parts that run side by side, added to D in a fixed order (the
- *      same bits every run). TC_MMA and TC_WGMMA only.
+ *      same bits every run). TC_MMA and the TC_WGMMAs only.
  * Any M, N, K >= 1 is computed correctly; an implementation that cannot
  * take a shape (alignment, device) falls back under TC_AUTO and refuses
  * otherwise. Returns the implementation that ran, or -1 when `impl` was
@@ -50,7 +51,14 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
             const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
             size_t work_floats, void *stream);
 
-/* How many parts tc_gemm with this implementation (TC_MMA or TC_WGMMA; 1 for
+/* The implementation tc_gemm with TC_AUTO runs for this product on this
+ * device (the arguments as tc_gemm's; nothing is launched but, on a
+ * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the
+ * driver encodes its tensor maps (tc_gemm falls back to TC_MMA if not). */
+int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
+                 int K, size_t work_floats, void *stream);
+
+/* How many parts tc_gemm with this implementation (TC_MMA, TC_WGMMA or TC_WGMMA_COOP; 1 for
  * the others, or when it would not run) cuts K into for this product. */
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);

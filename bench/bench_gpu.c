@@ -16,8 +16,10 @@
  *    is printed too, but no kernel reaches it: a copy is what is reachable).
  *  - matmul: tc_gemm (tc.h) in the three products of each linear layer
  *    (qkv, attproj, fc, fcproj, head): forward (bias, bf16 out), dinp
- *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync and
- *    with wgmma, beside cuBLAS's cublasGemmEx on the same buffers, layouts
+ *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync, with
+ *    wgmma in ping-pong ("wgmma", TC_WGMMA: what training runs on sm_90a)
+ *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
+ *    ping-pong, timed beside it), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
@@ -67,8 +69,9 @@
  * step makes (gpt.c: per layer four linears, attention, two layernorms, GELU;
  * the head, the embedding and the loss once) to its phase: forward,
  * backward, gradient reduction (none on one GPU), the norm (sumsq_grid, not
- * a row here: n/a), the optimizer (adamw_segs). The matmuls count wgmma's
- * time where it ran (sm_90: what TC_AUTO picks), else mma.sync's. The sum
+ * a row here: n/a), the optimizer (adamw_segs). The matmuls count the
+ * time of the wgmma kernel TC_AUTO picks (tc_gemm_auto) where one ran
+ * (sm_90), else mma.sync's. The sum
  * is printed as "step kernels: ... sum S ms", which bench_gpu.sh sets
  * beside train's measured step: the remainder is the host's share (issue
  * 42's "step minus the sum of its kernels"). Isolated rows run with a cold
@@ -276,7 +279,9 @@ static double bench_err(const void *got, const void *ref, size_t n, DType dt) {
 /* ---------------------------------------------------------------------------
  * The context: devices, timing, and what the targets need. No globals. */
 
-enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_NTARGETS = 3 };
+/* BENCH_T_WGMMA: the wgmma kernel TC_AUTO runs on each product (training's);
+ * BENCH_T_PP, BENCH_T_COOP: each wgmma kernel on every product */
+enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_T_PP = 4, BENCH_NTARGETS = 5 };
 /* A training step's phases, for the step's kernel sum */
 enum { BENCH_P_FWD, BENCH_P_BWD, BENCH_P_REDUCE, BENCH_P_NORM, BENCH_P_OPT, BENCH_NPHASES };
 static const char *const bench_phase_name[BENCH_NPHASES] = {"forward", "backward", "reduction", "norm", "optimizer"};
@@ -530,6 +535,7 @@ static const char *bench_impl_name(int impl) {
     case TC_SIMPLE: return "simple";
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
+    case TC_WGMMA_COOP: return "wg-coop";
     default: return "cublas";
     }
 }
@@ -537,11 +543,15 @@ static const char *bench_impl_name(int impl) {
 /* One product: every implementation checked, then timed; cuBLAS first, so
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
-    int impls[4], nimpl = 0;
+    int impls[5], nimpl = 0;
     impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
+    impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
     impls[nimpl++] = TC_WGMMA;
+    /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
+    const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
+                                   DEV_SCRATCH_BYTES / sizeof(float), c->stream);
     int rows[BENCH_GEMM_ROWS];
     bench_gemm_rows(g->M, rows);
     double *prod = bench_malloc((size_t)BENCH_GEMM_ROWS * g->N * sizeof *prod);   /* [32][N] */
@@ -561,11 +571,11 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         snprintf(name, sizeof name, "%.31s %s", g->label, impl);
         double err = bench_gemm_check(c, &r, rows, prod, impls[j] != BENCH_CUBLAS_IMPL);
         if (err < 0) {
-            printf("%-14s %6d %6d %6d  %-7s %9s %9s %10s %10s\n", j ? "" : g->label, g->M, g->N, g->K,
+            printf("%-14s %6d %6d %6d  %-9s %9s %9s %10s %10s\n", j ? "" : g->label, g->M, g->N, g->K,
                    bench_impl_name(impls[j]), "n/a", "n/a", "n/a", "n/a");
             continue;
         }
-        char range[80];   /* "gemm fcproj dinp wgmma": test/gpu_session.sh profile's filter */
+        char range[80];   /* "gemm fcproj dinp wgmma": test/gpu_session.sh profile's filter ("wg-coop" for the other) */
         snprintf(range, sizeof range, "gemm %.40s %s", g->label, bench_impl_name(impls[j]));
         nvtxRangePushA(range);
         double ms = bench_time(c, bench_run_gemm, NULL, &r);
@@ -579,16 +589,19 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         char pcts[16];
         if (impls[j] == BENCH_CUBLAS_IMPL) snprintf(pcts, sizeof pcts, "-");
         else snprintf(pcts, sizeof pcts, "%.1f%%", pct);
-        printf("%-14s %6d %6d %6d  %-7s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
+        printf("%-14s %6d %6d %6d  %-9s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
                impl, ms, flops / (ms * 1e-3) / 1e12, pcts, err,
                bench_check(c, name, err, tol));
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
-        if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
+        if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_PP, g->label, pct);
+        if (impls[j] == TC_WGMMA_COOP) bench_target_row(c, BENCH_T_COOP, g->label, pct);
+        const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
+        if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
         const int calls = strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
         if (impls[j] == TC_MMA) c->step_mma[phase] += ms * calls;
-        if (impls[j] == TC_WGMMA) {
+        if (trains) {
             c->step_wgmma[phase] += ms * calls;
             c->gemm_wgmma++;
         }
@@ -613,7 +626,7 @@ static void bench_gemm(BenchCtx *c) {
     printf("   fwd: out[rows,OC] = inp @ w^T + b (bf16); dinp[rows,C] += dout @ w (bf16); dw[OC,C] += dout^T @ inp (fp32)\n");
     printf("   error: max |D - ref| / max |ref| over %d rows of D, ref in double on the host; cuBLAS's forward has no bias\n",
            BENCH_GEMM_ROWS);
-    printf("%-14s %6s %6s %6s  %-7s %9s %9s %10s %10s\n", "product", "M", "N", "K", "impl", "ms", "TFLOP/s",
+    printf("%-14s %6s %6s %6s  %-9s %9s %9s %10s %10s\n", "product", "M", "N", "K", "impl", "ms", "TFLOP/s",
            "of cuBLAS", "error");
     for (size_t l = 0; l < sizeof lin / sizeof lin[0]; l++) {
         int OC = lin[l].OC, C = lin[l].C;
@@ -1400,9 +1413,16 @@ static void bench_targets(const BenchCtx *c, int only) {
     if (only & BENCH_GEMM) {
         if (c->nrows[BENCH_T_WGMMA] == 0) printf("target wgmma GEMM, worst training shape, >= 80%% of cuBLAS: no wgmma row ran (n/a)\n");
         else
-            printf("target wgmma GEMM, worst training shape, >= 80%% of cuBLAS: %.1f%% (%s) over %d rows %s\n",
+            printf("target wgmma GEMM (the kernel TC_AUTO runs: ping-pong up to 40 k-blocks a work item, cooperative above), worst "
+                   "training shape, >= 80%% of cuBLAS: %.1f%% (%s) over %d rows %s\n",
                    c->worst[BENCH_T_WGMMA], c->worst_name[BENCH_T_WGMMA], c->nrows[BENCH_T_WGMMA],
                    c->worst[BENCH_T_WGMMA] >= 80 ? "PASS" : "MISS");
+        if (c->nrows[BENCH_T_PP])
+            printf("(wgmma ping-pong on every product: worst %.1f%% of cuBLAS (%s))\n", c->worst[BENCH_T_PP],
+                   c->worst_name[BENCH_T_PP]);
+        if (c->nrows[BENCH_T_COOP])
+            printf("(wgmma cooperative, the kernel before ping-pong, on every product: worst %.1f%% of cuBLAS (%s))\n",
+                   c->worst[BENCH_T_COOP], c->worst_name[BENCH_T_COOP]);
         if (c->nrows[BENCH_T_MMA])
             printf("(mma.sync, for other cards: worst %.1f%% of cuBLAS (%s); no target)\n", c->worst[BENCH_T_MMA],
                    c->worst_name[BENCH_T_MMA]);

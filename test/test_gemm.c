@@ -7,6 +7,7 @@
  *   dinp     D += A B         A [M][K], B [K][N]   D bf16, accumulated
  *   dw       D += A B         A [K][M], B [K][N]   D float32, accumulated
  *   forward fp32              as forward, D float32 (bias into a float32 D)
+ *   bias+accumulate D += A B + bias   as dinp, with bias (both in one epilogue)
  * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
  * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
  * forward's contiguous dimension K is aligned, so the tensor-core kernels run
@@ -22,7 +23,9 @@
  * float NaN), so an element a kernel forgets to write fails; accumulated
  * outputs start from random values, so a kernel that overwrites fails.
  *
- * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA and TC_AUTO. An
+ * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA (ping-pong),
+ * TC_WGMMA_COOP (cooperative) and TC_AUTO, which must run what
+ * tc_gemm_auto says it runs. An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
@@ -36,8 +39,10 @@
  * makes one persistent block walk every tile); every name then ends in
  * "(cpu emulation, ...)" with the emulation's settings, and GPT-2's fc
  * shape becomes M=256 N=384 K=288 (TC_MMA: 2 x 3 tiles, 9 k-tiles through
- * its 4-stage pipeline; TC_WGMMA: 2 x 2 tiles of 128 x 256, 5 k-blocks of
- * 64, the last half outside K, so the stages' phases wrap).
+ * its 4-stage pipeline; TC_WGMMA_COOP: 2 x 2 tiles of 128 x 256, 5 k-blocks
+ * of 64, the last half outside K, so the stages' phases wrap; TC_WGMMA: 2 x
+ * 3 tiles of 128 x 128, which with EMU_SMS=1 or 3 one block walks in turns
+ * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages).
  */
 #include <math.h>
 #include <stdint.h>
@@ -59,7 +64,7 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #include "tc.h"
 #endif
 
-static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm auto", "bias_grad"};
+static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm auto", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -102,15 +107,18 @@ typedef struct Product {
     int a_kmajor, b_kmajor, bias, accumulate, d_fp32;
 } Product;
 
-static const Product products[4] = {
+#define NPRODUCTS 5
+static const Product products[NPRODUCTS] = {
     {"forward", 1, 1, 1, 0, 0},
     {"dinp", 1, 0, 0, 1, 0},
     {"dw", 0, 0, 0, 1, 1},
     {"forward fp32", 1, 1, 1, 0, 1},  /* no layer of train's, but tc.h allows it: bias into float32 */
+    {"bias+accumulate", 1, 0, 1, 1, 0}, /* nor this: bias and the old D in one epilogue */
 };
 
-static const struct { TcImpl impl; const char *name; } impls[4] = {
-    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_AUTO, "auto"},
+#define NIMPLS 5
+static const struct { TcImpl impl; const char *name; } impls[NIMPLS] = {
+    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"}, {TC_AUTO, "auto"},
 };
 
 static const char *impl_name(int r) {
@@ -118,6 +126,7 @@ static const char *impl_name(int r) {
     case TC_SIMPLE: return "simple";
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
+    case TC_WGMMA_COOP: return "wgmma-coop";
     case TC_AUTO: return "auto";
     default: return "none (-1)";
     }
@@ -184,7 +193,7 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
-    if (impl == TC_WGMMA)
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
                                 : "the GPU is not sm_90";
@@ -228,7 +237,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
     }
     const double tol = p->d_fp32 ? TOL_FP32 : TOL_BF16;
 
-    for (int ii = 0; ii < 4; ii++) {
+    for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s %s%s" GEMM_TAG_FMT, impls[ii].name, p->name,
                  split == 2 ? " split-k odd D" : split ? " split-k" : "", GEMM_TAG);
@@ -252,16 +261,19 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
             }
             continue;
         }
-        int right_impl = impls[ii].impl == TC_AUTO ? (r >= TC_SIMPLE && r <= TC_WGMMA)
-                                                   : r == (int)impls[ii].impl;
+        /* TC_AUTO must run what tc_gemm_auto says it runs */
+        const int auto_says = tc_gemm_auto(p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor, M, N, K,
+                                           split ? WORK_FLOATS : 0, t->gpu.stream);
+        int right_impl = impls[ii].impl == TC_AUTO ? r == auto_says : r == (int)impls[ii].impl;
         double err = max_rel_err(p, got, ref, M, N, step);
         if (!split) {
             check(&t->checks, right_impl && err <= tol, name,
-                  "%s: ran %s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+                  "%s: ran %s%s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
+                  right_impl ? "" : " (not the implementation asked for, or not what tc_gemm_auto says)",
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
             continue;
         }
-        const int tcore = r == TC_MMA || r == TC_WGMMA;
+        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP;
         const int parts = tc_gemm_splits((TcImpl)r, p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor,
                                          M, N, K, WORK_FLOATS, t->gpu.stream);
         /* again from the same start: the parts are added in a fixed order */
@@ -375,7 +387,7 @@ int main(void) {
 #endif
     };
     for (int s = 0; s < 4; s++)
-        for (int p = 0; p < 4; p++)
+        for (int p = 0; p < NPRODUCTS; p++)
             test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2], 0);
     /* Split-K, on weight gradients with few output tiles and a long K: an
      * awkward one, and (on a GPU) GPT-2 small's attention projection. */

@@ -170,7 +170,22 @@
  *    its group, reading shared memory then, so a stage released or
  *    refilled before its wgmma finished gives wrong numbers or NaN, and a
  *    block that ends with wgmma in flight stops the program. setmaxnreg
- *    checks only its count (24..256, a multiple of 8).
+ *    checks only its count (24..256, a multiple of 8). m64n128k16 as
+ *    m64n256k16, its 64 accumulators at d + H (mm_wgmma_128<TA, TB, H>, H 0
+ *    or 64: the two halves of the ping-pong tile).
+ *  - Named barriers (bar.sync / bar.arrive id, count: the ping-pong
+ *    kernel's ordering of its two warpgroups' math), ids 1..15 (0 is
+ *    __syncthreads'), count a multiple of 32 up to the block's threads. A
+ *    phase opens with its first arrival's count and completes when that
+ *    many threads are in; bar.sync sleeps until then, bar.arrive goes on.
+ *    Stricter than the PTX ISA wherever hardware would go on silently: an
+ *    arrival with another count than its phase's; a thread arriving twice
+ *    in one phase (hardware counts the warp again and releases the barrier
+ *    early: the ordering is lost, every value still right, so only this
+ *    check can show it); a phase completing with a warp partly in (the
+ *    instructions are .aligned); a block ending with a phase open (an
+ *    arrival nobody waited for); a bar.sync nobody completes is a
+ *    deadlock, reported with the count of threads at named barriers.
  *
  * What it cannot catch.
  *  - Real data races and memory ordering inside a kernel: fibers see every
@@ -312,7 +327,15 @@ struct EmuWarpgroup {
     std::vector<EmuWgmma> open;
     std::deque<std::vector<EmuWgmma>> groups;
 };
-enum { EMU_MAX_STATICS = 64 };
+/* A named barrier (bar.sync / bar.arrive id, count): the count its
+ * current phase was opened with, the threads in so far (a bit a lane, per
+ * warp), and the phases completed (what a waiting thread watches). */
+struct EmuNamedBar {
+    int count, arrived;
+    unsigned phase;
+    uint32_t lanes[32];   /* per warp of the block: its lanes arrived in this phase */
+};
+enum { EMU_NAMED_BARS = 16, EMU_MAX_STATICS = 64 };
 /* Shared addresses given to static __shared__ objects (which the emulation
  * keeps outside the dynamic window): EMU_STATIC_BASE + 16 i for the i-th
  * object __cvta_generic_to_shared was asked about in this block. */
@@ -332,6 +355,7 @@ struct EmuBlock {
     EmuWarp *warps;
     std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
     std::deque<EmuMbar> mbars;  /* a deque: waiters hold pointers into it across inits */
+    EmuNamedBar nbars[EMU_NAMED_BARS];  /* bar.sync / bar.arrive 1..15 (0 is __syncthreads') */
     const void *statics[EMU_MAX_STATICS];
     int nstatics;
 };
@@ -613,6 +637,7 @@ void emu_mbar_wait(uint32_t bar, uint32_t parity);
 void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar);
 void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d);
 void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
+void emu_named_bar(int id, int count, int sync);  /* bar.sync (sync 1) or bar.arrive (0) */
 
 static inline void mm_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
 static inline void mm_mbar_init_fence(void) {}
@@ -628,6 +653,13 @@ static inline void mm_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, 
 static inline void mm_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
 template <int N> static inline void mm_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
 static inline void mm_fence_regs(float (&)[128]) {}
+static inline void mm_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
+static inline void mm_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
+/* wgmma.mma_async.sync.aligned.m64n128k16 into d[H .. H + 63], as matmul.cu's wrapper. */
+template <int TA, int TB, int H> static inline void mm_wgmma_128(float (&d)[128], uint64_t da, uint64_t db) {
+    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1) && (H == 0 || H == 64), "imm-trans 0 or 1, H 0 or 64");
+    emu_wgmma(da, db, TA, TB, 128, d + H);
+}
 /* wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 with scale-d 1,
  * scales 1 and trans-a TA, trans-b TB, as matmul.cu's wrapper writes it. */
 template <int TA, int TB> static inline void mm_wgmma_256(float (&d)[128], uint64_t da, uint64_t db) {

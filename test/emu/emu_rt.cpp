@@ -208,17 +208,18 @@ int emu_pick(EmuBlock *b) {
 }
 
 [[noreturn]] void emu_deadlock(EmuBlock *b) {
-    int waiting = 0, done = 0, mbar = 0;
+    int waiting = 0, done = 0, mbar = 0, named = 0;
     for (int i = 0; i < b->nthreads; i++) {
         const EmuFiber &f = b->fibers[i];
         waiting += f.state == EMU_WAIT;
         done += f.state == EMU_DONE;
         for (const EmuMbar &m : b->mbars) mbar += f.state == EMU_WAIT && f.wait_on == &m;
+        for (const EmuNamedBar &nb : b->nbars) named += f.state == EMU_WAIT && f.wait_on == &nb;
     }
     emu_fail("deadlock in block (%u,%u,%u): %d threads wait (%d at __syncthreads, %d on an mbarrier "
-             "phase that never completes), %d returned; a barrier or collective some threads never "
-             "reach, or an mbarrier nobody arrives at",
-             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, mbar, done);
+             "phase that never completes, %d at a named barrier (bar.sync) short of its count), %d "
+             "returned; a barrier or collective some threads never reach, or an mbarrier nobody arrives at",
+             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, mbar, named, done);
 }
 
 /* Called on a fiber's own stack when its kernel returns: pick another
@@ -705,6 +706,55 @@ void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d) {
     emu_wg_arrive(g, EMU_WG_MMA);
 }
 
+/* Named barriers, bar.sync / bar.arrive (barrier.sync.aligned /
+ * barrier.arrive.aligned): a phase opens with its first arrival's count and
+ * completes when that many threads are in; bar.sync then waits for the
+ * completion, bar.arrive does not. Stricter than the PTX ISA where it
+ * leaves a bug silent: an arrival with another count than the phase's, a
+ * thread arriving twice in one phase (hardware would count its warp again
+ * and release the barrier early: an ordering lost without a trace), a
+ * phase that completes with a warp only partly in (.aligned: the whole
+ * warp executes it), and a block that ends with a phase open (checked at
+ * the block's end) all stop the program. */
+void emu_named_bar(int id, int count, int sync) {
+    EmuBlock *b = emu_blk;
+    const char *what = sync ? "bar.sync" : "bar.arrive";
+    if (id < 1 || id >= EMU_NAMED_BARS)
+        emu_fail("%s %d: named barriers 1 to %d are emulated (0 is __syncthreads')", what, id, EMU_NAMED_BARS - 1);
+    const int warps_up = (b->nthreads + 31) / 32 * 32;
+    if (count < 32 || count % 32 || count > warps_up)
+        emu_fail("%s %d, %d: the count must be a multiple of 32 from 32 to the block's %d threads", what, id, count,
+                 warps_up);
+    EmuNamedBar &nb = b->nbars[id];
+    if (nb.arrived == 0) nb.count = count;
+    else if (nb.count != count)
+        emu_fail("%s %d, %d: this phase of the barrier was opened with count %d (%d threads in)", what, id, count,
+                 nb.count, nb.arrived);
+    const int t = emu_self()->linear, warp = t >> 5;
+    const uint32_t bit = 1u << (t & 31);
+    if (nb.lanes[warp] & bit)
+        emu_fail("%s %d, %d: thread %d arrives a second time before the phase completes (%d of %d in); hardware "
+                 "would count its warp twice and release the barrier early", what, id, count, t, nb.arrived, nb.count);
+    nb.lanes[warp] |= bit;
+    if (++nb.arrived == nb.count) {
+        for (int w = 0; w < b->nwarps; w++) {
+            const int lanes = w * 32 + 32 <= b->nthreads ? 32 : b->nthreads - w * 32;
+            const uint32_t all = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+            if (nb.lanes[w] && nb.lanes[w] != all)
+                emu_fail("%s %d, %d: the phase completed with warp %d only partly in (lanes 0x%08x): a count that "
+                         "does not match the warps arriving, or a divergent warp", what, id, count, w, nb.lanes[w]);
+        }
+        nb.arrived = 0;
+        memset(nb.lanes, 0, sizeof nb.lanes);
+        nb.phase++;
+        emu_wake(&nb);
+        return;
+    }
+    if (!sync) return;
+    const unsigned mine = nb.phase;
+    while (nb.phase == mine) emu_wait(&nb);
+}
+
 /* ---------------------------------------------------------------------------
  * The emulated device's per-kernel dynamic shared memory limits
  * (cudaFuncSetAttribute), the one piece of state outside the scheduler. */
@@ -766,6 +816,7 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
                     g.groups.clear();
                 }
                 b.mbars.clear();
+                memset(b.nbars, 0, sizeof b.nbars);
                 b.nstatics = 0;
                 for (int i = 0; i < n; i++) {
                     EmuFiber &f = fibers[(size_t)i];
@@ -786,6 +837,11 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
                     if (!m.inflight.empty())
                         emu_fail("launch of %s, block (%u,%u,%u): it ended with %zu TMA copies in flight on the "
                                  "mbarrier at 0x%x (never waited for)", name, bx, by, bz, m.inflight.size(), m.addr);
+                for (int id = 1; id < EMU_NAMED_BARS; id++)
+                    if (b.nbars[id].arrived)
+                        emu_fail("launch of %s, block (%u,%u,%u): it ended with %d threads arrived at named barrier "
+                                 "%d (count %d), a phase nobody completed: an arrival never waited for",
+                                 name, bx, by, bz, b.nbars[id].arrived, id, b.nbars[id].count);
                 for (size_t g = 0; g < wgs.size(); g++)
                     if (!wgs[g].open.empty() || !wgs[g].groups.empty())
                         emu_fail("launch of %s, block (%u,%u,%u): warpgroup %zu ended with wgmma in flight "

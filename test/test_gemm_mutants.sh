@@ -1,0 +1,109 @@
+#!/bin/sh
+# test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
+# under the CPU emulation must be caught with each of five bugs planted in a
+# copy of it, one at a time:
+#   - in the kernel: a consumer warpgroup that does not count the other's
+#     k-blocks into its position in the stage ring (it then waits on, reads
+#     and frees the other's stages);
+#   - in the kernel: the second m64 half of the tile stored from the first
+#     half's accumulators (rows 64-127 of every tile wrong);
+#   - in the use of the named barriers: the waiting warpgroup's bar.sync with
+#     count 128 while the signalling one's bar.arrive says 256 (the PTX ISA
+#     leaves mismatched counts undefined; on hardware the waiter can go
+#     through on its own 128 threads, the ordering silently lost, every
+#     value still right, so only the emulation's check can show it); a
+#     warpgroup arriving at its own barrier instead of the other's (a hang
+#     on hardware); an arrival after the block's last item, which nobody
+#     waits for (left open when the block ends).
+# A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
+# barrier bug must stop the run with the emulation's own message about a
+# named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
+# barrier ..."), since the numbers stay right. Each mutant is test/test_gemm.c
+# linked with the mutated matmul.cu through test/emu/emu_transform, run on
+# an emulated sm_90a with one SM (one block walks every tile, so both
+# warpgroups take turns), copies landing late. The unmutated source runs
+# the same way first and must pass. A mutant that no longer applies (matmul.cu
+# changed) is a failure too, so the test cannot go stale.
+cd "$(dirname "$0")/.." || exit 2
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -x test/test_gemm_emu ] || [ ! -x test/emu/emu_transform ] || [ ! -f test/emu/emu_rt.o ] ||
+   [ ! -f test/emu/emu_dev.o ]; then
+    echo "SKIP gemm mutants (cpu emulation): test/test_gemm_emu not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+    exit 0
+fi
+D=test/out/gemm_mutant
+mkdir -p "$D"
+status=0
+
+# build SRC: test_gemm over matmul.cu's copy SRC into $D/test_gemm_mutant; 0 when it built
+build() {
+    test/emu/emu_transform "$1" matmul.cu "$D/matmul_emu.cpp" &&
+    ${CXX:-g++} -O1 -std=c++17 -fno-strict-aliasing -DMM_EMU_SM90A -Itest/emu -I. -I"$CUDA_HOME/include" -w \
+        -c "$D/matmul_emu.cpp" -o "$D/matmul_emu.o" &&
+    ${CC:-gcc} -O1 -std=gnu11 -fopenmp -DUSE_CUDA -DGEMM_EMU -I. -I"$CUDA_HOME/include" -w -o "$D/test_gemm_mutant" \
+        test/test_gemm.c "$D/matmul_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++
+}
+# run LOG: the built test on an emulated sm_90a with one SM; $rc, $nfail
+run() {
+    EMU_ARCH=sm_90a EMU_SMS=1 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
+    rc=$?
+    nfail=$(grep -c '^FAIL ' "$1")
+}
+
+if ! build matmul.cu > "$D/build.log" 2>&1; then
+    echo "FAIL gemm mutants: the unmutated matmul.cu did not build: $(tail -n 1 "$D/build.log")"
+    exit 1
+fi
+run "$D/ref.log"
+if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
+    echo "FAIL gemm mutants: the unmutated matmul.cu failed (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref.log" | cut -c1-200)"
+    exit 1
+fi
+echo "PASS gemm mutants: the unmutated kernel passes the same run ($(grep -c '^PASS ' "$D/ref.log") checks)"
+
+mutant() {   # mutant NAME OLD NEW EXPECT: EXPECT is check (a FAIL line or a stop) or emu (the emulation's message about a named barrier)
+    python3 - "$2" "$3" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; status=1; return; }
+import sys
+s = open("matmul.cu").read()
+old, new = sys.argv[1], sys.argv[2]
+if s.count(old) != 1: sys.exit(1)
+open("test/out/gemm_mutant/matmul.cu", "w").write(s.replace(old, new))
+PY
+    if ! build "$D/matmul.cu" > "$D/build.log" 2>&1; then
+        echo "FAIL gemm mutant $1: did not build: $(tail -n 1 "$D/build.log")"; status=1; return
+    fi
+    run "$D/run.log"
+    said=$(grep -m1 '^emu: ' "$D/run.log" | cut -c1-220)
+    first=$(grep -m1 '^FAIL ' "$D/run.log" | cut -c6- | cut -c1-160)
+    if [ "$4" = emu ]; then
+        if [ "$rc" -ne 0 ] && echo "$said" | grep -q -e 'bar\.' -e 'named barrier'; then
+            echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
+        else
+            echo "FAIL gemm mutant $1: the emulation did not stop it at a named barrier (exit $rc, $nfail FAIL lines${said:+, said: $said})"
+            status=1
+        fi
+    elif [ "$nfail" -gt 0 ]; then
+        echo "PASS gemm mutant $1: caught by $nfail check(s), first: $first"
+    elif [ "$rc" -ne 0 ] && [ -n "$said" ]; then
+        echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
+    else
+        echo "FAIL gemm mutant $1: test_gemm passed with the bug planted (exit $rc)"; status=1
+    fi
+}
+mutant "ring position without the other warpgroup's k-blocks (kernel)" \
+    'it += kb1 - kb0;
+                continue;' \
+    'continue;' check
+mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
+    'mm_wg_epilogue<4, 64, true>(d, ep, out,' \
+    'mm_wg_epilogue<4, 0, true>(d, ep, out,' check
+mutant "bar.sync count 128 against bar.arrive's 256 (named barriers)" \
+    'mm_bar_sync(PP_BAR_MATH + c, 256);' \
+    'mm_bar_sync(PP_BAR_MATH + c, 128);' emu
+mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers)" \
+    'mm_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
+    'mm_bar_arrive(PP_BAR_MATH + c, 256);' emu
+mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
+    'if (item + (int)gridDim.x < items) mm_bar_arrive(' \
+    'if (item < items) mm_bar_arrive(' emu
+exit $status
