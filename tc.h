@@ -5,7 +5,8 @@
  * pipeline for sm_80 and later, and wgmma fed by TMA with warp-specialised
  * producer and consumer warpgroups and a persistent tile scheduler on
  * sm_90a). attention.cu holds a fused flash attention, forward and backward,
- * on bf16 tensor cores. kernels.cu's bf16 Ops table calls both; the
+ * on bf16 tensor cores; attention_sm90.cu the forward again on sm_90a's
+ * wgmma. kernels.cu's bf16 Ops table calls them; the
  * benchmark and test/test_gemm.c, test/test_flash.c call them directly.
  *
  * bf16 buffers are void * here (2-byte elements, CUDA's __nv_bfloat16) so
@@ -77,6 +78,15 @@ void tc_partials_add(float *out, const float *partial, int chunks, int n_cols, v
  * was built for (nothing is written then; the caller falls back). */
 int tc_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
                      void *stream);
+
+/* The same forward on Hopper's wgmma (attention_sm90.cu: FlashAttention-3's
+ * design, TMA producer and wgmma consumer warpgroups): the same contract
+ * and buffers; head sizes 64 and 128 only. Returns 0, or -1 (nothing
+ * written) where it cannot run: another head size, a device other than
+ * compute capability 9.0 or a binary without sm_90a code, no tensor-map
+ * encoder in the driver. */
+int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                          void *stream);
 
 /* Its backward: accumulates dqkv [B,T,3C] bf16 (+=) from dout [B,T,C] bf16,
  * given the forward's qkv, out and lse. scratch is float32 device memory of
