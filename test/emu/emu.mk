@@ -160,3 +160,13 @@ clean: emu-nccl-clean
 .PHONY: emu-nccl-clean
 emu-nccl-clean:
 	rm -rf test/emu/train_nccl test/train_nccl_emu test/test_3d_nccl_emu test/test_comm_nccl_emu
+
+# test/test_flash_sm90_emu.sh: test_flash_emu over a copy of attention_sm90.cu
+# with one bug planted (F3_SRC), transformed and built here.
+test/out/test_flash_sm90_mutant: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o \
+                                 $(EMU_OBJS) test/emu/emu_transform FORCE
+	@mkdir -p test/out/f3_mutant
+	test/emu/emu_transform $(F3_SRC) attention_sm90.cu test/out/f3_mutant/attention_sm90_emu.cpp
+	$(CXX) $(EMU_CXXFLAGS) -c test/out/f3_mutant/attention_sm90_emu.cpp -o test/out/f3_mutant/attention_sm90_emu.o
+	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o \
+	      test/out/f3_mutant/attention_sm90_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
