@@ -124,6 +124,7 @@ static void f3_check(cudaError_t err, const char *call, const char *file, int li
 #define F3_STAGES 2          /* K/V ring depth */
 #define F3_THREADS 384
 #define F3_CONSUMER_WARPS 8
+#define F3_BAR 1             /* named barriers 1, 2: consumer 0's and 1's window */
 #define F3_BOX_BYTES 16384   /* one box {64 channels, 128 rows} */
 #define F3_LOG2E 1.4426950408889634f
 #define F3_LN2 0.6931471805599453f
@@ -192,6 +193,14 @@ __device__ __forceinline__ void f3_tma_2d(uint32_t dst, const CUtensorMap *map, 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
                  "[%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+/* Named barrier id (1..15; 0 is __syncthreads') over n threads: sync waits
+ * for all n, arrive counts without waiting. */
+__device__ __forceinline__ void f3_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void f3_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory");
 }
 __device__ __forceinline__ void f3_wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -304,7 +313,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
     __shared__ __align__(8) uint64_t q_full;
     __shared__ __align__(8) uint64_t k_full[F3_STAGES];
     __shared__ __align__(8) uint64_t v_full[F3_STAGES];
-    __shared__ __align__(8) uint64_t kv_empty[F3_STAGES];
+    __shared__ __align__(8) uint64_t k_empty[F3_STAGES];
+    __shared__ __align__(8) uint64_t v_empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
     const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base;                                   /* [128][HS] */
@@ -322,7 +332,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
         for (int s = 0; s < F3_STAGES; s++) {
             f3_mbar_init(f3_smem_u32(&k_full[s]), 1);
             f3_mbar_init(f3_smem_u32(&v_full[s]), 1);
-            f3_mbar_init(f3_smem_u32(&kv_empty[s]), F3_CONSUMER_WARPS);
+            f3_mbar_init(f3_smem_u32(&k_empty[s]), F3_CONSUMER_WARPS);
+            f3_mbar_init(f3_smem_u32(&v_empty[s]), F3_CONSUMER_WARPS);
         }
         f3_mbar_init_fence();
     }
@@ -330,7 +341,9 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the
-         * warpgroup only gives its registers back. */
+         * warpgroup only gives its registers back. K_j and V_j go to stage
+         * j % 2 once K_{j-2} (window j-2) and V_{j-2} (window j-1) have
+         * been released: one window ahead of their use. */
         f3_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
@@ -341,11 +354,12 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
             for (int j = 0; j < nkv; j++) {
                 const int s = j % F3_STAGES;
                 const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u;
-                f3_mbar_wait(f3_smem_u32(&kv_empty[s]), parity ^ 1u);
                 const uint32_t kf = f3_smem_u32(&k_full[s]), vf = f3_smem_u32(&v_full[s]);
+                f3_mbar_wait(f3_smem_u32(&k_empty[s]), parity ^ 1u);
                 f3_mbar_expect_tx(kf, TILE);
                 for (int hh = 0; hh < HALVES; hh++)
                     f3_tma_2d(sK + s * TILE + hh * F3_BOX_BYTES, &tm, ck + 64 * hh, row0 + j * F3_BN, kf);
+                f3_mbar_wait(f3_smem_u32(&v_empty[s]), parity ^ 1u);
                 f3_mbar_expect_tx(vf, TILE);
                 for (int hh = 0; hh < HALVES; hh++)
                     f3_tma_2d(sV + s * TILE + hh * F3_BOX_BYTES, &tm, cv + 64 * hh, row0 + j * F3_BN, vf);
@@ -363,28 +377,51 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
         float m[2] = {-INFINITY, -INFINITY};        /* running max of rows g, g+8 (log2 units) */
         float l[2] = {0.f, 0.f};                    /* this thread's partial running sums */
         const uint32_t qa = sQ + (uint32_t)c * 8192u;  /* 64 rows of 128 bytes in each box */
+        float sc[F3_BN / 2];                        /* S of the current tile */
+        uint32_t pa[F3_BN / 16][4];                 /* P of the previous tile: wgmma's register A */
 
         f3_mbar_wait(f3_smem_u32(&q_full), 0);
-        for (int j = 0; j < nkv; j++) {
-            const int s = j % F3_STAGES;
-            const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u;
-            const uint32_t kt = sK + s * TILE, vt = sV + s * TILE;
-
-            /* S = Q_c K_j^T */
-            float sc[F3_BN / 2];
+        if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);  /* warpgroup 0 takes the first window */
+        /* Window j: S_j = Q K_j^T (j < nkv) and O += P_{j-1} V_{j-1} (j > 0),
+         * issued together; then the softmax of S_j, under the other
+         * warpgroup's window. */
+        for (int j = 0; j <= nkv; j++) {
+            const bool has_s = j < nkv, has_pv = j > 0;
+            const int s = j % F3_STAGES, ps = (j + F3_STAGES - 1) % F3_STAGES;
+            if (has_s) {
 #pragma unroll
-            for (int i = 0; i < F3_BN / 2; i++) sc[i] = 0.f;
-            f3_mbar_wait(f3_smem_u32(&k_full[s]), parity);
-            __syncwarp();  /* lanes leave the spin together before .aligned wgmma */
+                for (int i = 0; i < F3_BN / 2; i++) sc[i] = 0.f;
+                f3_mbar_wait(f3_smem_u32(&k_full[s]), (uint32_t)(j / F3_STAGES) & 1u);
+            }
+            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
+            __syncwarp();  /* lanes leave the spins together before .aligned wgmma */
+            f3_bar_sync(F3_BAR + c, 256);  /* the other warpgroup has issued its window */
             f3_wgmma_fence();
+            if (has_s) {
+                const uint32_t kt = sK + s * TILE;
 #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++) {
-                const uint32_t off = (uint32_t)((ks / 4) * F3_BOX_BYTES + 32 * (ks % 4));
-                f3_wgmma_ss128(sc, f3_desc(qa + off, 16, 1024), f3_desc(kt + off, 16, 1024));
+                for (int ks = 0; ks < HS / 16; ks++) {
+                    const uint32_t off = (uint32_t)((ks / 4) * F3_BOX_BYTES + 32 * (ks % 4));
+                    f3_wgmma_ss128(sc, f3_desc(qa + off, 16, 1024), f3_desc(kt + off, 16, 1024));
+                }
+            }
+            if (has_pv) {
+                const uint32_t vt = sV + ps * TILE;
+#pragma unroll
+                for (int kk = 0; kk < F3_BN / 16; kk++)
+                    f3_wgmma_rs<HS>(o, pa[kk], f3_desc(vt + 2048u * (uint32_t)kk, F3_BOX_BYTES, 1024));
             }
             f3_wgmma_commit();
-            f3_wgmma_wait<0>();
+            if (c == 0 || j < nkv) f3_bar_arrive(F3_BAR + 1 - c, 256);  /* the other's window next */
+            f3_wgmma_wait<0>();  /* K_j, V_{j-1} and pa read: their stages may be refilled */
             f3_fence_regs(sc);
+            f3_fence_regs(o);
+            __syncwarp();
+            if (lane == 0) {
+                if (has_s) f3_mbar_arrive(f3_smem_u32(&k_empty[s]));
+                if (has_pv) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
+            }
+            if (!has_s) break;
 
             /* Diagonal tile: key > query -> -inf (kv0 == q0 there). */
             if (j == qb) {
@@ -399,7 +436,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
                 }
             }
 
-            /* Online softmax, in log2 units: x = s * scale * log2(e). */
+            /* Online softmax, in log2 units: x = s * scale * log2(e). O holds
+             * P_{j-1} V_{j-1} now, on the old max: rescaled with l. */
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
@@ -433,9 +471,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
                 o[4 * dt + 3] *= alpha[1];
             }
 
-            /* P as wgmma's register A operand: k-step kk (keys 16kk..) from
-             * the S fragments of n-tiles 2kk and 2kk+1. */
-            uint32_t pa[F3_BN / 16][4];
+            /* P_j as wgmma's register A operand for the next window: k-step
+             * kk (keys 16kk..) from the S fragments of n-tiles 2kk, 2kk+1. */
 #pragma unroll
             for (int kk = 0; kk < F3_BN / 16; kk++) {
                 const float *c0 = sc + 8 * kk, *c1 = sc + 8 * kk + 4;
@@ -444,19 +481,6 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
                 pa[kk][2] = f3_pack(c1[0], c1[1]);
                 pa[kk][3] = f3_pack(c1[2], c1[3]);
             }
-
-            /* O += P V_j */
-            f3_mbar_wait(f3_smem_u32(&v_full[s]), parity);
-            __syncwarp();
-            f3_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < F3_BN / 16; kk++)
-                f3_wgmma_rs<HS>(o, pa[kk], f3_desc(vt + 2048u * (uint32_t)kk, F3_BOX_BYTES, 1024));
-            f3_wgmma_commit();
-            f3_wgmma_wait<0>();  /* V (and pa) read: the stage may be refilled */
-            f3_fence_regs(o);
-            __syncwarp();
-            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&kv_empty[s]));
         }
 
         /* Epilogue: full row sums, out = O / l, lse. */

@@ -3,19 +3,22 @@
 # wgmma with P from registers) under the CPU emulation of an H100
 # (EMU_ARCH=sm_90a): test_flash_emu's "flash sm90" block in the four
 # settings (TMA and wgmma landing early or late, warps up or down), then
-# three bugs planted in a copy of attention_sm90.cu, one at a time, each of
+# four bugs planted in a copy of attention_sm90.cu, one at a time, each of
 # which the block must catch:
 #   - O not rescaled when the running max grows (the online softmax's
 #     correction dropped): wrong out from the second key tile on;
 #   - the causal mask off by one on the diagonal tile (each query also sees
 #     the next key);
-#   - a pipeline misuse: the consumers release a K/V stage (kv_empty) as
-#     soon as S = Q K^T is done, before O += P V has read V, so the producer
-#     refills V under a wgmma still in flight. Run with EMU_CP=late, where a
-#     wgmma reads shared memory only when wait_group retires it and a TMA
-#     box is NaN until it lands: O += P V then reads the next tile's V (or
-#     NaN) and out is wrong (early, the emulation runs each wgmma at issue
-#     and cannot see it).
+#   - a pipeline misuse: the consumers release a V stage (v_empty) as soon
+#     as its tile has landed, before the window whose wgmma reads it has
+#     retired, so the producer refills V under a wgmma still in flight.
+#     Run with EMU_CP=late, where a wgmma reads shared memory only when
+#     wait_group retires it and a TMA box is NaN until it lands: O += P V
+#     then reads the next tile's V (or NaN) and out is wrong (early, the
+#     emulation runs each wgmma at issue and cannot see it);
+#   - the ping-pong without its first arrival (consumer 1 never lets
+#     consumer 0 take the first window): a hang on a GPU, a deadlock report
+#     here.
 # A mutant whose change no longer applies (attention_sm90.cu changed) is a
 # failure too, so the test cannot go stale. Without the emulation's build
 # (no CUDA headers) it prints one SKIP line.
@@ -73,17 +76,14 @@ mutant "no rescale of O when the running max grows" early \
 mutant "causal mask off by one on the diagonal tile" early \
     'if (col > row) sc[4 * nt + e] = -INFINITY;' \
     'if (col > row + 1) sc[4 * nt + e] = -INFINITY;'
-mutant "K/V stage released before O += P V read V" late \
-'            f3_fence_regs(sc);
+mutant "V stage released once landed, before the window that reads it" late \
+'            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
 ' \
-'            f3_fence_regs(sc);
-            __syncwarp();
-            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&kv_empty[s]));
+'            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
+            if (has_pv && lane == 0) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
 ' \
-'            f3_fence_regs(o);
-            __syncwarp();
-            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&kv_empty[s]));
-' \
-'            f3_fence_regs(o);
-'
+'                if (has_pv) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
+' ''
+mutant "ping-pong without its first arrival (a hang on a GPU)" early \
+    'if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);' ''
 exit $status

@@ -676,4 +676,18 @@ template <int N> static inline void f3_wgmma_rs(float (&d)[N / 2], const uint32_
     emu_wgmma_rs(a, db, 1, N, d);
 }
 
+/* Named barriers (bar.sync id, n / bar.arrive id, n; attention_sm90.cu's
+ * ping-pong of its two consumer warpgroups), emu_rt.cpp: ids 1..15 (0 is
+ * __syncthreads'), n a multiple of 32 up to the block's threads, the same n
+ * from every thread of a phase; a phase completes when n threads have
+ * arrived (arrive counts and goes on, sync waits for the completion), and
+ * the next starts at zero. A sync nobody completes is a deadlock (the
+ * runtime's report); a block that ends with a phase partly arrived stops
+ * the program when the next block on that OS thread uses a named barrier
+ * (one whose last block does so is not seen). */
+void emu_named_sync(int id, int n);
+void emu_named_arrive(int id, int n);
+static inline void f3_bar_sync(int id, int n) { emu_named_sync(id, n); }
+static inline void f3_bar_arrive(int id, int n) { emu_named_arrive(id, n); }
+
 #endif

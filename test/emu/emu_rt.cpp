@@ -1850,3 +1850,63 @@ bool emu_wgmma_rs_run(const EmuWgmma &op) {
     }
     return true;
 }
+
+/* ---------------------------------------------------------------------------
+ * Named barriers (emu.h says what is checked). The state belongs to the
+ * block running on this OS thread, recognised by its EmuBlock, fibers and
+ * index; when another block first uses a named barrier, the last one's
+ * phases must all be empty. */
+namespace {
+constexpr int EMU_NAMED_BARS = 16;
+struct EmuNamedBars {
+    const EmuBlock *blk;
+    const EmuFiber *fibers;
+    uint3 idx;
+    int arrived[EMU_NAMED_BARS], count[EMU_NAMED_BARS];
+    unsigned phase[EMU_NAMED_BARS];
+};
+thread_local EmuNamedBars emu_nb;
+
+EmuNamedBars *emu_named(int id, int n, const char *what) {
+    EmuBlock *b = emu_blk;
+    if (id < 1 || id >= EMU_NAMED_BARS) emu_fail("%s: barrier %d (1..%d; 0 is __syncthreads')", what, id, EMU_NAMED_BARS - 1);
+    if (n <= 0 || n % 32 || n > b->nthreads)
+        emu_fail("%s %d: %d threads (a multiple of 32, at most the block's %d)", what, id, n, b->nthreads);
+    if (emu_nb.blk != b || emu_nb.fibers != b->fibers || emu_nb.idx.x != b->block_idx.x ||
+        emu_nb.idx.y != b->block_idx.y || emu_nb.idx.z != b->block_idx.z) {
+        for (int i = 0; i < EMU_NAMED_BARS; i++)
+            if (emu_nb.blk && emu_nb.arrived[i])
+                emu_fail("block (%u,%u,%u) ended with %d of %d threads arrived at named barrier %d: a bar.arrive "
+                         "(or bar.sync) that no phase completed", emu_nb.idx.x, emu_nb.idx.y, emu_nb.idx.z,
+                         emu_nb.arrived[i], emu_nb.count[i], i);
+        memset(&emu_nb, 0, sizeof emu_nb);
+        emu_nb.blk = b;
+        emu_nb.fibers = b->fibers;
+        emu_nb.idx = b->block_idx;
+    }
+    if (emu_nb.arrived[id] == 0) emu_nb.count[id] = n;
+    else if (emu_nb.count[id] != n)
+        emu_fail("%s %d: %d threads, where this phase's first arrival said %d", what, id, n, emu_nb.count[id]);
+    return &emu_nb;
+}
+
+/* One more arrival; true when it completed the phase. */
+bool emu_named_count(EmuNamedBars *s, int id) {
+    if (++s->arrived[id] < s->count[id]) return false;
+    s->arrived[id] = 0;
+    s->phase[id]++;
+    emu_wake(&s->phase[id]);
+    return true;
+}
+}  // namespace
+
+void emu_named_sync(int id, int n) {
+    EmuNamedBars *s = emu_named(id, n, "bar.sync");
+    const unsigned p = s->phase[id];
+    if (emu_named_count(s, id)) return;
+    while (s->phase[id] == p) emu_wait(&s->phase[id]);
+}
+
+void emu_named_arrive(int id, int n) {
+    emu_named_count(emu_named(id, n, "bar.arrive"), id);
+}
