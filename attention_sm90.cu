@@ -22,11 +22,12 @@
  *     each) into stage j % 2 of a two-stage ring;
  *   warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240; 128 x 24 +
  *     256 x 240 = 64512 of the 65536 registers): consumer c owns query rows
- *     64c .. 64c+63 of the block's 128 and, per key tile,
- *       S  = Q_c K_j^T        wgmma m64n128k16, both operands in shared
+ *     64c .. 64c+63 of the block's 128. Per key tile j:
+ *       S_j  = Q_c K_j^T      wgmma m64n128k16, both operands in shared
  *                             memory (hs/16 of them), fp32 in registers
- *       online softmax        running max m and sum l per row; O rescaled
- *       O += P V_j            wgmma m64n{hs}k16 with A = P from REGISTERS
+ *       online softmax        running max m and sum l per row; O rescaled;
+ *                             P_j = exp2(S_j scale - m) rounded to bf16
+ *       O += P_j V_j          wgmma m64n{hs}k16 with A = P_j from REGISTERS
  *                             (8 of them, one per 16 keys), B = V in shared
  *                             memory, mn-major (trans-b)
  *     P goes from registers, not through shared memory: wgmma's register
@@ -35,15 +36,25 @@
  *     fragment, so the S accumulators of n-tiles 2k, 2k+1 packed to bf16
  *     pairs are exactly P's A fragment for k-step k (attention.cu's
  *     fa_c_to_a). That saves a 16 KB store, a proxy fence and a warpgroup
- *     barrier per tile; the emulation was extended for it (test/emu/emu.h,
+ *     barrier a tile; the emulation was extended for it (test/emu/emu.h,
  *     "wgmma with A from registers").
- *   The two consumers run side by side on their own rows with no barrier
- *   between them, so the warp schedulers interleave one's softmax with the
- *   other's wgmma as they find them. NOT here yet: FA-3's explicit
- *   ping-pong (named barriers making warpgroup 1's softmax run exactly
- *   under warpgroup 2's GEMMs) and the intra-warpgroup overlap (S of tile
- *   j+1 issued before the softmax of tile j): bench/NOTES.md "Third round"
- *   predicts what each is worth.
+ *
+ * Overlap, FlashAttention-3's two kinds:
+ *   - Within a warpgroup: the loop runs in WINDOWS. Window j issues S_j and
+ *     O += P_{j-1} V_{j-1} together (one commit group), waits for both,
+ *     then does the softmax of S_j (which rescales O, now holding P_{j-1}
+ *     V_{j-1} on the old max, exactly as the plain order would); window 0
+ *     has only S_0, window nkv only the last P V. So the tensor cores get a
+ *     whole tile's two products at once.
+ *   - Between the two consumers, ping-pong: named barriers 1 and 2
+ *     (F3_BAR + c, 256 threads) order the windows c0, c1, c0, c1, ...:
+ *     consumer c waits at bar.sync(F3_BAR + c) before issuing its window
+ *     and, once issued, bar.arrive(F3_BAR + 1 - c) lets the other issue
+ *     its own; consumer 1 arrives once at the start so that consumer 0
+ *     goes first, and skips its last arrive, so that every phase completes
+ *     (nkv + 1 syncs and as many arrivals on each barrier). The tensor
+ *     cores then run one consumer's window while the other does its
+ *     softmax (exp2 is the MUFU's, not the tensor cores', time).
  *
  * Shared memory (dynamic, the base rounded up to 1024 bytes as the 128-byte
  * swizzle requires): tiles of 128 rows x hs channels, each as hs/64 TMA
@@ -56,13 +67,16 @@
  *   K as B, k-major:  the same offsets for ks; SBO 1024; n = 128 keys.
  *   V as B, mn-major: k-step kk (keys 16kk..) at + 2048 kk; channels
  *                     64.. in the next box, LBO 16384; SBO 1024.
- * Barriers (mbarriers, static shared): q_full (1 arrival + 128 hs 2 bytes),
- * k_full[s] and v_full[s] (1 arrival + the tile's bytes each, so that S can
- * start before V lands), kv_empty[s] (8 arrivals: lane 0 of each consumer
- * warp once its O += P V has retired, i.e. after wgmma.wait_group 0: only
- * then has the hardware finished reading V). Key tile j is stage j % 2 in
- * phase (j / 2) & 1; the producer waits kv_empty on the opposite parity (a
- * fresh barrier's previous phase counts as complete).
+ * Barriers (mbarriers, static shared): q_full (1 arrival + 128 hs 2 bytes);
+ * per stage s, k_full[s] and v_full[s] (1 arrival + the tile's bytes), and
+ * k_empty[s] and v_empty[s] (8 arrivals: lane 0 of each consumer warp once
+ * the window that read the tile has retired, after wgmma.wait_group 0:
+ * only then has the hardware finished reading it). K_j is released after
+ * window j, V_j after window j + 1, each on its own barrier, so the
+ * producer loads K_j and V_j one window ahead of their use. Tile j is
+ * stage j % 2 in phase (j / 2) & 1; the producer waits k_empty and v_empty
+ * on the opposite parity (a fresh barrier's previous phase counts as
+ * complete).
  *
  * TMA: one tensor map over qkv as a 2-D array [B*T rows][3C], boxes
  * {64, 128}; Q, K and V of (b, h) are the column offsets h*hs, C + h*hs,
@@ -89,6 +103,11 @@
  * tensor-map encoder; else -1 and nothing written. NH <= 0, C % NH != 0 or
  * a qkv/out pointer not 16-byte aligned is a caller bug: a message and
  * exit(1), as in attention.cu. B or T <= 0: nothing to do, 0.
+ *
+ * Resources (ptxas, CUDA 13.0, sm_90a): 168 registers a thread at
+ * compile time (the launch's 65536 / 384; setmaxnreg moves them at run
+ * time), no spills, hs 64 and 128; 82944 / 164864 bytes of dynamic shared
+ * memory; one block an SM.
  *
  * State: one capability word per device (std::atomic, written once), as in
  * matmul.cu; the dynamic shared-memory limit is set on every call.
