@@ -259,6 +259,22 @@ __device__ __forceinline__ void f3_wgmma_ss128(float (&d)[64], uint64_t da, uint
         : "memory");
 }
 
+/* The same, 64 x 64 (the backward's S^T, dP^T, S and dP). */
+__device__ __forceinline__ void f3_wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : F3_D8(0), F3_D8(8), F3_D8(16), F3_D8(24)
+        : "l"(da), "l"(db), "r"(1)
+        : "memory");
+}
+
 /* O (64 x N) += A(64x16, registers: mma.sync's A fragment per warp) B(16xN),
  * B mn-major in shared memory (trans-b 1). N = 64 or 128 (the head size). */
 template <int N>
@@ -522,6 +538,331 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
 }
 
 /* ---------------------------------------------------------------------------
+ * Backward, deterministic, heads of 64 (tc_flash_backward_sm90). Three
+ * kernels, the same contract and numerics as attention.cu's deterministic
+ * backward (its header), on wgmma:
+ *   f3_bwd_dot_kernel  Dvec[b,h,t] = sum_c dout[b,t,hc] out[b,t,hc], one
+ *                      warp a (b, t, h);
+ *   f3_bwd_dkv_kernel  grid (B*NH, ceil(T/128)), 384 threads: a block owns
+ *                      128 keys (K and V loaded once by TMA), consumer c
+ *                      keys 64c..; query tiles of 64 rows (Q and dO) from
+ *                      the block's first key to T stream through a
+ *                      two-stage ring. Per tile, in the transposed (key-
+ *                      major) orientation, so that keys stay rows:
+ *                        S^T  = K_c Q^T, dP^T = V_c dO^T   (SS, m64n64k16)
+ *                        P^T  = exp2(S^T scale log2e - lse log2e), masked
+ *                               to 0 where query < key or query >= T
+ *                        dS^T = P^T (dP^T - D)
+ *                        dV  += P^T dO, dK += dS^T Q       (A from
+ *                               registers, B mn-major, m64n64k16)
+ *                      then dqkv's k and v channels += scale dK, dV (read,
+ *                      add in fp32, round once): one block owns those rows;
+ *   f3_bwd_dq_kernel   grid (B*NH, ceil(T/128)): a block owns 128 queries
+ *                      (Q and dO loaded once), consumer c queries 64c..;
+ *                      key tiles of 64 (K and V) stream through the ring:
+ *                        S = Q_c K^T, dP = dO_c V^T; P, dS as above (the
+ *                        mask key > query); dQ += dS K (A from registers)
+ *                      then dqkv's q channels += scale dQ. No atomics: the
+ *                      same bits every run.
+ * Shared memory 2 x 16 KB (the block's own tiles) + 2 stages x 2 x 8 KB +
+ * 1 KB = 66560 B each; barriers as the forward's (mine_full once, then
+ * full[s] / empty[s] per stage, 8 arrivals to free a stage after the
+ * wait_group that retired its last reader). No ping-pong and no windows
+ * here: each consumer issues its products and waits, the two interleaving
+ * as the schedulers find them. */
+
+#define F3B_TILE128 F3_BOX_BYTES     /* 128 rows x 64 channels */
+#define F3B_TILE64 (F3_BOX_BYTES / 2) /* 64 rows x 64 channels */
+#define F3B_SMEM ((size_t)(2 * F3B_TILE128 + 4 * F3B_TILE64 + 1024))
+
+/* Dvec [B,NH,T] from dout, out [B,T,C] bf16; a warp a (b, t, h), lanes over
+ * the head's channels, the lanes' sums added by shuffles. */
+__global__ void f3_bwd_dot_kernel(float *__restrict__ Dvec, const bf16 *__restrict__ dout,
+                                  const bf16 *__restrict__ out, int B, int T, int C, int NH) {
+    const size_t w = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (w >= (size_t)B * T * NH) return;
+    const int h = (int)(w % NH);
+    const size_t bt = w / NH;  /* b*T + t */
+    const int hs = C / NH;
+    const bf16 *g = dout + bt * C + (size_t)h * hs, *o = out + bt * C + (size_t)h * hs;
+    float acc = 0.f;
+    for (int i = lane; i < hs; i += 32) acc += __bfloat162float(g[i]) * __bfloat162float(o[i]);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 8);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    const size_t b = bt / T, t = bt % T;
+    if (lane == 0) Dvec[(b * NH + h) * T + t] = acc;
+}
+
+#if F3_SM90A_BUILD
+/* dst[0..1] += scale * (x0, x1), bf16 pair, the sum in fp32 and rounded once. */
+__device__ __forceinline__ void f3_add2(bf16 *dst, float x0, float x1) {
+    __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(dst);
+    const float2 old = __bfloat1622float2(*p);
+    *p = __floats2bfloat162_rn(old.x + x0, old.y + x1);
+}
+
+/* The A fragments of k-steps 0..3 from a 64-wide fp32 fragment x (n-tiles
+ * 2kk, 2kk+1 give k-step kk). */
+__device__ __forceinline__ void f3_pack64(uint32_t (&a)[4][4], const float (&x)[32]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        a[kk][0] = f3_pack(x[8 * kk], x[8 * kk + 1]);
+        a[kk][1] = f3_pack(x[8 * kk + 2], x[8 * kk + 3]);
+        a[kk][2] = f3_pack(x[8 * kk + 4], x[8 * kk + 5]);
+        a[kk][3] = f3_pack(x[8 * kk + 6], x[8 * kk + 7]);
+    }
+}
+#endif
+
+/* tq: qkv [B*T][3C], boxes {64, 64}; tk: qkv, boxes {64, 128}; td: dout
+ * [B*T][C], boxes {64, 64}. dqkv [B,T,3C] += (k, v channels); lse, Dvec
+ * [B,NH,T]. Grid (B*NH, ceil(T/128)), 384 threads, F3B_SMEM dynamic. */
+__global__ void __launch_bounds__(F3_THREADS, 1)
+f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                  const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
+                  const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
+                  float scale, float scale_log2) {
+#if F3_SM90A_BUILD
+    constexpr int HS = 64;
+    __shared__ __align__(8) uint64_t mine_full;
+    __shared__ __align__(8) uint64_t full[F3_STAGES];
+    __shared__ __align__(8) uint64_t empty[F3_STAGES];
+    extern __shared__ __align__(16) unsigned char f3_smem[];
+    const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
+    const uint32_t sK = base, sV = base + F3B_TILE128;           /* [128][64] each */
+    const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: Q [64][64], dO [64][64] */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.y * F3_BN;                           /* the heaviest key blocks come first */
+    const int i0 = k0 / 64, nq = (T + 63) / 64, ntiles = nq - i0;
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        f3_mbar_init(f3_smem_u32(&mine_full), 1);
+        for (int s = 0; s < F3_STAGES; s++) {
+            f3_mbar_init(f3_smem_u32(&full[s]), 1);
+            f3_mbar_init(f3_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
+        }
+        f3_mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        f3_setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {
+            const int row0 = b * T;
+            const uint32_t mf = f3_smem_u32(&mine_full);
+            f3_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            f3_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
+            f3_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
+            for (int it = 0; it < ntiles; it++) {
+                const int s = it % F3_STAGES, q = (i0 + it) * 64;
+                const uint32_t parity = (uint32_t)(it / F3_STAGES) & 1u, fb = f3_smem_u32(&full[s]);
+                f3_mbar_wait(f3_smem_u32(&empty[s]), parity ^ 1u);
+                f3_mbar_expect_tx(fb, 2 * F3B_TILE64);
+                const uint32_t st = sR + s * 2 * F3B_TILE64;
+                f3_tma_2d(st, &tq, h * HS, row0 + q, fb);
+                f3_tma_2d(st + F3B_TILE64, &td, h * HS, row0 + q, fb);
+            }
+        }
+    } else {
+        f3_setmaxnreg_inc<240>();
+        const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+        const int g = lane >> 2, tg = lane & 3;
+        float dk[HS / 2], dv[HS / 2];
+#pragma unroll
+        for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.f;
+        const uint32_t ka = sK + (uint32_t)c * 8192u, va = sV + (uint32_t)c * 8192u;
+        const int key_r = k0 + c * 64 + warp * 16 + g;  /* this thread's keys: key_r, key_r + 8 */
+        const float *lrow = lse + (size_t)bh * T, *drow = Dvec + (size_t)bh * T;
+        f3_mbar_wait(f3_smem_u32(&mine_full), 0);
+        for (int it = 0; it < ntiles; it++) {
+            const int s = it % F3_STAGES, q0 = (i0 + it) * 64;
+            const uint32_t sq = sR + s * 2 * F3B_TILE64, so = sq + F3B_TILE64;
+            float st[32], dpt[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
+            f3_mbar_wait(f3_smem_u32(&full[s]), (uint32_t)(it / F3_STAGES) & 1u);
+            __syncwarp();
+            f3_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                f3_wgmma_ss64(st, f3_desc(ka + 32 * ks, 16, 1024), f3_desc(sq + 32 * ks, 16, 1024));
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                f3_wgmma_ss64(dpt, f3_desc(va + 32 * ks, 16, 1024), f3_desc(so + 32 * ks, 16, 1024));
+            f3_wgmma_commit();
+            f3_wgmma_wait<0>();
+            f3_fence_regs(st);
+            f3_fence_regs(dpt);
+            /* P^T and dS^T: rows keys, columns queries q0 + 8nt + 2tg + (e & 1) */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int e2 = 0; e2 < 2; e2++) {
+                    const int q = q0 + nt * 8 + tg * 2 + e2;
+                    const bool in = q < T;
+                    const float L = in ? lrow[q] * F3_LOG2E : 0.f, D = in ? drow[q] : 0.f;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int i = 4 * nt + 2 * r + e2;
+                        const bool ok = in && q >= key_r + 8 * r;
+                        const float p = ok ? exp2f(fmaf(st[i], scale_log2, -L)) : 0.f;
+                        st[i] = p;
+                        dpt[i] = p * (dpt[i] - D);
+                    }
+                }
+            }
+            uint32_t pp[4][4], pd[4][4];
+            f3_pack64(pp, st);
+            f3_pack64(pd, dpt);
+            f3_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dv, pp[kk], f3_desc(so + 2048u * kk, 8192, 1024));
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dk, pd[kk], f3_desc(sq + 2048u * kk, 8192, 1024));
+            f3_wgmma_commit();
+            f3_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
+            f3_fence_regs(dv);
+            f3_fence_regs(dk);
+            __syncwarp();
+            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&empty[s]));
+        }
+        /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
+        const size_t C3 = (size_t)3 * C;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int t = key_r + 8 * r;
+            if (t >= T) continue;
+            bf16 *row = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+#pragma unroll
+            for (int dt = 0; dt < HS / 8; dt++) {
+                const int ch = dt * 8 + tg * 2;
+                f3_add2(row + C + ch, scale * dk[4 * dt + 2 * r], scale * dk[4 * dt + 2 * r + 1]);
+                f3_add2(row + 2 * (size_t)C + ch, dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
+            }
+        }
+    }
+#endif
+}
+
+/* tq: qkv, boxes {64, 128}; tk: qkv, boxes {64, 64}; td: dout, boxes
+ * {64, 128}. dqkv's q channels += scale dQ. Grid (B*NH, ceil(T/128)), 384
+ * threads, F3B_SMEM dynamic. */
+__global__ void __launch_bounds__(F3_THREADS, 1)
+f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                 const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
+                 const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
+                 float scale, float scale_log2) {
+#if F3_SM90A_BUILD
+    constexpr int HS = 64;
+    __shared__ __align__(8) uint64_t mine_full;
+    __shared__ __align__(8) uint64_t full[F3_STAGES];
+    __shared__ __align__(8) uint64_t empty[F3_STAGES];
+    extern __shared__ __align__(16) unsigned char f3_smem[];
+    const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sO = base + F3B_TILE128;           /* [128][64] each */
+    const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: K [64][64], V [64][64] */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int qb = gridDim.y - 1 - blockIdx.y, q0 = qb * F3_BM;  /* heaviest first */
+    const int nkt = 2 * qb + 2;                                  /* key tiles of 64 up to the block's end */
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        f3_mbar_init(f3_smem_u32(&mine_full), 1);
+        for (int s = 0; s < F3_STAGES; s++) {
+            f3_mbar_init(f3_smem_u32(&full[s]), 1);
+            f3_mbar_init(f3_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
+        }
+        f3_mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        f3_setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {
+            const int row0 = b * T;
+            const uint32_t mf = f3_smem_u32(&mine_full);
+            f3_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            f3_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
+            f3_tma_2d(sO, &td, h * HS, row0 + q0, mf);
+            for (int j = 0; j < nkt; j++) {
+                const int s = j % F3_STAGES;
+                const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u, fb = f3_smem_u32(&full[s]);
+                f3_mbar_wait(f3_smem_u32(&empty[s]), parity ^ 1u);
+                f3_mbar_expect_tx(fb, 2 * F3B_TILE64);
+                const uint32_t st = sR + s * 2 * F3B_TILE64;
+                f3_tma_2d(st, &tk, C + h * HS, row0 + j * 64, fb);
+                f3_tma_2d(st + F3B_TILE64, &tk, 2 * C + h * HS, row0 + j * 64, fb);
+            }
+        }
+    } else {
+        f3_setmaxnreg_inc<240>();
+        const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+        const int g = lane >> 2, tg = lane & 3;
+        float dq[HS / 2];
+#pragma unroll
+        for (int i = 0; i < HS / 2; i++) dq[i] = 0.f;
+        const uint32_t qa = sQ + (uint32_t)c * 8192u, oa = sO + (uint32_t)c * 8192u;
+        const int q_r = q0 + c * 64 + warp * 16 + g;  /* this thread's queries: q_r, q_r + 8 */
+        float L[2], D[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const bool in = q_r + 8 * r < T;
+            L[r] = in ? lse[(size_t)bh * T + q_r + 8 * r] * F3_LOG2E : 0.f;
+            D[r] = in ? Dvec[(size_t)bh * T + q_r + 8 * r] : 0.f;
+        }
+        f3_mbar_wait(f3_smem_u32(&mine_full), 0);
+        for (int j = 0; j < nkt; j++) {
+            const int s = j % F3_STAGES, kv0 = j * 64;
+            const uint32_t sk = sR + s * 2 * F3B_TILE64, sv = sk + F3B_TILE64;
+            float sc[32], dp[32];
+#pragma unroll
+            for (int i = 0; i < 32; i++) sc[i] = dp[i] = 0.f;
+            f3_mbar_wait(f3_smem_u32(&full[s]), (uint32_t)(j / F3_STAGES) & 1u);
+            __syncwarp();
+            f3_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                f3_wgmma_ss64(sc, f3_desc(qa + 32 * ks, 16, 1024), f3_desc(sk + 32 * ks, 16, 1024));
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                f3_wgmma_ss64(dp, f3_desc(oa + 32 * ks, 16, 1024), f3_desc(sv + 32 * ks, 16, 1024));
+            f3_wgmma_commit();
+            f3_wgmma_wait<0>();
+            f3_fence_regs(sc);
+            f3_fence_regs(dp);
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int r = (i >> 1) & 1, key = kv0 + (i >> 2) * 8 + tg * 2 + (i & 1);
+                const float p = key <= q_r + 8 * r ? exp2f(fmaf(sc[i], scale_log2, -L[r])) : 0.f;
+                dp[i] = p * (dp[i] - D[r]);
+            }
+            uint32_t pd[4][4];
+            f3_pack64(pd, dp);
+            f3_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dq, pd[kk], f3_desc(sk + 2048u * kk, 8192, 1024));
+            f3_wgmma_commit();
+            f3_wgmma_wait<0>();
+            f3_fence_regs(dq);
+            __syncwarp();
+            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&empty[s]));
+        }
+        const size_t C3 = (size_t)3 * C;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int t = q_r + 8 * r;
+            if (t >= T) continue;
+            bf16 *row = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+#pragma unroll
+            for (int dt = 0; dt < HS / 8; dt++)
+                f3_add2(row + dt * 8 + tg * 2, scale * dq[4 * dt + 2 * r], scale * dq[4 * dt + 2 * r + 1]);
+        }
+    }
+#endif
+}
+
+/* ---------------------------------------------------------------------------
  * Host side. */
 
 #define F3_MAX_DEVICES 64
@@ -560,10 +901,10 @@ static bool f3_device_ok(cudaStream_t stream) {
     return (caps & F3_CAP_SM90A) != 0;
 }
 
-/* The tensor map of qkv as [rows][3C] bf16, boxes {64, 128}, 128-byte
- * swizzle, zero fill past the last row; false when the driver has no
- * encoder or refuses the map. */
-static bool f3_encode(CUtensorMap *map, const void *qkv, int rows, int C) {
+/* The tensor map of a bf16 matrix [rows][inner] (qkv: inner 3C; dout:
+ * inner C), boxes {64, box_rows}, 128-byte swizzle, zero fill past the last
+ * row; false when the driver has no encoder or refuses the map. */
+static bool f3_encode(CUtensorMap *map, const void *ptr, int inner, int rows, int box_rows) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
 #if CUDART_VERSION >= 12050
@@ -577,11 +918,11 @@ static bool f3_encode(CUtensorMap *map, const void *qkv, int rows, int C) {
         return false;
     }
     PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    const cuuint64_t dims[2] = {(cuuint64_t)3 * C, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)3 * C * 2};
-    const cuuint32_t box[2] = {64, F3_BM};
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
     const cuuint32_t estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)qkv, dims, strides, box, estr,
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -616,8 +957,48 @@ extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int
     if (B <= 0 || T <= 0) return 0;
     if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
     CUtensorMap tm;
-    if (!f3_encode(&tm, qkv, B * T, C)) return -1;
+    if (!f3_encode(&tm, qkv, 3 * C, B * T, F3_BM)) return -1;
     if (hs == 64) f3_launch<64>(tm, (bf16 *)out, lse, B, T, C, NH, st);
     else f3_launch<128>(tm, (bf16 *)out, lse, B, T, C, NH, st);
+    return 0;
+}
+
+extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *dout, const void *qkv,
+                                      const void *out, const float *lse, int B, int T, int C, int NH,
+                                      void *stream) {
+    if (NH <= 0 || C % NH != 0) {
+        fprintf(stderr, "tc_flash_backward_sm90: C = %d is not a positive multiple of NH = %d\n", C, NH);
+        exit(1);
+    }
+    if (C % 8 != 0 || C / NH != 64) return -1;
+    const void *ptrs[5] = {dqkv, scratch, dout, qkv, out};
+    for (int i = 0; i < 5; i++)
+        if ((uintptr_t)ptrs[i] & 15) {
+            fprintf(stderr, "tc_flash_backward_sm90: buffer %p is not 16-byte aligned\n", ptrs[i]);
+            exit(1);
+        }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (!f3_device_ok(st)) return -1;
+    if (B <= 0 || T <= 0) return 0;
+    if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
+    CUtensorMap q64, q128, d64, d128;
+    if (!f3_encode(&q64, qkv, 3 * C, B * T, 64) || !f3_encode(&q128, qkv, 3 * C, B * T, 128) ||
+        !f3_encode(&d64, dout, C, B * T, 64) || !f3_encode(&d128, dout, C, B * T, 128))
+        return -1;
+    float *Dvec = scratch + (size_t)B * T * C;  /* [B,NH,T], where attention.cu keeps it */
+    const size_t rows = (size_t)B * T * NH;
+    f3_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, (const bf16 *)dout, (const bf16 *)out,
+                                                                  B, T, C, NH);
+    F3_LAUNCH_CHECK("f3_bwd_dot_kernel");
+    const float scale = (float)(1.0 / sqrt(64.0)), scale_log2 = (float)(F3_LOG2E / sqrt(64.0));
+    dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
+    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    f3_bwd_dkv_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q64, q128, d64, (bf16 *)dqkv, lse, Dvec, T, C, NH,
+                                                          scale, scale_log2);
+    F3_LAUNCH_CHECK("f3_bwd_dkv_kernel");
+    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    f3_bwd_dq_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q128, q64, d128, (bf16 *)dqkv, lse, Dvec, T, C, NH,
+                                                         scale, scale_log2);
+    F3_LAUNCH_CHECK("f3_bwd_dq_kernel");
     return 0;
 }

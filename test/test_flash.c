@@ -331,16 +331,25 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
              FLASH_TAG);
     const int C = NH * hs;
     const size_t BT = (size_t)B * T, nqkv = BT * 3 * C, nout = BT * C, nlse = (size_t)B * NH * T;
-    uint16_t *qkv16 = xmalloc(nqkv * 2);
-    float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = calloc(nout, sizeof(float));
+    uint16_t *qkv16 = xmalloc(nqkv * 2), *dout16 = xmalloc(nout * 2), *dqkv16 = xmalloc(nqkv * 2);
+    float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = xmalloc(nout * sizeof(float));
     double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
-    double *rgrad = calloc(nqkv, sizeof(double));
-    if (!doutf || !rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
+    double *rgrad = calloc(nqkv, sizeof(double)), *want = xmalloc(nqkv * sizeof(double));
+    if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
     for (size_t i = 0; i < nqkv; i++) {
         qkv16[i] = bf16_from_f32(amp * urand(rng));
         qkvf[i] = bf16_to_f32(qkv16[i]);
     }
+    for (size_t i = 0; i < nout; i++) {
+        dout16[i] = bf16_from_f32(urand(rng));
+        doutf[i] = bf16_to_f32(dout16[i]);
+    }
     void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
+    void *g_dout = gpu_put(d, dout16, nout * 2);
+    void *g_dqkv = gpu_fill(d, nqkv * 2, 0);
+    const size_t nscratch = tc_flash_scratch_floats(B, T, C, NH);
+    float *g_scratch = gpu_fill(d, nscratch * sizeof(float), 0xFF);  /* NaN */
+    uint16_t *res16[2] = {xmalloc(nqkv * 2), xmalloc(nqkv * 2)};
     void *g_out[2] = {gpu_fill(d, nout * 2, 0xFF), gpu_fill(d, nout * 2, 0xFF)};  /* NaN */
     float *g_lse[2] = {gpu_fill(d, nlse * sizeof(float), 0xFF), gpu_fill(d, nlse * sizeof(float), 0xFF)};
     void *g_ref = gpu_fill(d, nout * 2, 0xFF);
@@ -390,6 +399,47 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
     snprintf(name, sizeof name, "flash sm90 determinism forward %s", shape);
     check(c, ndiff == 0, name, "%zu of %zu out and lse values differ between two runs", ndiff, nout + nlse);
 
+    /* The backward (heads of 64), from this forward's out and lse, onto a
+     * random dqkv (a quarter of each part's gradient scale), the scratch
+     * NaN each time; twice, for the bits. */
+    {
+        double part_max[3];
+        for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+        for (size_t i = 0; i < nqkv; i++) {
+            int p = (int)((i % (3 * (size_t)C)) / C);
+            dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
+            want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
+        }
+        void *nan = xmalloc(nscratch * sizeof(float));
+        memset(nan, 0xFF, nscratch * sizeof(float));
+        int rb = 0;
+        for (int k = 0; k < 2 && rb == 0; k++) {
+            dev_from_host(d, g_dqkv, dqkv16, nqkv * 2);
+            dev_from_host(d, g_scratch, nan, nscratch * sizeof(float));
+            rb = tc_flash_backward_sm90(g_dqkv, g_scratch, g_dout, g_qkv, g_out[0], g_lse[0], B, T, C, NH,
+                                        d->stream);
+            dev_sync(d);
+            dev_to_host(d, res16[k], g_dqkv, nqkv * 2);
+        }
+        free(nan);
+        if (rb != 0) {
+            snprintf(name, sizeof name, "flash sm90 backward %s", shape);
+            check_skip(c, name, "tc_flash_backward_sm90 takes heads of 64 only");
+        } else {
+            static const char *const parts[3] = {"dq", "dk", "dv"};
+            for (int p = 0; p < 3; p++) {
+                double e = rel_err_bf16(res16[0], want, rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+                snprintf(name, sizeof name, "flash sm90 backward %s %s", parts[p], shape);
+                check(c, e <= TOL_REL, name, "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)",
+                      e, nout, TOL_REL);
+            }
+            size_t bdiff = 0;
+            for (size_t i = 0; i < nqkv; i++) bdiff += res16[0][i] != res16[1][i];
+            snprintf(name, sizeof name, "flash sm90 determinism backward %s", shape);
+            check(c, bdiff == 0, name, "%zu of %zu dqkv values differ between two runs", bdiff, nqkv);
+        }
+    }
+
 done:
     dev_free(d, g_qkv, nqkv * 2);
     for (int k = 0; k < 2; k++) {
@@ -400,7 +450,11 @@ done:
     }
     dev_free(d, g_ref, nout * 2);
     dev_free(d, g_rlse, nlse * sizeof(float));
+    dev_free(d, g_dout, nout * 2);
+    dev_free(d, g_dqkv, nqkv * 2);
+    dev_free(d, g_scratch, nscratch * sizeof(float));
     free(qkv16); free(qkvf); free(doutf); free(rout); free(rlse); free(rgrad); free(ref16);
+    free(dout16); free(dqkv16); free(want); free(res16[0]); free(res16[1]);
     return r == 0 ? 0 : -1;
 }
 

@@ -671,6 +671,7 @@ static inline void f3_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0
 template <int N> static inline void f3_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
 template <int N> static inline void f3_fence_regs(float (&)[N]) {}
 static inline void f3_wgmma_ss128(float (&d)[64], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 128, d); }
+static inline void f3_wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 64, d); }
 template <int N> static inline void f3_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
     static_assert(N == 64 || N == 128, "attention_sm90.cu's register-A wgmma: n 64 or 128");
     emu_wgmma_rs(a, db, 1, N, d);
