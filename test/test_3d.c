@@ -589,9 +589,9 @@ int main(void) {
 
     /* Heads of 64 (2 of them, 128 wide) over 160 positions (two 128-row
      * query blocks, the second 32 rows): the GPU's one rank with
-     * attention_sm90.cu's wgmma forward (TRAIN_ATTN_SM90=1; under the
-     * emulation on an emulated H100, EMU_ARCH=sm_90a, where it runs; on a
-     * card other than an sm_90a build on an H100/H200 the forward falls
+     * attention_sm90.cu's wgmma forward and backward (TRAIN_ATTN_SM90=1;
+     * under the emulation on an emulated H100, EMU_ARCH=sm_90a, where they
+     * run; on a card other than an sm_90a build on an H100/H200 they fall
      * back to attention.cu's), and with attention.cu's, against one bf16
      * rank on the CPU, bound 4e-3 as above. */
     Model wide = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 128 --max-seq 256 --vocab 61 --seq 160",
@@ -604,7 +604,7 @@ int main(void) {
         };
         bf16_layouts(&c, &wide, wl, sizeof wl / sizeof wl[0], &ref, 4e-3);
         static const Bf16Layout w90[] = {
-            {"cuda bf16, heads of 64, attention_sm90.cu's forward: one rank", "--device cuda --batch 2", 1},
+            {"cuda bf16, heads of 64, attention_sm90.cu: one rank", "--device cuda --batch 2", 1},
         };
         const char *env = run_env;
         run_env = "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a";

@@ -1,9 +1,9 @@
 #!/bin/sh
-# test/test_flash_sm90_emu.sh: attention_sm90.cu's forward (TMA, mbarriers,
-# wgmma with P from registers) under the CPU emulation of an H100
+# test/test_flash_sm90_emu.sh: attention_sm90.cu's forward and backward
+# (TMA, mbarriers, wgmma with P from registers) under the CPU emulation of an H100
 # (EMU_ARCH=sm_90a): test_flash_emu's "flash sm90" block in the four
 # settings (TMA and wgmma landing early or late, warps up or down), then
-# four bugs planted in a copy of attention_sm90.cu, one at a time, each of
+# five bugs planted in a copy of attention_sm90.cu, one at a time, each of
 # which the block must catch:
 #   - O not rescaled when the running max grows (the online softmax's
 #     correction dropped): wrong out from the second key tile on;
@@ -16,6 +16,8 @@
 #     wait_group retires it and a TMA box is NaN until it lands: O += P V
 #     then reads the next tile's V (or NaN) and out is wrong (early, the
 #     emulation runs each wgmma at issue and cannot see it);
+#   - in the backward's dK/dV kernel, the causal mask without its diagonal
+#     (each key's own query left out of dK and dV);
 #   - the ping-pong without its first arrival (consumer 1 never lets
 #     consumer 0 take the first window): a hang on a GPU, a deadlock report
 #     here.
@@ -84,6 +86,9 @@ mutant "V stage released once landed, before the window that reads it" late \
 ' \
 '                if (has_pv) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
 ' ''
+mutant "backward: the diagonal dropped from dK and dV (query > key for query >= key)" early \
+    'const bool ok = in && q >= key_r + 8 * r;' \
+    'const bool ok = in && q > key_r + 8 * r;'
 mutant "ping-pong without its first arrival (a hang on a GPU)" early \
     'if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);' ''
 exit $status
