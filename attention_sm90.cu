@@ -1,8 +1,10 @@
-/* attention_sm90.cu: the causal self-attention forward on Hopper's
- * asynchronous tensor cores (wgmma), in FlashAttention-3's design, behind
- * tc.h's tc_flash_forward_sm90. attention.cu (mma.sync, FlashAttention-2
- * style) stays the readable version, the one for every other card, and the
- * backward for both.
+/* attention_sm90.cu: causal self-attention on Hopper's asynchronous tensor
+ * cores (wgmma), in FlashAttention-3's design: the forward behind tc.h's
+ * tc_flash_forward_sm90 (heads of 64 and 128), and a deterministic backward
+ * behind tc_flash_backward_sm90 (heads of 64; below, "Backward").
+ * attention.cu (mma.sync, FlashAttention-2 style) stays the readable
+ * version, the one for every other card, and the backward of heads of 32
+ * and 128 and of --atomic-dq.
  *
  * What it computes: exactly tc_flash_forward's contract (attention.cu's
  * header; ops.c's attention_forward): for batch b, head h, query t,
@@ -106,8 +108,9 @@
  *
  * Resources (ptxas, CUDA 13.0, sm_90a): 168 registers a thread at
  * compile time (the launch's 65536 / 384; setmaxnreg moves them at run
- * time), no spills, hs 64 and 128; 82944 / 164864 bytes of dynamic shared
- * memory; one block an SM.
+ * time), no spills, in the forward (hs 64 and 128) and both backward
+ * kernels; 82944 / 164864 bytes of dynamic shared memory in the forward,
+ * 66560 in the backward's; one block an SM.
  *
  * State: one capability word per device (std::atomic, written once), as in
  * matmul.cu; the dynamic shared-memory limit is set on every call.

@@ -20,9 +20,11 @@
  * 200) and GPT-2's (T 1024, 12 heads of 64), with amp 4 for peaky rows.
  *
  * attention_sm90.cu's forward (tc_flash_forward_sm90: TMA, mbarriers,
- * wgmma, head sizes 64 and 128) has a block of its own ("flash sm90"): out
- * and lse against the same reference and tolerances, out within 1e-2 of
- * attention.cu's tc_flash_forward, the same bits run to run, over shapes
+ * wgmma, head sizes 64 and 128) and backward (tc_flash_backward_sm90,
+ * heads of 64) have a block of their own ("flash sm90"): out and lse
+ * against the same reference and tolerances, out within 1e-2 of
+ * attention.cu's tc_flash_forward, dq, dk, dv accumulated onto a random
+ * dqkv (scratch NaN), the same bits run to run, over shapes
  * with odd B*NH and T not a multiple of its 128-row tiles (one to eight
  * query blocks, so its two-stage ring wraps). Where it cannot run (not an
  * sm_90a build on a compute capability 9.0 device; under the emulation
