@@ -3,7 +3,7 @@
 # (TMA, mbarriers, wgmma with P from registers) under the CPU emulation of an H100
 # (EMU_ARCH=sm_90a): test_flash_emu's "flash sm90" block in the four
 # settings (TMA and wgmma landing early or late, warps up or down), then
-# five bugs planted in a copy of attention_sm90.cu, one at a time, each of
+# six bugs planted in a copy of attention_sm90.cu, one at a time, each of
 # which the block must catch:
 #   - O not rescaled when the running max grows (the online softmax's
 #     correction dropped): wrong out from the second key tile on;
@@ -18,6 +18,10 @@
 #     emulation runs each wgmma at issue and cannot see it);
 #   - in the backward's dK/dV kernel, the causal mask without its diagonal
 #     (each key's own query left out of dK and dV);
+#   - in the same kernel, the registers of dS^T (wgmma's A operand)
+#     rewritten before the wait_group that retires the wgmma reading them
+#     (EMU_CP=late: the emulation compares them with what they held at
+#     issue and stops; a GPU may read either);
 #   - the ping-pong without its first arrival (consumer 1 never lets
 #     consumer 0 take the first window): a hang on a GPU, a deadlock report
 #     here.
@@ -43,7 +47,10 @@ for cp in early late; do
         fi
     done
 done
-mutant() {   # mutant NAME EMU_CP OLD NEW [OLD2 NEW2]
+# mutant NAME EMU_CP OLD NEW [OLD2 NEW2]: with $expect set, a run the
+# emulation stops must say so in its "emu:" line.
+expect=
+mutant() {
     name=$1; timing=$2; shift 2
     python3 - "$@" <<'PY' || { echo "FAIL flash sm90 mutant $name: the planted change no longer applies to attention_sm90.cu"; status=1; return; }
 import sys
@@ -63,8 +70,10 @@ PY
     n=$(grep -c '^FAIL ' test/out/f3_mutant/run.log)
     if [ "$n" -gt 0 ]; then
         echo "PASS flash sm90 mutant $name (EMU_CP=$timing): caught by $n check(s), first: $(grep -m1 '^FAIL ' test/out/f3_mutant/run.log | cut -c6- | cut -d: -f1)"
+    elif [ $rc -ne 0 ] && [ -n "$expect" ] && ! grep -q "^emu:.*$expect" test/out/f3_mutant/run.log; then
+        echo "FAIL flash sm90 mutant $name (EMU_CP=$timing): stopped (exit $rc) without the emulation's \"$expect\": $(grep -m1 '^emu:' test/out/f3_mutant/run.log)"; status=1
     elif [ $rc -ne 0 ]; then
-        echo "PASS flash sm90 mutant $name (EMU_CP=$timing): the emulation stopped it (exit $rc): $(grep -m1 'emu' test/out/f3_mutant/run.log)"
+        echo "PASS flash sm90 mutant $name (EMU_CP=$timing): the emulation stopped it (exit $rc): $(grep -m1 '^emu:' test/out/f3_mutant/run.log)"
     else
         echo "FAIL flash sm90 mutant $name (EMU_CP=$timing): the sm90 block passed with the bug planted"; status=1
     fi
@@ -89,6 +98,12 @@ mutant "V stage released once landed, before the window that reads it" late \
 mutant "backward: the diagonal dropped from dK and dV (query > key for query >= key)" early \
     'const bool ok = in && q >= key_r + 8 * r;' \
     'const bool ok = in && q > key_r + 8 * r;'
+expect='changed its A registers'
+mutant "backward: dS^T's registers rewritten while the wgmma reading them is in flight" late \
+    'f3_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */' \
+    'f3_pack64(pd, st);
+            f3_wgmma_wait<0>();'
+expect='deadlock'
 mutant "ping-pong without its first arrival (a hang on a GPU)" early \
     'if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);' ''
 exit $status
