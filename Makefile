@@ -63,7 +63,7 @@ endif
 
 ifeq ($(USE_CUDA),1)
 CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
-OBJS    += kernels.o matmul.o attention.o
+OBJS    += kernels.o matmul.o attention.o attention_sm90.o
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
 endif
 
@@ -234,8 +234,8 @@ ops64.o: ops.c *.h .flags-c
 	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
 
 test/test_ops: test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o test/check.h \
-               $(filter kernels.o matmul.o attention.o,$(OBJS))
-	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o,$(OBJS)) $(LDLIBS)
+               $(filter kernels.o matmul.o attention.o attention_sm90.o,$(OBJS))
+	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o attention_sm90.o,$(OBJS)) $(LDLIBS)
 
 # the GEMM under each kernel, and the ops on it against the float64 loops
 test/test_cpu_gemm: test/test_cpu_gemm.c ops64.o $(OBJS) test/check.h

@@ -1218,9 +1218,23 @@ static size_t attention_floats_bf16(int B, int Tn, int C, int NH, size_t *scratc
     if (scratch) *scratch = tc_flash_scratch_floats(B, Tn, C, NH);
     return (size_t)B * NH * Tn;
 }
+/* TRAIN_ATTN_SM90=1 in the environment: attention on attention_sm90.cu's
+ * wgmma kernels where they run (an sm_90a build on an H100/H200): the
+ * forward for heads of 64 or 128, the deterministic backward (not
+ * --atomic-dq) for heads of 64; attention.cu's elsewhere. Unset or anything
+ * else: attention.cu's everywhere. Opt-in until a GPU has run them
+ * (bench/NOTES.md, "Third round"). Both forwards write the same lse, which
+ * either backward reads. */
+static bool want_sm90(void) {
+    const char *e = getenv("TRAIN_ATTN_SM90");
+    return e && strcmp(e, "1") == 0;
+}
 static void attention_forward_bf16(Dev *d, void *out, float *state, const void *qkv, int B, int Tn,
                                    int C, int NH) {
     if (B <= 0 || Tn <= 0 || C <= 0) return;
+    if (use_flash(C, NH) && want_sm90() &&
+        tc_flash_forward_sm90(out, state, qkv, B, Tn, C, NH, d->stream) == 0)
+        return;
     if (use_flash(C, NH) && tc_flash_forward(out, state, qkv, B, Tn, C, NH, d->stream) == 0) return;
     attention_plain_forward<bf16>(d, (bf16 *)out, state, (const bf16 *)qkv, B, Tn, C, NH);
 }
@@ -1228,6 +1242,9 @@ static void attention_backward_bf16(Dev *d, void *dqkv, float *scratch, const vo
                                     const void *qkv, const void *out, const float *state, int B,
                                     int Tn, int C, int NH) {
     if (B <= 0 || Tn <= 0 || C <= 0) return;
+    if (use_flash(C, NH) && !d->atomic_dq && want_sm90() &&
+        tc_flash_backward_sm90(dqkv, scratch, dout, qkv, out, state, B, Tn, C, NH, d->stream) == 0)
+        return;
     if (use_flash(C, NH) &&
         tc_flash_backward(dqkv, scratch, dout, qkv, out, state, B, Tn, C, NH, !d->atomic_dq,
                           d->stream) == 0)

@@ -5,7 +5,8 @@
  * pipeline for sm_80 and later, and wgmma fed by TMA with warp-specialised
  * producer and consumer warpgroups and a persistent tile scheduler on
  * sm_90a). attention.cu holds a fused flash attention, forward and backward,
- * on bf16 tensor cores. kernels.cu's bf16 Ops table calls both; the
+ * on bf16 tensor cores; attention_sm90.cu the forward again on sm_90a's
+ * wgmma. kernels.cu's bf16 Ops table calls them; the
  * benchmark and test/test_gemm.c, test/test_flash.c call them directly.
  *
  * bf16 buffers are void * here (2-byte elements, CUDA's __nv_bfloat16) so
@@ -85,6 +86,24 @@ void tc_partials_add(float *out, const float *partial, int chunks, int n_cols, v
  * was built for (nothing is written then; the caller falls back). */
 int tc_flash_forward(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
                      void *stream);
+
+/* The same forward on Hopper's wgmma (attention_sm90.cu: FlashAttention-3's
+ * design, TMA producer and wgmma consumer warpgroups): the same contract
+ * and buffers; head sizes 64 and 128 only. Returns 0, or -1 (nothing
+ * written) where it cannot run: another head size, a device other than
+ * compute capability 9.0 or a binary without sm_90a code, no tensor-map
+ * encoder in the driver. */
+int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                          void *stream);
+
+/* The deterministic backward on Hopper's wgmma (attention_sm90.cu), heads of
+ * 64 only: tc_flash_backward's contract with deterministic 1 (the same
+ * buffers, scratch of tc_flash_scratch_floats, the same bits every run),
+ * from either forward's out and lse. Returns 0, or -1 (nothing written)
+ * where it cannot run: another head size, or as tc_flash_forward_sm90. */
+int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *dout, const void *qkv,
+                           const void *out, const float *lse, int B, int T, int C, int NH,
+                           void *stream);
 
 /* Its backward: accumulates dqkv [B,T,3C] bf16 (+=) from dout [B,T,C] bf16,
  * given the forward's qkv, out and lse. scratch is float32 device memory of

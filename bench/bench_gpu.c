@@ -28,7 +28,12 @@
  *    PyTorch's F.scaled_dot_product_attention, whose times bench/sdpa.py
  *    measures on the same shape and writes to the --sdpa file (this
  *    program cannot call PyTorch). Causal FLOPs: forward 4*B*NH*T*T*hs/2,
- *    backward 2.5 times that.
+ *    backward 2.5 times that. Rows "fwd sm90" and "fb sm90": the forward of
+ *    attention_sm90.cu (tc_flash_forward_sm90: wgmma, FlashAttention-3's
+ *    design) alone and with train's default backward, "fb sm90 b" with its
+ *    own deterministic backward (tc_flash_backward_sm90), beside
+ *    attention.cu's ("n/a" where they do not run: not an sm_90a build on an
+ *    H100/H200).
  *  - memory-bound kernels (cuda_bf16_ops, and cuda_ops' float32 kernels
  *    beside them where that is cheap): layernorm forward and backward, the
  *    fused add + layernorm, gelu forward and backward, add, the fused
@@ -701,13 +706,19 @@ typedef struct {
     const void *dout;     /* [B,T,C] bf16 */
     int B, T, C, NH, backward, ret;
     int deterministic;    /* tc_flash_backward's: dq without atomics */
+    int sm90;             /* 1: the forward by tc_flash_forward_sm90 (attention_sm90.cu); 2: and the
+                           * backward by tc_flash_backward_sm90 */
     cudaStream_t stream;
 } BenchAttn;
 
 static void bench_run_attn(void *arg) {
     BenchAttn *a = arg;
-    int r = tc_flash_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, (void *)a->stream);
-    if (r == 0 && a->backward)
+    int r = a->sm90 ? tc_flash_forward_sm90(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, (void *)a->stream)
+                    : tc_flash_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, (void *)a->stream);
+    if (r == 0 && a->backward && a->sm90 == 2)
+        r = tc_flash_backward_sm90(a->dqkv, a->scratch, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->C,
+                                   a->NH, (void *)a->stream);
+    else if (r == 0 && a->backward)
         r = tc_flash_backward(a->dqkv, a->scratch, a->dout, a->qkv, a->out, a->lse, a->B, a->T, a->C, a->NH,
                               a->deterministic, (void *)a->stream);
     a->ret = r;
@@ -932,6 +943,82 @@ static void bench_attention(BenchCtx *c, const char *sdpa_path) {
             c->attn_fb_pct = 100.0 * sdpa_fb / ms_det;
             c->attn_fwd_pct = sdpa_fwd > 0 ? 100.0 * sdpa_fwd / ms_f : -1;
         }
+        /* attention_sm90.cu's forward (wgmma, FlashAttention-3's design)
+         * beside attention.cu's: its error is against the forward checked
+         * above (out: max |diff| / max |out|; lse: max |diff| / max |lse|),
+         * then its time alone and with train's default backward. */
+        a.sm90 = 1;
+        a.backward = 0;
+        bench_run_attn(&a);
+        if (a.ret != 0) {
+            printf("%-10s %9s %9s %9s %9s %10s   (tc_flash_forward_sm90 does not run here: needs an sm_90a build on "
+                   "an H100/H200)\n", "fwd sm90", "n/a", "n/a", "n/a", "n/a", "n/a");
+        } else {
+            uint16_t *g_out9 = bench_malloc(nout * 2);
+            float *g_lse9 = bench_malloc(nlse * 4);
+            dev_to_host(c->gpu, g_out9, a.out, nout * 2);
+            dev_to_host(c->gpu, g_lse9, a.lse, nlse * 4);
+            double d_o = 0, m_o = 0, d_l = 0, m_l = 0;
+            for (size_t i = 0; i < nout; i++) {
+                double e = fabs(bf16_to_f32(g_out9[i]) - bf16_to_f32(g_out[i]));
+                if (!(e <= d_o)) d_o = e;
+                if (fabs(bf16_to_f32(g_out[i])) > m_o) m_o = fabs(bf16_to_f32(g_out[i]));
+            }
+            for (size_t i = 0; i < nlse; i++) {
+                double e = fabs((double)g_lse9[i] - g_lse[i]);
+                if (!(e <= d_l)) d_l = e;
+                if (fabs(g_lse[i]) > m_l) m_l = fabs(g_lse[i]);
+            }
+            double e9o = m_o > 0 ? d_o / m_o : d_o, e9l = m_l > 0 ? d_l / m_l : d_l, e9 = bench_worse(e9o, e9l);
+            nvtxRangePushA("attention forward sm90");
+            double ms9 = bench_time(c, bench_run_attn, NULL, &a);
+            nvtxRangePop();
+            a.backward = 1;
+            a.deterministic = 1;
+            double ms9fb = bench_time(c, bench_run_attn, NULL, &a);
+            a.deterministic = 0;
+            char s9[16] = "-", s9fb[16] = "-";
+            if (sdpa_fwd > 0) snprintf(s9, sizeof s9, "%.1f%%", 100.0 * sdpa_fwd / ms9);
+            if (sdpa_fb > 0) snprintf(s9fb, sizeof s9fb, "%.1f%%", 100.0 * sdpa_fb / ms9fb);
+            printf("%-10s %9.4f %9.1f %9s %9s %10.2e%s  (attention_sm90.cu, wgmma; vs forward above: out %.1e, lse %.1e; "
+                   "%.2fx its time)\n", "fwd sm90", ms9, fwd_flops / (ms9 * 1e-3) / 1e12, sf, s9, e9,
+                   bench_check(c, "attention forward sm90", e9, 1e-2), e9o, e9l, ms9 / ms_f);
+            printf("%-10s %9.4f %9.1f %9s %9s %10s   (fwd sm90 + train's default backward)\n", "fb sm90", ms9fb,
+                   fb_flops / (ms9fb * 1e-3) / 1e12, sb, s9fb, "-");
+            /* and its backward (heads of 64): dqkv from dqkv0 against the
+             * deterministic backward's checked above (g_det), then timed */
+            a.sm90 = 2;
+            dev_copy(c->gpu, a.dqkv, dqkv0, nqkv * 2);
+            bench_run_attn(&a);
+            if (a.ret != 0) {
+                printf("%-10s %9s %9s %9s %9s %10s   (tc_flash_backward_sm90 does not run here)\n", "fb sm90 b",
+                       "n/a", "n/a", "n/a", "n/a", "n/a");
+            } else {
+                uint16_t *g_b9 = bench_malloc(nqkv * 2);
+                dev_to_host(c->gpu, g_b9, a.dqkv, nqkv * 2);
+                double d_b = 0, m_b = 0;
+                for (size_t i = 0; i < nqkv; i++) {
+                    const double ref = bf16_to_f32(g_det[i]) - bf16_to_f32(h_dqkv0[i]);
+                    double e = fabs(bf16_to_f32(g_b9[i]) - bf16_to_f32(g_det[i]));
+                    if (!(e <= d_b)) d_b = e;
+                    if (fabs(ref) > m_b) m_b = fabs(ref);
+                }
+                const double e9b = m_b > 0 ? d_b / m_b : d_b;
+                nvtxRangePushA("attention fwd+bwd sm90");
+                double ms9b = bench_time(c, bench_run_attn, NULL, &a);
+                nvtxRangePop();
+                char s9b[16] = "-";
+                if (sdpa_fb > 0) snprintf(s9b, sizeof s9b, "%.1f%%", 100.0 * sdpa_fb / ms9b);
+                printf("%-10s %9.4f %9.1f %9s %9s %10.2e%s  (fwd and deterministic bwd of attention_sm90.cu; error "
+                       "vs fb determ's dqkv / its max |grad|; %.2fx fb determ's time)\n", "fb sm90 b", ms9b,
+                       fb_flops / (ms9b * 1e-3) / 1e12, sb, s9b, e9b,
+                       bench_check(c, "attention backward sm90", e9b, 1e-2), ms9b / ms_det);
+                free(g_b9);
+            }
+            free(g_out9);
+            free(g_lse9);
+        }
+        a.sm90 = 0;
         free(g_out);
         free(g_dqkv);
         free(g_det);

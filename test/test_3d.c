@@ -603,5 +603,31 @@ int main(void) {
         bf16_layouts(&c, &flash64, fl64, sizeof fl64 / sizeof fl64[0], &ref, 4e-3);
     }
     train_run_free(&ref);
+
+    /* Heads of 64 (2 of them, 128 wide) over 160 positions (two 128-row
+     * query blocks, the second 32 rows): the GPU's one rank with
+     * attention_sm90.cu's wgmma forward and backward (TRAIN_ATTN_SM90=1;
+     * under the emulation on an emulated H100, EMU_ARCH=sm_90a, where they
+     * run; on a card other than an sm_90a build on an H100/H200 they fall
+     * back to attention.cu's), and with attention.cu's, against one bf16
+     * rank on the CPU, bound 4e-3 as above. */
+    Model wide = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 128 --max-seq 256 --vocab 61 --seq 160",
+                  2, 128, 128, 256, 0};
+    run(&ref, &wide, "--dtype bf16 --batch 2", OUT "/wide_ref.bin");
+    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 64", "exit %d, %d steps", ref.rc,
+              ref.nsteps)) {
+        static const Bf16Layout wl[] = {
+            {"cuda bf16, heads of 64, attention.cu's forward: one rank", "--device cuda --batch 2", 1},
+        };
+        bf16_layouts(&c, &wide, wl, sizeof wl / sizeof wl[0], &ref, 4e-3);
+        static const Bf16Layout w90[] = {
+            {"cuda bf16, heads of 64, attention_sm90.cu: one rank", "--device cuda --batch 2", 1},
+        };
+        const char *env = run_env;
+        run_env = "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a";
+        bf16_layouts(&c, &wide, w90, 1, &ref, 4e-3);
+        run_env = env;
+    }
+    train_run_free(&ref);
     return check_done(&c);
 }

@@ -22,6 +22,18 @@
  * The ring's chunk pairs (tc_flash_pair_forward / _backward, context
  * parallelism's steps) have their own section below, run_pair_case.
  *
+ * attention_sm90.cu's forward (tc_flash_forward_sm90: TMA, mbarriers,
+ * wgmma, head sizes 64 and 128) and backward (tc_flash_backward_sm90,
+ * heads of 64) have a block of their own ("flash sm90"): out and lse
+ * against the same reference and tolerances, out within 1e-2 of
+ * attention.cu's tc_flash_forward, dq, dk, dv accumulated onto a random
+ * dqkv (scratch NaN), the same bits run to run, over shapes
+ * with odd B*NH and T not a multiple of its 128-row tiles (one to eight
+ * query blocks, so its two-stage ring wraps). Where it cannot run (not an
+ * sm_90a build on a compute capability 9.0 device; under the emulation
+ * unless EMU_ARCH=sm_90a) it prints one SKIP line. FLASH_ONLY=sm90 runs
+ * only that block (test/test_flash_sm90_emu.sh uses it).
+ *
  * Without a CUDA build or a visible GPU every group prints one SKIP line.
  *
  * Built with -DFLASH_EMU and linked against test/emu/ (test/test_flash_emu),
@@ -48,7 +60,8 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #define FLASH_TAG ""
 #endif
 
-static const char *const groups[] = {"flash forward", "flash backward", "flash determinism", "flash pair"};
+static const char *const groups[] = {"flash forward", "flash backward", "flash determinism", "flash pair",
+                                      "flash sm90"};
 
 #ifdef USE_CUDA
 
@@ -613,6 +626,157 @@ static void run_pair_case(Checks *c, Dev *d, Rng *rng, int B, int N, int NH, int
     free(qkv16); free(dout16); free(qkvf); free(doutf); free(rout); free(rlse); free(rgrad); free(lsef); free(Df);
 }
 
+/* attention_sm90.cu's forward, its checks in a block of their own: out and
+ * lse against the float64 reference (out and lse start as NaN), out against
+ * attention.cu's forward, and the same bits on a second run. Returns 0, or
+ * -1 when tc_flash_forward_sm90 does not run here (one SKIP line). */
+static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, float amp) {
+    char shape[160], name[224];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d hs=%d amp=%g" FLASH_TAG_FMT, B, T, NH, hs, amp,
+             FLASH_TAG);
+    const int C = NH * hs;
+    const size_t BT = (size_t)B * T, nqkv = BT * 3 * C, nout = BT * C, nlse = (size_t)B * NH * T;
+    uint16_t *qkv16 = xmalloc(nqkv * 2), *dout16 = xmalloc(nout * 2), *dqkv16 = xmalloc(nqkv * 2);
+    float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = xmalloc(nout * sizeof(float));
+    double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
+    double *rgrad = calloc(nqkv, sizeof(double)), *want = xmalloc(nqkv * sizeof(double));
+    if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
+    for (size_t i = 0; i < nqkv; i++) {
+        qkv16[i] = bf16_from_f32(amp * urand(rng));
+        qkvf[i] = bf16_to_f32(qkv16[i]);
+    }
+    for (size_t i = 0; i < nout; i++) {
+        dout16[i] = bf16_from_f32(urand(rng));
+        doutf[i] = bf16_to_f32(dout16[i]);
+    }
+    void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
+    void *g_dout = gpu_put(d, dout16, nout * 2);
+    void *g_dqkv = gpu_fill(d, nqkv * 2, 0);
+    const size_t nscratch = tc_flash_scratch_floats(B, T, C, NH);
+    float *g_scratch = gpu_fill(d, nscratch * sizeof(float), 0xFF);  /* NaN */
+    uint16_t *res16[2] = {xmalloc(nqkv * 2), xmalloc(nqkv * 2)};
+    void *g_out[2] = {gpu_fill(d, nout * 2, 0xFF), gpu_fill(d, nout * 2, 0xFF)};  /* NaN */
+    float *g_lse[2] = {gpu_fill(d, nlse * sizeof(float), 0xFF), gpu_fill(d, nlse * sizeof(float), 0xFF)};
+    void *g_ref = gpu_fill(d, nout * 2, 0xFF);
+    float *g_rlse = gpu_fill(d, nlse * sizeof(float), 0xFF);
+    uint16_t *out16[2] = {xmalloc(nout * 2), xmalloc(nout * 2)}, *ref16 = xmalloc(nout * 2);
+    float *lse[2] = {xmalloc(nlse * sizeof(float)), xmalloc(nlse * sizeof(float))};
+    int r = 0;
+    for (int k = 0; k < 2 && r == 0; k++) {
+        r = tc_flash_forward_sm90(g_out[k], g_lse[k], g_qkv, B, T, C, NH, d->stream);
+        dev_sync(d);
+        dev_to_host(d, out16[k], g_out[k], nout * 2);
+        dev_to_host(d, lse[k], g_lse[k], nlse * sizeof(float));
+    }
+    if (r != 0) {
+        snprintf(name, sizeof name, "flash sm90 %s", shape);
+        check_skip(c, name, "tc_flash_forward_sm90 does not run here (an sm_90a build on a 9.0 device; "
+                            "EMU_ARCH=sm_90a under the emulation)");
+        goto done;
+    }
+    reference(B, T, C, NH, qkvf, doutf, rout, rlse, rgrad);
+    snprintf(name, sizeof name, "flash sm90 forward out %s", shape);
+    double e_out = rel_err_bf16(out16[0], rout, rout, BT, C, 0, C);
+    check(c, e_out <= TOL_REL, name, "max rel err %.2e over %zu values (tol %.0e)", e_out, nout, TOL_REL);
+    double e_lse = 0;
+    for (size_t i = 0; i < nlse; i++) {
+        double e = isnan(lse[0][i]) ? INFINITY : fabs((double)lse[0][i] - rlse[i]);
+        if (e > e_lse) e_lse = e;
+    }
+    snprintf(name, sizeof name, "flash sm90 forward lse %s", shape);
+    check(c, e_lse <= TOL_LSE, name, "max abs err %.2e over %zu rows (tol %.0e)", e_lse, nlse, TOL_LSE);
+
+    /* beside attention.cu's forward: the same rounding points, another order of sums */
+    int rr = tc_flash_forward(g_ref, g_rlse, g_qkv, B, T, C, NH, d->stream);
+    dev_sync(d);
+    dev_to_host(d, ref16, g_ref, nout * 2);
+    double *refd = xmalloc(nout * sizeof(double));
+    for (size_t i = 0; i < nout; i++) refd[i] = bf16_to_f32(ref16[i]);
+    double e_mma = rr == 0 ? rel_err_bf16(out16[0], refd, rout, BT, C, 0, C) : INFINITY;
+    free(refd);
+    snprintf(name, sizeof name, "flash sm90 forward vs tc_flash_forward %s", shape);
+    check(c, e_mma <= TOL_REL, name, "max diff %.2e relative to max |out| over %zu values (tol %.0e)", e_mma,
+          nout, TOL_REL);
+
+    size_t ndiff = 0;
+    for (size_t i = 0; i < nout; i++) ndiff += out16[0][i] != out16[1][i];
+    for (size_t i = 0; i < nlse; i++) ndiff += memcmp(&lse[0][i], &lse[1][i], sizeof(float)) != 0;
+    snprintf(name, sizeof name, "flash sm90 determinism forward %s", shape);
+    check(c, ndiff == 0, name, "%zu of %zu out and lse values differ between two runs", ndiff, nout + nlse);
+
+    /* The backward (heads of 64), from this forward's out and lse, onto a
+     * random dqkv (a quarter of each part's gradient scale), the scratch
+     * NaN each time; twice, for the bits. */
+    {
+        double part_max[3];
+        for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+        for (size_t i = 0; i < nqkv; i++) {
+            int p = (int)((i % (3 * (size_t)C)) / C);
+            dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
+            want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
+        }
+        void *nan = xmalloc(nscratch * sizeof(float));
+        memset(nan, 0xFF, nscratch * sizeof(float));
+        int rb = 0;
+        for (int k = 0; k < 2 && rb == 0; k++) {
+            dev_from_host(d, g_dqkv, dqkv16, nqkv * 2);
+            dev_from_host(d, g_scratch, nan, nscratch * sizeof(float));
+            rb = tc_flash_backward_sm90(g_dqkv, g_scratch, g_dout, g_qkv, g_out[0], g_lse[0], B, T, C, NH,
+                                        d->stream);
+            dev_sync(d);
+            dev_to_host(d, res16[k], g_dqkv, nqkv * 2);
+        }
+        free(nan);
+        if (rb != 0) {
+            snprintf(name, sizeof name, "flash sm90 backward %s", shape);
+            check_skip(c, name, "tc_flash_backward_sm90 takes heads of 64 only");
+        } else {
+            static const char *const parts[3] = {"dq", "dk", "dv"};
+            for (int p = 0; p < 3; p++) {
+                double e = rel_err_bf16(res16[0], want, rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+                snprintf(name, sizeof name, "flash sm90 backward %s %s", parts[p], shape);
+                check(c, e <= TOL_REL, name, "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)",
+                      e, nout, TOL_REL);
+            }
+            size_t bdiff = 0;
+            for (size_t i = 0; i < nqkv; i++) bdiff += res16[0][i] != res16[1][i];
+            snprintf(name, sizeof name, "flash sm90 determinism backward %s", shape);
+            check(c, bdiff == 0, name, "%zu of %zu dqkv values differ between two runs", bdiff, nqkv);
+        }
+    }
+
+done:
+    dev_free(d, g_qkv, nqkv * 2);
+    for (int k = 0; k < 2; k++) {
+        dev_free(d, g_out[k], nout * 2);
+        dev_free(d, g_lse[k], nlse * sizeof(float));
+        free(out16[k]);
+        free(lse[k]);
+    }
+    dev_free(d, g_ref, nout * 2);
+    dev_free(d, g_rlse, nlse * sizeof(float));
+    dev_free(d, g_dout, nout * 2);
+    dev_free(d, g_dqkv, nqkv * 2);
+    dev_free(d, g_scratch, nscratch * sizeof(float));
+    free(qkv16); free(qkvf); free(doutf); free(rout); free(rlse); free(rgrad); free(ref16);
+    free(dout16); free(dqkv16); free(want); free(res16[0]); free(res16[1]);
+    return r == 0 ? 0 : -1;
+}
+
+/* The sm90 block's shapes: odd B*NH, T off the 128-row tile, one to eight
+ * query blocks (the two-stage ring wraps from three on). */
+static void run_sm90(Checks *c, Dev *d, Rng *rng) {
+    if (run_case_sm90(c, d, rng, 1, 37, 3, 64, 1.0f) != 0) return;  /* one ragged block; SKIP once */
+    run_case_sm90(c, d, rng, 3, 200, 1, 64, 4.0f);    /* two blocks, a 72-row tail, peaky */
+    run_case_sm90(c, d, rng, 1, 520, 1, 64, 1.0f);    /* five blocks, an 8-row tail */
+    run_case_sm90(c, d, rng, 1, 130, 3, 128, 1.0f);   /* hs 128, a 2-row tail */
+    run_case_sm90(c, d, rng, 1, 300, 1, 128, 4.0f);   /* hs 128, three blocks */
+    run_case_sm90(c, d, rng, 1, 1024, 1, 64, 4.0f);   /* GPT-2's T, one head */
+#ifndef FLASH_EMU
+    run_case_sm90(c, d, rng, 2, 1024, 12, 64, 1.0f);  /* GPT-2 small */
+#endif
+}
+
 #endif /* USE_CUDA */
 
 int main(void) {
@@ -631,6 +795,13 @@ int main(void) {
         return check_done(&c);
     }
     Rng rng = {0x9E3779B97F4A7C15ULL};
+    const char *only = getenv("FLASH_ONLY");
+    if (only && strcmp(only, "sm90") == 0) {
+        Rng r90 = {0x2545F4914F6CDD1DULL};
+        run_sm90(&c, &d, &r90);
+        dev_close(&d);
+        return check_done(&c);
+    }
 
     /* an unsupported head size is refused and nothing runs */
     int r = tc_flash_forward(NULL, NULL, NULL, 1, 4, 40, 5, d.stream);
@@ -658,12 +829,16 @@ int main(void) {
     const char *full = getenv("FLASH_EMU_FULL");
     if (!full || strcmp(full, "1") != 0) {
         run_case(&c, &d, &rng, 1, 1024, 1, 64, 4.0f); /* GPT-2's T, one head */
+        Rng r90 = {0x2545F4914F6CDD1DULL};
+        run_sm90(&c, &d, &r90);
         dev_close(&d);
         return check_done(&c);
     }
 #endif
     run_case(&c, &d, &rng, 2, 1024, 12, 64, 1.0f); /* GPT-2 small */
     run_case(&c, &d, &rng, 2, 1024, 12, 64, 4.0f);
+    Rng r90 = {0x2545F4914F6CDD1DULL};
+    run_sm90(&c, &d, &r90);
 
     dev_close(&d);
     return check_done(&c);

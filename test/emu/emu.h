@@ -667,4 +667,60 @@ template <int TA, int TB> static inline void mm_wgmma_256(float (&d)[128], uint6
     emu_wgmma(da, db, TA, TB, 256, d);
 }
 
+/* ---------------------------------------------------------------------------
+ * attention_sm90.cu's wrappers (f3_*): matmul.cu's mbarrier, TMA, fence,
+ * commit, wait and setmaxnreg under their own names, wgmma m64n128k16 with
+ * both operands in shared memory, and wgmma with A from REGISTERS
+ * (m64nNk16, N 64 or 128, trans-b 1: O += P V with P never leaving the
+ * registers).
+ *
+ * wgmma with A from registers (emu_wgmma_rs, emu_rt.cpp): the A fragment
+ * for bf16 is mma.sync's A fragment, per warp: warp w of the warpgroup
+ * holds rows 16w..16w+15, lane l (g = l >> 2, t = l & 3) a0 = A[g][2t..],
+ * a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..], the lower
+ * column in the low 16 bits. B and the accumulator are as for the
+ * shared-memory form. The hardware reads those registers asynchronously:
+ * they must not change until the wait_group that retires the wgmma. With
+ * EMU_CP=early the product runs at issue; with late it runs at that
+ * wait_group, reading the registers then, and stops the program if any
+ * thread's four registers differ from what they held at issue (where the
+ * hardware would compute with whichever it read). */
+void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
+bool emu_wgmma_rs_run(const EmuWgmma &op);  /* emu_wgmma_run's hook: true when op was one of these */
+
+static inline void f3_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
+static inline void f3_mbar_init_fence(void) {}
+static inline void f3_mbar_expect_tx(uint32_t bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
+static inline void f3_mbar_arrive(uint32_t bar) { emu_mbar_arrive(bar, 0); }
+static inline void f3_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait(bar, parity); }
+static inline void f3_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    emu_tma_2d(dst, map, c0, c1, bar);
+}
+template <int R> static inline void f3_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
+template <int R> static inline void f3_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
+static inline void f3_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
+static inline void f3_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
+template <int N> static inline void f3_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
+template <int N> static inline void f3_fence_regs(float (&)[N]) {}
+static inline void f3_wgmma_ss128(float (&d)[64], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 128, d); }
+static inline void f3_wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 64, d); }
+template <int N> static inline void f3_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
+    static_assert(N == 64 || N == 128, "attention_sm90.cu's register-A wgmma: n 64 or 128");
+    emu_wgmma_rs(a, db, 1, N, d);
+}
+
+/* Named barriers (bar.sync id, n / bar.arrive id, n; attention_sm90.cu's
+ * ping-pong of its two consumer warpgroups), emu_rt.cpp: ids 1..15 (0 is
+ * __syncthreads'), n a multiple of 32 up to the block's threads, the same n
+ * from every thread of a phase; a phase completes when n threads have
+ * arrived (arrive counts and goes on, sync waits for the completion), and
+ * the next starts at zero. A sync nobody completes is a deadlock (the
+ * runtime's report); a block that ends with a phase partly arrived stops
+ * the program when the next block on that OS thread uses a named barrier
+ * (one whose last block does so is not seen). */
+void emu_named_sync(int id, int n);
+void emu_named_arrive(int id, int n);
+static inline void f3_bar_sync(int id, int n) { emu_named_sync(id, n); }
+static inline void f3_bar_arrive(int id, int n) { emu_named_arrive(id, n); }
+
 #endif

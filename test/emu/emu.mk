@@ -20,7 +20,7 @@ EMU_CXXFLAGS := -O2 -std=c++17 -fno-strict-aliasing -DMM_EMU_SM90A -Itest/emu -I
                 -Wno-unknown-pragmas -Wno-unused-parameter -Wno-unused-function -Wno-psabi
 EMU_OBJS := test/emu/emu_rt.o test/emu/emu_dev.o
 
-.SECONDARY: test/emu/attention_emu.cpp test/emu/matmul_emu.cpp test/emu/kernels_emu.cpp
+.SECONDARY: test/emu/attention_emu.cpp test/emu/attention_sm90_emu.cpp test/emu/matmul_emu.cpp test/emu/kernels_emu.cpp
 
 test/emu/emu_transform: test/emu/emu_transform.cpp
 	$(CXX) -O2 -std=c++17 -o $@ $<
@@ -42,8 +42,11 @@ test/emu/emu_dev.o: test/emu/emu_dev.c tensor.h
 test/test_streams_emu: test/test_streams_emu.cpp test/check.h test/emu/emu.h test/emu/emu_stream.h test/emu/emu_rt.o
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $< test/emu/emu_rt.o -lpthread
 
-test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o $(EMU_OBJS)
-	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
+# test_flash_emu holds attention_sm90.cu too (its sm_90a forward runs where
+# EMU_ARCH=sm_90a; test/test_flash_sm90_emu.sh runs that and its mutants).
+FLASH_EMU_OBJS := test/emu/attention_emu.o test/emu/attention_sm90_emu.o
+test/test_flash_emu: test/test_flash.c test/check.h tensor.h tc.h $(FLASH_EMU_OBJS) $(EMU_OBJS)
+	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< $(FLASH_EMU_OBJS) $(EMU_OBJS) -lm -fopenmp -lstdc++
 
 test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_emu.o $(EMU_OBJS)
 	$(CC) $(CFLAGS) -DUSE_CUDA -DGEMM_EMU -I. -I$(CUDA_HOME)/include -o $@ $< test/emu/matmul_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
@@ -54,7 +57,7 @@ test/test_gemm_emu: test/test_gemm.c test/check.h tensor.h tc.h test/emu/matmul_
 # they through emu_rt.cpp's emulated runtime (host memory, synchronous): no
 # emu_dev.o here. The CPU reference is ops.o and ops_bf16.o as built above
 # (they hold no USE_CUDA code).
-KERNELS_EMU_OBJS := test/emu/kernels_emu.o test/emu/attention_emu.o test/emu/matmul_emu.o \
+KERNELS_EMU_OBJS := test/emu/kernels_emu.o test/emu/attention_emu.o test/emu/attention_sm90_emu.o test/emu/matmul_emu.o \
                     test/emu/emu_rt.o test/emu/tensor_cuda.o ops.o $(GEMM_OBJS) ops_bf16.o
 
 test/emu/tensor_cuda.o: tensor.c tensor.h
@@ -74,7 +77,7 @@ test/test_kernels_emu: test/test_kernels.c test/check.h tensor.h $(KERNELS_EMU_O
 # few of test_3d's CUDA layouts through it; test/test_emu.sh runs both.
 EMU_TRAIN_SRCS := args layout setup runlog score stop tensor ops gemm gemm_avx2 gemm_avx512 ops_bf16 gpt data eval ckpt checkpoint safe optim comm comm_launch comm_shm comm_nccl rendezvous dp cp zero tp pp pp_sched plan trace selftest version plot
 EMU_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train/%.o) test/emu/kernels_emu.o \
-                  test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
+                  test/emu/attention_emu.o test/emu/attention_sm90_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o
 EMU_CFLAGS := $(filter-out -DUSE_NCCL,$(CFLAGS)) -DUSE_CUDA -I$(CUDA_HOME)/include
 EMU_LDLIBS := -lm -fopenmp -lpthread -lrt -lstdc++
 ifneq ($(EMU_CUDA_INC),)
@@ -135,7 +138,7 @@ test/test_nccl_emu: test/test_nccl_emu.c test/check.h $(EMU_NCCL_OBJS) test/emu/
 # is test_comm's table over comm_nccl.c (test/test_emu.sh runs both).
 EMU_NCCL_CFLAGS := $(EMU_CFLAGS) -DUSE_NCCL -I$(dir $(EMU_NCCL_H))
 EMU_NCCL_TRAIN_OBJS := $(EMU_TRAIN_SRCS:%=test/emu/train_nccl/%.o) test/emu/kernels_emu.o \
-                       test/emu/attention_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o $(EMU_NCCL_OBJS)
+                       test/emu/attention_emu.o test/emu/attention_sm90_emu.o test/emu/matmul_emu.o test/emu/emu_rt.o $(EMU_NCCL_OBJS)
 ifneq ($(and $(EMU_CUDA_INC),$(EMU_NCCL_H)),)
 TESTS += test/train_nccl_emu test/test_3d_nccl_emu test/test_comm_nccl_emu
 endif
@@ -157,3 +160,13 @@ clean: emu-nccl-clean
 .PHONY: emu-nccl-clean
 emu-nccl-clean:
 	rm -rf test/emu/train_nccl test/train_nccl_emu test/test_3d_nccl_emu test/test_comm_nccl_emu
+
+# test/test_flash_sm90_emu.sh: test_flash_emu over a copy of attention_sm90.cu
+# with one bug planted (F3_SRC), transformed and built here.
+test/out/test_flash_sm90_mutant: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o \
+                                 $(EMU_OBJS) test/emu/emu_transform FORCE
+	@mkdir -p test/out/f3_mutant
+	test/emu/emu_transform $(F3_SRC) attention_sm90.cu test/out/f3_mutant/attention_sm90_emu.cpp
+	$(CXX) $(EMU_CXXFLAGS) -c test/out/f3_mutant/attention_sm90_emu.cpp -o test/out/f3_mutant/attention_sm90_emu.o
+	$(CC) $(CFLAGS) -DUSE_CUDA -DFLASH_EMU -I. -o $@ $< test/emu/attention_emu.o \
+	      test/out/f3_mutant/attention_sm90_emu.o $(EMU_OBJS) -lm -fopenmp -lstdc++
