@@ -707,19 +707,26 @@ __global__ void layernorm_backward_fused_kernel(T *dinp, float *partial_w, float
  * waits for memory twice, and the partials go through two reductions.
  *
  * Here a lane owns the same columns in every row (c = (j * 32 + lane) * W
- * + k, j < NV, k < W, those below C), so its dout * norm and dout sums
- * stay in 2 * NV * W registers across the rows its warp takes; a row's
- * dout, inp and dinp are loaded together into registers (one wait a row),
- * dinp written once. Block b takes chunks of LNB_ROWS rows (b, b +
- * gridDim.x, ...), warp w the rows w, w + 8, ... of each; at the end the 8
- * warps' sums meet in shared memory and are added in warp order into
- * partial_w, partial_b [gridDim.x, C], which layernorm_params_add_kernel
- * adds into dw, db in block order: a fixed order, the same bits every run.
+ * + k, j < NV, k < W, those below C), so its sums of dout * norm and of
+ * dout over the rows its warp takes stay in slots of shared memory that no
+ * other lane touches, laid out [warp][2][NV * W][32]: a warp's 32 lanes
+ * read or write 32 consecutive floats, one bank each, one wavefront (4 of
+ * them an element: 96 a row of 768, 6 us of an SM's shared pipe over
+ * GPT-2's rows, hidden under memory). (Registers would hold them too, but
+ * at 48 of them beside the row's own 48 a bf16 row of 768 spilled at 128
+ * registers a thread; ptxas, sm_90a.) A row's dout, inp and dinp are
+ * loaded together into registers, one wait a row, and dinp is written once.
+ * Block b takes chunks of LNB_ROWS rows (b, b + gridDim.x, ...), warp w the
+ * rows w, w + 8, ... of each; at the end the 8 warps' sums are added in
+ * warp order into partial_w, partial_b [gridDim.x, C], which
+ * layernorm_params_add_kernel adds into dw, db in block order: a fixed
+ * order, the same bits every run (and the same order as the kernel above).
  * V: 16-byte loads and stores, W = Vec<T>::N (C % W == 0, rows 16-byte
  * aligned); else W = 1. dinp NULL: the weights' gradients alone (w not
- * read); partial_w NULL: dinp alone. Two bf16 blocks an SM (16 warps,
- * registers capped at 128), one float32 or scalar block (its rows are
- * twice the bytes a lane, so as many bytes are in flight). */
+ * read); partial_w NULL: dinp alone (no shared memory). Registers capped
+ * at 128 so that two blocks (16 warps) share an SM (117 at a bf16 row of
+ * 768, 109 at a float32 one, no spills; ptxas 13.0, sm_90a), except the
+ * scalar path's 32 columns a lane, which would spill there. */
 #define LNR_WARPS 8
 #define LNR_LANE_MAX 32  /* columns a lane holds: C <= 32 * 32 = 1024 */
 
@@ -740,19 +747,18 @@ __device__ __forceinline__ void lnr_store(T *p, size_t i, const LnrPack<T, W> &r
 // dinp [N,C] += d/dinp; partial_w, partial_b [gridDim.x, C]: this block's
 // sums of dout * norm and of dout; dout, inp [N,C]; w [C]; mean, rstd [N]
 template <typename T, bool V, int NV>
-__global__ void __launch_bounds__(LNR_WARPS * 32, (V && sizeof(T) == 2) ? 2 : 1)
+__global__ void __launch_bounds__(LNR_WARPS * 32, NV < 32 ? 2 : 1)
 layernorm_backward_rows_kernel(T *dinp, float *partial_w, float *partial_b, const T *dout,
                                const T *inp, const T *w, const float *mean, const float *rstd,
                                int N, int C) {
-    constexpr int W = V ? Vec<T>::N : 1;
-    extern __shared__ float lnr_sum[];  // [LNR_WARPS][C]: the warps' sums, dw's then db's
+    constexpr int W = V ? Vec<T>::N : 1, E = NV * W;  // E: columns a lane owns
+    extern __shared__ float lnr_acc[];  // [LNR_WARPS][2][E][32]: each lane's sums, dw's then db's
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const bool want_w = partial_w != NULL;
-    float sw[NV][W], sb[NV][W];  // this lane's columns: sums of dout * norm, of dout
+    float *acc = lnr_acc + (size_t)warp * 2 * E * 32 + lane;  // this lane's: acc[e * 32]
+    if (want_w)
 #pragma unroll
-    for (int j = 0; j < NV; j++)
-#pragma unroll
-        for (int k = 0; k < W; k++) sw[j][k] = sb[j][k] = 0.0f;
+        for (int e = 0; e < 2 * E; e++) acc[e * 32] = 0.0f;
     for (int r0 = blockIdx.x * LNB_ROWS; r0 < N; r0 += gridDim.x * LNB_ROWS) {
         const int r1 = min(N, r0 + LNB_ROWS);
         for (int n = r0 + warp; n < r1; n += LNR_WARPS) {
@@ -775,23 +781,22 @@ layernorm_backward_rows_kernel(T *dinp, float *partial_w, float *partial_b, cons
 #pragma unroll
                     for (int k = 0; k < W; k++) {
                         const float gk = ld(g[j].v, (size_t)k);
-                        sw[j][k] += gk * ((ld(x[j].v, (size_t)k) - m) * r);
-                        sb[j][k] += gk;
+                        acc[(j * W + k) * 32] += gk * ((ld(x[j].v, (size_t)k) - m) * r);
+                        acc[(E + j * W + k) * 32] += gk;
                     }
                 }
             }
             if (!dinp) continue;
             // The row's means of dnorm and of dnorm * norm, then each element's share.
             float gsum = 0.0f, gnsum = 0.0f;
-            LnrPack<T, W> wv[NV];
 #pragma unroll
             for (int j = 0; j < NV; j++) {
                 const int c = (j * 32 + lane) * W;
                 if (c >= C) continue;
-                wv[j] = lnr_load<T, W>(w, (size_t)c);
+                const LnrPack<T, W> wv = lnr_load<T, W>(w, (size_t)c);
 #pragma unroll
                 for (int k = 0; k < W; k++) {
-                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv[j].v, (size_t)k);
+                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv.v, (size_t)k);
                     gsum += dnorm;
                     gnsum += dnorm * ((ld(x[j].v, (size_t)k) - m) * r);
                 }
@@ -801,10 +806,11 @@ layernorm_backward_rows_kernel(T *dinp, float *partial_w, float *partial_b, cons
             for (int j = 0; j < NV; j++) {
                 const int c = (j * 32 + lane) * W;
                 if (c >= C) continue;
+                const LnrPack<T, W> wv = lnr_load<T, W>(w, (size_t)c);  // L1's
 #pragma unroll
                 for (int k = 0; k < W; k++) {
                     const float norm = (ld(x[j].v, (size_t)k) - m) * r;
-                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv[j].v, (size_t)k);
+                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv.v, (size_t)k);
                     st(dx[j].v, (size_t)k, ld(dx[j].v, (size_t)k) + (dnorm - gmean - norm * gnmean) * r);
                 }
                 lnr_store<T, W>(dinp, row + c, dx[j]);
@@ -812,23 +818,17 @@ layernorm_backward_rows_kernel(T *dinp, float *partial_w, float *partial_b, cons
         }
     }
     if (!want_w) return;
-    // The 8 warps' sums in warp order, dw's then db's through the same buffer.
-    for (int a = 0; a < 2; a++) {
-        float *out = a ? partial_b : partial_w;
-        if (a) __syncthreads();  // every thread has read dw's sums
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int c = (j * 32 + lane) * W;
-            if (c >= C) continue;
-#pragma unroll
-            for (int k = 0; k < W; k++) lnr_sum[(size_t)warp * C + c + k] = a ? sb[j][k] : sw[j][k];
+    __syncthreads();
+    // Column c is lane (c / W) % 32's slot (c / (32 W)) * W + c % W; warps in order.
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const int l = (c / W) % 32, e = c / (32 * W) * W + c % W;
+        float sw = 0.0f, sb = 0.0f;
+        for (int y = 0; y < LNR_WARPS; y++) {
+            sw += lnr_acc[((size_t)(y * 2) * E + e) * 32 + l];
+            sb += lnr_acc[((size_t)(y * 2 + 1) * E + e) * 32 + l];
         }
-        __syncthreads();
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            float s = 0.0f;
-            for (int y = 0; y < LNR_WARPS; y++) s += lnr_sum[(size_t)y * C + c];
-            out[(size_t)blockIdx.x * C + c] = s;
-        }
+        partial_w[(size_t)blockIdx.x * C + c] = sw;
+        partial_b[(size_t)blockIdx.x * C + c] = sb;
     }
 }
 
@@ -842,7 +842,8 @@ __global__ void layernorm_params_add_kernel(float *dw, float *db, const float *p
     const float *p = partial + (size_t)blockIdx.y * chunks * C;
     float s = 0.0f;
     if (c < C)
-        for (int k = y; k < chunks; k += 16) s += p[(size_t)k * C + c];
+#pragma unroll 8
+        for (int k = y; k < chunks; k += 16) s += p[(size_t)k * C + c];  // loads ahead of the adds
     lane_sum[y][threadIdx.x] = s;
     __syncthreads();
     if (y == 0 && c < C) {
@@ -851,10 +852,26 @@ __global__ void layernorm_params_add_kernel(float *dw, float *db, const float *p
     }
 }
 
-/* The rows kernel for C <= 32 * LNR_LANE_MAX: false where C is wider. The
- * partials [2, blocks, C] live in the Dev's scratch (blocks capped so they
- * fit: at C = 1024, 4096 blocks of 64 rows each before a block takes a
- * second chunk). */
+/* One launch of the rows kernel; its shared memory, pw non-NULL, is the 8
+ * warps' 2 x NV x W x 32 floats (48 KB at a bf16 or float32 row of 768,
+ * 64 KB at most). */
+template <typename T, bool V, int NV>
+static void lnr_launch(Dev *d, unsigned blocks, T *dinp, float *pw, float *pb, const T *dout,
+                       const T *inp, const T *w, const float *mean, const float *rstd, int N, int C) {
+    constexpr int W = V ? Vec<T>::N : 1;
+    const size_t smem = pw ? (size_t)LNR_WARPS * 2 * NV * W * 32 * sizeof(float) : 0;
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_rows_kernel<T, V, NV>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    layernorm_backward_rows_kernel<T, V, NV><<<blocks, LNR_WARPS * 32, smem, STREAM(d)>>>(
+        dinp, pw, pb, dout, inp, w, mean, rstd, N, C);
+    LAUNCH_CHECK(layernorm_backward_rows_kernel);
+}
+
+/* The rows kernel and the partials' sum for C <= 32 * LNR_LANE_MAX: false
+ * where C is wider. The partials [2, blocks, C] live in the Dev's scratch
+ * (blocks capped so they fit: at C = 1024, 4096 blocks of 64 rows each
+ * before a block takes a second chunk). */
 template <typename T>
 static bool layernorm_backward_rows(Dev *d, T *dinp, float *dw, float *db, const T *dout,
                                     const T *inp, const T *w, const float *mean, const float *rstd,
@@ -867,20 +884,23 @@ static bool layernorm_backward_rows(Dev *d, T *dinp, float *dw, float *db, const
     if (blocks > 65535) blocks = 65535;
     if (blocks > fit) blocks = fit;
     float *pw = dw ? (float *)d->scratch : NULL, *pb = dw ? pw + blocks * C : NULL;
-    const size_t smem = dw ? (size_t)LNR_WARPS * C * sizeof(float) : 0;  // <= 32 KB
-    const int nv = (int)ceil_div((size_t)C, (size_t)32 * (v ? VW : 1));  // vectors a lane
-#define LNR_GO(VV, NVC) layernorm_backward_rows_kernel<T, VV, NVC><<<(unsigned)blocks, LNR_WARPS * 32, smem, \
-                            STREAM(d)>>>(dinp, pw, pb, dout, inp, w, mean, rstd, N, C)
+    const int nv = (int)ceil_div((size_t)C, (size_t)32 * (v ? VW : 1));  // vectors (or elements) a lane
+#define LNR_GO(VV, NVC) lnr_launch<T, VV, NVC>(d, (unsigned)blocks, dinp, pw, pb, dout, inp, w, mean, rstd, N, C)
     if (v) {
-        switch (nv) {
+        switch (nv) {  // bf16: at most 4 vectors of 8; float32: 8 of 4
         case 1: LNR_GO(true, 1); break;
         case 2: LNR_GO(true, 2); break;
         case 3: LNR_GO(true, 3); break;
         case 4: LNR_GO(true, 4); break;
-        case 5: LNR_GO(true, 5); break;
-        case 6: LNR_GO(true, 6); break;
-        case 7: LNR_GO(true, 7); break;
-        default: LNR_GO(true, 8); break;  // float32's widest: 8 vectors of 4
+        default:
+            if constexpr (VW == 4) {
+                switch (nv) {
+                case 5: LNR_GO(true, 5); break;
+                case 6: LNR_GO(true, 6); break;
+                case 7: LNR_GO(true, 7); break;
+                default: LNR_GO(true, 8); break;
+                }
+            }
         }
     } else if (nv <= 2) {
         LNR_GO(false, 2);
@@ -890,7 +910,6 @@ static bool layernorm_backward_rows(Dev *d, T *dinp, float *dw, float *db, const
         LNR_GO(false, 32);
     }
 #undef LNR_GO
-    LAUNCH_CHECK(layernorm_backward_rows_kernel);
     if (dw) {
         layernorm_params_add_kernel<<<dim3((unsigned)ceil_div((size_t)C, 32), 2), dim3(32, 16), 0, STREAM(d)>>>(
             dw, db, (const float *)d->scratch, (int)blocks, C);
