@@ -772,6 +772,7 @@ static void test_lnb_shapes(Test *t, Dev *ref) {
     test_lnb(t, ref, 66, 250, 0);    /* not whole vectors in either dtype: scalar, 8 a lane */
     test_lnb(t, ref, 37, 768, 1);    /* misaligned rows: scalar, 24 a lane */
     test_lnb(t, ref, 1, 8, 0);       /* one row: 7 of a block's 8 warps have none */
+    test_lnb(t, ref, 2100, 72, 0);   /* 33 blocks' partials: each of the sum's 16 lanes adds 2 or 3 */
     test_lnb(t, ref, 65, 1032, 0);   /* wider: the older one-pass kernel */
 }
 
