@@ -612,7 +612,9 @@ __global__ void layernorm_backward_params_kernel(float *partial_w, float *partia
 }
 
 // The whole LayerNorm backward in one pass over dout and inp (the two
-// kernels above read both twice): block b takes chunks of LNB_ROWS rows
+// kernels above read both twice), now for rows wider than the rows kernel
+// below takes (C > 1024); its shared sums conflict 8 ways in bf16 (below
+// says why that held it at 30% of copy): block b takes chunks of LNB_ROWS rows
 // (b, b + gridDim.x, ...), warp w of its 8 rows w, w + 8, ... of a chunk.
 // Per row the warp adds dinp as layernorm_backward_dinp_kernel does, and
 // each lane adds dout * norm and dout of its own columns (c = lane mod 32)
@@ -841,9 +843,10 @@ __global__ void layernorm_params_add_kernel(float *dw, float *db, const float *p
     const int c = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
     const float *p = partial + (size_t)blockIdx.y * chunks * C;
     float s = 0.0f;
-    if (c < C)
+    if (c < C) {
 #pragma unroll 8
         for (int k = y; k < chunks; k += 16) s += p[(size_t)k * C + c];  // loads ahead of the adds
+    }
     lane_sum[y][threadIdx.x] = s;
     __syncthreads();
     if (y == 0 && c < C) {
@@ -992,6 +995,7 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
                                const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    /* C <= 1024 (GPT-2's 768, what training runs): the rows kernel, whatever is wanted. */
     if (layernorm_backward_rows<T>(d, (T *)dinp, dw, db, (const T *)dout, (const T *)inp,
                                    (const T *)w, mean, rstd, N, C))
         return;
