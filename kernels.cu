@@ -612,7 +612,9 @@ __global__ void layernorm_backward_params_kernel(float *partial_w, float *partia
 }
 
 // The whole LayerNorm backward in one pass over dout and inp (the two
-// kernels above read both twice): block b takes chunks of LNB_ROWS rows
+// kernels above read both twice), now for rows wider than the rows kernel
+// below takes (C > 1024); its shared sums conflict 8 ways in bf16 (below
+// says why that held it at 30% of copy): block b takes chunks of LNB_ROWS rows
 // (b, b + gridDim.x, ...), warp w of its 8 rows w, w + 8, ... of a chunk.
 // Per row the warp adds dinp as layernorm_backward_dinp_kernel does, and
 // each lane adds dout * norm and dout of its own columns (c = lane mod 32)
@@ -691,6 +693,235 @@ __global__ void layernorm_backward_fused_kernel(T *dinp, float *partial_w, float
     }
 }
 
+/* The LayerNorm backward at C <= 1024, what training runs (GPT-2's 768):
+ * every byte read or written once, the weights' gradients summed in each
+ * lane's own slots of shared memory, one launch more to add the blocks'.
+ *
+ * Why the one-pass kernel above runs at 30% of copy (bf16 on an H200, 2026-11-26):
+ * each lane adds its 8 columns' dout * norm and dout into its warp's row of
+ * shared memory, and lane l's columns start at 8l, so lanes l and l + 4 hit
+ * the same bank: every one of the 32 shared loads and stores an element
+ * pair takes is an 8-way conflict, about one shared wavefront per element
+ * (four in float32's 4-way conflicts a 4-column vector: half as many a
+ * byte, which is why bf16 was no faster than float32). A row of 768 is then
+ * 768 cycles of the SM's shared pipe; 124 rows an SM make 95k cycles, 48 us
+ * at 1.98 GHz: more than the 24 us its bytes take. Its second pass reads
+ * dout, inp and w again (from L1 or L2) and only then dinp, so each row
+ * waits for memory twice, and the partials go through two reductions.
+ *
+ * Here a lane owns the same columns in every row (c = (j * 32 + lane) * W
+ * + k, j < NV, k < W, those below C), so its sums of dout * norm and of
+ * dout over the rows its warp takes stay in slots of shared memory that no
+ * other lane touches, laid out [warp][2][NV * W][32]: a warp's 32 lanes
+ * read or write 32 consecutive floats, one bank each, one wavefront (4 of
+ * them an element: 96 a row of 768, 6 us of an SM's shared pipe over
+ * GPT-2's rows, hidden under memory). (Registers would hold them too, but
+ * at 48 of them beside the row's own 48 a bf16 row of 768 spilled at 128
+ * registers a thread; ptxas, sm_90a.) A row's dout, inp and dinp are
+ * loaded together into registers, one wait a row, and dinp is written once.
+ * Block b takes chunks of LNB_ROWS rows (b, b + gridDim.x, ...), warp w the
+ * rows w, w + 8, ... of each; at the end the 8 warps' sums are added in
+ * warp order into partial_w, partial_b [gridDim.x, C], which
+ * layernorm_params_add_kernel adds into dw, db in block order: a fixed
+ * order, the same bits every run (and the same order as the kernel above).
+ * V: 16-byte loads and stores, W = Vec<T>::N (C % W == 0, rows 16-byte
+ * aligned); else W = 1. dinp NULL: the weights' gradients alone (w not
+ * read); partial_w NULL: dinp alone (no shared memory). Registers capped
+ * at 128 so that two blocks (16 warps) share an SM (117 at a bf16 row of
+ * 768, 109 at a float32 one, no spills; ptxas 13.0, sm_90a), except the
+ * scalar path's 32 columns a lane, which would spill there. */
+#define LNR_WARPS 8
+#define LNR_LANE_MAX 32  /* columns a lane holds: C <= 32 * 32 = 1024 */
+
+template <typename T, int W> struct LnrPack { T v[W]; };  // W columns of one row
+template <typename T, int W>
+__device__ __forceinline__ LnrPack<T, W> lnr_load(const T *p, size_t i) {
+    LnrPack<T, W> r;
+    if constexpr (W == 1) r.v[0] = p[i];
+    else *reinterpret_cast<uint4 *>(r.v) = *reinterpret_cast<const uint4 *>(p + i);
+    return r;
+}
+template <typename T, int W>
+__device__ __forceinline__ void lnr_store(T *p, size_t i, const LnrPack<T, W> &r) {
+    if constexpr (W == 1) p[i] = r.v[0];
+    else *reinterpret_cast<uint4 *>(p + i) = *reinterpret_cast<const uint4 *>(r.v);
+}
+
+// dinp [N,C] += d/dinp; partial_w, partial_b [gridDim.x, C]: this block's
+// sums of dout * norm and of dout; dout, inp [N,C]; w [C]; mean, rstd [N]
+template <typename T, bool V, int NV>
+__global__ void __launch_bounds__(LNR_WARPS * 32, NV < 32 ? 2 : 1)
+layernorm_backward_rows_kernel(T *dinp, float *partial_w, float *partial_b, const T *dout,
+                               const T *inp, const T *w, const float *mean, const float *rstd,
+                               int N, int C) {
+    constexpr int W = V ? Vec<T>::N : 1, E = NV * W;  // E: columns a lane owns
+    extern __shared__ float lnr_acc[];  // [LNR_WARPS][2][E][32]: each lane's sums, dw's then db's
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const bool want_w = partial_w != NULL;
+    float *acc = lnr_acc + (size_t)warp * 2 * E * 32 + lane;  // this lane's: acc[e * 32]
+    if (want_w)
+#pragma unroll
+        for (int e = 0; e < 2 * E; e++) acc[e * 32] = 0.0f;
+    for (int r0 = blockIdx.x * LNB_ROWS; r0 < N; r0 += gridDim.x * LNB_ROWS) {
+        const int r1 = min(N, r0 + LNB_ROWS);
+        for (int n = r0 + warp; n < r1; n += LNR_WARPS) {
+            const size_t row = (size_t)n * C;
+            const float m = mean[n], r = rstd[n];
+            LnrPack<T, W> g[NV], x[NV], dx[NV];
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int c = (j * 32 + lane) * W;
+                if (c < C) {
+                    g[j] = lnr_load<T, W>(dout, row + c);
+                    x[j] = lnr_load<T, W>(inp, row + c);
+                    if (dinp) dx[j] = lnr_load<T, W>(dinp, row + c);
+                }
+            }
+            if (want_w) {
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    if ((j * 32 + lane) * W >= C) continue;
+#pragma unroll
+                    for (int k = 0; k < W; k++) {
+                        const float gk = ld(g[j].v, (size_t)k);
+                        acc[(j * W + k) * 32] += gk * ((ld(x[j].v, (size_t)k) - m) * r);
+                        acc[(E + j * W + k) * 32] += gk;
+                    }
+                }
+            }
+            if (!dinp) continue;
+            // The row's means of dnorm and of dnorm * norm, then each element's share.
+            float gsum = 0.0f, gnsum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int c = (j * 32 + lane) * W;
+                if (c >= C) continue;
+                const LnrPack<T, W> wv = lnr_load<T, W>(w, (size_t)c);
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv.v, (size_t)k);
+                    gsum += dnorm;
+                    gnsum += dnorm * ((ld(x[j].v, (size_t)k) - m) * r);
+                }
+            }
+            const float gmean = warp_sum(gsum) / C, gnmean = warp_sum(gnsum) / C;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int c = (j * 32 + lane) * W;
+                if (c >= C) continue;
+                const LnrPack<T, W> wv = lnr_load<T, W>(w, (size_t)c);  // L1's
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    const float norm = (ld(x[j].v, (size_t)k) - m) * r;
+                    const float dnorm = ld(g[j].v, (size_t)k) * ld(wv.v, (size_t)k);
+                    st(dx[j].v, (size_t)k, ld(dx[j].v, (size_t)k) + (dnorm - gmean - norm * gnmean) * r);
+                }
+                lnr_store<T, W>(dinp, row + c, dx[j]);
+            }
+        }
+    }
+    if (!want_w) return;
+    __syncthreads();
+    // Column c is lane (c / W) % 32's slot (c / (32 W)) * W + c % W; warps in order.
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const int l = (c / W) % 32, e = c / (32 * W) * W + c % W;
+        float sw = 0.0f, sb = 0.0f;
+        for (int y = 0; y < LNR_WARPS; y++) {
+            sw += lnr_acc[((size_t)(y * 2) * E + e) * 32 + l];
+            sb += lnr_acc[((size_t)(y * 2 + 1) * E + e) * 32 + l];
+        }
+        partial_w[(size_t)blockIdx.x * C + c] = sw;
+        partial_b[(size_t)blockIdx.x * C + c] = sb;
+    }
+}
+
+/* dw [C] += the chunks of partial [0] [chunks, C] in chunk order, db [C] the
+ * same of partial [1] (blockIdx.y picks which): lane y of 16 adds chunks y,
+ * y + 16, ..., then the 16 lanes are added in order. One launch for both. */
+__global__ void layernorm_params_add_kernel(float *dw, float *db, const float *partial, int chunks,
+                                            int C) {
+    __shared__ float lane_sum[16][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
+    const float *p = partial + (size_t)blockIdx.y * chunks * C;
+    float s = 0.0f;
+    if (c < C) {
+#pragma unroll 8
+        for (int k = y; k < chunks; k += 16) s += p[(size_t)k * C + c];  // loads ahead of the adds
+    }
+    lane_sum[y][threadIdx.x] = s;
+    __syncthreads();
+    if (y == 0 && c < C) {
+        for (int j = 1; j < 16; j++) s += lane_sum[j][threadIdx.x];
+        (blockIdx.y ? db : dw)[c] += s;
+    }
+}
+
+/* One launch of the rows kernel; its shared memory, pw non-NULL, is the 8
+ * warps' 2 x NV x W x 32 floats (48 KB at a bf16 or float32 row of 768,
+ * 64 KB at most). */
+template <typename T, bool V, int NV>
+static void lnr_launch(Dev *d, unsigned blocks, T *dinp, float *pw, float *pb, const T *dout,
+                       const T *inp, const T *w, const float *mean, const float *rstd, int N, int C) {
+    constexpr int W = V ? Vec<T>::N : 1;
+    const size_t smem = pw ? (size_t)LNR_WARPS * 2 * NV * W * 32 * sizeof(float) : 0;
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_rows_kernel<T, V, NV>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    layernorm_backward_rows_kernel<T, V, NV><<<blocks, LNR_WARPS * 32, smem, STREAM(d)>>>(
+        dinp, pw, pb, dout, inp, w, mean, rstd, N, C);
+    LAUNCH_CHECK(layernorm_backward_rows_kernel);
+}
+
+/* The rows kernel and the partials' sum for C <= 32 * LNR_LANE_MAX: false
+ * where C is wider. The partials [2, blocks, C] live in the Dev's scratch
+ * (blocks capped so they fit: at C = 1024, 4096 blocks of 64 rows each
+ * before a block takes a second chunk). */
+template <typename T>
+static bool layernorm_backward_rows(Dev *d, T *dinp, float *dw, float *db, const T *dout,
+                                    const T *inp, const T *w, const float *mean, const float *rstd,
+                                    int N, int C) {
+    constexpr int VW = Vec<T>::N;
+    if (C > 32 * LNR_LANE_MAX) return false;
+    const bool v = C % VW == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    size_t blocks = ceil_div((size_t)N, LNB_ROWS);
+    const size_t fit = DEV_SCRATCH_BYTES / ((size_t)2 * C * sizeof(float));
+    if (blocks > 65535) blocks = 65535;
+    if (blocks > fit) blocks = fit;
+    float *pw = dw ? (float *)d->scratch : NULL, *pb = dw ? pw + blocks * C : NULL;
+    const int nv = (int)ceil_div((size_t)C, (size_t)32 * (v ? VW : 1));  // vectors (or elements) a lane
+#define LNR_GO(VV, NVC) lnr_launch<T, VV, NVC>(d, (unsigned)blocks, dinp, pw, pb, dout, inp, w, mean, rstd, N, C)
+    if (v) {
+        switch (nv) {  // bf16: at most 4 vectors of 8; float32: 8 of 4
+        case 1: LNR_GO(true, 1); break;
+        case 2: LNR_GO(true, 2); break;
+        case 3: LNR_GO(true, 3); break;
+        case 4: LNR_GO(true, 4); break;
+        default:
+            if constexpr (VW == 4) {
+                switch (nv) {
+                case 5: LNR_GO(true, 5); break;
+                case 6: LNR_GO(true, 6); break;
+                case 7: LNR_GO(true, 7); break;
+                default: LNR_GO(true, 8); break;
+                }
+            }
+        }
+    } else if (nv <= 2) {
+        LNR_GO(false, 2);
+    } else if (nv <= 8) {
+        LNR_GO(false, 8);
+    } else {
+        LNR_GO(false, 32);
+    }
+#undef LNR_GO
+    if (dw) {
+        layernorm_params_add_kernel<<<dim3((unsigned)ceil_div((size_t)C, 32), 2), dim3(32, 16), 0, STREAM(d)>>>(
+            dw, db, (const float *)d->scratch, (int)blocks, C);
+        LAUNCH_CHECK(layernorm_params_add_kernel);
+    }
+    return true;
+}
+
 /* Where `arrays` arrays of partial column sums [chunks, C] go: the grid
  * (chunks capped so they fit the scratch when they can) and the buffer. */
 typedef struct ColSum {
@@ -765,7 +996,11 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
                                const void *inp, const void *w, const float *mean,
                                const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    /* One pass (layernorm_backward_fused_kernel) when both parts are wanted,
+    /* C <= 1024 (GPT-2's 768, what training runs): the rows kernel, whatever is wanted. */
+    if (layernorm_backward_rows<T>(d, (T *)dinp, dw, db, (const T *)dout, (const T *)inp,
+                                   (const T *)w, mean, rstd, N, C))
+        return;
+    /* Wider rows: one pass (layernorm_backward_fused_kernel) when both parts are wanted,
      * its partials fit the Dev's scratch and its shared memory the device (C
      * up to about 3600); else the two kernels below, each only when its part
      * is wanted (dinp NULL: the weights' gradients alone, as a pipeline's

@@ -669,6 +669,113 @@ static void test16_layernorm(Test *t, Dev *c16, int N, int C) {
     free(dout); free(dinp); free(dw); free(db);
 }
 
+/* LayerNorm's backward alone, in the Dev's dtype against ref (cpu_ops for
+ * float32, the CPU's bf16 table for bf16), as training calls it: the whole
+ * (dinp, dw, db accumulated), the input gradient alone (dw, db NULL: a split
+ * backward's first half), the weights' alone (dinp NULL: its deferred half);
+ * then the whole twice more from the same start, the same bits both times
+ * (under the emulation, whose schedule is itself fixed, this checks that no
+ * output depends on anything but the inputs: a GPU's run-to-run determinism
+ * needs the lease). The shapes pick kernels.cu's paths: C <= 1024 the rows
+ * kernel (16-byte vectors where C is a multiple of the width, scalar where
+ * not, or where mis starts dinp, dout and inp one element past an aligned
+ * address), wider the older ones; N past 64 gives several blocks' partials. */
+static void test_lnb(Test *t, Dev *ref, int N, int C, int mis) {
+    const int bf = ref->ops->dtype == DT_BF16;
+    const size_t es = bf ? 2 : 4, NC = (size_t)N * C;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d%s (backward alone)", N, C, mis ? " misaligned" : "");
+    /* host: inp [N,C] (a mean away from 0), w [C], dout [N,C], dinp0 [N,C], in
+     * the dtype; dw0, db0 [C] float; mean, rstd [N] from ref's forward */
+    void *inp = xmalloc(NC * es), *w = xmalloc(C * es), *dout = xmalloc(NC * es), *dinp0 = xmalloc(NC * es);
+    void *out = xmalloc(NC * es), *bias = xmalloc(C * es);
+    void *arrays[6] = {inp, w, dout, dinp0, out, bias};
+    const size_t counts[6] = {NC, (size_t)C, NC, NC, NC, (size_t)C};
+    const float scales[6] = {2.0f, 1.0f, 1.0f, 0.5f, 0.0f, 1.0f}, shifts[6] = {0.3f, 0, 0, 0, 0, 0};
+    for (int a = 0; a < 6; a++)
+        for (size_t i = 0; i < counts[a]; i++) {
+            const float v = scales[a] * urand(t) + shifts[a];
+            if (bf) ((uint16_t *)arrays[a])[i] = bf16_from_f32(v);
+            else ((float *)arrays[a])[i] = v;
+        }
+    float *dw0 = host_rand(t, C, 0.5f), *db0 = host_rand(t, C, 0.5f);
+    float *mean = host_nan(N), *rstd = host_nan(N);
+    ref->ops->layernorm_forward(ref, out, mean, rstd, inp, w, bias, N, C);
+
+    /* device: the row arrays mis elements past their allocation's start */
+    const size_t off = mis ? es : 0;
+    char *a_inp = dev_alloc(&t->gpu, NC * es + 16), *a_dout = dev_alloc(&t->gpu, NC * es + 16);
+    char *a_dinp = dev_alloc(&t->gpu, NC * es + 16);
+    void *g_inp = a_inp + off, *g_dout = a_dout + off, *g_dinp = a_dinp + off;
+    dev_from_host(&t->gpu, g_inp, inp, NC * es);
+    dev_from_host(&t->gpu, g_dout, dout, NC * es);
+    void *g_w = gpu_put(t, w, C * es);
+    float *g_mean = gpu_put(t, mean, N * 4), *g_rstd = gpu_put(t, rstd, N * 4);
+    float *g_dw = gpu_put(t, dw0, C * 4), *g_db = gpu_put(t, db0, C * 4);
+
+    void *dinp = xmalloc(NC * es);
+    float *dw = xmalloc(C * 4), *db = xmalloc(C * 4);
+    const char *modes[3] = {"", " (dw, db NULL)", " (dinp NULL)"};
+    void *got[2][3] = {{NULL}};  /* two runs of the whole: dinp, dw, db as bytes */
+    for (int mode = 0; mode < 5; mode++) {
+        const int m = mode < 3 ? mode : 0;  /* 3, 4: the whole again, for the bits */
+        memcpy(dinp, dinp0, NC * es);
+        memcpy(dw, dw0, C * 4);
+        memcpy(db, db0, C * 4);
+        dev_from_host(&t->gpu, g_dinp, dinp0, NC * es);
+        dev_from_host(&t->gpu, g_dw, dw0, C * 4);
+        dev_from_host(&t->gpu, g_db, db0, C * 4);
+        void *rd = m == 2 ? NULL : dinp, *gd = m == 2 ? NULL : g_dinp;
+        float *rw = m == 1 ? NULL : dw, *rb = m == 1 ? NULL : db;
+        float *gw = m == 1 ? NULL : g_dw, *gb = m == 1 ? NULL : g_db;
+        t->gpu.ops->layernorm_backward(&t->gpu, gd, gw, gb, g_dout, g_inp, g_w, g_mean, g_rstd, N, C);
+        if (mode >= 3) {
+            void **r = got[mode - 3];
+            r[0] = xmalloc(NC * es), r[1] = xmalloc(C * 4), r[2] = xmalloc(C * 4);
+            dev_to_host(&t->gpu, r[0], g_dinp, NC * es);
+            dev_to_host(&t->gpu, r[1], g_dw, C * 4);
+            dev_to_host(&t->gpu, r[2], g_db, C * 4);
+            continue;
+        }
+        ref->ops->layernorm_backward(ref, rd, rw, rb, dout, inp, w, mean, rstd, N, C);
+        char what[64];
+        snprintf(what, sizeof what, "dinp%s", modes[m]);
+        if (bf) compare16(t, "layernorm_backward", what, shape, g_dinp, dinp, NC);  /* m 2: unchanged */
+        else compare_gpu(t, "layernorm_backward", what, shape, g_dinp, dinp, NC);
+        snprintf(what, sizeof what, "dw%s", modes[m]);
+        (bf ? compare16f : compare_gpu)(t, "layernorm_backward", what, shape, g_dw, dw, C);
+        snprintf(what, sizeof what, "db%s", modes[m]);
+        (bf ? compare16f : compare_gpu)(t, "layernorm_backward", what, shape, g_db, db, C);
+    }
+    const int same = memcmp(got[0][0], got[1][0], NC * es) == 0 && memcmp(got[0][1], got[1][1], C * 4) == 0 &&
+                     memcmp(got[0][2], got[1][2], C * 4) == 0;
+    char name[128];
+    snprintf(name, sizeof name, "%slayernorm_backward deterministic" TAG_FMT, bf ? "bf16 " : "", TAG);
+    check(&t->checks, same, name, "%s: dinp, dw, db of two runs %s", shape, same ? "bitwise equal" : "differ");
+
+    dev_free(&t->gpu, a_inp, NC * es + 16); dev_free(&t->gpu, a_dout, NC * es + 16);
+    dev_free(&t->gpu, a_dinp, NC * es + 16);
+    gpu_drop(t, g_w, C * es); gpu_drop(t, g_mean, N * 4); gpu_drop(t, g_rstd, N * 4);
+    gpu_drop(t, g_dw, C * 4); gpu_drop(t, g_db, C * 4);
+    for (int a = 0; a < 6; a++) free(arrays[a]);
+    for (int r = 0; r < 2; r++) for (int k = 0; k < 3; k++) free(got[r][k]);
+    free(dw0); free(db0); free(mean); free(rstd); free(dinp); free(dw); free(db);
+}
+
+/* The shapes of test_lnb, in the Dev's dtype (its comment says what each takes). */
+static void test_lnb_shapes(Test *t, Dev *ref) {
+    test_lnb(t, ref, 37, 45, 0);     /* C odd: scalar */
+    test_lnb(t, ref, 130, 768, 0);   /* GPT-2's C; 3 chunks, the last of 2 rows */
+    test_lnb(t, ref, 200, 776, 0);   /* 3 * 256 + 8: the last vector column reached by few lanes */
+    test_lnb(t, ref, 67, 1020, 0);   /* float32 vectors (8 a lane, the last partial); bf16 scalar */
+    test_lnb(t, ref, 70, 1024, 0);   /* the widest the rows kernel takes */
+    test_lnb(t, ref, 66, 250, 0);    /* not whole vectors in either dtype: scalar, 8 a lane */
+    test_lnb(t, ref, 37, 768, 1);    /* misaligned rows: scalar, 24 a lane */
+    test_lnb(t, ref, 1, 8, 0);       /* one row: 7 of a block's 8 warps have none */
+    test_lnb(t, ref, 2100, 72, 0);   /* 33 blocks' partials: each of the sum's 16 lanes adds 2 or 3 */
+    test_lnb(t, ref, 65, 1032, 0);   /* wider: the older one-pass kernel */
+}
+
 static void test16_matmul(Test *t, Dev *c16, int N, int C, int OC) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
@@ -852,6 +959,7 @@ int main(void) {
     test_layernorm(&t, 1, 1);
     test_layernorm(&t, 1024, 768);
     test_layernorm(&t, 3, 4000);  /* too wide for the one-pass backward's shared memory: two kernels */
+    test_lnb_shapes(&t, &t.cpu);
 
     test_matmul(&t, 37, 45, 77, 1);
     test_matmul(&t, 37, 45, 77, 0);
@@ -913,6 +1021,7 @@ int main(void) {
     test16_layernorm(&t, &c16, 37, 45);
     test16_layernorm(&t, &c16, 64, 256);
     test16_layernorm(&t, &c16, 1024, 768);
+    test_lnb_shapes(&t, &c16);
     test16_matmul(&t, &c16, 37, 45, 77);
     test16_matmul(&t, &c16, 200, 72, 136);
     /* emulated: the qkv proportions, and test_gemm's emulated fc shape
