@@ -10,7 +10,8 @@
  *    (what gpt_build allocates), zero_memory_formula (the ZeRO paper's
  *    accounting zero_memory prints), gpt_acts_formula x pp_sets_in_flight
  *    (what pp_build allocates: one set of activations a micro-batch in
- *    flight, the schedule's peak);
+ *    flight, the schedule's peak), gpt_scratch_formula (the backward's
+ *    scratch beside them), cp's ring buffers;
  *  - bytes a step in each group, the formulas test_dp, test_tp and test_3d
  *    check --comm-stats against (bus bytes, nccl-tests convention), cp's
  *    ring (cp.c) among them;
@@ -117,14 +118,26 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     m.has_head = 0;
     r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
     m.has_head = s.has_head;
-    /* cp's own buffers (cp.c), made once and kept: the ring's kv[2] and dkv[2]
-     * [B,T,2C/tp] (the block in hand, the one arriving, their gradients) and
-     * D [B,NH/tp,T] floats, and on the embedding's stage the position rows of
+    /* cp's own buffers (cp.c's cp_reserve), made once and kept: the ring's
+     * kv[2] [B,T,2C/tp] in the dtype (the block in hand and the one arriving:
+     * the receive buffer) and their gradients dkv[2] in float32, D
+     * [B,NH/tp,T] floats, on a GPU the float32 accumulator [B,T,C/tp] (the
+     * output's merge, dq), and on the embedding's stage the position rows of
      * its chunks and their gradient, wpe and dwpe [T,C] floats. train's memory
      * line counts them with the activations; so does the planner. */
-    double kv = (double)B * T * 2 * (C / tp) * m.esz;   /* one block of the ring, in bytes */
-    if (ncp > 1) r->ring = 4 * kv + 4.0 * B * (NH / tp) * T + (s.has_embed ? 2 * 4.0 * T * C : 0);
+    double kv = (double)B * T * 2 * (C / tp);   /* one block of the ring, in elements */
+    if (ncp > 1)
+        r->ring = 2 * kv * m.esz + 2 * kv * 4 + 4.0 * B * (NH / tp) * T + (c->cpu ? 0 : kv / 2 * 4) +
+                  (s.has_embed ? 2 * 4.0 * T * C : 0);
     r->acts += r->ring;
+    /* the backward's scratch, one for all the sets (gpt.c's scratch_rows, and
+     * attention's backward: on one CPU rank the gradient of the B NH T T
+     * probabilities, on one GPU flash's dq accumulator [B,T,C/tp] and D
+     * [B,NH/tp,T] floats, attention.cu's tc_flash_scratch_floats; under cp
+     * the ring's buffers above). Not in train's activations: its memory line
+     * prints it apart, as the planner does. */
+    size_t att_scratch = ncp > 1 ? 0 : c->cpu ? B * (NH / tp) * T * T : B * T * (C / tp) + B * (NH / tp) * T;
+    r->scratch = (double)gpt_scratch_formula(&m, (int)B, (int)T, att_scratch);
     /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
      * the gradients of the unit in backward and of the one before it (whose
      * reduction completes one unit later), the embedding's two at once, and
@@ -137,7 +150,7 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     double unit = fmax(layer, s.has_embed || s.has_head ? wte : 0);
     double g = 2 * unit + (s.has_embed ? wpe : 0) + (P == 1 ? wte : 0);
     r->transient = 4 * (l->zero == 3 ? g + 2 * unit : l->zero == 2 ? g : 0);
-    r->total = r->params + r->grads + (l->offload ? 0 : r->optim) + r->acts + r->transient;
+    r->total = r->params + r->grads + (l->offload ? 0 : r->optim) + r->acts + r->scratch + r->transient;
 
     /* bytes a step, row by row of --comm-stats */
     double *x = r->bytes, esz = m.esz, act = (double)B * T * C * esz;
@@ -201,8 +214,8 @@ int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const
         PlanRank r;
         if (plan_rank(cfg, c, l, rank / (l->tp * l->cp * l->dp), &r) != 0) return -1;
         fprintf(f, "plan rank %d: params %.6g MB, grads %.6g MB, optimizer %.6g MB, activations %.6g MB, "
-                   "transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6, r.acts / 1e6,
-                r.transient / 1e6);
+                   "scratch %.6g MB, transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6,
+                r.acts / 1e6, r.scratch / 1e6, r.transient / 1e6);
         for (int i = 0; i < PLAN_NROWS; i++)
             if (r.bytes[i] > 0) fprintf(f, "plan rank %d: %-15s %-6s %.0f\n", rank, row_kind[i], row_group[i], r.bytes[i]);
     }
@@ -426,11 +439,11 @@ static void print_layout(const PlanResult *p) {
         snprintf(cp, sizeof cp, " cp %d", l->cp);
         snprintf(ring, sizeof ring, " cp %.3g", rows_sum(w, PLAN_CP_SEND, PLAN_CP_RECV) / 1e6);
     }
-    printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
+    printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d s %.2f t %.2f)"
            " | tp %.3g dp %.3g pp %.3g embed %.3g%s MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
            l->dp, cp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
-           w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
+           w->optim / 1e9, w->acts / 1e9, w->sets, w->scratch / 1e9, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
            rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, ring, p->bubble, p->step,
            100 * p->mfu);
@@ -538,8 +551,8 @@ int plan_main(int argc, char **argv) {
     else
         printf("plan: cluster %d GPUs (%d nodes of %d), %.0f GB, %.1f TFLOP/s, %.0f GB/s in a node, %.0f GB/s between\n",
                c.gpus, nodes, c.per_node, c.mem_gb, c.tflops, c.intra_gbs, c.inter_gbs);
-    printf("assumptions: memory = train's memory line (gpt_shard_params, zero_memory_formula, gpt_acts_formula x sets in flight)"
-           " + ZeRO-2/3 unit buffers; %s activations; 1 GB = 1e9 bytes; compute 6N + 12LTC flops a token at %.0f%% of peak,"
+    printf("assumptions: memory = train's memory line (gpt_shard_params, zero_memory_formula, gpt_acts_formula x sets in flight,"
+           " the backward's scratch gpt_scratch_formula) + ZeRO-2/3 unit buffers; %s activations; 1 GB = 1e9 bytes; compute 6N + 12LTC flops a token at %.0f%% of peak,"
            " + each layer forward recompute repeats; comm latency %.0f us + bytes / bus bandwidth, tp in a node, dp in a node when tp x dp fits;"
            " %.0f%% of the dp reduction hidden behind backward; step = %s + (tp + pp) / (1 - bubble) + dp;"
            " offload: 16 bytes a parameter over 25 GB/s PCIe\n",

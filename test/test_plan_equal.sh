@@ -7,9 +7,11 @@
 # composed with dp, tp and sp, pp, ZeRO), ./train runs one step with --comm-stats and prints every rank's
 # memory line; ./train --plan-layout, given the same flags, prints what
 # plan.c predicts for each rank. They must agree:
-#  - params, grads, optimizer and activations of every rank: the memory
-#    line's measured bytes (what gpt.c, zero.c and pp.c allocated) equal the
-#    planner's to the 6 digits printed;
+#  - params, grads, optimizer, activations and the backward's scratch of
+#    every rank: the memory line's measured bytes (what gpt.c, zero.c, pp.c
+#    and cp.c allocated) equal the planner's to the 6 digits printed (the
+#    scratch, which the planner did not count before issue 41's memory
+#    table found the resident saving short of it, included);
 #  - every --comm-stats row (operation, group) of every rank: bus bytes equal
 #    the planner's exactly, rows absent on one side counted as 0.
 # ZeRO-2/3's transient unit buffers (a peak measured after the run, which
@@ -29,7 +31,7 @@ from_train() {
     /^\[rank [0-9]+\] / { rank = substr($2, 1, length($2) - 1) + 0; sub(/^\[rank [0-9]+\] /, "", line) }
     line ~ /^memory rank [0-9]+: params / {
         n = split(line, w, /[ ,]+/)
-        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations")
+        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations" || w[i] == "scratch")
             print rank, w[i], w[i + 1]
     }
     line ~ /^memory rank [0-9]+: transient/ { n = split(line, w, " "); print rank, "transient", w[n - 1] }
@@ -42,7 +44,7 @@ from_plan() {
     awk '
     /^plan rank [0-9]+: params / {
         rank = $3 + 0; n = split($0, w, /[ ,]+/)
-        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations" || w[i] == "transient")
+        for (i = 1; i < n; i++) if (w[i] == "params" || w[i] == "grads" || w[i] == "optimizer" || w[i] == "activations" || w[i] == "scratch" || w[i] == "transient")
             if (w[i] != "transient" || w[i + 1] + 0 > 0) print rank, w[i], w[i + 1]
         next
     }
