@@ -179,9 +179,10 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     }
     if (ncp > 1) {   /* the ring, a micro-batch (cp.c): each layer forward passes the kv block on N - 1 times
                       (and again in each forward recompute repeats), each backward N - 1 times and its
-                      gradient N times, the last hop taking it home; a pass sends one block and receives one */
-        double passes = (ncp - 1.0) * (s.nlayers + r->recomputed) + (2.0 * ncp - 1) * s.nlayers;
-        x[PLAN_CP_SEND] = x[PLAN_CP_RECV] = M * passes * kv;
+                      gradient N times, the last hop taking it home; a pass sends one block and receives one,
+                      the block in the dtype, its gradient in float32 */
+        double passes = (ncp - 1.0) * (s.nlayers + r->recomputed) + (ncp - 1.0) * s.nlayers;
+        x[PLAN_CP_SEND] = x[PLAN_CP_RECV] = M * (passes * kv * m.esz + (double)ncp * s.nlayers * kv * 4);
     }
     double N4 = 4 * N;
     x[PLAN_DP_AR] = bus_ar(D, 4) + (l->zero >= 1 ? norm_ar(D) : 0);   /* the loss; the norm of owned shards */
@@ -265,15 +266,16 @@ static double compute_wall(const PlanCluster *c, const Layout *l, double bubble,
 /* Seconds a step of cp's ring leaves exposed on a rank of stage w (cp.c's
  * passes over the cp group's link, which sits next to tp's: inside a node
  * while tp x cp ranks fit one). A pass sends the block in hand, kv = B
- * (T/N) 2 (C/tp) bytes, to the next rank and receives the next; on GPUs it
- * runs beside the attention of the block in hand, and only what that
- * compute does not cover is exposed:
+ * (T/N) 2 (C/tp) elements in the dtype, or its gradient dkv, as many in
+ * float32, to the next rank and receives the next; on GPUs it runs beside
+ * the attention of the block in hand, and only what that compute does not
+ * cover is exposed:
  *   a layer forward:   (N - 1) max(0, t(kv) - a)
- *   a layer backward:  (N - 1) max(0, 2 t(kv) - 2a) + t(kv)
+ *   a layer backward:  (N - 1) max(0, t(kv) + t(dkv) - 2a) + t(dkv)
  *     (the block and its gradient move on while the next block's backward
  *     runs; the gradient's last hop home has no block left to hide behind)
- * t(b) = latency + b / bandwidth; a = the forward attention of one block,
- * the causal half of its 4 B (T/N)^2 (C/tp) flops (dealt in pairs, every
+ * t(b) = latency + b's bytes / bandwidth; a = the forward attention of one
+ * block, the causal half of its 4 B (T/N)^2 (C/tp) flops (dealt in pairs, every
  * block but a rank's own is exactly half visible) at the matmuls' rate;
  * backward twice that. Layer forwards: the stage's layers and each forward
  * recompute repeats, M times a step; backwards, the layers M times. CPU
@@ -282,10 +284,11 @@ static double ring_time(const GPTConfig *cfg, const PlanCluster *c, const Layout
     int N = l->cp;
     if (N <= 1) return 0;
     double Tl = (double)l->seq / N, Cl = (double)cfg->dim / l->tp;
-    double kv = l->batch * Tl * 2 * Cl * (c->cpu ? 4 : 2);
+    double kv = l->batch * Tl * 2 * Cl;   /* elements of a block */
     double a = c->cpu ? 0 : 2.0 * l->batch * Tl * Tl * Cl / (c->tflops * 1e12 * MFU_RATE);
-    double t_kv = link_time(c, kv, 1, l->tp * N <= c->per_node);
-    double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, 2 * t_kv - 2 * a) + t_kv;
+    int inside = l->tp * N <= c->per_node;
+    double t_kv = link_time(c, kv * (c->cpu ? 4 : 2), 1, inside), t_dkv = link_time(c, kv * 4, 1, inside);
+    double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, t_kv + t_dkv - 2 * a) + t_dkv;
     return l->micro_batches * ((w->layers + w->recomputed) * fwd + w->layers * bwd);
 }
 
