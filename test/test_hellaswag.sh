@@ -6,7 +6,8 @@
 # (the score "at the end"), on one rank and on these layouts: dp 2 x tp 2,
 # pp 2 (two rows a forward: --batch 2), ZeRO-3 over dp 2 (25 examples over 2
 # ranks: the shorter block repeats a forward), tp 2 with --sp, and context
-# parallelism (cp 2; cp 4, two rows a forward; dp 2 x cp 2; cp 2 x pp 2:
+# parallelism (cp 2; cp 4, two rows a forward; dp 2 x cp 2, also under
+# ZeRO-3, which gathers over dp x cp; cp 2 x pp 2:
 # each cp rank runs its chunks of the rows, the losses put back together
 # over the cp group). Each count
 # must equal PyTorch's on the same model (test/reference.py hellaswag, in
@@ -105,7 +106,8 @@ for layout in "one rank|--batch 4" "dp 2 x tp 2|--ranks 4 --dp 2 --tp 2 --batch 
               "pp 2, two rows a forward|--ranks 2 --pp 2 --batch 2" "ZeRO-3 over dp 2|--ranks 2 --zero 3 --batch 4" \
               "tp 2 with --sp, three rows a forward|--ranks 2 --tp 2 --sp --batch 3" \
               "cp 2|--ranks 2 --cp 2 --batch 4" "cp 4, two rows a forward|--ranks 4 --cp 4 --batch 2" \
-              "dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --batch 4" "cp 2 x pp 2|--ranks 4 --cp 2 --pp 2 --batch 4"; do
+              "dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --batch 4" "cp 2 x pp 2|--ranks 4 --cp 2 --pp 2 --batch 4" \
+              "ZeRO-3 over dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --zero 3 --batch 4"; do
     name=${layout%%|*}
     score "$name" $OUT/hs.bin ${layout#*|} || continue
     [ -z "$one" ] && one=$got
