@@ -568,8 +568,9 @@ int plan_main(int argc, char **argv) {
                " and attention's log-sum-exp for seq / cp tokens a rank; ZeRO and the dp reduction over dp x cp; the ring"
                " (cp.c) next to tp, in a node when tp x cp fits, its kv blocks %s, each pass exposed where it outlasts"
                " one block's attention (the causal half of 4 B (seq/cp)^2 C/tp flops; backward twice that, the"
-               " gradient's last hop home exposed whole); train runs cp on CPU ranks only so far (--device cpu)\n",
-               c.cpu ? "float32, nothing hidden (the shared-memory sendrecv blocks)" : "bf16 on a stream beside the attention");
+               " gradient's last hop home exposed whole); --layout auto takes cp on CPU ranks only so far (the GPU's ring"
+               " kernels are a plain first version)\n",
+               c.cpu ? "float32, nothing hidden (the shared-memory sendrecv blocks)" : "bf16 (their gradients float32) on a stream beside the attention");
     const char *kinds[] = {"does not fit in memory", "the model does not divide (tp | heads, pp <= layers)",
                            all[0].l.cp > 1 ? "tp (or tp x cp) crosses nodes" : "tp crosses nodes"};
     for (int k = 0; k < 3; k++)
