@@ -7,7 +7,7 @@
 #   make bench-plan   the planner's predicted step times beside measured ones on 4 CPU ranks
 #   make bench-data   the data loader: RSS, PSS and tokens/s with 1 and 30 shards
 #   make bench-pipeline  the pipeline bubble measured from a trace under each schedule, beside its formula
-#   make bench-cp     context parallelism's memory at T 4096: counted and resident, cp 1, 2, 4 (LAYERS=4)
+#   make bench-cp     context parallelism's memory at T 4096: planner and resident, cp 1, 2, 4, each --recompute-mode
 #   make bench        (GPU) every kernel at GPT-2 124M's shapes against cuBLAS, the copy
 #                     bandwidth and PyTorch's SDPA; then GPT-2 124M end to end beside PyTorch
 #

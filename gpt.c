@@ -260,14 +260,22 @@ void gpt_segments(const GPT *m, size_t offset, size_t count,
     }
 }
 
+/* The backward scratch for n rows, in bytes: dx, dln, full [n,C], datty
+ * [n,C/tp], dqkv [n,3C/tp], dfch, dfchg [n,4C/tp] in the dtype (esz), the
+ * seven buffers of scratch_rows in its order. */
+static void scratch_rows_bytes(const GPT *m, size_t n, size_t bytes[7]) {
+    size_t C = m->cfg.dim, tp = m->tp, e = m->esz;
+    size_t b[7] = {n * C * e, n * C * e, n * C / tp * e, n * 3 * C / tp * e, n * 4 * C / tp * e,
+                   n * 4 * C / tp * e, n * C * e};
+    memcpy(bytes, b, sizeof b);
+}
+
 /* The backward scratch for max_bt rows (n), made (alloc 1) or freed (0):
- * dx, dln, full [n,C], datty [n,C/tp], dqkv [n,3C/tp], dfch, dfchg
- * [n,4C/tp] in the dev's dtype, and sp_dw [2C] float32. */
+ * scratch_rows_bytes's seven buffers, and sp_dw [2C] float32. */
 static void scratch_rows(GPT *m, int alloc) {
-    size_t C = m->cfg.dim, n = (size_t)m->max_bt, tp = m->tp, e = m->esz;
+    size_t C = m->cfg.dim, bytes[7];
     void **buf[] = {&m->dx, &m->dln, &m->datty, &m->dqkv, &m->dfch, &m->dfchg, &m->full};
-    size_t bytes[] = {n * C * e, n * C * e, n * C / tp * e, n * 3 * C / tp * e, n * 4 * C / tp * e,
-                      n * 4 * C / tp * e, n * C * e};
+    scratch_rows_bytes(m, (size_t)m->max_bt, bytes);
     for (int k = 0; k < 7; k++) {
         if (alloc) *buf[k] = dev_alloc(m->dev, bytes[k]);
         else dev_free(m->dev, *buf[k], bytes[k]);
@@ -283,6 +291,17 @@ static size_t att_floats(const GPT *m, int B, int T, size_t *scratch) {
     if (!m->cp) return m->dev->ops->attention_floats(B, T, m->cfg.dim / m->tp, m->cfg.heads / m->tp, scratch);
     if (scratch) *scratch = 0;
     return (size_t)B * (m->cfg.heads / m->tp) * T;
+}
+
+size_t gpt_scratch_formula(const GPT *m, int B, int T, size_t att_scratch) {
+    size_t bytes[7], sum = 2 * (size_t)m->cfg.dim * 4 + att_scratch * 4;
+    scratch_rows_bytes(m, (size_t)B * T, bytes);
+    for (int k = 0; k < 7; k++) sum += bytes[k];
+    return sum;
+}
+
+size_t gpt_scratch_bytes(const GPT *m) {
+    return (m->max_bt ? gpt_scratch_formula(m, m->max_bt, 1, 0) : 0) + m->datt_floats * 4;
 }
 
 /* Sized for the largest B*T seen, and attention's scratch for the largest

@@ -253,6 +253,14 @@ size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s);
 size_t gpt_acts_formula(const GPT *m, int B, int T, size_t att_stride, int cuda);
 /* The B->W stash's part of it (0 without split_backward). */
 size_t gpt_stash_formula(const GPT *m, int B, int T);
+/* Bytes of the backward's scratch, kept beside the sets and shared by them
+ * (gpt.c's scratch_rows: 15 C (tp 1) elements a token of B*T in the dtype,
+ * sp_dw's 2C floats; and att_scratch floats of attention's backward, the
+ * ops' attention_floats scratch, 0 under cp): from the shape alone (m as
+ * for gpt_acts_formula: cfg, tp, esz). gpt_scratch_bytes: what m holds now
+ * (0 before its first set of activations). */
+size_t gpt_scratch_formula(const GPT *m, int B, int T, size_t att_scratch);
+size_t gpt_scratch_bytes(const GPT *m);
 
 /* The shard of one rank holding everything. */
 GPTShard gpt_whole(const GPTConfig *cfg);

@@ -10,7 +10,8 @@
  *    (what gpt_build allocates), zero_memory_formula (the ZeRO paper's
  *    accounting zero_memory prints), gpt_acts_formula x pp_sets_in_flight
  *    (what pp_build allocates: one set of activations a micro-batch in
- *    flight, the schedule's peak);
+ *    flight, the schedule's peak), gpt_scratch_formula (the backward's
+ *    scratch beside them), cp's ring buffers;
  *  - bytes a step in each group, the formulas test_dp, test_tp and test_3d
  *    check --comm-stats against (bus bytes, nccl-tests convention), cp's
  *    ring (cp.c) among them;
@@ -117,14 +118,26 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     m.has_head = 0;
     r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
     m.has_head = s.has_head;
-    /* cp's own buffers (cp.c), made once and kept: the ring's kv[2] and dkv[2]
-     * [B,T,2C/tp] (the block in hand, the one arriving, their gradients) and
-     * D [B,NH/tp,T] floats, and on the embedding's stage the position rows of
+    /* cp's own buffers (cp.c's cp_reserve), made once and kept: the ring's
+     * kv[2] [B,T,2C/tp] in the dtype (the block in hand and the one arriving:
+     * the receive buffer) and their gradients dkv[2] in float32, D
+     * [B,NH/tp,T] floats, on a GPU the float32 accumulator [B,T,C/tp] (the
+     * output's merge, dq), and on the embedding's stage the position rows of
      * its chunks and their gradient, wpe and dwpe [T,C] floats. train's memory
      * line counts them with the activations; so does the planner. */
-    double kv = (double)B * T * 2 * (C / tp) * m.esz;   /* one block of the ring, in bytes */
-    if (ncp > 1) r->ring = 4 * kv + 4.0 * B * (NH / tp) * T + (s.has_embed ? 2 * 4.0 * T * C : 0);
+    double kv = (double)B * T * 2 * (C / tp);   /* one block of the ring, in elements */
+    if (ncp > 1)
+        r->ring = 2 * kv * m.esz + 2 * kv * 4 + 4.0 * B * (NH / tp) * T + (c->cpu ? 0 : kv / 2 * 4) +
+                  (s.has_embed ? 2 * 4.0 * T * C : 0);
     r->acts += r->ring;
+    /* the backward's scratch, one for all the sets (gpt.c's scratch_rows, and
+     * attention's backward: on one CPU rank the gradient of the B NH T T
+     * probabilities, on one GPU flash's dq accumulator [B,T,C/tp] and D
+     * [B,NH/tp,T] floats, attention.cu's tc_flash_scratch_floats; under cp
+     * the ring's buffers above). Not in train's activations: its memory line
+     * prints it apart, as the planner does. */
+    size_t att_scratch = ncp > 1 ? 0 : c->cpu ? B * (NH / tp) * T * T : B * T * (C / tp) + B * (NH / tp) * T;
+    r->scratch = (double)gpt_scratch_formula(&m, (int)B, (int)T, att_scratch);
     /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
      * the gradients of the unit in backward and of the one before it (whose
      * reduction completes one unit later), the embedding's two at once, and
@@ -137,7 +150,7 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     double unit = fmax(layer, s.has_embed || s.has_head ? wte : 0);
     double g = 2 * unit + (s.has_embed ? wpe : 0) + (P == 1 ? wte : 0);
     r->transient = 4 * (l->zero == 3 ? g + 2 * unit : l->zero == 2 ? g : 0);
-    r->total = r->params + r->grads + (l->offload ? 0 : r->optim) + r->acts + r->transient;
+    r->total = r->params + r->grads + (l->offload ? 0 : r->optim) + r->acts + r->scratch + r->transient;
 
     /* bytes a step, row by row of --comm-stats */
     double *x = r->bytes, esz = m.esz, act = (double)B * T * C * esz;
@@ -166,9 +179,10 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     }
     if (ncp > 1) {   /* the ring, a micro-batch (cp.c): each layer forward passes the kv block on N - 1 times
                       (and again in each forward recompute repeats), each backward N - 1 times and its
-                      gradient N times, the last hop taking it home; a pass sends one block and receives one */
-        double passes = (ncp - 1.0) * (s.nlayers + r->recomputed) + (2.0 * ncp - 1) * s.nlayers;
-        x[PLAN_CP_SEND] = x[PLAN_CP_RECV] = M * passes * kv;
+                      gradient N times, the last hop taking it home; a pass sends one block and receives one,
+                      the block in the dtype, its gradient in float32 */
+        double passes = (ncp - 1.0) * (s.nlayers + r->recomputed) + (ncp - 1.0) * s.nlayers;
+        x[PLAN_CP_SEND] = x[PLAN_CP_RECV] = M * (passes * kv * m.esz + (double)ncp * s.nlayers * kv * 4);
     }
     double N4 = 4 * N;
     x[PLAN_DP_AR] = bus_ar(D, 4) + (l->zero >= 1 ? norm_ar(D) : 0);   /* the loss; the norm of owned shards */
@@ -201,8 +215,8 @@ int plan_layout_print(FILE *f, const GPTConfig *cfg, const PlanCluster *c, const
         PlanRank r;
         if (plan_rank(cfg, c, l, rank / (l->tp * l->cp * l->dp), &r) != 0) return -1;
         fprintf(f, "plan rank %d: params %.6g MB, grads %.6g MB, optimizer %.6g MB, activations %.6g MB, "
-                   "transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6, r.acts / 1e6,
-                r.transient / 1e6);
+                   "scratch %.6g MB, transient %.6g MB\n", rank, r.params / 1e6, r.grads / 1e6, r.optim / 1e6,
+                r.acts / 1e6, r.scratch / 1e6, r.transient / 1e6);
         for (int i = 0; i < PLAN_NROWS; i++)
             if (r.bytes[i] > 0) fprintf(f, "plan rank %d: %-15s %-6s %.0f\n", rank, row_kind[i], row_group[i], r.bytes[i]);
     }
@@ -252,15 +266,16 @@ static double compute_wall(const PlanCluster *c, const Layout *l, double bubble,
 /* Seconds a step of cp's ring leaves exposed on a rank of stage w (cp.c's
  * passes over the cp group's link, which sits next to tp's: inside a node
  * while tp x cp ranks fit one). A pass sends the block in hand, kv = B
- * (T/N) 2 (C/tp) bytes, to the next rank and receives the next; on GPUs it
- * runs beside the attention of the block in hand, and only what that
- * compute does not cover is exposed:
+ * (T/N) 2 (C/tp) elements in the dtype, or its gradient dkv, as many in
+ * float32, to the next rank and receives the next; on GPUs it runs beside
+ * the attention of the block in hand, and only what that compute does not
+ * cover is exposed:
  *   a layer forward:   (N - 1) max(0, t(kv) - a)
- *   a layer backward:  (N - 1) max(0, 2 t(kv) - 2a) + t(kv)
+ *   a layer backward:  (N - 1) max(0, t(kv) + t(dkv) - 2a) + t(dkv)
  *     (the block and its gradient move on while the next block's backward
  *     runs; the gradient's last hop home has no block left to hide behind)
- * t(b) = latency + b / bandwidth; a = the forward attention of one block,
- * the causal half of its 4 B (T/N)^2 (C/tp) flops (dealt in pairs, every
+ * t(b) = latency + b's bytes / bandwidth; a = the forward attention of one
+ * block, the causal half of its 4 B (T/N)^2 (C/tp) flops (dealt in pairs, every
  * block but a rank's own is exactly half visible) at the matmuls' rate;
  * backward twice that. Layer forwards: the stage's layers and each forward
  * recompute repeats, M times a step; backwards, the layers M times. CPU
@@ -269,10 +284,11 @@ static double ring_time(const GPTConfig *cfg, const PlanCluster *c, const Layout
     int N = l->cp;
     if (N <= 1) return 0;
     double Tl = (double)l->seq / N, Cl = (double)cfg->dim / l->tp;
-    double kv = l->batch * Tl * 2 * Cl * (c->cpu ? 4 : 2);
+    double kv = l->batch * Tl * 2 * Cl;   /* elements of a block */
     double a = c->cpu ? 0 : 2.0 * l->batch * Tl * Tl * Cl / (c->tflops * 1e12 * MFU_RATE);
-    double t_kv = link_time(c, kv, 1, l->tp * N <= c->per_node);
-    double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, 2 * t_kv - 2 * a) + t_kv;
+    int inside = l->tp * N <= c->per_node;
+    double t_kv = link_time(c, kv * (c->cpu ? 4 : 2), 1, inside), t_dkv = link_time(c, kv * 4, 1, inside);
+    double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, t_kv + t_dkv - 2 * a) + t_dkv;
     return l->micro_batches * ((w->layers + w->recomputed) * fwd + w->layers * bwd);
 }
 
@@ -426,11 +442,11 @@ static void print_layout(const PlanResult *p) {
         snprintf(cp, sizeof cp, " cp %d", l->cp);
         snprintf(ring, sizeof ring, " cp %.3g", rows_sum(w, PLAN_CP_SEND, PLAN_CP_RECV) / 1e6);
     }
-    printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d t %.2f)"
+    printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d s %.2f t %.2f)"
            " | tp %.3g dp %.3g pp %.3g embed %.3g%s MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
            l->dp, cp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
            l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
-           w->optim / 1e9, w->acts / 1e9, w->sets, w->transient / 1e9,
+           w->optim / 1e9, w->acts / 1e9, w->sets, w->scratch / 1e9, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
            rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, ring, p->bubble, p->step,
            100 * p->mfu);
@@ -538,8 +554,8 @@ int plan_main(int argc, char **argv) {
     else
         printf("plan: cluster %d GPUs (%d nodes of %d), %.0f GB, %.1f TFLOP/s, %.0f GB/s in a node, %.0f GB/s between\n",
                c.gpus, nodes, c.per_node, c.mem_gb, c.tflops, c.intra_gbs, c.inter_gbs);
-    printf("assumptions: memory = train's memory line (gpt_shard_params, zero_memory_formula, gpt_acts_formula x sets in flight)"
-           " + ZeRO-2/3 unit buffers; %s activations; 1 GB = 1e9 bytes; compute 6N + 12LTC flops a token at %.0f%% of peak,"
+    printf("assumptions: memory = train's memory line (gpt_shard_params, zero_memory_formula, gpt_acts_formula x sets in flight,"
+           " the backward's scratch gpt_scratch_formula) + ZeRO-2/3 unit buffers; %s activations; 1 GB = 1e9 bytes; compute 6N + 12LTC flops a token at %.0f%% of peak,"
            " + each layer forward recompute repeats; comm latency %.0f us + bytes / bus bandwidth, tp in a node, dp in a node when tp x dp fits;"
            " %.0f%% of the dp reduction hidden behind backward; step = %s + (tp + pp) / (1 - bubble) + dp;"
            " offload: 16 bytes a parameter over 25 GB/s PCIe\n",
@@ -552,8 +568,9 @@ int plan_main(int argc, char **argv) {
                " and attention's log-sum-exp for seq / cp tokens a rank; ZeRO and the dp reduction over dp x cp; the ring"
                " (cp.c) next to tp, in a node when tp x cp fits, its kv blocks %s, each pass exposed where it outlasts"
                " one block's attention (the causal half of 4 B (seq/cp)^2 C/tp flops; backward twice that, the"
-               " gradient's last hop home exposed whole); train runs cp on CPU ranks only so far (--device cpu)\n",
-               c.cpu ? "float32, nothing hidden (the shared-memory sendrecv blocks)" : "bf16 on a stream beside the attention");
+               " gradient's last hop home exposed whole); --layout auto takes cp on CPU ranks only so far (the GPU's ring"
+               " kernels are a plain first version)\n",
+               c.cpu ? "float32, nothing hidden (the shared-memory sendrecv blocks)" : "bf16 (their gradients float32) on a stream beside the attention");
     const char *kinds[] = {"does not fit in memory", "the model does not divide (tp | heads, pp <= layers)",
                            all[0].l.cp > 1 ? "tp (or tp x cp) crosses nodes" : "tp crosses nodes"};
     for (int k = 0; k < 3; k++)

@@ -54,6 +54,7 @@ const char *plan_row_group(int i);
 typedef struct PlanRank {
     double params, grads, optim, acts;  /* train's memory line (optim wherever it lives) */
     double ring;                        /* of acts, cp's ring buffers and position rows (cp.c) */
+    double scratch;                     /* the backward's scratch the sets share (gpt_scratch_formula) */
     double transient;                   /* ZeRO-2/3 unit buffers at their peak */
     double total;                       /* on the device: the above, less offloaded optimizer state */
     double bytes[PLAN_NROWS];           /* bus bytes a step in each --comm-stats row */

@@ -239,7 +239,8 @@ void runlog_free(RunLog *l) {
     if (l->plot.path) plot_free(&l->plot);
 }
 
-/* Every rank's memory, measured and from the ZeRO formula (DESIGN.md). */
+/* Every rank's memory, measured and from the ZeRO formula (DESIGN.md), and the
+ * backward's scratch the sets share (gpt_scratch_bytes; the planner counts it too). */
 void runlog_memory(Run *r) {
     DPMemory mem;
     dp_memory(&r->dp, &mem);
@@ -247,10 +248,11 @@ void runlog_memory(Run *r) {
     if (pp_stash_bytes(&r->pp)) snprintf(stash, sizeof stash, ", of which the B->W stash %.6g MB", pp_stash_bytes(&r->pp) / 1e6);
     if (cp_bytes(&r->cp)) snprintf(ring, sizeof ring, ", of which the cp ring %.6g MB", cp_bytes(&r->cp) / 1e6);
     printf("memory rank %d: params %.6g MB (formula %.6g), grads %.6g MB (formula %.6g), "
-           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s%s)\n",
+           "optimizer %.6g MB%s (formula %.6g), activations %.6g MB (%d sets%s%s), scratch %.6g MB\n",
            r->comm.rank, mem.params / 1e6, mem.f_params / 1e6, mem.grads / 1e6, mem.f_grads / 1e6,
            (mem.optim + mem.optim_host) / 1e6, r->a.layout.offload ? " on the host" : "",
-           mem.f_optim / 1e6, (pp_acts_bytes(&r->pp) + cp_bytes(&r->cp)) / 1e6, r->pp.nsets, stash, ring);
+           mem.f_optim / 1e6, (pp_acts_bytes(&r->pp) + cp_bytes(&r->cp)) / 1e6, r->pp.nsets, stash, ring,
+           gpt_scratch_bytes(&r->model) / 1e6);
 }
 
 /* After the run: the buffers that come and go (ZeRO-2/3 units, ps staging). */

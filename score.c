@@ -22,7 +22,11 @@
  *    count is broadcast from it over the pipeline group;
  *  - ZeRO-3: a forward gathers each layer from the dp group, so every dp
  *    rank runs the same number of forwards: a rank whose block is shorter
- *    runs an example again and ignores it.
+ *    runs an example again and ignores it;
+ *  - cp: the cp ranks of a dp slot take the same examples, each the tokens
+ *    of every row that training would give it (its two chunks); their
+ *    losses are put back in place over the cp group, and each rank
+ *    chooses from the whole rows, the first of the group counting.
  * The rows are those of a micro-batch, T = --seq tokens (padded; causal
  * attention keeps the padding from the scored positions), taken --batch
  * rows at a time: with --batch 4 or more an example is one forward, with
@@ -61,16 +65,32 @@ double score_val_loss(Run *r) {
 }
 
 /* The per-position losses [4,T] of one example's rows inputs/targets [4,T],
- * run `rows` rows a forward; filled on the last stage only. */
-static void example_losses(Run *r, const int *inputs, const int *targets, int rows, int T, float *losses) {
+ * run `rows` rows a forward; filled on the last stage only. Under cp each
+ * rank runs its tokens of the rows (cp_local_tokens, as training does), and
+ * the cp group puts the whole rows' losses together: each rank's at their
+ * positions and zeros elsewhere, summed over the group (exact: at each
+ * position one term is not zero). The rows are overwritten. */
+static void example_losses(Run *r, int *inputs, int *targets, int rows, int T, float *losses) {
     GPT *m = &r->model;
     GPTActs *acts = r->pp.acts[0];   /* the head's set on the last stage */
+    int N = r->mesh.cp, Tl = T / N;
+    float *part = N > 1 ? safe_malloc((size_t)rows * Tl * sizeof(float), "a rank's losses") : NULL; /* [rows,Tl] */
+    if (N > 1) memset(losses, 0, (size_t)EVAL_COMPLETIONS * T * sizeof(float));
     for (int c = 0; c < EVAL_COMPLETIONS; c += rows) {
         int n = EVAL_COMPLETIONS - c < rows ? EVAL_COMPLETIONS - c : rows;
-        gpt_set_batch(m, acts, inputs + (size_t)c * T, targets + (size_t)c * T, n, T);
-        pp_forward(&r->pp, acts, n, T, 1);
-        if (m->has_head) dev_to_host(m->dev, losses + (size_t)c * T, acts->losses, (size_t)n * T * sizeof(float));
+        int *x = inputs + (size_t)c * T, *y = targets + (size_t)c * T;
+        if (N > 1) cp_local_tokens(x, y, n, T, N, r->mesh.cp_rank);   /* x, y [n,Tl] now */
+        gpt_set_batch(m, acts, x, y, n, Tl);
+        pp_forward(&r->pp, acts, n, Tl, 1);
+        if (!m->has_head) continue;
+        if (N == 1) { dev_to_host(m->dev, losses + (size_t)c * T, acts->losses, (size_t)n * T * sizeof(float)); continue; }
+        dev_to_host(m->dev, part, acts->losses, (size_t)n * Tl * sizeof(float));
+        for (int b = 0; b < n; b++)
+            for (int i = 0; i < Tl; i++)
+                losses[(size_t)(c + b) * T + cp_position(N, r->mesh.cp_rank, T, i)] = part[(size_t)b * Tl + i];
     }
+    if (N > 1) comm_all_reduce(&r->mesh.cp_group, NULL, losses, (size_t)EVAL_COMPLETIONS * T, COMM_F32, COMM_SUM);
+    free(part);
 }
 
 int score_hellaswag(Run *r, int *correct, int *total) {
@@ -93,7 +113,9 @@ int score_hellaswag(Run *r, int *correct, int *total) {
         if (eval_rows(es, i, T, inputs, targets, from, to) != 0)
             safe_die_usage("--eval-hellaswag: example %d needs more than --seq %d tokens", i, T);
         example_losses(r, inputs, targets, rows, T, losses);
-        if (mine && r->model.has_head && eval_choose(losses, T, from, to, NULL) == es->ex[i].label) right++;
+        /* counted once: by the first rank of the example's cp group (dp_group spans dp x cp) */
+        if (mine && r->model.has_head && r->mesh.cp_rank == 0 && eval_choose(losses, T, from, to, NULL) == es->ex[i].label)
+            right++;
     }
     if (D > 1) comm_all_reduce(&r->mesh.dp_group, NULL, &right, 1, COMM_I32, COMM_SUM);
     if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &right, 1, COMM_I32, r->mesh.pp - 1);

@@ -17,8 +17,9 @@ double score_share_loss(Run *r, double loss);
 double score_val_loss(Run *r);
 
 /* HellaSwag on --eval-hellaswag's examples, split over the dp ranks: each
- * example's four rows forward through the pipeline, the completion with the
- * lowest mean loss chosen (eval_choose). Every rank gets *correct (examples
+ * example's four rows forward through the pipeline (under cp, each cp rank
+ * its tokens of them), the completion with the lowest mean loss chosen
+ * (eval_choose). Every rank gets *correct (examples
  * whose choice is the label) and *total (the file's examples). Collective
  * over every rank (ZeRO-3's gathers: every rank runs the same forwards).
  * Returns 0 (an example longer than --seq was refused before training). */

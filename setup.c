@@ -348,9 +348,6 @@ static void check_device(Run *r) {
     if (a->layout.cp > 1 && r->kind != DEV_CUDA && a->layout.dtype != DT_F32)
         safe_die_usage("--cp %d on the CPU runs in float32 (--dtype fp32); bf16 with --cp runs on a GPU "
                        "(--device cuda)", a->layout.cp);
-    if (a->layout.cp > 1 && a->eval_hellaswag)
-        safe_die_usage("--eval-hellaswag scores whole sequences on one rank: it does not take --cp %d yet",
-                       a->layout.cp);
 }
 
 /* --show-schedule: P from --pp (or --ranks / (dp x tp)), and the rules

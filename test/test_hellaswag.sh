@@ -3,14 +3,21 @@
 # A small synthetic eval file in llm.c's format (eval.h: 25 examples of
 # random ids below the vocabulary, each fitting --seq 16) is scored by a tiny
 # model trained a few steps on test/fixtures, through --init and --steps 0
-# (the score "at the end"), on one rank and on four layouts: dp 2 x tp 2,
+# (the score "at the end"), on one rank and on these layouts: dp 2 x tp 2,
 # pp 2 (two rows a forward: --batch 2), ZeRO-3 over dp 2 (25 examples over 2
-# ranks: the shorter block repeats a forward), and tp 2 with --sp. Each count
+# ranks: the shorter block repeats a forward), tp 2 with --sp, and context
+# parallelism (cp 2; cp 4, two rows a forward; dp 2 x cp 2, also under
+# ZeRO-3, which gathers over dp x cp; cp 2 x pp 2:
+# each cp rank runs its chunks of the rows, the losses put back together
+# over the cp group). Each count
 # must equal PyTorch's on the same model (test/reference.py hellaswag, in
 # float64), except for examples whose two best completions lie within 1e-4
 # of each other, and so must each choice: relabelled with PyTorch's choices,
 # the file scores 25/25 but for those; without PyTorch, each count must
-# equal one rank's. A run with
+# equal one rank's. Under cp the choices are checked further, with or
+# without PyTorch: the file relabelled with every label k (k = 0..3) counts
+# the examples choosing k, and those four counts must be one rank's (summing
+# to 25: each example counted once over its cp group). A run with
 # --val-every 1 scores after each step and at the end, and --log records it.
 # Hostile eval files (truncated, wrong magic, a label out of range, an index
 # out of order, a token beyond the vocabulary, an example longer than --seq)
@@ -97,7 +104,10 @@ one=""
 # the layouts: one rank, then each against PyTorch (or one rank)
 for layout in "one rank|--batch 4" "dp 2 x tp 2|--ranks 4 --dp 2 --tp 2 --batch 4" \
               "pp 2, two rows a forward|--ranks 2 --pp 2 --batch 2" "ZeRO-3 over dp 2|--ranks 2 --zero 3 --batch 4" \
-              "tp 2 with --sp, three rows a forward|--ranks 2 --tp 2 --sp --batch 3"; do
+              "tp 2 with --sp, three rows a forward|--ranks 2 --tp 2 --sp --batch 3" \
+              "cp 2|--ranks 2 --cp 2 --batch 4" "cp 4, two rows a forward|--ranks 4 --cp 4 --batch 2" \
+              "dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --batch 4" "cp 2 x pp 2|--ranks 4 --cp 2 --pp 2 --batch 4" \
+              "ZeRO-3 over dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --zero 3 --batch 4"; do
     name=${layout%%|*}
     score "$name" $OUT/hs.bin ${layout#*|} || continue
     [ -z "$one" ] && one=$got
@@ -111,6 +121,22 @@ for layout in "one rank|--batch 4" "dp 2 x tp 2|--ranks 4 --dp 2 --tp 2 --batch 
     else
         [ "$got" = "$one" ] && ok "$name: $line (one rank: $one/25)" || bad "$name: $got/25 correct, one rank $one/25"
     fi
+done
+
+# cp, choice by choice: with every label k, the count is how many examples
+# choose k; each cp layout's four counts must be one rank's
+for k in 0 1 2 3; do gen $OUT/hs_all$k.bin labels "$(awk -v k=$k 'BEGIN { for (i = 0; i < 25; i++) printf "%s%d", i ? "," : "", k }')"; done
+base=""
+for layout in "one rank|--batch 4" "cp 2|--ranks 2 --cp 2 --batch 4" "cp 4, two rows a forward|--ranks 4 --cp 4 --batch 2" \
+              "dp 2 x cp 2|--ranks 4 --dp 2 --cp 2 --batch 4"; do
+    name=${layout%%|*} counts="" sum=0
+    for k in 0 1 2 3; do
+        score "$name, every label $k" $OUT/hs_all$k.bin ${layout#*|} || break
+        counts="$counts $got"; sum=$((sum + got))
+    done
+    [ -z "$base" ] && base=$counts
+    [ "$counts" = "$base" ] && [ $sum -eq 25 ] && ok "$name: examples choosing completion 0, 1, 2, 3:$counts (one rank:$base)" ||
+        bad "$name: examples choosing completion 0, 1, 2, 3: '$counts' (sum $sum), one rank:$base"
 done
 
 # --val-every 1 over 2 steps: after step 1 and at the end, each in --log

@@ -77,8 +77,8 @@ err=$(./train $T --all-schedules 2>&1 >/dev/null); rc=$?
 # Context parallelism: searched when no layout without it fits in memory.
 # GPT-2 XL's 25 heads leave tp 1 on 8 GPUs; at 524288 tokens a sequence
 # nothing fits without cp, and the plan splits the sequence (--cp 8); at
-# 1024 tokens it does not. --layout auto takes cp for CPU ranks only (train
-# runs cp on the CPU only so far): on 4 CPU ranks a sequence of 262144
+# 1024 tokens it does not. --layout auto takes cp for CPU ranks only (the
+# GPU's ring kernels are a plain first version): on 4 CPU ranks a sequence of 262144
 # tokens, whose softmax probabilities (275 GB) no rank holds, gets --cp; on GPUs
 # the same request that --plan answers with cp is refused.
 XL="--layers 48 --heads 25 --dim 1600 --vocab 50257 --max-seq 524288 --global-batch 1"
