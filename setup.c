@@ -223,8 +223,8 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
     if (l->cp > 1) safe_die_usage("--layout auto chooses --cp itself (on CPU ranks): give no --cp");
     PlanCluster c = host_cluster(r, world, cuda);
     PlanSearch ps;
-    /* cp only for CPU ranks: the GPU's ring is a plain first version (kernels.cu, no tensor cores),
-       not a layout to choose for speed yet */
+    /* cp only for CPU ranks: the GPU's ring (in bf16 on the flash kernels, else plain ones) has not
+       been timed on a GPU yet, so it is not a layout to choose for speed */
     if (plan_search(cfg, G, l->seq, &c, a->all_schedules, c.cpu, &ps) != 0) safe_die_usage("--layout auto: out of memory");
     if (!ps.nfit) {
         plan_search_free(&ps);
