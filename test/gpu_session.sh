@@ -14,17 +14,19 @@
 #   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
 #                                  tests 52-56 s, bench 69-90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu on the kernels that matter only (issue 42): the
-#                                  wgmma GEMM at fcproj dinp and attproj dinp, cuBLAS's
-#                                  beside them, and attention's forward and deterministic
-#                                  backward, picked in bench_gpu by their NVTX ranges
-#                                  (--nvtx-include) and --launch-count: tensor pipe
-#                                  utilisation, stall reasons, occupancy, memory (about 2
-#                                  minutes)
+#                                  wgmma GEMMs (ping-pong and cooperative) at fcproj
+#                                  dinp and attproj dinp, cuBLAS's beside them,
+#                                  attention's forward and deterministic backward and
+#                                  attention_sm90.cu's, picked in bench_gpu by their NVTX
+#                                  ranges (--nvtx-include) and --launch-count, and the
+#                                  LayerNorm kernels by name: tensor pipe utilisation,
+#                                  stall reasons, occupancy, memory (about 3 minutes)
 #   sh test/gpu_session.sh profile-all  ncu's time a kernel name over 2 training steps of
 #                                  make bench's model (about 7 minutes)
 #   sh test/gpu_session.sh lease   what a lease of 15 minutes runs, in one call under 10
 #                                  minutes: all (the GPU tests, make bench with PyTorch
-#                                  beside it), then profile; then cpu only in what is
+#                                  beside it), 20 steps of make bench's model with and
+#                                  without TRAIN_ATTN_SM90=1, then profile; then cpu only in what is
 #                                  left (5 minutes or more), its A/B of loop orders last and
 #                                  only if the call's 10 minutes leave a minute for it;
 #                                  its logs packed into one gpu_logs.tar.gz (under $OUT the
@@ -87,14 +89,23 @@ profile() {  # the kernels issue 42 names, and nothing else: bench_gpu's rows by
     step profile_gemm 240 ncu --clock-control none --nvtx \
         --nvtx-include "gemm fcproj dinp wgmma/" --nvtx-include "gemm attproj dinp wgmma/" \
         --nvtx-include "gemm fcproj dinp cublas/" --nvtx-include "gemm attproj dinp cublas/" \
-        --launch-count 12 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
+        --nvtx-include "gemm fcproj dinp wg-coop/" --nvtx-include "gemm attproj dinp wg-coop/" \
+        --launch-count 18 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
     grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
         "$logs/profile_gemm.log" | head -80
     # shellcheck disable=SC2086
     step profile_attention 180 ncu --clock-control none --nvtx --nvtx-include "attention fwd+bwd deterministic/" \
-        --launch-count 6 $NCU_SECTIONS ./bench/bench_gpu --only attention --reps 1 --warmup 0
+        --nvtx-include "attention forward sm90/" --nvtx-include "attention fwd+bwd sm90/" \
+        --launch-count 10 $NCU_SECTIONS ./bench/bench_gpu --only attention --reps 1 --warmup 0
     grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
         "$logs/profile_attention.log" | head -60
+    # the LayerNorm backward (its rows kernel and the partials' sum): DRAM throughput, bank
+    # conflicts, warps in flight (bench/NOTES.md, "Third round")
+    # shellcheck disable=SC2086
+    step profile_lnb 120 ncu --clock-control none --kernel-name regex:layernorm_ --launch-count 6 \
+        $NCU_SECTIONS ./bench/bench_gpu --only memory --reps 1 --warmup 0
+    grep -E '^  [A-Za-z_].*\(|Memory Throughput|DRAM Throughput|Duration|Bank Conflicts|Achieved Occupancy|Registers Per' \
+        "$logs/profile_lnb.log" | head -40
 }
 if [ "$part" = profile ]; then profile; exit 0; fi
 if [ "$part" = profile-all ]; then
@@ -175,6 +186,15 @@ if [ "$part" != tests ]; then
     tail -60 "$logs/bench.log"
 fi
 if [ "$part" = lease ]; then
+    # the step on attention_sm90.cu's kernels (opt-in, TRAIN_ATTN_SM90=1) beside the default,
+    # make bench's model and batch, 20 steps each
+    sm90="--device cuda --dtype bf16 --layers 12 --heads 12 --dim 768 --vocab 50257 --max-seq 1024 --seq 1024 \
+        --batch 16 --steps 20 --warmup 0 --data data/tinyshakespeare.txt"
+    # shellcheck disable=SC2086
+    step step_default 120 ./train $sm90
+    # shellcheck disable=SC2086
+    step step_sm90 120 env TRAIN_ATTN_SM90=1 ./train $sm90
+    grep -h '^step 20/' "$logs/step_default.log" "$logs/step_sm90.log"
     profile
     # the host's CPU (issue 23) only in what is left of the call's 10 minutes
     left=$(( 570 - ($(date +%s) - began) ))
