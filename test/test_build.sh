@@ -28,7 +28,9 @@ if [ -z "$NVCC" ]; then echo "SKIP build: nvcc not found (NCCL needs a CUDA buil
 INC=$CUDA/include/nccl.h
 LIB=$(ls $CUDA/lib64/libnccl.so.2 $CUDA/lib/libnccl.so.2 2>/dev/null | head -n 1)
 if [ ! -f "$INC" ] || [ -z "$LIB" ]; then echo "SKIP build: no nccl.h and libnccl.so.2 under $CUDA to lay out"; exit 0; fi
-for o in kernels.o matmul.o attention.o .flags-cu; do
+CU_OBJS=$(ls *.cu | sed 's/\.cu$/.o/')   # every .cu file's object (kernels.o, matmul.o, ...)
+NCU=$(echo $CU_OBJS | wc -w)
+for o in $CU_OBJS .flags-cu; do
     if [ ! -e "$o" ]; then echo "SKIP build: no $o in the main tree: run make build first"; exit 0; fi
 done
 WANT=$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v == "" ? "" : ".") $3} END{print v}' "$INC")
@@ -39,7 +41,7 @@ S=$(mktemp -d "$MAIN/test/out/build.XXXX")
 T=$S/fake
 git ls-files -z --cached --others --exclude-standard | tar --null -cf - --ignore-failed-read -T - 2>/dev/null |
     tar -xf - -C "$S"
-cp -p kernels.o matmul.o attention.o .flags-cu "$S/"
+cp -p $CU_OBJS .flags-cu "$S/"
 
 # CUDA_HOME without NCCL: every entry of the real one linked, NCCL's left out
 mkdir -p $T/cuda/include $T/cuda/lib64
@@ -112,8 +114,8 @@ if build plain; then
     else bad "same flags again: $again objects would be recompiled"; fi
     arch=$(make -C "$S" --no-print-directory -n build NVCC="$NVCC" CUDA_ARCH='-gencode arch=compute_90a,code=sm_90a' |
            grep -c 'nvcc.* -c ')
-    if [ "$arch" -eq 3 ]; then ok "CUDA_ARCH changed: make -n would rebuild the 3 .cu objects"
-    else bad "CUDA_ARCH changed: make -n would run nvcc $arch times, want 3"; fi
+    if [ "$arch" -eq "$NCU" ]; then ok "CUDA_ARCH changed: make -n would rebuild the $NCU .cu objects"
+    else bad "CUDA_ARCH changed: make -n would run nvcc $arch times, want $NCU"; fi
 fi
 t_summary build "scratch copy: $S"
 [ $fail -eq 0 ] && rm -rf "$S"
