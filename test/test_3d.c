@@ -153,6 +153,22 @@ static void bf16_layouts(Checks *c, const Model *md, const Bf16Layout *lay, size
     }
 }
 
+/* One bf16 CPU rank of md (its check named `what`, its model saved as
+ * refsave), then the layouts against it within bound, each started with
+ * the variables env (NULL: none). */
+static void bf16_model(Checks *c, const Model *md, const char *what, const char *refsave, const Bf16Layout *lay,
+                       size_t n, const char *env, double bound) {
+    Result ref;
+    run(&ref, md, "--dtype bf16 --batch 2", refsave);
+    if (check(c, ref.rc == 0 && ref.nsteps == STEPS, what, "exit %d, %d steps", ref.rc, ref.nsteps)) {
+        const char *was = run_env;
+        if (env) run_env = env;
+        bf16_layouts(c, md, lay, n, &ref, bound);
+        run_env = was;
+    }
+    train_run_free(&ref);
+}
+
 /* flags for `steps` steps against one rank's run of as many (ref, pref). */
 static void compare_steps(Checks *c, const Model *md, const char *name, const char *flags,
                           const Result *ref, const float *pref, int steps) {
@@ -574,35 +590,27 @@ int main(void) {
      * self-test catch. */
     Model flash = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 4 --dim 128 --max-seq 64 --vocab 61 --seq 64",
                    2, 128, 128, 64, 0};
-    run(&ref, &flash, "--dtype bf16 --batch 2", OUT "/flash_ref.bin");
-    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 32", "exit %d, %d steps", ref.rc,
-              ref.nsteps)) {
-        static const Bf16Layout fl[] = {
-            {"bf16, heads of 32: tp 2 sp", "--ranks 2 --tp 2 --sp --batch 2", 0},
-            {"cuda bf16, flash attention: one rank", "--device cuda --batch 2", 1},
-            {"cuda bf16, flash attention: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 2", 1},
-            /* the ring on the flash kernels (tc_flash_pair_*), chunks of 16 tokens */
-            {"cuda bf16, heads of 32: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
-        };
-        bf16_layouts(&c, &flash, fl, sizeof fl / sizeof fl[0], &ref, 4e-3);
-    }
-    train_run_free(&ref);
+    static const Bf16Layout fl[] = {
+        {"bf16, heads of 32: tp 2 sp", "--ranks 2 --tp 2 --sp --batch 2", 0},
+        {"cuda bf16, flash attention: one rank", "--device cuda --batch 2", 1},
+        {"cuda bf16, flash attention: tp 2 sp", "--device cuda --ranks 2 --tp 2 --sp --batch 2", 1},
+        /* the ring on the flash kernels (tc_flash_pair_*), chunks of 16 tokens */
+        {"cuda bf16, heads of 32: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
+    };
+    bf16_model(&c, &flash, "bf16: one rank, heads of 32", OUT "/flash_ref.bin", fl, sizeof fl / sizeof fl[0], NULL,
+               4e-3);
 
     /* The ring on the flash kernels at heads of 64 (2 of them, 128 wide):
      * cp 2 (chunks of 16 tokens) and cp 4 (chunks of 8, a rank's 16 rows in
      * one tile), against one bf16 CPU rank, the bound of the heads of 32. */
     Model flash64 = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 128 --max-seq 64 --vocab 61 --seq 64",
                      2, 128, 128, 64, 0};
-    run(&ref, &flash64, "--dtype bf16 --batch 2", OUT "/flash64_ref.bin");
-    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 64", "exit %d, %d steps", ref.rc,
-              ref.nsteps)) {
-        static const Bf16Layout fl64[] = {
-            {"cuda bf16, heads of 64: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
-            {"cuda bf16, heads of 64: cp 4", "--device cuda --ranks 4 --cp 4 --batch 2", 1},
-        };
-        bf16_layouts(&c, &flash64, fl64, sizeof fl64 / sizeof fl64[0], &ref, 4e-3);
-    }
-    train_run_free(&ref);
+    static const Bf16Layout fl64[] = {
+        {"cuda bf16, heads of 64: cp 2", "--device cuda --ranks 2 --cp 2 --batch 2", 1},
+        {"cuda bf16, heads of 64: cp 4", "--device cuda --ranks 4 --cp 4 --batch 2", 1},
+    };
+    bf16_model(&c, &flash64, "bf16: one rank, heads of 64", OUT "/flash64_ref.bin", fl64,
+               sizeof fl64 / sizeof fl64[0], NULL, 4e-3);
 
     /* Heads of 64 (2 of them, 128 wide) over 160 positions (two 128-row
      * query blocks, the second 32 rows): the GPU's one rank with
@@ -613,21 +621,10 @@ int main(void) {
      * rank on the CPU, bound 4e-3 as above. */
     Model wide = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 128 --max-seq 256 --vocab 61 --seq 160",
                   2, 128, 128, 256, 0};
-    run(&ref, &wide, "--dtype bf16 --batch 2", OUT "/wide_ref.bin");
-    if (check(&c, ref.rc == 0 && ref.nsteps == STEPS, "bf16: one rank, heads of 64", "exit %d, %d steps", ref.rc,
-              ref.nsteps)) {
-        static const Bf16Layout wl[] = {
-            {"cuda bf16, heads of 64, attention.cu's forward: one rank", "--device cuda --batch 2", 1},
-        };
-        bf16_layouts(&c, &wide, wl, sizeof wl / sizeof wl[0], &ref, 4e-3);
-        static const Bf16Layout w90[] = {
-            {"cuda bf16, heads of 64, attention_sm90.cu: one rank", "--device cuda --batch 2", 1},
-        };
-        const char *env = run_env;
-        run_env = "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a";
-        bf16_layouts(&c, &wide, w90, 1, &ref, 4e-3);
-        run_env = env;
-    }
-    train_run_free(&ref);
+    static const Bf16Layout wl[] = {{"cuda bf16, heads of 64, attention.cu's forward: one rank", "--device cuda --batch 2", 1}};
+    static const Bf16Layout w90[] = {{"cuda bf16, heads of 64, attention_sm90.cu: one rank", "--device cuda --batch 2", 1}};
+    bf16_model(&c, &wide, "bf16: one rank, heads of 64 over 160 positions", OUT "/wide_ref.bin", wl, 1, NULL, 4e-3);
+    bf16_model(&c, &wide, "bf16: one rank, heads of 64 over 160 positions (for attention_sm90.cu)",
+               OUT "/wide_ref90.bin", w90, 1, "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a", 4e-3);
     return check_done(&c);
 }

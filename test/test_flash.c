@@ -138,6 +138,14 @@ static void reference(int B, int T, int C, int NH, const float *qkv, const float
     }
 }
 
+/* h[n] = bf16 of amp * uniform(-1, 1) (urand), f[n] = the floats they are exactly. */
+static void bf16_random(uint16_t *h, float *f, size_t n, float amp, Rng *rng) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf16_from_f32(amp * urand(rng));
+        f[i] = bf16_to_f32(h[i]);
+    }
+}
+
 /* max |got - want| / max |ref| over n values with stride `step` between rows
  * of `width` values (a channel range of a [rows][step] buffer); infinite on
  * a NaN. got is bf16; want is what got should hold, ref the magnitude scale. */
@@ -195,14 +203,8 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
     /* inputs, as bf16 and as the floats they are exactly */
     uint16_t *qkv16 = xmalloc(nqkv * 2), *dout16 = xmalloc(nout * 2);
     float *qkvf = xmalloc(nqkv * sizeof(float)), *doutf = xmalloc(nout * sizeof(float));
-    for (size_t i = 0; i < nqkv; i++) {
-        qkv16[i] = bf16_from_f32(amp * urand(rng));
-        qkvf[i] = bf16_to_f32(qkv16[i]);
-    }
-    for (size_t i = 0; i < nout; i++) {
-        dout16[i] = bf16_from_f32(urand(rng));
-        doutf[i] = bf16_to_f32(dout16[i]);
-    }
+    bf16_random(qkv16, qkvf, nqkv, amp, rng);
+    bf16_random(dout16, doutf, nout, 1.0f, rng);
 
     double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
     double *rgrad = calloc(nqkv, sizeof(double));
@@ -641,14 +643,8 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
     double *rout = calloc(nout, sizeof(double)), *rlse = calloc(nlse, sizeof(double));
     double *rgrad = calloc(nqkv, sizeof(double)), *want = xmalloc(nqkv * sizeof(double));
     if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
-    for (size_t i = 0; i < nqkv; i++) {
-        qkv16[i] = bf16_from_f32(amp * urand(rng));
-        qkvf[i] = bf16_to_f32(qkv16[i]);
-    }
-    for (size_t i = 0; i < nout; i++) {
-        dout16[i] = bf16_from_f32(urand(rng));
-        doutf[i] = bf16_to_f32(dout16[i]);
-    }
+    bf16_random(qkv16, qkvf, nqkv, amp, rng);
+    bf16_random(dout16, doutf, nout, 1.0f, rng);
     void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
     void *g_dout = gpu_put(d, dout16, nout * 2);
     void *g_dqkv = gpu_fill(d, nqkv * 2, 0);

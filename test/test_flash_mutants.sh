@@ -15,7 +15,7 @@
 # test/emu/emu_transform, emu_rt.o, emu_dev.o (make test/test_flash_emu).
 cd "$(dirname "$0")/.." || exit 2
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if [ ! -f "$CUDA_HOME/include/cuda_bf16.h" ] || [ ! -x test/emu/emu_transform ] || [ ! -f test/emu/emu_rt.o ]; then
+if [ ! -f "$CUDA_HOME/include/cuda_bf16.h" ] || [ ! -x test/emu/emu_transform ] || [ ! -f test/emu/emu_rt.o ] || [ ! -f test/emu/attention_sm90_emu.o ]; then
     echo "SKIP flash mutants: needs CUDA's headers and make test/test_flash_emu first"
     exit 0
 fi
@@ -34,7 +34,8 @@ PY
            ${CXX:-g++} -O2 -std=c++17 -fno-strict-aliasing -Itest/emu -I. -I"$CUDA_HOME/include" -w \
                -c "$dir/attention_emu.cpp" -o "$dir/attention_emu.o" &&
            ${CC:-cc} -O2 -fopenmp -std=gnu11 -DUSE_CUDA -DFLASH_EMU -I. -I"$CUDA_HOME/include" -o "$dir/test_flash" \
-               test/test_flash.c "$dir/attention_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++; } \
+               test/test_flash.c "$dir/attention_emu.o" test/emu/attention_sm90_emu.o test/emu/emu_rt.o test/emu/emu_dev.o \
+               -lm -lstdc++; } \
          > "$dir/build.log" 2>&1; then
         echo "FAIL flash mutant $1: did not build: $(tail -n 1 "$dir/build.log")"; status=1; return
     fi

@@ -9,7 +9,7 @@
 # must unpack the text the repository carries, train, print a sample and
 # exit 0.
 #
-# Cheap by reuse: nvcc's objects (kernels.o, matmul.o, attention.o) and
+# Cheap by reuse: nvcc's objects (every .cu file's: kernels.o, matmul.o, ...) and
 # their stamp come from the main tree's `make build` and are touched newer
 # than the clone's sources, so nvcc does not run again (as in
 # test/test_build.sh); the C objects are compiled from the clone's sources.
@@ -31,9 +31,10 @@ git clone -q "$MAIN" "$R" || { echo "FAIL offline: git clone failed"; exit 0; }
 [ -e "$W/../shared" ] && [ "$(cd "$W/.." && pwd)" = "$(cd "$MAIN/.." && pwd)" ] &&
     { echo "FAIL offline: $W has ../shared beside it"; exit 0; }
 NV=""
-if [ -e kernels.o ] && [ -e matmul.o ] && [ -e attention.o ] && [ -e .flags-cu ]; then
-    cp -p kernels.o matmul.o attention.o .flags-cu "$R/"
-    touch "$R/kernels.o" "$R/matmul.o" "$R/attention.o"
+CU_OBJS=$(ls *.cu | sed 's/\.cu$/.o/')   # every .cu file's object
+if ls $CU_OBJS .flags-cu > /dev/null 2>&1; then
+    cp -p $CU_OBJS .flags-cu "$R/"
+    (cd "$R" && touch $CU_OBJS)
 else
     NV="NO_CUDA=1"      # nothing of nvcc's to reuse: a CPU build, as a machine without CUDA makes
 fi

@@ -26,15 +26,15 @@ wait_gone() { for i in $(seq 1 100); do pgrep -f -- "--checkpoint-dir $1 " > /de
 loop() {   # name, layout flags, checkpoint flags, steps
     name=$1; layout=$2; ckflags=$3; steps=$4; d=$OUT/$(echo "$name" | tr -c 'a-z0-9\n' '_')
     mkdir -p $d
-    t0=$(date +%s.%N)
     timeout 600 ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --save $d/straight.bin > $d/straight.log 2>&1 ||
         { bad "$name: the straight run failed (see $d/straight.log)"; return; }
-    # the one command line; its --time-limit a quarter of the straight run's wall time, so
-    # that on any machine it takes a few runs (at least one step each), at least 0.2 s (the
-    # first run's SIGUSR1 comes before its first step ends: signal_held) and at most 1 s: a
-    # straight run slowed by a loaded machine must not give the later runs, on a quieter one,
-    # a limit longer than all their steps (seen: 75 137 0, no run stopped by the clock)
-    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ t = ($2 - $1) / 4; if (t < 0.2) t = 0.2; if (t > 1) t = 1; printf "%.6f", t / 60 }')
+    # the one command line; its --time-limit shorter than any step, so that every run stops
+    # after exactly one step (stop.c: once a step is done and the clock says so) and the loop
+    # takes `steps` runs on any machine. (A limit from the straight run's time did not: a
+    # straight run slowed by a loaded machine gave the later runs, on a quieter one, a limit
+    # longer than all their steps: 75 137 0, no run stopped by the clock.) The signals of the
+    # first two runs come before their first step ends whatever the limit (signal_held).
+    tl=0.00001
     set -- ./train $D --init $OUT/init.bin $MODEL $layout --steps $steps --checkpoint-dir $d/ck --checkpoint-every 3 \
         $ckflags --resume --time-limit $tl --save $d/final.bin
     codes=""
@@ -69,22 +69,25 @@ loop() {   # name, layout flags, checkpoint flags, steps
         bad "$name: ${stalled}exit statuses$codes (last $rc), fresh start said $fresh times, final model $(cmp $d/final.bin $d/straight.bin 2>&1 | head -c 80) (see $d)"
     fi
 }
-# (one rank's steps are short: 200 of them, so that a run lives long enough to be signalled)
-loop "one rank" "--batch 4" "" 200
-loop "one rank, --checkpoint-async" "--batch 4" --checkpoint-async 200
-loop "dp 2 x tp 2 x pp 2, zero 1" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" "" $STEPS
+# (a run a step: 24 steps on one rank, 12 on eight, so that the loop stays short)
+loop "one rank" "--batch 4" "" 24
+loop "one rank, --checkpoint-async" "--batch 4" --checkpoint-async 24
+loop "dp 2 x tp 2 x pp 2, zero 1" "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" "" 12
 loop "dp 2 x tp 2 x pp 2, zero 1, --checkpoint-async" \
-    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" --checkpoint-async $STEPS
+    "--ranks 8 --dp 2 --tp 2 --pp 2 --zero 1 --batch 2 --micro-batches 2" --checkpoint-async 12
 
 # ---- --log across restarts: every step once, and the plot of the whole run ----
 d=$OUT/log
 mkdir -p $d
-t0=$(date +%s.%N)
 timeout 300 ./train $D $MODEL --batch 4 --steps $STEPS --val test/fixtures/ref_tokens.bin --val-every 5 --val-batches 1 \
     --log $d/straight.jsonl --plot $d/straight.svg > $d/straight.log 2>&1
-tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
+# a --time-limit shorter than any step: each run stops after exactly one step (stop.c stops
+# once a step is done and the clock says so), so the number of runs is $STEPS on any machine
+# (a quarter of the straight run's time was not: a run on a machine quieter than the straight
+# run's did all 40 steps inside it)
+tl=0.00001
 n=0; rc=75
-while [ $rc -eq 75 ] && [ $n -lt 60 ]; do
+while [ $rc -eq 75 ] && [ $n -le $STEPS ]; do
     n=$((n + 1))
     timeout 300 ./train $D $MODEL --batch 4 --steps $STEPS --val test/fixtures/ref_tokens.bin --val-every 5 --val-batches 1 \
         --log $d/run.jsonl --plot $d/run.svg --checkpoint-dir $d/ck --checkpoint-every 4 --resume --time-limit $tl \
@@ -95,7 +98,7 @@ steps=$(grep -c '"type":"step"' $d/run.jsonl)
 uniq=$(grep '"type":"step"' $d/run.jsonl | sed 's/.*"step":\([0-9]*\).*/\1/' | sort -n | uniq | tr '\n' ' ')
 want=$(seq 1 $STEPS | tr '\n' ' ')
 runs=$(grep -c '"type":"run"' $d/run.jsonl)
-if [ $rc -eq 0 ] && [ $n -ge 4 ] && [ $steps -eq $STEPS ] && [ "$uniq" = "$want" ] && [ $runs -eq $n ] &&
+if [ $rc -eq 0 ] && [ $n -eq $STEPS ] && [ $steps -eq $STEPS ] && [ "$uniq" = "$want" ] && [ $runs -eq $n ] &&
    python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" $d/run.jsonl &&
    cmp -s $d/run.svg $d/straight.svg; then
     ok "--log over $n runs: every step once ($steps records), a run record each start, valid JSON; the plot equals the straight run's"
@@ -155,21 +158,19 @@ else bad "the lock: second run exit $rc ($(cat $OUT/lock2.err)), first exit $rc1
 if [ -f slurm/train.sbatch ]; then
     d=$OUT/slurm
     mkdir -p $d
-    timeout 300 ./train $D --init $OUT/init.bin $MODEL --batch 4 --steps $STEPS --save $d/straight.bin > $d/straight.log 2>&1
+    # 12 steps, a job a step (a --time-limit shorter than any step, as in loop above)
+    timeout 300 ./train $D --init $OUT/init.bin $MODEL --batch 4 --steps 12 --save $d/straight.bin > $d/straight.log 2>&1
     # the job as sbatch would run it: its variables; scontrol requeue is the loop around it
-    t0=$(date +%s.%N)
-    timeout 300 ./train $D --init $OUT/init.bin $MODEL --batch 4 --steps $STEPS > /dev/null 2>&1
-    tl=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.6f", ($2 - $1) / 4 / 60 }')
     n=0; rc=75
-    while [ $rc -eq 75 ] && [ $n -lt 40 ]; do
+    while [ $rc -eq 75 ] && [ $n -lt 12 ]; do
         n=$((n + 1))
         SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=$((n - 1)) SLURM_NTASKS=1 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 \
-        SLURM_JOB_NODELIST=localhost SLURM_FAKE_REQUEUE=1 TRAIN_FLAGS="--time-limit $tl" CKPT=$d/ck \
-        TRAIN_ARGS="$D --init $OUT/init.bin $MODEL --batch 4 --steps $STEPS --save $d/final.bin" \
+        SLURM_JOB_NODELIST=localhost SLURM_FAKE_REQUEUE=1 TRAIN_FLAGS="--time-limit 0.00001" CKPT=$d/ck \
+        TRAIN_ARGS="$D --init $OUT/init.bin $MODEL --batch 4 --steps 12 --save $d/final.bin" \
             sh slurm/train.sbatch >> $d/job.log 2>&1
         rc=$?
     done
-    if [ $rc -eq 0 ] && [ $n -gt 1 ] && cmp -s $d/final.bin $d/straight.bin && grep -q 'requeue' $d/job.log; then
+    if [ $rc -eq 0 ] && [ $n -eq 12 ] && cmp -s $d/final.bin $d/straight.bin && grep -q 'requeue' $d/job.log; then
         ok "slurm/train.sbatch under a faked Slurm: $n jobs (requeued on 75), the final model is the straight run's"
     else bad "slurm/train.sbatch: $n jobs, last exit $rc (see $d/job.log)"; fi
 else
