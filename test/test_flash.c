@@ -173,6 +173,18 @@ static double max_abs(const double *x, size_t rows, size_t step, size_t off, siz
     return m;
 }
 
+/* dqkv16 [BT,3C]: backward's random starting values, a quarter of each
+ * part's (q, k, v) largest reference gradient rgrad; want = start + rgrad. */
+static void dqkv_start(uint16_t *dqkv16, double *want, const double *rgrad, size_t BT, int C, Rng *rng) {
+    double part_max[3];
+    for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+    for (size_t i = 0; i < BT * 3 * C; i++) {
+        int p = (int)((i % (3 * (size_t)C)) / C);
+        dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
+        want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
+    }
+}
+
 static void *gpu_fill(Dev *d, size_t bytes, int byte) {
     void *host = xmalloc(bytes);
     memset(host, byte, bytes);
@@ -214,13 +226,7 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
     /* dqkv's starting values, a quarter of each part's gradient scale */
     uint16_t *dqkv16 = xmalloc(nqkv * 2);
     double *want = xmalloc(nqkv * sizeof(double));
-    double part_max[3];
-    for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
-    for (size_t i = 0; i < nqkv; i++) {
-        int p = (int)((i % (3 * (size_t)C)) / C);
-        dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
-        want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
-    }
+    dqkv_start(dqkv16, want, rgrad, BT, C, rng);
 
     void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
     void *g_dout = gpu_put(d, dout16, nout * 2);
@@ -704,13 +710,7 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
      * random dqkv (a quarter of each part's gradient scale), the scratch
      * NaN each time; twice, for the bits. */
     {
-        double part_max[3];
-        for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
-        for (size_t i = 0; i < nqkv; i++) {
-            int p = (int)((i % (3 * (size_t)C)) / C);
-            dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
-            want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
-        }
+        dqkv_start(dqkv16, want, rgrad, BT, C, rng);
         void *nan = xmalloc(nscratch * sizeof(float));
         memset(nan, 0xFF, nscratch * sizeof(float));
         int rb = 0;
