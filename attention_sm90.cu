@@ -130,9 +130,9 @@
 extern "C" {
 #include "tc.h"
 }
-#include "sm90.cuh"
 
 typedef __nv_bfloat16 bf16;
+#include "sm90.cuh"
 
 static void f3_check(cudaError_t err, const char *call, const char *file, int line) {
     if (err == cudaSuccess) return;
@@ -457,6 +457,42 @@ __device__ __forceinline__ void f3_pack64(uint32_t (&a)[4][4], const float (&x)[
         a[kk][3] = f3_pack(x[8 * kk + 6], x[8 * kk + 7]);
     }
 }
+
+/* The backward kernels' common prologue and producer. Thread 0 initialises
+ * mine_full (the block's own two 128-row tiles: one arrival) and the
+ * F3_STAGES-stage ring's full[s] (the producer's arrival) and empty[s]
+ * (the consumers' warps); the caller's __syncthreads follows. */
+__device__ __forceinline__ void f3_bwd_init_bars(uint64_t *mine_full, uint64_t *full, uint64_t *empty) {
+    if (threadIdx.x != 0) return;
+    sm90_mbar_init(sm90_smem_u32(mine_full), 1);
+    for (int s = 0; s < F3_STAGES; s++) {
+        sm90_mbar_init(sm90_smem_u32(&full[s]), 1);
+        sm90_mbar_init(sm90_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
+    }
+    sm90_mbar_init_fence();
+}
+
+/* Two boxes, map0's at (channel x0, row) into d0 and map1's at (x1, row)
+ * into d1, `bytes` in all, completing on the mbarrier bar (one arrival). */
+__device__ __forceinline__ void f3_load2(uint32_t bar, uint32_t bytes, uint32_t d0, const CUtensorMap *map0,
+                                          int x0, uint32_t d1, const CUtensorMap *map1, int x1, int row) {
+    sm90_mbar_expect_tx(bar, bytes);
+    sm90_tma_2d(d0, map0, x0, row, bar);
+    sm90_tma_2d(d1, map1, x1, row, bar);
+}
+
+/* The i-th streamed pair of 64-row tiles (map0's, map1's; f3_load2) into
+ * stage i % F3_STAGES of the ring at sR ([STAGES][2][64][64] bf16), once
+ * its consumers have freed it. */
+__device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empty, uint32_t sR, int i,
+                                               const CUtensorMap *map0, int x0, const CUtensorMap *map1, int x1,
+                                               int row) {
+    const int s = i % F3_STAGES;
+    const uint32_t parity = (uint32_t)(i / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
+    sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
+    const uint32_t st = sR + s * 2 * F3B_TILE64;
+    f3_load2(fb, 2 * F3B_TILE64, st, map0, x0, st + F3B_TILE64, map1, x1, row);
+}
 #endif
 
 /* tq: qkv [B*T][3C], boxes {64, 64}; tk: qkv, boxes {64, 128}; td: dout
@@ -480,32 +516,16 @@ f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant_
     const int k0 = blockIdx.y * F3_BN;                           /* the heaviest key blocks come first */
     const int i0 = k0 / 64, nq = (T + 63) / 64, ntiles = nq - i0;
     const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        sm90_mbar_init(sm90_smem_u32(&mine_full), 1);
-        for (int s = 0; s < F3_STAGES; s++) {
-            sm90_mbar_init(sm90_smem_u32(&full[s]), 1);
-            sm90_mbar_init(sm90_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
-        }
-        sm90_mbar_init_fence();
-    }
+    f3_bwd_init_bars(&mine_full, full, empty);
     __syncthreads();
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            const uint32_t mf = sm90_smem_u32(&mine_full);
-            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            sm90_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
-            sm90_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
-            for (int it = 0; it < ntiles; it++) {
-                const int s = it % F3_STAGES, q = (i0 + it) * 64;
-                const uint32_t parity = (uint32_t)(it / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
-                sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
-                sm90_mbar_expect_tx(fb, 2 * F3B_TILE64);
-                const uint32_t st = sR + s * 2 * F3B_TILE64;
-                sm90_tma_2d(st, &tq, h * HS, row0 + q, fb);
-                sm90_tma_2d(st + F3B_TILE64, &td, h * HS, row0 + q, fb);
-            }
+            f3_load2(sm90_smem_u32(&mine_full), 2 * F3B_TILE128, sK, &tk, C + h * HS, sV, &tk, 2 * C + h * HS,
+                      row0 + k0);
+            for (int it = 0; it < ntiles; it++)  /* Q and dO of query tile i0 + it */
+                f3_bwd_load_stage(full, empty, sR, it, &tq, h * HS, &td, h * HS, row0 + (i0 + it) * 64);
         }
     } else {
         sm90_setmaxnreg_inc<240>();
@@ -609,32 +629,15 @@ f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__
     const int qb = gridDim.y - 1 - blockIdx.y, q0 = qb * F3_BM;  /* heaviest first */
     const int nkt = 2 * qb + 2;                                  /* key tiles of 64 up to the block's end */
     const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        sm90_mbar_init(sm90_smem_u32(&mine_full), 1);
-        for (int s = 0; s < F3_STAGES; s++) {
-            sm90_mbar_init(sm90_smem_u32(&full[s]), 1);
-            sm90_mbar_init(sm90_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
-        }
-        sm90_mbar_init_fence();
-    }
+    f3_bwd_init_bars(&mine_full, full, empty);
     __syncthreads();
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            const uint32_t mf = sm90_smem_u32(&mine_full);
-            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            sm90_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
-            sm90_tma_2d(sO, &td, h * HS, row0 + q0, mf);
-            for (int j = 0; j < nkt; j++) {
-                const int s = j % F3_STAGES;
-                const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
-                sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
-                sm90_mbar_expect_tx(fb, 2 * F3B_TILE64);
-                const uint32_t st = sR + s * 2 * F3B_TILE64;
-                sm90_tma_2d(st, &tk, C + h * HS, row0 + j * 64, fb);
-                sm90_tma_2d(st + F3B_TILE64, &tk, 2 * C + h * HS, row0 + j * 64, fb);
-            }
+            f3_load2(sm90_smem_u32(&mine_full), 2 * F3B_TILE128, sQ, &tq, h * HS, sO, &td, h * HS, row0 + q0);
+            for (int j = 0; j < nkt; j++)  /* K and V of key tile j */
+                f3_bwd_load_stage(full, empty, sR, j, &tk, C + h * HS, &tk, 2 * C + h * HS, row0 + j * 64);
         }
     } else {
         sm90_setmaxnreg_inc<240>();

@@ -676,6 +676,91 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
 }
 #endif
 
+#if SM90_BUILD
+/* The two wgmma kernels' common parts: the work items' walk, the stage
+ * ring's mbarriers and the producer. A block walks items blockIdx.x,
+ * blockIdx.x + gridDim.x, ...; item w is tile w % tiles (tiles_m tiles of
+ * BM rows fastest, then tiles of BN columns) over the k-blocks of 64
+ * [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in all). */
+struct MmWgWalk {
+    int tiles_m, tiles, items, nk, kps;
+};
+struct MmWgItem {
+    int m0, n0, part, kb0, kb1;
+};
+/* The walk of D [M][N] in BM x BN tiles, K in `splits` parts of kps k-blocks. */
+template <int BM, int BN>
+__device__ __forceinline__ MmWgWalk mm_wg_walk(int M, int N, int K, int splits, int kps) {
+    const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
+    return MmWgWalk{tiles_m, tiles, tiles * splits, (K + WG_BK - 1) / WG_BK, kps};
+}
+/* Work item `item` of the walk: its tile's origin, part and k-blocks. */
+template <int BM, int BN>
+__device__ __forceinline__ MmWgItem mm_wg_item(const MmWgWalk &wk, int item) {
+    const int tile = item % wk.tiles, part = item / wk.tiles;
+    return MmWgItem{(tile % wk.tiles_m) * BM, (tile / wk.tiles_m) * BN, part, part * wk.kps,
+                    min(wk.nk, (part + 1) * wk.kps)};
+}
+
+/* Thread 0 initialises the ring's mbarriers: full[s] takes the producer's
+ * one arrival (and the stage's TMA bytes), empty[s] `consumers` warps'. The
+ * caller's __syncthreads follows. */
+template <int STAGES>
+__device__ __forceinline__ void mm_wg_init_bars(uint64_t *full_bar, uint64_t *empty_bar, uint32_t consumers) {
+    if (threadIdx.x != 0) return;
+    for (int s = 0; s < STAGES; s++) {
+        sm90_mbar_init(sm90_smem_u32(&full_bar[s]), 1);
+        sm90_mbar_init(sm90_smem_u32(&empty_bar[s]), consumers);
+    }
+    sm90_mbar_init_fence();
+}
+
+/* A consumer warp frees stage prev (-1: none) once the wgmma that read it
+ * is done: lane 0 arrives at its empty barrier, then the warp regroups. */
+__device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int lane) {
+    if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
+    __syncwarp();
+}
+
+/* The producer, one thread: every k-block of every item of the block's walk
+ * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
+ * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
+ * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
+ * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. */
+template <bool AK, bool BK, int BM, int BN, int STAGES>
+__device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
+                                              uint64_t *empty_bar, uint32_t base, const MmWgWalk &wk) {
+    constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
+    int it = 0;
+    for (int item = blockIdx.x; item < wk.items; item += gridDim.x) {
+        const MmWgItem w = mm_wg_item<BM, BN>(wk, item);
+        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
+            const int s = it % STAGES;
+            const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
+            const uint32_t fb = sm90_smem_u32(&full_bar[s]);
+            sm90_mbar_wait(sm90_smem_u32(&empty_bar[s]), parity ^ 1u);
+            sm90_mbar_expect_tx(fb, STAGE_BYTES);
+            const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+            const int k0 = kb * WG_BK;
+            if (AK) {
+                sm90_tma_2d(sa, tmA, k0, w.m0, fb);                                 /* {64 k, BM m} */
+            } else {
+#pragma unroll
+                for (int i = 0; i < BM / 64; i++)                                   /* {64 m, 64 k} */
+                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, w.m0 + 64 * i, k0, fb);
+            }
+            if (BK) {
+                sm90_tma_2d(sb, tmB, k0, w.n0, fb);                                 /* {64 k, BN n} */
+            } else {
+#pragma unroll
+                for (int i = 0; i < BN / 64; i++)                                   /* {64 n, 64 k} */
+                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, w.n0 + 64 * i, k0, fb);
+            }
+        }
+    }
+}
+#endif
+
 /* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
  * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
  * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
@@ -694,55 +779,18 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
      * 1024-byte boundaries as the 128-byte swizzle requires. */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + WG_BM - 1) / WG_BM;
-    const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
-    const int items = tiles * splits;
-    const int nk = (K + WG_BK - 1) / WG_BK;
+    const MmWgWalk wk = mm_wg_walk<WG_BM, WG_BN>(M, N, K, splits, kps);
     const int wg = threadIdx.x >> 7;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
-            sm90_mbar_init(sm90_smem_u32(&full_bar[s]), 1);
-            sm90_mbar_init(sm90_smem_u32(&empty_bar[s]), WG_CONSUMER_WARPS);
-        }
-        sm90_mbar_init_fence();
-    }
+    mm_wg_init_bars<WG_STAGES>(full_bar, empty_bar, WG_CONSUMER_WARPS);
     __syncthreads();
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the warpgroup
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int item = blockIdx.x; item < items; item += gridDim.x) {
-                const int tile = item % tiles, part = item / tiles;
-                const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
-                const int kb1 = min(nk, (part + 1) * kps);
-                for (int kb = part * kps; kb < kb1; kb++, it++) {
-                    const int s = it % WG_STAGES;
-                    const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
-                    const uint32_t fb = sm90_smem_u32(&full_bar[s]);
-                    sm90_mbar_wait(sm90_smem_u32(&empty_bar[s]), parity ^ 1u);
-                    sm90_mbar_expect_tx(fb, WG_STAGE_BYTES);
-                    const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
-                    const int k0 = kb * WG_BK;
-                    if (AK) {
-                        sm90_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
-                    } else {
-                        sm90_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
-                        sm90_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
-                    }
-                    if (BK) {
-                        sm90_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 256 n} */
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < 4; i++)                           /* {64 n, 64 k} */
-                            sm90_tma_2d(sb + i * WG_BOX_BYTES, &tmB, n0 + 64 * i, k0, fb);
-                    }
-                }
-            }
-        }
+        if (threadIdx.x == 0)
+            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, wk);
     } else {
         sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
@@ -753,14 +801,13 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];
         int it = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const int tile = item % tiles, part = item / tiles;
-            const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
-            const int kb1 = min(nk, (part + 1) * kps);
+        for (int item = blockIdx.x; item < wk.items; item += gridDim.x) {
+            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(wk, item);
+            const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
             int prev = -1;  /* stage whose wgmma may still be reading */
-            for (int kb = part * kps; kb < kb1; kb++, it++) {
+            for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
                 const int s = it % WG_STAGES;
                 const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
                 sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
@@ -778,14 +825,12 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
                 }
                 sm90_wgmma_commit();
                 sm90_wgmma_wait<1>();  /* the previous k-block's group is done */
-                if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
-                __syncwarp();
+                mm_wg_release(empty_bar, prev, lane);
                 prev = s;
             }
             sm90_wgmma_wait<0>();
             sm90_fence_regs(d);
-            if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
-            __syncwarp();
+            mm_wg_release(empty_bar, prev, lane);
 
             /* Part 0 into D; the others, plain float32, to work. */
             const bool to_d = part == 0;
@@ -826,52 +871,16 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
      * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
      * 64 k}), every box on a 1024-byte boundary. */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + PP_BM - 1) / PP_BM;
-    const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
-    const int items = tiles * splits;
-    const int nk = (K + WG_BK - 1) / WG_BK;
+    const MmWgWalk wk = mm_wg_walk<PP_BM, PP_BN>(M, N, K, splits, kps);
     const int wg = threadIdx.x >> 7;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < PP_STAGES; s++) {
-            sm90_mbar_init(sm90_smem_u32(&full_bar[s]), 1);
-            sm90_mbar_init(sm90_smem_u32(&empty_bar[s]), 4);  /* the consuming warpgroup's warps */
-        }
-        sm90_mbar_init_fence();
-    }
+    mm_wg_init_bars<PP_STAGES>(full_bar, empty_bar, 4);  /* empty: the consuming warpgroup's warps */
     __syncthreads();
 
     if (wg == 0) {
         sm90_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int item = blockIdx.x; item < items; item += gridDim.x) {
-                const int tile = item % tiles, part = item / tiles;
-                const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
-                const int kb1 = min(nk, (part + 1) * kps);
-                for (int kb = part * kps; kb < kb1; kb++, it++) {
-                    const int s = it % PP_STAGES;
-                    const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
-                    const uint32_t fb = sm90_smem_u32(&full_bar[s]);
-                    sm90_mbar_wait(sm90_smem_u32(&empty_bar[s]), parity ^ 1u);
-                    sm90_mbar_expect_tx(fb, PP_STAGE_BYTES);
-                    const uint32_t sa = base + s * PP_STAGE_BYTES, sb = sa + PP_A_BYTES;
-                    const int k0 = kb * WG_BK;
-                    if (AK) {
-                        sm90_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
-                    } else {
-                        sm90_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
-                        sm90_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
-                    }
-                    if (BK) {
-                        sm90_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 128 n} */
-                    } else {
-                        sm90_tma_2d(sb, &tmB, n0, k0, fb);                      /* {64 n, 64 k} */
-                        sm90_tma_2d(sb + WG_BOX_BYTES, &tmB, n0 + 64, k0, fb);
-                    }
-                }
-            }
-        }
+        if (threadIdx.x == 0)
+            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, wk);
     } else {
         sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
@@ -881,10 +890,9 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
         int it = 0, j = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-            const int tile = item % tiles, part = item / tiles;
-            const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
-            const int kb0 = part * kps, kb1 = min(nk, (part + 1) * kps);
+        for (int item = blockIdx.x; item < wk.items; item += gridDim.x, j++) {
+            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(wk, item);
+            const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
             if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
                 it += kb1 - kb0;
                 continue;
@@ -915,16 +923,14 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
                 }
                 sm90_wgmma_commit();
                 sm90_wgmma_wait<1>();
-                if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
-                __syncwarp();
+                mm_wg_release(empty_bar, prev, lane);
                 prev = s;
             }
             sm90_wgmma_wait<0>();
             sm90_fence_regs(d);
-            if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
-            __syncwarp();
+            mm_wg_release(empty_bar, prev, lane);
             /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-            if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+            if (item + (int)gridDim.x < wk.items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
