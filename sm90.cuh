@@ -124,9 +124,26 @@ template <int N> __device__ __forceinline__ void sm90_fence_regs(float (&d)[N]) 
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-/* Eight accumulators d[H + i .. H + i + 7] as read-write operands. */
+/* The pieces of the wgmma.mma_async statements below: SM90_D8(i), eight
+ * accumulators d[H + i .. H + i + 7] as read-write operands; SM90_ACC32 /
+ * 64 / 128, the PTX operand list %0 .. %31 / 63 / 127 that names them;
+ * SM90_SCALE_D(n), the predicate p = (operand n != 0), wgmma's scale-d (1
+ * here: d += A B). */
 #define SM90_D8(i) "+f"(d[H + i]), "+f"(d[H + i + 1]), "+f"(d[H + i + 2]), "+f"(d[H + i + 3]), \
                    "+f"(d[H + i + 4]), "+f"(d[H + i + 5]), "+f"(d[H + i + 6]), "+f"(d[H + i + 7])
+#define SM90_D32 SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24)
+#define SM90_D64 SM90_D32, SM90_D8(32), SM90_D8(40), SM90_D8(48), SM90_D8(56)
+#define SM90_ACC32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define SM90_ACC64 SM90_ACC32 ", " \
+                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SM90_ACC128 SM90_ACC64 ", " \
+                    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+                    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+                    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+                    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SM90_SCALE_D(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
 
 /* d (64 x 256 a warpgroup, d[0..127]) += A(64x16) B(16x256), both in
  * shared memory through descriptors; TA / TB: 1 when A is m-major / B is
@@ -134,26 +151,11 @@ template <int N> __device__ __forceinline__ void sm90_fence_regs(float (&d)[N]) 
 template <int TA, int TB>
 __device__ __forceinline__ void sm90_wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db) {
     constexpr int H = 0;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, %131, %132;\n"
-        "}\n"
-        : SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24), SM90_D8(32), SM90_D8(40), SM90_D8(48),
-          SM90_D8(56), SM90_D8(64), SM90_D8(72), SM90_D8(80), SM90_D8(88), SM90_D8(96), SM90_D8(104),
-          SM90_D8(112), SM90_D8(120)
-        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
-        : "memory");
+    asm volatile(SM90_SCALE_D(130) "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" SM90_ACC128
+                 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+                 : SM90_D64, SM90_D8(64), SM90_D8(72), SM90_D8(80), SM90_D8(88), SM90_D8(96), SM90_D8(104),
+                   SM90_D8(112), SM90_D8(120)
+                 : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB) : "memory");
 }
 
 /* d[H .. H + 63] (64 x 128 a warpgroup) += A(64x16) B(16x128), both in
@@ -162,38 +164,17 @@ __device__ __forceinline__ void sm90_wgmma_m64n256(float (&d)[128], uint64_t da,
 template <int TA, int TB, int H, int L>
 __device__ __forceinline__ void sm90_wgmma_m64n128(float (&d)[L], uint64_t da, uint64_t db) {
     static_assert(H % 64 == 0 && H + 64 <= L, "H picks 64 floats of d");
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, %67, %68;\n"
-        "}\n"
-        : SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24), SM90_D8(32), SM90_D8(40), SM90_D8(48),
-          SM90_D8(56)
-        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
-        : "memory");
+    asm volatile(SM90_SCALE_D(66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SM90_ACC64
+                 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                 : SM90_D64 : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB) : "memory");
 }
 
 /* d (64 x 64 a warpgroup) += A(64x16) B(16x64), both k-major in shared memory. */
 __device__ __forceinline__ void sm90_wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db) {
     constexpr int H = 0;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24)
-        : "l"(da), "l"(db), "r"(1)
-        : "memory");
+    asm volatile(SM90_SCALE_D(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" SM90_ACC32
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SM90_D32 : "l"(da), "l"(db), "r"(1) : "memory");
 }
 
 /* d (64 x N) += A(64x16, REGISTERS: mma.sync's A fragment a warp, a0..a3 =
@@ -201,43 +182,17 @@ __device__ __forceinline__ void sm90_wgmma_m64n64(float (&d)[32], uint64_t da, u
  * mn-major in shared memory (trans-b 1); N 64 or 128. The registers must
  * not change until the wait_group that retires it. */
 template <int N>
-__device__ __forceinline__ void sm90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db);
-
-template <>
-__device__ __forceinline__ void sm90_wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void sm90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
+    static_assert(N == 64 || N == 128, "register-A wgmma: n 64 or 128");
     constexpr int H = 0;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
-        "}\n"
-        : SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
-        : "memory");
-}
-
-template <>
-__device__ __forceinline__ void sm90_wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    constexpr int H = 0;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-        "}\n"
-        : SM90_D8(0), SM90_D8(8), SM90_D8(16), SM90_D8(24), SM90_D8(32), SM90_D8(40), SM90_D8(48),
-          SM90_D8(56)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
-        : "memory");
+    if constexpr (N == 64)
+        asm volatile(SM90_SCALE_D(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" SM90_ACC32
+                     "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                     : SM90_D32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1) : "memory");
+    else
+        asm volatile(SM90_SCALE_D(69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" SM90_ACC64
+                     "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                     : SM90_D64 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1) : "memory");
 }
 
 #endif /* __CUDACC__ && SM90_BUILD */

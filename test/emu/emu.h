@@ -124,7 +124,8 @@
  *    compiled for the host) then takes TC_WGMMA. EMU_SMS=n sets the SM
  *    count (1 makes one block of the persistent grid walk every tile).
  *
- * sm_90a, as matmul.cu's TC_WGMMA uses it (the rules are the PTX ISA's and
+ * sm_90a, as sm90.cuh's wrappers use it for matmul.cu's TC_WGMMA and
+ * attention_sm90.cu (the rules are the PTX ISA's and
  * the CUDA driver API's; where they are unclear the emulation is stricter
  * and says so in its message):
  *  - Static __shared__ objects live outside the dynamic window (above), so
@@ -174,7 +175,8 @@
  *    m64n256k16, its 64 accumulators at d + H (sm90_wgmma_m64n128<TA, TB, H, L>,
  *    H 0 or 64 of a float[128]: the two halves of the ping-pong tile).
  *  - Named barriers (bar.sync / bar.arrive id, count: the ping-pong
- *    kernel's ordering of its two warpgroups' math), ids 1..15 (0 is
+ *    kernels' ordering of their two warpgroups' math, matmul.cu's and
+ *    attention_sm90.cu's), ids 1..15 (0 is
  *    __syncthreads'), count a multiple of 32 up to the block's threads. A
  *    phase opens with its first arrival's count and completes when that
  *    many threads are in; bar.sync sleeps until then, bar.arrive goes on.
