@@ -472,18 +472,10 @@ __device__ __forceinline__ void f3_bwd_init_bars(uint64_t *mine_full, uint64_t *
     sm90_mbar_init_fence();
 }
 
-/* Two boxes, map0's at (channel x0, row) into d0 and map1's at (x1, row)
- * into d1, `bytes` in all, completing on the mbarrier bar (one arrival). */
-__device__ __forceinline__ void f3_load2(uint32_t bar, uint32_t bytes, uint32_t d0, const CUtensorMap *map0,
-                                          int x0, uint32_t d1, const CUtensorMap *map1, int x1, int row) {
-    sm90_mbar_expect_tx(bar, bytes);
-    sm90_tma_2d(d0, map0, x0, row, bar);
-    sm90_tma_2d(d1, map1, x1, row, bar);
-}
-
-/* The i-th streamed pair of 64-row tiles (map0's, map1's; f3_load2) into
- * stage i % F3_STAGES of the ring at sR ([STAGES][2][64][64] bf16), once
- * its consumers have freed it. */
+/* The i-th streamed pair of 64-row tiles, map0's at (channel x0, row) and
+ * map1's at (x1, row), into stage i % F3_STAGES of the ring at sR
+ * ([STAGES][2][64][64] bf16), once its consumers have freed it, completing
+ * on full[stage]. */
 __device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empty, uint32_t sR, int i,
                                                const CUtensorMap *map0, int x0, const CUtensorMap *map1, int x1,
                                                int row) {
@@ -491,7 +483,9 @@ __device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empt
     const uint32_t parity = (uint32_t)(i / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
     sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
     const uint32_t st = sR + s * 2 * F3B_TILE64;
-    f3_load2(fb, 2 * F3B_TILE64, st, map0, x0, st + F3B_TILE64, map1, x1, row);
+    sm90_mbar_expect_tx(fb, 2 * F3B_TILE64);
+    sm90_tma_2d(st, map0, x0, row, fb);
+    sm90_tma_2d(st + F3B_TILE64, map1, x1, row, fb);
 }
 #endif
 
@@ -522,8 +516,10 @@ f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant_
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            f3_load2(sm90_smem_u32(&mine_full), 2 * F3B_TILE128, sK, &tk, C + h * HS, sV, &tk, 2 * C + h * HS,
-                      row0 + k0);
+            const uint32_t mf = sm90_smem_u32(&mine_full);
+            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            sm90_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
+            sm90_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
             for (int it = 0; it < ntiles; it++)  /* Q and dO of query tile i0 + it */
                 f3_bwd_load_stage(full, empty, sR, it, &tq, h * HS, &td, h * HS, row0 + (i0 + it) * 64);
         }
@@ -635,7 +631,10 @@ f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            f3_load2(sm90_smem_u32(&mine_full), 2 * F3B_TILE128, sQ, &tq, h * HS, sO, &td, h * HS, row0 + q0);
+            const uint32_t mf = sm90_smem_u32(&mine_full);
+            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            sm90_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
+            sm90_tma_2d(sO, &td, h * HS, row0 + q0, mf);
             for (int j = 0; j < nkt; j++)  /* K and V of key tile j */
                 f3_bwd_load_stage(full, empty, sR, j, &tk, C + h * HS, &tk, 2 * C + h * HS, row0 + j * 64);
         }

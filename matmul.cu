@@ -682,24 +682,13 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
  * blockIdx.x + gridDim.x, ...; item w is tile w % tiles (tiles_m tiles of
  * BM rows fastest, then tiles of BN columns) over the k-blocks of 64
  * [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in all). */
-struct MmWgWalk {
-    int tiles_m, tiles, items, nk, kps;
-};
 struct MmWgItem {
     int m0, n0, part, kb0, kb1;
 };
-/* The walk of D [M][N] in BM x BN tiles, K in `splits` parts of kps k-blocks. */
 template <int BM, int BN>
-__device__ __forceinline__ MmWgWalk mm_wg_walk(int M, int N, int K, int splits, int kps) {
-    const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
-    return MmWgWalk{tiles_m, tiles, tiles * splits, (K + WG_BK - 1) / WG_BK, kps};
-}
-/* Work item `item` of the walk: its tile's origin, part and k-blocks. */
-template <int BM, int BN>
-__device__ __forceinline__ MmWgItem mm_wg_item(const MmWgWalk &wk, int item) {
-    const int tile = item % wk.tiles, part = item / wk.tiles;
-    return MmWgItem{(tile % wk.tiles_m) * BM, (tile / wk.tiles_m) * BN, part, part * wk.kps,
-                    min(wk.nk, (part + 1) * wk.kps)};
+__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk) {
+    const int tile = item % tiles, part = item / tiles;
+    return MmWgItem{(tile % tiles_m) * BM, (tile / tiles_m) * BN, part, part * kps, min(nk, (part + 1) * kps)};
 }
 
 /* Thread 0 initialises the ring's mbarriers: full[s] takes the producer's
@@ -726,15 +715,20 @@ __device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int
  * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
  * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
- * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. */
+ * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It decodes an item
+ * as mm_wg_item does, inline: through mm_wg_item nvcc 13 schedules the
+ * kernels differently (the sm_90a code is the same bits this way). */
 template <bool AK, bool BK, int BM, int BN, int STAGES>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
-                                              uint64_t *empty_bar, uint32_t base, const MmWgWalk &wk) {
+                                              uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
+                                              int items, int kps, int nk) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
     int it = 0;
-    for (int item = blockIdx.x; item < wk.items; item += gridDim.x) {
-        const MmWgItem w = mm_wg_item<BM, BN>(wk, item);
-        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const int tile = item % tiles, part = item / tiles;
+        const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+        const int kb1 = min(nk, (part + 1) * kps);
+        for (int kb = part * kps; kb < kb1; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
             const uint32_t fb = sm90_smem_u32(&full_bar[s]);
@@ -743,18 +737,18 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
             const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
             const int k0 = kb * WG_BK;
             if (AK) {
-                sm90_tma_2d(sa, tmA, k0, w.m0, fb);                                 /* {64 k, BM m} */
+                sm90_tma_2d(sa, tmA, k0, m0, fb);                                 /* {64 k, BM m} */
             } else {
 #pragma unroll
                 for (int i = 0; i < BM / 64; i++)                                   /* {64 m, 64 k} */
-                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, w.m0 + 64 * i, k0, fb);
+                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, m0 + 64 * i, k0, fb);
             }
             if (BK) {
-                sm90_tma_2d(sb, tmB, k0, w.n0, fb);                                 /* {64 k, BN n} */
+                sm90_tma_2d(sb, tmB, k0, n0, fb);                                 /* {64 k, BN n} */
             } else {
 #pragma unroll
                 for (int i = 0; i < BN / 64; i++)                                   /* {64 n, 64 k} */
-                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, w.n0 + 64 * i, k0, fb);
+                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, n0 + 64 * i, k0, fb);
             }
         }
     }
@@ -779,7 +773,10 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
      * 1024-byte boundaries as the 128-byte swizzle requires. */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const MmWgWalk wk = mm_wg_walk<WG_BM, WG_BN>(M, N, K, splits, kps);
+    const int tiles_m = (M + WG_BM - 1) / WG_BM;
+    const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
+    const int items = tiles * splits;
+    const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
     mm_wg_init_bars<WG_STAGES>(full_bar, empty_bar, WG_CONSUMER_WARPS);
@@ -790,7 +787,8 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, wk);
+            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                           items, kps, nk);
     } else {
         sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
@@ -801,8 +799,8 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];
         int it = 0;
-        for (int item = blockIdx.x; item < wk.items; item += gridDim.x) {
-            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(wk, item);
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, tiles_m, tiles, kps, nk);
             const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
@@ -871,7 +869,10 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
      * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
      * 64 k}), every box on a 1024-byte boundary. */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const MmWgWalk wk = mm_wg_walk<PP_BM, PP_BN>(M, N, K, splits, kps);
+    const int tiles_m = (M + PP_BM - 1) / PP_BM;
+    const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
+    const int items = tiles * splits;
+    const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
     mm_wg_init_bars<PP_STAGES>(full_bar, empty_bar, 4);  /* empty: the consuming warpgroup's warps */
@@ -880,7 +881,8 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
     if (wg == 0) {
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, wk);
+            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                           items, kps, nk);
     } else {
         sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
@@ -890,8 +892,8 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
         int it = 0, j = 0;
-        for (int item = blockIdx.x; item < wk.items; item += gridDim.x, j++) {
-            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(wk, item);
+        for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
+            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, tiles_m, tiles, kps, nk);
             const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
             if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
                 it += kb1 - kb0;
@@ -930,7 +932,7 @@ mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constan
             sm90_fence_regs(d);
             mm_wg_release(empty_bar, prev, lane);
             /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-            if (item + (int)gridDim.x < wk.items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+            if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);

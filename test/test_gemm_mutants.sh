@@ -104,6 +104,6 @@ mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers
     'sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
     'sm90_bar_arrive(PP_BAR_MATH + c, 256);' emu
 mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
-    'if (item + (int)gridDim.x < wk.items) sm90_bar_arrive(' \
-    'if (item < wk.items) sm90_bar_arrive(' emu
+    'if (item + (int)gridDim.x < items) sm90_bar_arrive(' \
+    'if (item < items) sm90_bar_arrive(' emu
 exit $status
