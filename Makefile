@@ -225,7 +225,7 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 %.o: %.c *.h .flags-c
 	$(CC) $(CFLAGS) -c $< -o $@
 
-%.o: %.cu tensor.h tc.h .flags-cu
+%.o: %.cu *.cuh tensor.h tc.h .flags-cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # The float64 build of the CPU reference's plain loops, for finite

@@ -132,6 +132,7 @@ extern "C" {
 }
 
 typedef __nv_bfloat16 bf16;
+#include "sm90.cuh"
 
 static void f3_check(cudaError_t err, const char *call, const char *file, int line) {
     if (err == cudaSuccess) return;
@@ -156,178 +157,15 @@ template <int HS> struct F3Smem {
     static constexpr size_t SMEM = (size_t)(1 + 2 * F3_STAGES) * TILE + 1024;
 };
 
-#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(MM_EMU_SM90A)
-#define F3_SM90A_BUILD 1
-#else
-#define F3_SM90A_BUILD 0
-#endif
-
-/* Written by f3_probe_kernel: 1 where the running device code was built for sm_90a. */
+/* Written by f3_probe_kernel: 1 where the running device code was built for
+ * sm_90a (SM90_BUILD, sm90.cuh, which holds the PTX wrappers sm90_*). */
 __device__ int f3_probe_flag;
 
 __global__ void f3_probe_kernel() {
-    f3_probe_flag = F3_SM90A_BUILD;
+    f3_probe_flag = SM90_BUILD;
 }
 
-/* ---------------------------------------------------------------------------
- * PTX wrappers (sm_90a). */
-
-#if F3_SM90A_BUILD
-
-__device__ __forceinline__ uint32_t f3_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void f3_mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void f3_mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-template <int R> __device__ __forceinline__ void f3_setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
-}
-template <int R> __device__ __forceinline__ void f3_setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
-}
-__device__ __forceinline__ void f3_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void f3_mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
-}
-/* Waits until the phase of parity `parity` has completed. */
-__device__ __forceinline__ void f3_mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n"
-                     "}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-/* One 2-D box of `map` at element coordinates (c0 inner, c1 outer) into
- * shared memory at dst, completing its bytes on the mbarrier bar. */
-__device__ __forceinline__ void f3_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                          uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-/* Named barrier id (1..15; 0 is __syncthreads') over n threads: sync waits
- * for all n, arrive counts without waiting. */
-__device__ __forceinline__ void f3_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void f3_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void f3_wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void f3_wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void f3_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
-/* The accumulators change here (after a wait): no read of them is hoisted above it. */
-template <int N> __device__ __forceinline__ void f3_fence_regs(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-
-#define F3_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-
-/* S (64 x 128 a warpgroup; fragment as mma.sync's C, warp w rows 16w..,
- * n-tile j in d[4j..4j+3]) += A(64x16) B(16x128), both k-major in shared
- * memory. */
-__device__ __forceinline__ void f3_wgmma_ss128(float (&d)[64], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : F3_D8(0), F3_D8(8), F3_D8(16), F3_D8(24), F3_D8(32), F3_D8(40), F3_D8(48), F3_D8(56)
-        : "l"(da), "l"(db), "r"(1)
-        : "memory");
-}
-
-/* The same, 64 x 64 (the backward's S^T, dP^T, S and dP). */
-__device__ __forceinline__ void f3_wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : F3_D8(0), F3_D8(8), F3_D8(16), F3_D8(24)
-        : "l"(da), "l"(db), "r"(1)
-        : "memory");
-}
-
-/* O (64 x N) += A(64x16, registers: mma.sync's A fragment per warp) B(16xN),
- * B mn-major in shared memory (trans-b 1). N = 64 or 128 (the head size). */
-template <int N>
-__device__ __forceinline__ void f3_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db);
-
-template <>
-__device__ __forceinline__ void f3_wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
-        "}\n"
-        : F3_D8(0), F3_D8(8), F3_D8(16), F3_D8(24)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
-        : "memory");
-}
-
-template <>
-__device__ __forceinline__ void f3_wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-        "}\n"
-        : F3_D8(0), F3_D8(8), F3_D8(16), F3_D8(24), F3_D8(32), F3_D8(40), F3_D8(48), F3_D8(56)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)
-        : "memory");
-}
-
-#endif /* sm_90a device code */
-
-#if F3_SM90A_BUILD
-/* Matrix descriptor: start address, leading and stride byte offsets (each
- * >> 4 in 14 bits), base offset 0 (every tile starts on 1024 bytes),
- * swizzle mode 1 = 128 bytes. */
-__device__ __forceinline__ uint64_t f3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
-}
-
+#if SM90_BUILD
 /* Two floats -> one register of two bf16, lo in the low half. */
 __device__ __forceinline__ uint32_t f3_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -345,7 +183,7 @@ template <int HS>
 __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, float *__restrict__ lse,
               int T, int C, int NH, float scale_log2) {
-#if F3_SM90A_BUILD
+#if SM90_BUILD
     constexpr int TILE = F3Smem<HS>::TILE;
     constexpr int HALVES = HS / 64;
     __shared__ __align__(8) uint64_t q_full;
@@ -354,7 +192,7 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
     __shared__ __align__(8) uint64_t k_empty[F3_STAGES];
     __shared__ __align__(8) uint64_t v_empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
-    const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
+    const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base;                                   /* [128][HS] */
     const uint32_t sK = base + TILE;                            /* [STAGES][128][HS] */
     const uint32_t sV = base + (1 + F3_STAGES) * TILE;          /* [STAGES][128][HS] */
@@ -366,14 +204,14 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
     const int wg = threadIdx.x >> 7;
 
     if (threadIdx.x == 0) {
-        f3_mbar_init(f3_smem_u32(&q_full), 1);
+        sm90_mbar_init(sm90_smem_u32(&q_full), 1);
         for (int s = 0; s < F3_STAGES; s++) {
-            f3_mbar_init(f3_smem_u32(&k_full[s]), 1);
-            f3_mbar_init(f3_smem_u32(&v_full[s]), 1);
-            f3_mbar_init(f3_smem_u32(&k_empty[s]), F3_CONSUMER_WARPS);
-            f3_mbar_init(f3_smem_u32(&v_empty[s]), F3_CONSUMER_WARPS);
+            sm90_mbar_init(sm90_smem_u32(&k_full[s]), 1);
+            sm90_mbar_init(sm90_smem_u32(&v_full[s]), 1);
+            sm90_mbar_init(sm90_smem_u32(&k_empty[s]), F3_CONSUMER_WARPS);
+            sm90_mbar_init(sm90_smem_u32(&v_empty[s]), F3_CONSUMER_WARPS);
         }
-        f3_mbar_init_fence();
+        sm90_mbar_init_fence();
     }
     __syncthreads();
 
@@ -382,29 +220,29 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
          * warpgroup only gives its registers back. K_j and V_j go to stage
          * j % 2 once K_{j-2} (window j-2) and V_{j-2} (window j-1) have
          * been released: one window ahead of their use. */
-        f3_setmaxnreg_dec<24>();
+        sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
             const int cq = h * HS, ck = C + h * HS, cv = 2 * C + h * HS;
-            const uint32_t qf = f3_smem_u32(&q_full);
-            f3_mbar_expect_tx(qf, TILE);
-            for (int hh = 0; hh < HALVES; hh++) f3_tma_2d(sQ + hh * F3_BOX_BYTES, &tm, cq + 64 * hh, row0 + q0, qf);
+            const uint32_t qf = sm90_smem_u32(&q_full);
+            sm90_mbar_expect_tx(qf, TILE);
+            for (int hh = 0; hh < HALVES; hh++) sm90_tma_2d(sQ + hh * F3_BOX_BYTES, &tm, cq + 64 * hh, row0 + q0, qf);
             for (int j = 0; j < nkv; j++) {
                 const int s = j % F3_STAGES;
                 const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u;
-                const uint32_t kf = f3_smem_u32(&k_full[s]), vf = f3_smem_u32(&v_full[s]);
-                f3_mbar_wait(f3_smem_u32(&k_empty[s]), parity ^ 1u);
-                f3_mbar_expect_tx(kf, TILE);
+                const uint32_t kf = sm90_smem_u32(&k_full[s]), vf = sm90_smem_u32(&v_full[s]);
+                sm90_mbar_wait(sm90_smem_u32(&k_empty[s]), parity ^ 1u);
+                sm90_mbar_expect_tx(kf, TILE);
                 for (int hh = 0; hh < HALVES; hh++)
-                    f3_tma_2d(sK + s * TILE + hh * F3_BOX_BYTES, &tm, ck + 64 * hh, row0 + j * F3_BN, kf);
-                f3_mbar_wait(f3_smem_u32(&v_empty[s]), parity ^ 1u);
-                f3_mbar_expect_tx(vf, TILE);
+                    sm90_tma_2d(sK + s * TILE + hh * F3_BOX_BYTES, &tm, ck + 64 * hh, row0 + j * F3_BN, kf);
+                sm90_mbar_wait(sm90_smem_u32(&v_empty[s]), parity ^ 1u);
+                sm90_mbar_expect_tx(vf, TILE);
                 for (int hh = 0; hh < HALVES; hh++)
-                    f3_tma_2d(sV + s * TILE + hh * F3_BOX_BYTES, &tm, cv + 64 * hh, row0 + j * F3_BN, vf);
+                    sm90_tma_2d(sV + s * TILE + hh * F3_BOX_BYTES, &tm, cv + 64 * hh, row0 + j * F3_BN, vf);
             }
         }
     } else {
-        f3_setmaxnreg_inc<240>();
+        sm90_setmaxnreg_inc<240>();
         const int c = wg - 1;                       /* rows 64c..64c+63 of the block */
         const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
         const int g = lane >> 2, tg = lane & 3;
@@ -418,8 +256,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
         float sc[F3_BN / 2];                        /* S of the current tile */
         uint32_t pa[F3_BN / 16][4];                 /* P of the previous tile: wgmma's register A */
 
-        f3_mbar_wait(f3_smem_u32(&q_full), 0);
-        if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);  /* warpgroup 0 takes the first window */
+        sm90_mbar_wait(sm90_smem_u32(&q_full), 0);
+        if (c == 1) sm90_bar_arrive(F3_BAR + 0, 256);  /* warpgroup 0 takes the first window */
         /* Window j: S_j = Q K_j^T (j < nkv) and O += P_{j-1} V_{j-1} (j > 0),
          * issued together; then the softmax of S_j, under the other
          * warpgroup's window. */
@@ -429,35 +267,35 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
             if (has_s) {
 #pragma unroll
                 for (int i = 0; i < F3_BN / 2; i++) sc[i] = 0.f;
-                f3_mbar_wait(f3_smem_u32(&k_full[s]), (uint32_t)(j / F3_STAGES) & 1u);
+                sm90_mbar_wait(sm90_smem_u32(&k_full[s]), (uint32_t)(j / F3_STAGES) & 1u);
             }
-            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
+            if (has_pv) sm90_mbar_wait(sm90_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
             __syncwarp();  /* lanes leave the spins together before .aligned wgmma */
-            f3_bar_sync(F3_BAR + c, 256);  /* the other warpgroup has issued its window */
-            f3_wgmma_fence();
+            sm90_bar_sync(F3_BAR + c, 256);  /* the other warpgroup has issued its window */
+            sm90_wgmma_fence();
             if (has_s) {
                 const uint32_t kt = sK + s * TILE;
 #pragma unroll
                 for (int ks = 0; ks < HS / 16; ks++) {
                     const uint32_t off = (uint32_t)((ks / 4) * F3_BOX_BYTES + 32 * (ks % 4));
-                    f3_wgmma_ss128(sc, f3_desc(qa + off, 16, 1024), f3_desc(kt + off, 16, 1024));
+                    sm90_wgmma_m64n128<0, 0, 0>(sc, sm90_desc(qa + off, 16, 1024), sm90_desc(kt + off, 16, 1024));
                 }
             }
             if (has_pv) {
                 const uint32_t vt = sV + ps * TILE;
 #pragma unroll
                 for (int kk = 0; kk < F3_BN / 16; kk++)
-                    f3_wgmma_rs<HS>(o, pa[kk], f3_desc(vt + 2048u * (uint32_t)kk, F3_BOX_BYTES, 1024));
+                    sm90_wgmma_rs<HS>(o, pa[kk], sm90_desc(vt + 2048u * (uint32_t)kk, F3_BOX_BYTES, 1024));
             }
-            f3_wgmma_commit();
-            if (c == 0 || j < nkv) f3_bar_arrive(F3_BAR + 1 - c, 256);  /* the other's window next */
-            f3_wgmma_wait<0>();  /* K_j, V_{j-1} and pa read: their stages may be refilled */
-            f3_fence_regs(sc);
-            f3_fence_regs(o);
+            sm90_wgmma_commit();
+            if (c == 0 || j < nkv) sm90_bar_arrive(F3_BAR + 1 - c, 256);  /* the other's window next */
+            sm90_wgmma_wait<0>();  /* K_j, V_{j-1} and pa read: their stages may be refilled */
+            sm90_fence_regs(sc);
+            sm90_fence_regs(o);
             __syncwarp();
             if (lane == 0) {
-                if (has_s) f3_mbar_arrive(f3_smem_u32(&k_empty[s]));
-                if (has_pv) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
+                if (has_s) sm90_mbar_arrive(sm90_smem_u32(&k_empty[s]));
+                if (has_pv) sm90_mbar_arrive(sm90_smem_u32(&v_empty[ps]));
             }
             if (!has_s) break;
 
@@ -600,7 +438,7 @@ __global__ void f3_bwd_dot_kernel(float *__restrict__ Dvec, const bf16 *__restri
     if (lane == 0) Dvec[(b * NH + h) * T + t] = acc;
 }
 
-#if F3_SM90A_BUILD
+#if SM90_BUILD
 /* dst[0..1] += scale * (x0, x1), bf16 pair, the sum in fp32 and rounded once. */
 __device__ __forceinline__ void f3_add2(bf16 *dst, float x0, float x1) {
     __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(dst);
@@ -619,6 +457,36 @@ __device__ __forceinline__ void f3_pack64(uint32_t (&a)[4][4], const float (&x)[
         a[kk][3] = f3_pack(x[8 * kk + 6], x[8 * kk + 7]);
     }
 }
+
+/* The backward kernels' common prologue and producer. Thread 0 initialises
+ * mine_full (the block's own two 128-row tiles: one arrival) and the
+ * F3_STAGES-stage ring's full[s] (the producer's arrival) and empty[s]
+ * (the consumers' warps); the caller's __syncthreads follows. */
+__device__ __forceinline__ void f3_bwd_init_bars(uint64_t *mine_full, uint64_t *full, uint64_t *empty) {
+    if (threadIdx.x != 0) return;
+    sm90_mbar_init(sm90_smem_u32(mine_full), 1);
+    for (int s = 0; s < F3_STAGES; s++) {
+        sm90_mbar_init(sm90_smem_u32(&full[s]), 1);
+        sm90_mbar_init(sm90_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
+    }
+    sm90_mbar_init_fence();
+}
+
+/* The i-th streamed pair of 64-row tiles, map0's at (channel x0, row) and
+ * map1's at (x1, row), into stage i % F3_STAGES of the ring at sR
+ * ([STAGES][2][64][64] bf16), once its consumers have freed it, completing
+ * on full[stage]. */
+__device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empty, uint32_t sR, int i,
+                                               const CUtensorMap *map0, int x0, const CUtensorMap *map1, int x1,
+                                               int row) {
+    const int s = i % F3_STAGES;
+    const uint32_t parity = (uint32_t)(i / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
+    sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
+    const uint32_t st = sR + s * 2 * F3B_TILE64;
+    sm90_mbar_expect_tx(fb, 2 * F3B_TILE64);
+    sm90_tma_2d(st, map0, x0, row, fb);
+    sm90_tma_2d(st + F3B_TILE64, map1, x1, row, fb);
+}
 #endif
 
 /* tq: qkv [B*T][3C], boxes {64, 64}; tk: qkv, boxes {64, 128}; td: dout
@@ -629,48 +497,34 @@ f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant_
                   const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
                   const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
                   float scale, float scale_log2) {
-#if F3_SM90A_BUILD
+#if SM90_BUILD
     constexpr int HS = 64;
     __shared__ __align__(8) uint64_t mine_full;
     __shared__ __align__(8) uint64_t full[F3_STAGES];
     __shared__ __align__(8) uint64_t empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
-    const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
+    const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
     const uint32_t sK = base, sV = base + F3B_TILE128;           /* [128][64] each */
     const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: Q [64][64], dO [64][64] */
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int k0 = blockIdx.y * F3_BN;                           /* the heaviest key blocks come first */
     const int i0 = k0 / 64, nq = (T + 63) / 64, ntiles = nq - i0;
     const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        f3_mbar_init(f3_smem_u32(&mine_full), 1);
-        for (int s = 0; s < F3_STAGES; s++) {
-            f3_mbar_init(f3_smem_u32(&full[s]), 1);
-            f3_mbar_init(f3_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
-        }
-        f3_mbar_init_fence();
-    }
+    f3_bwd_init_bars(&mine_full, full, empty);
     __syncthreads();
     if (wg == 0) {
-        f3_setmaxnreg_dec<24>();
+        sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            const uint32_t mf = f3_smem_u32(&mine_full);
-            f3_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            f3_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
-            f3_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
-            for (int it = 0; it < ntiles; it++) {
-                const int s = it % F3_STAGES, q = (i0 + it) * 64;
-                const uint32_t parity = (uint32_t)(it / F3_STAGES) & 1u, fb = f3_smem_u32(&full[s]);
-                f3_mbar_wait(f3_smem_u32(&empty[s]), parity ^ 1u);
-                f3_mbar_expect_tx(fb, 2 * F3B_TILE64);
-                const uint32_t st = sR + s * 2 * F3B_TILE64;
-                f3_tma_2d(st, &tq, h * HS, row0 + q, fb);
-                f3_tma_2d(st + F3B_TILE64, &td, h * HS, row0 + q, fb);
-            }
+            const uint32_t mf = sm90_smem_u32(&mine_full);
+            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            sm90_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
+            sm90_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
+            for (int it = 0; it < ntiles; it++)  /* Q and dO of query tile i0 + it */
+                f3_bwd_load_stage(full, empty, sR, it, &tq, h * HS, &td, h * HS, row0 + (i0 + it) * 64);
         }
     } else {
-        f3_setmaxnreg_inc<240>();
+        sm90_setmaxnreg_inc<240>();
         const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
         const int g = lane >> 2, tg = lane & 3;
         float dk[HS / 2], dv[HS / 2];
@@ -679,26 +533,26 @@ f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant_
         const uint32_t ka = sK + (uint32_t)c * 8192u, va = sV + (uint32_t)c * 8192u;
         const int key_r = k0 + c * 64 + warp * 16 + g;  /* this thread's keys: key_r, key_r + 8 */
         const float *lrow = lse + (size_t)bh * T, *drow = Dvec + (size_t)bh * T;
-        f3_mbar_wait(f3_smem_u32(&mine_full), 0);
+        sm90_mbar_wait(sm90_smem_u32(&mine_full), 0);
         for (int it = 0; it < ntiles; it++) {
             const int s = it % F3_STAGES, q0 = (i0 + it) * 64;
             const uint32_t sq = sR + s * 2 * F3B_TILE64, so = sq + F3B_TILE64;
             float st[32], dpt[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-            f3_mbar_wait(f3_smem_u32(&full[s]), (uint32_t)(it / F3_STAGES) & 1u);
+            sm90_mbar_wait(sm90_smem_u32(&full[s]), (uint32_t)(it / F3_STAGES) & 1u);
             __syncwarp();
-            f3_wgmma_fence();
+            sm90_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
-                f3_wgmma_ss64(st, f3_desc(ka + 32 * ks, 16, 1024), f3_desc(sq + 32 * ks, 16, 1024));
+                sm90_wgmma_m64n64(st, sm90_desc(ka + 32 * ks, 16, 1024), sm90_desc(sq + 32 * ks, 16, 1024));
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
-                f3_wgmma_ss64(dpt, f3_desc(va + 32 * ks, 16, 1024), f3_desc(so + 32 * ks, 16, 1024));
-            f3_wgmma_commit();
-            f3_wgmma_wait<0>();
-            f3_fence_regs(st);
-            f3_fence_regs(dpt);
+                sm90_wgmma_m64n64(dpt, sm90_desc(va + 32 * ks, 16, 1024), sm90_desc(so + 32 * ks, 16, 1024));
+            sm90_wgmma_commit();
+            sm90_wgmma_wait<0>();
+            sm90_fence_regs(st);
+            sm90_fence_regs(dpt);
             /* P^T and dS^T: rows keys, columns queries q0 + 8nt + 2tg + (e & 1) */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -720,17 +574,17 @@ f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant_
             uint32_t pp[4][4], pd[4][4];
             f3_pack64(pp, st);
             f3_pack64(pd, dpt);
-            f3_wgmma_fence();
+            sm90_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dv, pp[kk], f3_desc(so + 2048u * kk, 8192, 1024));
+            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dv, pp[kk], sm90_desc(so + 2048u * kk, 8192, 1024));
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dk, pd[kk], f3_desc(sq + 2048u * kk, 8192, 1024));
-            f3_wgmma_commit();
-            f3_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
-            f3_fence_regs(dv);
-            f3_fence_regs(dk);
+            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, 8192, 1024));
+            sm90_wgmma_commit();
+            sm90_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
+            sm90_fence_regs(dv);
+            sm90_fence_regs(dk);
             __syncwarp();
-            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&empty[s]));
+            if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty[s]));
         }
         /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
         const size_t C3 = (size_t)3 * C;
@@ -758,48 +612,34 @@ f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__
                  const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
                  const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
                  float scale, float scale_log2) {
-#if F3_SM90A_BUILD
+#if SM90_BUILD
     constexpr int HS = 64;
     __shared__ __align__(8) uint64_t mine_full;
     __shared__ __align__(8) uint64_t full[F3_STAGES];
     __shared__ __align__(8) uint64_t empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
-    const uint32_t base = (f3_smem_u32(f3_smem) + 1023u) & ~1023u;
+    const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
     const uint32_t sQ = base, sO = base + F3B_TILE128;           /* [128][64] each */
     const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: K [64][64], V [64][64] */
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int qb = gridDim.y - 1 - blockIdx.y, q0 = qb * F3_BM;  /* heaviest first */
     const int nkt = 2 * qb + 2;                                  /* key tiles of 64 up to the block's end */
     const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        f3_mbar_init(f3_smem_u32(&mine_full), 1);
-        for (int s = 0; s < F3_STAGES; s++) {
-            f3_mbar_init(f3_smem_u32(&full[s]), 1);
-            f3_mbar_init(f3_smem_u32(&empty[s]), F3_CONSUMER_WARPS);
-        }
-        f3_mbar_init_fence();
-    }
+    f3_bwd_init_bars(&mine_full, full, empty);
     __syncthreads();
     if (wg == 0) {
-        f3_setmaxnreg_dec<24>();
+        sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
             const int row0 = b * T;
-            const uint32_t mf = f3_smem_u32(&mine_full);
-            f3_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            f3_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
-            f3_tma_2d(sO, &td, h * HS, row0 + q0, mf);
-            for (int j = 0; j < nkt; j++) {
-                const int s = j % F3_STAGES;
-                const uint32_t parity = (uint32_t)(j / F3_STAGES) & 1u, fb = f3_smem_u32(&full[s]);
-                f3_mbar_wait(f3_smem_u32(&empty[s]), parity ^ 1u);
-                f3_mbar_expect_tx(fb, 2 * F3B_TILE64);
-                const uint32_t st = sR + s * 2 * F3B_TILE64;
-                f3_tma_2d(st, &tk, C + h * HS, row0 + j * 64, fb);
-                f3_tma_2d(st + F3B_TILE64, &tk, 2 * C + h * HS, row0 + j * 64, fb);
-            }
+            const uint32_t mf = sm90_smem_u32(&mine_full);
+            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
+            sm90_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
+            sm90_tma_2d(sO, &td, h * HS, row0 + q0, mf);
+            for (int j = 0; j < nkt; j++)  /* K and V of key tile j */
+                f3_bwd_load_stage(full, empty, sR, j, &tk, C + h * HS, &tk, 2 * C + h * HS, row0 + j * 64);
         }
     } else {
-        f3_setmaxnreg_inc<240>();
+        sm90_setmaxnreg_inc<240>();
         const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
         const int g = lane >> 2, tg = lane & 3;
         float dq[HS / 2];
@@ -814,26 +654,26 @@ f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__
             L[r] = in ? lse[(size_t)bh * T + q_r + 8 * r] * F3_LOG2E : 0.f;
             D[r] = in ? Dvec[(size_t)bh * T + q_r + 8 * r] : 0.f;
         }
-        f3_mbar_wait(f3_smem_u32(&mine_full), 0);
+        sm90_mbar_wait(sm90_smem_u32(&mine_full), 0);
         for (int j = 0; j < nkt; j++) {
             const int s = j % F3_STAGES, kv0 = j * 64;
             const uint32_t sk = sR + s * 2 * F3B_TILE64, sv = sk + F3B_TILE64;
             float sc[32], dp[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) sc[i] = dp[i] = 0.f;
-            f3_mbar_wait(f3_smem_u32(&full[s]), (uint32_t)(j / F3_STAGES) & 1u);
+            sm90_mbar_wait(sm90_smem_u32(&full[s]), (uint32_t)(j / F3_STAGES) & 1u);
             __syncwarp();
-            f3_wgmma_fence();
+            sm90_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
-                f3_wgmma_ss64(sc, f3_desc(qa + 32 * ks, 16, 1024), f3_desc(sk + 32 * ks, 16, 1024));
+                sm90_wgmma_m64n64(sc, sm90_desc(qa + 32 * ks, 16, 1024), sm90_desc(sk + 32 * ks, 16, 1024));
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
-                f3_wgmma_ss64(dp, f3_desc(oa + 32 * ks, 16, 1024), f3_desc(sv + 32 * ks, 16, 1024));
-            f3_wgmma_commit();
-            f3_wgmma_wait<0>();
-            f3_fence_regs(sc);
-            f3_fence_regs(dp);
+                sm90_wgmma_m64n64(dp, sm90_desc(oa + 32 * ks, 16, 1024), sm90_desc(sv + 32 * ks, 16, 1024));
+            sm90_wgmma_commit();
+            sm90_wgmma_wait<0>();
+            sm90_fence_regs(sc);
+            sm90_fence_regs(dp);
 #pragma unroll
             for (int i = 0; i < 32; i++) {
                 const int r = (i >> 1) & 1, key = kv0 + (i >> 2) * 8 + tg * 2 + (i & 1);
@@ -842,14 +682,14 @@ f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__
             }
             uint32_t pd[4][4];
             f3_pack64(pd, dp);
-            f3_wgmma_fence();
+            sm90_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) f3_wgmma_rs<HS>(dq, pd[kk], f3_desc(sk + 2048u * kk, 8192, 1024));
-            f3_wgmma_commit();
-            f3_wgmma_wait<0>();
-            f3_fence_regs(dq);
+            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dq, pd[kk], sm90_desc(sk + 2048u * kk, 8192, 1024));
+            sm90_wgmma_commit();
+            sm90_wgmma_wait<0>();
+            sm90_fence_regs(dq);
             __syncwarp();
-            if (lane == 0) f3_mbar_arrive(f3_smem_u32(&empty[s]));
+            if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty[s]));
         }
         const size_t C3 = (size_t)3 * C;
 #pragma unroll

@@ -203,6 +203,7 @@
 extern "C" {
 #include "tc.h"
 }
+#include "sm90.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -219,10 +220,6 @@ static void mm_check(cudaError_t err, const char *call, const char *file, int li
 #define MM_LAUNCH_CHECK(kernel) mm_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
 
 static int mm_ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-__device__ __forceinline__ uint32_t mm_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* ---------------------------------------------------------------------------
  * The shared epilogue: one thread's pair (row, col), (row, col + 1), col even.
@@ -418,7 +415,7 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
               const bf16 *bias, int M, int N, int K, int pair_ok, float *work, int kps,
               int pair_w) {
     extern __shared__ __align__(16) unsigned char mm_smem[];
-    const uint32_t smem = mm_smem_u32(mm_smem);
+    const uint32_t smem = sm90_smem_u32(mm_smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;  /* warp tile at (64 wm, 32 wn) */
     const int m0 = blockIdx.x * MM_BM, n0 = blockIdx.y * MM_BN;
@@ -536,158 +533,17 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
  * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
 #define PP_AUTO_MAX_KB 40
 
-/* MM_EMU_SM90A: the CPU emulation (test/emu/emu.h) builds the sm_90a code
- * for the host, which then runs it in place of a GPU. */
-#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(MM_EMU_SM90A)
-#define MM_SM90A_BUILD 1
-#else
-#define MM_SM90A_BUILD 0
-#endif
+/* SM90_BUILD (sm90.cuh): the sm_90a device code is compiled here; the CPU
+ * emulation (test/emu/emu.h, -DMM_EMU_SM90A) builds it for the host too,
+ * which then runs it in place of a GPU. */
 /* Written by mm_probe_kernel: 1 where the running device code was built for sm_90a. */
 __device__ int mm_probe_flag;
 
 __global__ void mm_probe_kernel() {
-    mm_probe_flag = MM_SM90A_BUILD;
+    mm_probe_flag = SM90_BUILD;
 }
 
-#if MM_SM90A_BUILD
-
-__device__ __forceinline__ void mm_mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-/* Makes the initialised mbarriers visible to the other threads (and to TMA). */
-__device__ __forceinline__ void mm_mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-/* Lowers (DEC) or raises the warpgroup's per-thread register budget to R. */
-template <int R> __device__ __forceinline__ void mm_setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
-}
-template <int R> __device__ __forceinline__ void mm_setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(R) : "memory");
-}
-__device__ __forceinline__ void mm_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mm_mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
-}
-/* Waits until the phase of parity `parity` has completed. */
-__device__ __forceinline__ void mm_mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n"
-                     "}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-
-/* One 2-D box of `map` at element coordinates (c0 inner, c1 outer) into
- * shared memory at dst, completing `bytes` on the mbarrier bar. */
-__device__ __forceinline__ void mm_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                          uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-
-/* Named barrier `id` (1..15; 0 is __syncthreads'), `count` threads in
- * whole warps: bar.sync counts this warp and waits until count threads have
- * arrived; bar.arrive counts it and goes on (a producer's signal). */
-__device__ __forceinline__ void mm_bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mm_bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
-}
-
-/* Matrix descriptor: start address, leading and stride byte offsets (all
- * encoded >> 4 in 14 bits), base offset 0 (every swizzle pattern starts on
- * a 1024-byte boundary), swizzle mode 1 = 128 bytes (bits 62-63). */
-__device__ __forceinline__ uint64_t mm_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void mm_wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void mm_wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void mm_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
-/* Tells the compiler the accumulators change here (after a wait), so no
- * read of them is hoisted above it. */
-__device__ __forceinline__ void mm_fence_regs(float (&d)[128]) {
-#pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-
-#define MM_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-
-/* d (64 x 256 per warpgroup, fragment: warp w rows 16w + lane/4 (+8),
- * columns 8j + 2 (lane%4) + {0,1} in d[4j..4j+3]) += A(64x16) B(16x256).
- * TA / TB: 1 when A is m-major / B is n-major. */
-template <int TA, int TB>
-__device__ __forceinline__ void mm_wgmma_256(float (&d)[128], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, %131, %132;\n"
-        "}\n"
-        : MM_D8(0), MM_D8(8), MM_D8(16), MM_D8(24), MM_D8(32), MM_D8(40), MM_D8(48), MM_D8(56),
-          MM_D8(64), MM_D8(72), MM_D8(80), MM_D8(88), MM_D8(96), MM_D8(104), MM_D8(112),
-          MM_D8(120)
-        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
-        : "memory");
-}
-
-#define MM_D8H(i) "+f"(d[H + i]), "+f"(d[H + i + 1]), "+f"(d[H + i + 2]), "+f"(d[H + i + 3]), \
-                  "+f"(d[H + i + 4]), "+f"(d[H + i + 5]), "+f"(d[H + i + 6]), "+f"(d[H + i + 7])
-
-/* d[H .. H + 63] (64 x 128 per warpgroup, fragment: warp w rows 16w +
- * lane/4 (+8), columns 8j + 2 (lane%4) + {0,1} in d[H + 4j .. H + 4j + 3])
- * += A(64x16) B(16x128); H is 0 or 64, so one float[128] holds two such
- * accumulators (the ping-pong tile's rows 0-63 and 64-127). */
-template <int TA, int TB, int H>
-__device__ __forceinline__ void mm_wgmma_128(float (&d)[128], uint64_t da, uint64_t db) {
-    static_assert(H == 0 || H == 64, "H picks a half of d");
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, %67, %68;\n"
-        "}\n"
-        : MM_D8H(0), MM_D8H(8), MM_D8H(16), MM_D8H(24), MM_D8H(32), MM_D8H(40), MM_D8H(48), MM_D8H(56)
-        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB)
-        : "memory");
-}
-
-#endif /* sm_90a device code */
-
-#if MM_SM90A_BUILD
+#if SM90_BUILD
 /* One warp's 16 x (32 NCH) slice of the tile from its wgmma fragment (rows
  * row0 + lane/4 and + 8, columns n0 + 8j + 2 (lane % 4) + {0, 1} in
  * d[OFF + 4j .. OFF + 4j + 3], j < 4 NCH) into D [M][N]: NCH 8, OFF 0 for
@@ -820,6 +676,85 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
 }
 #endif
 
+#if SM90_BUILD
+/* The two wgmma kernels' common parts: the work items' walk, the stage
+ * ring's mbarriers and the producer. A block walks items blockIdx.x,
+ * blockIdx.x + gridDim.x, ...; item w is tile w % tiles (tiles_m tiles of
+ * BM rows fastest, then tiles of BN columns) over the k-blocks of 64
+ * [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in all). */
+struct MmWgItem {
+    int m0, n0, part, kb0, kb1;
+};
+template <int BM, int BN>
+__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk) {
+    const int tile = item % tiles, part = item / tiles;
+    return MmWgItem{(tile % tiles_m) * BM, (tile / tiles_m) * BN, part, part * kps, min(nk, (part + 1) * kps)};
+}
+
+/* Thread 0 initialises the ring's mbarriers: full[s] takes the producer's
+ * one arrival (and the stage's TMA bytes), empty[s] `consumers` warps'. The
+ * caller's __syncthreads follows. */
+template <int STAGES>
+__device__ __forceinline__ void mm_wg_init_bars(uint64_t *full_bar, uint64_t *empty_bar, uint32_t consumers) {
+    if (threadIdx.x != 0) return;
+    for (int s = 0; s < STAGES; s++) {
+        sm90_mbar_init(sm90_smem_u32(&full_bar[s]), 1);
+        sm90_mbar_init(sm90_smem_u32(&empty_bar[s]), consumers);
+    }
+    sm90_mbar_init_fence();
+}
+
+/* A consumer warp frees stage prev (-1: none) once the wgmma that read it
+ * is done: lane 0 arrives at its empty barrier, then the warp regroups. */
+__device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int lane) {
+    if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
+    __syncwarp();
+}
+
+/* The producer, one thread: every k-block of every item of the block's walk
+ * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
+ * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
+ * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
+ * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It decodes an item
+ * as mm_wg_item does, inline: through mm_wg_item nvcc 13 schedules the
+ * kernels differently (the sm_90a code is the same bits this way). */
+template <bool AK, bool BK, int BM, int BN, int STAGES>
+__device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
+                                              uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
+                                              int items, int kps, int nk) {
+    constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
+    int it = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const int tile = item % tiles, part = item / tiles;
+        const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+        const int kb1 = min(nk, (part + 1) * kps);
+        for (int kb = part * kps; kb < kb1; kb++, it++) {
+            const int s = it % STAGES;
+            const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
+            const uint32_t fb = sm90_smem_u32(&full_bar[s]);
+            sm90_mbar_wait(sm90_smem_u32(&empty_bar[s]), parity ^ 1u);
+            sm90_mbar_expect_tx(fb, STAGE_BYTES);
+            const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
+            const int k0 = kb * WG_BK;
+            if (AK) {
+                sm90_tma_2d(sa, tmA, k0, m0, fb);                                 /* {64 k, BM m} */
+            } else {
+#pragma unroll
+                for (int i = 0; i < BM / 64; i++)                                   /* {64 m, 64 k} */
+                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, m0 + 64 * i, k0, fb);
+            }
+            if (BK) {
+                sm90_tma_2d(sb, tmB, k0, n0, fb);                                 /* {64 k, BN n} */
+            } else {
+#pragma unroll
+                for (int i = 0; i < BN / 64; i++)                                   /* {64 n, 64 k} */
+                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, n0 + 64 * i, k0, fb);
+            }
+        }
+    }
+}
+#endif
+
 /* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
  * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
  * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
@@ -831,105 +766,69 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                 int vec_ok, float *work, int splits, int kps, int vec_w) {
-#if MM_SM90A_BUILD
+#if SM90_BUILD
     __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
     __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
     extern __shared__ __align__(16) unsigned char mm_smem[];
     /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
      * 1024-byte boundaries as the 128-byte swizzle requires. */
-    const uint32_t base = (mm_smem_u32(mm_smem) + 1023u) & ~1023u;
+    const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
     const int tiles_m = (M + WG_BM - 1) / WG_BM;
     const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
-            mm_mbar_init(mm_smem_u32(&full_bar[s]), 1);
-            mm_mbar_init(mm_smem_u32(&empty_bar[s]), WG_CONSUMER_WARPS);
-        }
-        mm_mbar_init_fence();
-    }
+    mm_wg_init_bars<WG_STAGES>(full_bar, empty_bar, WG_CONSUMER_WARPS);
     __syncthreads();
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the warpgroup
          * only gives its registers back. */
-        mm_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int item = blockIdx.x; item < items; item += gridDim.x) {
-                const int tile = item % tiles, part = item / tiles;
-                const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
-                const int kb1 = min(nk, (part + 1) * kps);
-                for (int kb = part * kps; kb < kb1; kb++, it++) {
-                    const int s = it % WG_STAGES;
-                    const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
-                    const uint32_t fb = mm_smem_u32(&full_bar[s]);
-                    mm_mbar_wait(mm_smem_u32(&empty_bar[s]), parity ^ 1u);
-                    mm_mbar_expect_tx(fb, WG_STAGE_BYTES);
-                    const uint32_t sa = base + s * WG_STAGE_BYTES, sb = sa + WG_A_BYTES;
-                    const int k0 = kb * WG_BK;
-                    if (AK) {
-                        mm_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
-                    } else {
-                        mm_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
-                        mm_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
-                    }
-                    if (BK) {
-                        mm_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 256 n} */
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < 4; i++)                           /* {64 n, 64 k} */
-                            mm_tma_2d(sb + i * WG_BOX_BYTES, &tmB, n0 + 64 * i, k0, fb);
-                    }
-                }
-            }
-        }
+        sm90_setmaxnreg_dec<40>();
+        if (threadIdx.x == 0)
+            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                           items, kps, nk);
     } else {
-        mm_setmaxnreg_inc<232>();
+        sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
         const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
         /* this warp's epilogue chunk, after the stages */
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - mm_smem_u32(mm_smem)) +
+        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
                                               WG_STAGES * WG_STAGE_BYTES +
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];
         int it = 0;
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const int tile = item % tiles, part = item / tiles;
-            const int m0 = (tile % tiles_m) * WG_BM, n0 = (tile / tiles_m) * WG_BN;
-            const int kb1 = min(nk, (part + 1) * kps);
+            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, tiles_m, tiles, kps, nk);
+            const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
             int prev = -1;  /* stage whose wgmma may still be reading */
-            for (int kb = part * kps; kb < kb1; kb++, it++) {
+            for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
                 const int s = it % WG_STAGES;
                 const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
-                mm_mbar_wait(mm_smem_u32(&full_bar[s]), parity);
+                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
                 __syncwarp();  /* lanes leave the spin together before .aligned wgmma */
                 const uint32_t sa = base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
                 const uint32_t sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-                mm_wgmma_fence();
+                sm90_wgmma_fence();
 #pragma unroll
                 for (int j = 0; j < WG_BK / 16; j++) {
-                    const uint64_t da = AK ? mm_desc(sa + 32 * j, 16, 1024)
-                                           : mm_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? mm_desc(sb + 32 * j, 16, 1024)
-                                           : mm_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
-                    mm_wgmma_256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
+                    const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
+                                           : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
+                    const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
+                                           : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
+                    sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
                 }
-                mm_wgmma_commit();
-                mm_wgmma_wait<1>();  /* the previous k-block's group is done */
-                if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
-                __syncwarp();
+                sm90_wgmma_commit();
+                sm90_wgmma_wait<1>();  /* the previous k-block's group is done */
+                mm_wg_release(empty_bar, prev, lane);
                 prev = s;
             }
-            mm_wgmma_wait<0>();
-            mm_fence_regs(d);
-            if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
-            __syncwarp();
+            sm90_wgmma_wait<0>();
+            sm90_fence_regs(d);
+            mm_wg_release(empty_bar, prev, lane);
 
             /* Part 0 into D; the others, plain float32, to work. */
             const bool to_d = part == 0;
@@ -962,113 +861,78 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                    void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                    int vec_ok, float *work, int splits, int kps, int vec_w) {
-#if MM_SM90A_BUILD
+#if SM90_BUILD
     __shared__ __align__(8) uint64_t full_bar[PP_STAGES];
     __shared__ __align__(8) uint64_t empty_bar[PP_STAGES];
     extern __shared__ __align__(16) unsigned char mm_smem[];
     /* Stages at base + s * 32768: A (16 KB: one {64 k, 128 m} box, or two
      * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
      * 64 k}), every box on a 1024-byte boundary. */
-    const uint32_t base = (mm_smem_u32(mm_smem) + 1023u) & ~1023u;
+    const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
     const int tiles_m = (M + PP_BM - 1) / PP_BM;
     const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < PP_STAGES; s++) {
-            mm_mbar_init(mm_smem_u32(&full_bar[s]), 1);
-            mm_mbar_init(mm_smem_u32(&empty_bar[s]), 4);  /* the consuming warpgroup's warps */
-        }
-        mm_mbar_init_fence();
-    }
+    mm_wg_init_bars<PP_STAGES>(full_bar, empty_bar, 4);  /* empty: the consuming warpgroup's warps */
     __syncthreads();
 
     if (wg == 0) {
-        mm_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int item = blockIdx.x; item < items; item += gridDim.x) {
-                const int tile = item % tiles, part = item / tiles;
-                const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
-                const int kb1 = min(nk, (part + 1) * kps);
-                for (int kb = part * kps; kb < kb1; kb++, it++) {
-                    const int s = it % PP_STAGES;
-                    const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
-                    const uint32_t fb = mm_smem_u32(&full_bar[s]);
-                    mm_mbar_wait(mm_smem_u32(&empty_bar[s]), parity ^ 1u);
-                    mm_mbar_expect_tx(fb, PP_STAGE_BYTES);
-                    const uint32_t sa = base + s * PP_STAGE_BYTES, sb = sa + PP_A_BYTES;
-                    const int k0 = kb * WG_BK;
-                    if (AK) {
-                        mm_tma_2d(sa, &tmA, k0, m0, fb);                      /* {64 k, 128 m} */
-                    } else {
-                        mm_tma_2d(sa, &tmA, m0, k0, fb);                      /* {64 m, 64 k} */
-                        mm_tma_2d(sa + WG_BOX_BYTES, &tmA, m0 + 64, k0, fb);
-                    }
-                    if (BK) {
-                        mm_tma_2d(sb, &tmB, k0, n0, fb);                      /* {64 k, 128 n} */
-                    } else {
-                        mm_tma_2d(sb, &tmB, n0, k0, fb);                      /* {64 n, 64 k} */
-                        mm_tma_2d(sb + WG_BOX_BYTES, &tmB, n0 + 64, k0, fb);
-                    }
-                }
-            }
-        }
+        sm90_setmaxnreg_dec<40>();
+        if (threadIdx.x == 0)
+            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                           items, kps, nk);
     } else {
-        mm_setmaxnreg_inc<232>();
+        sm90_setmaxnreg_inc<232>();
         const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
         const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - mm_smem_u32(mm_smem)) +
+        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
                                               PP_STAGES * PP_STAGE_BYTES +
                                               (c * 4 + warp) * WG_EPI_WARP_BYTES);
         float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
         int it = 0, j = 0;
         for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-            const int tile = item % tiles, part = item / tiles;
-            const int m0 = (tile % tiles_m) * PP_BM, n0 = (tile / tiles_m) * PP_BN;
-            const int kb0 = part * kps, kb1 = min(nk, (part + 1) * kps);
+            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, tiles_m, tiles, kps, nk);
+            const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
             if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
                 it += kb1 - kb0;
                 continue;
             }
-            if (j > 0) mm_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
+            if (j > 0) sm90_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
 #pragma unroll
             for (int i = 0; i < 128; i++) d[i] = 0.0f;
             int prev = -1;
             for (int kb = kb0; kb < kb1; kb++, it++) {
                 const int s = it % PP_STAGES;
                 const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
-                mm_mbar_wait(mm_smem_u32(&full_bar[s]), parity);
+                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
                 __syncwarp();
                 const uint32_t sa = base + s * PP_STAGE_BYTES;
                 const uint32_t sb = sa + PP_A_BYTES;
-                mm_wgmma_fence();
+                sm90_wgmma_fence();
 #pragma unroll
                 for (int k16 = 0; k16 < WG_BK / 16; k16++) {
                     /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
-                    const uint64_t da0 = AK ? mm_desc(sa + 32 * k16, 16, 1024)
-                                            : mm_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t da1 = AK ? mm_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
-                                            : mm_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? mm_desc(sb + 32 * k16, 16, 1024)
-                                           : mm_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
-                    mm_wgmma_128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
-                    mm_wgmma_128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
+                    const uint64_t da0 = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
+                                            : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
+                    const uint64_t da1 = AK ? sm90_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
+                                            : sm90_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
+                    const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
+                                           : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
+                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
+                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
                 }
-                mm_wgmma_commit();
-                mm_wgmma_wait<1>();
-                if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
-                __syncwarp();
+                sm90_wgmma_commit();
+                sm90_wgmma_wait<1>();
+                mm_wg_release(empty_bar, prev, lane);
                 prev = s;
             }
-            mm_wgmma_wait<0>();
-            mm_fence_regs(d);
-            if (prev >= 0 && lane == 0) mm_mbar_arrive(mm_smem_u32(&empty_bar[prev]));
-            __syncwarp();
+            sm90_wgmma_wait<0>();
+            sm90_fence_regs(d);
+            mm_wg_release(empty_bar, prev, lane);
             /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-            if (item + (int)gridDim.x < items) mm_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+            if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
             const bool to_d = part == 0;
             void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);

@@ -88,22 +88,22 @@ mutant "causal mask off by one on the diagonal tile" early \
     'if (col > row) sc[4 * nt + e] = -INFINITY;' \
     'if (col > row + 1) sc[4 * nt + e] = -INFINITY;'
 mutant "V stage released once landed, before the window that reads it" late \
-'            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
+'            if (has_pv) sm90_mbar_wait(sm90_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
 ' \
-'            if (has_pv) f3_mbar_wait(f3_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
-            if (has_pv && lane == 0) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
+'            if (has_pv) sm90_mbar_wait(sm90_smem_u32(&v_full[ps]), (uint32_t)((j - 1) / F3_STAGES) & 1u);
+            if (has_pv && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&v_empty[ps]));
 ' \
-'                if (has_pv) f3_mbar_arrive(f3_smem_u32(&v_empty[ps]));
+'                if (has_pv) sm90_mbar_arrive(sm90_smem_u32(&v_empty[ps]));
 ' ''
 mutant "backward: the diagonal dropped from dK and dV (query > key for query >= key)" early \
     'const bool ok = in && q >= key_r + 8 * r;' \
     'const bool ok = in && q > key_r + 8 * r;'
 expect='changed its A registers'
 mutant "backward: dS^T's registers rewritten while the wgmma reading them is in flight" late \
-    'f3_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */' \
+    'sm90_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */' \
     'f3_pack64(pd, st);
-            f3_wgmma_wait<0>();'
+            sm90_wgmma_wait<0>();'
 expect='deadlock'
 mutant "ping-pong without its first arrival (a hang on a GPU)" early \
-    'if (c == 1) f3_bar_arrive(F3_BAR + 0, 256);' ''
+    'if (c == 1) sm90_bar_arrive(F3_BAR + 0, 256);' ''
 exit $status

@@ -98,12 +98,12 @@ mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
     'mm_wg_epilogue<4, 64, true>(d, ep, out,' \
     'mm_wg_epilogue<4, 0, true>(d, ep, out,' check
 mutant "bar.sync count 128 against bar.arrive's 256 (named barriers)" \
-    'mm_bar_sync(PP_BAR_MATH + c, 256);' \
-    'mm_bar_sync(PP_BAR_MATH + c, 128);' emu
+    'sm90_bar_sync(PP_BAR_MATH + c, 256);' \
+    'sm90_bar_sync(PP_BAR_MATH + c, 128);' emu
 mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers)" \
-    'mm_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
-    'mm_bar_arrive(PP_BAR_MATH + c, 256);' emu
+    'sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
+    'sm90_bar_arrive(PP_BAR_MATH + c, 256);' emu
 mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
-    'if (item + (int)gridDim.x < items) mm_bar_arrive(' \
-    'if (item < items) mm_bar_arrive(' emu
+    'if (item + (int)gridDim.x < items) sm90_bar_arrive(' \
+    'if (item < items) sm90_bar_arrive(' emu
 exit $status

@@ -124,7 +124,8 @@
  *    compiled for the host) then takes TC_WGMMA. EMU_SMS=n sets the SM
  *    count (1 makes one block of the persistent grid walk every tile).
  *
- * sm_90a, as matmul.cu's TC_WGMMA uses it (the rules are the PTX ISA's and
+ * sm_90a, as sm90.cuh's wrappers use it for matmul.cu's TC_WGMMA and
+ * attention_sm90.cu (the rules are the PTX ISA's and
  * the CUDA driver API's; where they are unclear the emulation is stricter
  * and says so in its message):
  *  - Static __shared__ objects live outside the dynamic window (above), so
@@ -171,10 +172,11 @@
  *    refilled before its wgmma finished gives wrong numbers or NaN, and a
  *    block that ends with wgmma in flight stops the program. setmaxnreg
  *    checks only its count (24..256, a multiple of 8). m64n128k16 as
- *    m64n256k16, its 64 accumulators at d + H (mm_wgmma_128<TA, TB, H>, H 0
- *    or 64: the two halves of the ping-pong tile).
+ *    m64n256k16, its 64 accumulators at d + H (sm90_wgmma_m64n128<TA, TB, H, L>,
+ *    H 0 or 64 of a float[128]: the two halves of the ping-pong tile).
  *  - Named barriers (bar.sync / bar.arrive id, count: the ping-pong
- *    kernel's ordering of its two warpgroups' math), ids 1..15 (0 is
+ *    kernels' ordering of their two warpgroups' math, matmul.cu's and
+ *    attention_sm90.cu's), ids 1..15 (0 is
  *    __syncthreads'), count a multiple of 32 up to the block's threads. A
  *    phase opens with its first arrival's count and completes when that
  *    many threads are in; bar.sync sleeps until then, bar.arrive goes on.
@@ -628,8 +630,26 @@ static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const
 }
 
 /* ---------------------------------------------------------------------------
- * PTX of sm_90a: mbarrier, TMA (cp.async.bulk.tensor), wgmma, setmaxnreg, as
- * matmul.cu's wrappers use them (emu_rt.cpp does the work; see the header). */
+ * PTX of sm_90a: sm90.cuh's wrappers (sm90_*; mbarrier, TMA
+ * (cp.async.bulk.tensor), setmaxnreg, named barriers, wgmma), by their names
+ * and signatures, for matmul.cu's wgmma GEMM and attention_sm90.cu.
+ * sm90.cuh keeps its inline PTX inside #ifdef __CUDACC__, so the host
+ * compiler sees only these; its plain helpers (sm90_smem_u32, sm90_desc)
+ * it compiles from sm90.cuh itself. emu_rt.cpp does the work (the header
+ * above says what is checked).
+ *
+ * wgmma with A from registers (emu_wgmma_rs; attention_sm90.cu's O += P V
+ * with P never leaving the registers): the A fragment for bf16 is
+ * mma.sync's A fragment, per warp: warp w of the warpgroup holds rows
+ * 16w..16w+15, lane l (g = l >> 2, t = l & 3) a0 = A[g][2t..], a1 =
+ * A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..], the lower column in
+ * the low 16 bits. B and the accumulator are as for the shared-memory
+ * form. The hardware reads those registers asynchronously: they must not
+ * change until the wait_group that retires the wgmma. With EMU_CP=early
+ * the product runs at issue; with late it runs at that wait_group, reading
+ * the registers then, and stops the program if any thread's four registers
+ * differ from what they held at issue (where the hardware would compute
+ * with whichever it read). */
 
 void emu_mbar_init(uint32_t bar, uint32_t count);
 void emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);  /* arrive (.expect_tx tx_bytes) */
@@ -637,90 +657,44 @@ void emu_mbar_wait(uint32_t bar, uint32_t parity);
 void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar);
 void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d);
 void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
+void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
+bool emu_wgmma_rs_run(const EmuWgmma &op);  /* emu_wgmma_run's hook: true when op was one of these */
 void emu_named_bar(int id, int count, int sync);  /* bar.sync (sync 1) or bar.arrive (0) */
 
-static inline void mm_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
-static inline void mm_mbar_init_fence(void) {}
-static inline void mm_mbar_expect_tx(uint32_t bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
-static inline void mm_mbar_arrive(uint32_t bar) { emu_mbar_arrive(bar, 0); }
-static inline void mm_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait(bar, parity); }
-static inline void mm_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+static inline void sm90_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
+static inline void sm90_mbar_init_fence(void) {}
+static inline void sm90_mbar_expect_tx(uint32_t bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
+static inline void sm90_mbar_arrive(uint32_t bar) { emu_mbar_arrive(bar, 0); }
+static inline void sm90_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait(bar, parity); }
+static inline void sm90_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     emu_tma_2d(dst, map, c0, c1, bar);
 }
-template <int R> static inline void mm_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
-template <int R> static inline void mm_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
-static inline void mm_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
-static inline void mm_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
-template <int N> static inline void mm_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
-static inline void mm_fence_regs(float (&)[128]) {}
-static inline void mm_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
-static inline void mm_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
-/* wgmma.mma_async.sync.aligned.m64n128k16 into d[H .. H + 63], as matmul.cu's wrapper. */
-template <int TA, int TB, int H> static inline void mm_wgmma_128(float (&d)[128], uint64_t da, uint64_t db) {
-    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1) && (H == 0 || H == 64), "imm-trans 0 or 1, H 0 or 64");
-    emu_wgmma(da, db, TA, TB, 128, d + H);
-}
+template <int R> static inline void sm90_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
+template <int R> static inline void sm90_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
+static inline void sm90_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
+static inline void sm90_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
+static inline void sm90_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
+static inline void sm90_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
+template <int N> static inline void sm90_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
+template <int N> static inline void sm90_fence_regs(float (&)[N]) {}
 /* wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 with scale-d 1,
- * scales 1 and trans-a TA, trans-b TB, as matmul.cu's wrapper writes it. */
-template <int TA, int TB> static inline void mm_wgmma_256(float (&d)[128], uint64_t da, uint64_t db) {
+ * scales 1 and trans-a TA, trans-b TB, as sm90.cuh writes it. */
+template <int TA, int TB> static inline void sm90_wgmma_m64n256(float (&d)[128], uint64_t da, uint64_t db) {
     static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1), "imm-trans is 0 or 1");
     emu_wgmma(da, db, TA, TB, 256, d);
 }
-
-/* ---------------------------------------------------------------------------
- * attention_sm90.cu's wrappers (f3_*): matmul.cu's mbarrier, TMA, fence,
- * commit, wait and setmaxnreg under their own names, wgmma m64n128k16 with
- * both operands in shared memory, and wgmma with A from REGISTERS
- * (m64nNk16, N 64 or 128, trans-b 1: O += P V with P never leaving the
- * registers).
- *
- * wgmma with A from registers (emu_wgmma_rs, emu_rt.cpp): the A fragment
- * for bf16 is mma.sync's A fragment, per warp: warp w of the warpgroup
- * holds rows 16w..16w+15, lane l (g = l >> 2, t = l & 3) a0 = A[g][2t..],
- * a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..], the lower
- * column in the low 16 bits. B and the accumulator are as for the
- * shared-memory form. The hardware reads those registers asynchronously:
- * they must not change until the wait_group that retires the wgmma. With
- * EMU_CP=early the product runs at issue; with late it runs at that
- * wait_group, reading the registers then, and stops the program if any
- * thread's four registers differ from what they held at issue (where the
- * hardware would compute with whichever it read). */
-void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
-bool emu_wgmma_rs_run(const EmuWgmma &op);  /* emu_wgmma_run's hook: true when op was one of these */
-
-static inline void f3_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
-static inline void f3_mbar_init_fence(void) {}
-static inline void f3_mbar_expect_tx(uint32_t bar, uint32_t bytes) { emu_mbar_arrive(bar, bytes); }
-static inline void f3_mbar_arrive(uint32_t bar) { emu_mbar_arrive(bar, 0); }
-static inline void f3_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait(bar, parity); }
-static inline void f3_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    emu_tma_2d(dst, map, c0, c1, bar);
+/* The same, m64n128k16, into d[H .. H + 63]. */
+template <int TA, int TB, int H, int L> static inline void sm90_wgmma_m64n128(float (&d)[L], uint64_t da, uint64_t db) {
+    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1) && H % 64 == 0 && H + 64 <= L,
+                  "imm-trans 0 or 1, H picks 64 floats of d");
+    emu_wgmma(da, db, TA, TB, 128, d + H);
 }
-template <int R> static inline void f3_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
-template <int R> static inline void f3_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
-static inline void f3_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
-static inline void f3_wgmma_commit(void) { emu_wg_collective(EMU_WG_COMMIT, 0, 0, nullptr); }
-template <int N> static inline void f3_wgmma_wait(void) { emu_wg_collective(EMU_WG_WAIT, N, 0, nullptr); }
-template <int N> static inline void f3_fence_regs(float (&)[N]) {}
-static inline void f3_wgmma_ss128(float (&d)[64], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 128, d); }
-static inline void f3_wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 64, d); }
-template <int N> static inline void f3_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
-    static_assert(N == 64 || N == 128, "attention_sm90.cu's register-A wgmma: n 64 or 128");
+/* The same, m64n64k16, both operands k-major. */
+static inline void sm90_wgmma_m64n64(float (&d)[32], uint64_t da, uint64_t db) { emu_wgmma(da, db, 0, 0, 64, d); }
+/* m64nNk16 with A from registers, B mn-major (trans-b 1), N 64 or 128. */
+template <int N> static inline void sm90_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
+    static_assert(N == 64 || N == 128, "register-A wgmma: n 64 or 128");
     emu_wgmma_rs(a, db, 1, N, d);
 }
-
-/* Named barriers (bar.sync id, n / bar.arrive id, n; attention_sm90.cu's
- * ping-pong of its two consumer warpgroups), emu_rt.cpp: ids 1..15 (0 is
- * __syncthreads'), n a multiple of 32 up to the block's threads, the same n
- * from every thread of a phase; a phase completes when n threads have
- * arrived (arrive counts and goes on, sync waits for the completion), and
- * the next starts at zero. A sync nobody completes is a deadlock (the
- * runtime's report); a block that ends with a phase partly arrived stops
- * the program when the next block on that OS thread uses a named barrier
- * (one whose last block does so is not seen). */
-void emu_named_sync(int id, int n);
-void emu_named_arrive(int id, int n);
-static inline void f3_bar_sync(int id, int n) { emu_named_sync(id, n); }
-static inline void f3_bar_arrive(int id, int n) { emu_named_arrive(id, n); }
 
 #endif

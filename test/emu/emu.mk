@@ -28,7 +28,9 @@ test/emu/emu_transform: test/emu/emu_transform.cpp
 test/emu/%_emu.cpp: %.cu test/emu/emu_transform
 	test/emu/emu_transform $< $< $@
 
-test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h test/emu/emu_stream.h tc.h
+# *.cuh: sm90.cuh, which matmul.cu and attention_sm90.cu include (its plain helpers
+# compile here; emu.h stands in for its PTX).
+test/emu/%_emu.o: test/emu/%_emu.cpp test/emu/emu.h test/emu/emu_stream.h tc.h *.cuh
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 
 test/emu/emu_rt.o: test/emu/emu_rt.cpp test/emu/emu.h test/emu/emu_stream.h
@@ -163,7 +165,7 @@ emu-nccl-clean:
 
 # test/test_flash_sm90_emu.sh: test_flash_emu over a copy of attention_sm90.cu
 # with one bug planted (F3_SRC), transformed and built here.
-test/out/test_flash_sm90_mutant: test/test_flash.c test/check.h tensor.h tc.h test/emu/attention_emu.o \
+test/out/test_flash_sm90_mutant: test/test_flash.c test/check.h tensor.h tc.h *.cuh test/emu/attention_emu.o \
                                  $(EMU_OBJS) test/emu/emu_transform FORCE
 	@mkdir -p test/out/f3_mutant
 	test/emu/emu_transform $(F3_SRC) attention_sm90.cu test/out/f3_mutant/attention_sm90_emu.cpp

@@ -527,15 +527,12 @@ float emu_operand(const EmuDesc &g, int trans, int mn, int k) {
     return emu_bf16_at(emu_swizzle128(g.start + off));
 }
 
-/* Runs one wgmma: reads A and B from shared memory now, accumulates into
+/* The product of either form of wgmma, once A (64 x 16) is in hand: reads
+ * B (16 x op.n) from shared memory through gb now and accumulates A B into
  * every thread's fragment (warp w rows 16w + lane/4 and + 8, columns
  * 8j + 2 (lane % 4) + {0, 1} in d[4j .. 4j + 3]), k in order, in fp32. */
-void emu_wgmma_run(const EmuWgmma &op) {
-    if (emu_wgmma_rs_run(op)) return;  /* A from registers (attention_sm90.cu; at the end of this file) */
-    const EmuDesc ga = emu_desc(op.da, "A"), gb = emu_desc(op.db, "B");
-    static thread_local float A[64][16], Bt[256][16];
-    for (int m = 0; m < 64; m++)
-        for (int k = 0; k < 16; k++) A[m][k] = emu_operand(ga, op.ta, m, k);
+void emu_wgmma_acc(const float (*A)[16], const EmuDesc &gb, const EmuWgmma &op) {
+    static thread_local float Bt[256][16];
     for (int n = 0; n < op.n; n++)
         for (int k = 0; k < 16; k++) Bt[n][k] = emu_operand(gb, op.tb, n, k);
     for (int t = 0; t < 128; t++) {
@@ -549,6 +546,16 @@ void emu_wgmma_run(const EmuWgmma &op) {
                 d[4 * j + i] = s;
             }
     }
+}
+
+/* Runs one wgmma: reads A and B from shared memory now (emu_wgmma_acc). */
+void emu_wgmma_run(const EmuWgmma &op) {
+    if (emu_wgmma_rs_run(op)) return;  /* A from registers (attention_sm90.cu; at the end of this file) */
+    const EmuDesc ga = emu_desc(op.da, "A"), gb = emu_desc(op.db, "B");
+    static thread_local float A[64][16];
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 16; k++) A[m][k] = emu_operand(ga, op.ta, m, k);
+    emu_wgmma_acc(A, gb, op);
 }
 
 const char *emu_wg_name(int op) {
@@ -1877,7 +1884,7 @@ bool emu_wgmma_rs_run(const EmuWgmma &op) {
     if (!r.pending) emu_fail("wgmma with A from registers: a record run twice (emulation bug)");
     r.pending = false;
     const EmuDesc gb = emu_desc(op.db, "B");
-    static thread_local float A[64][16], Bt[256][16];
+    static thread_local float A[64][16];
     for (int t = 0; t < 128; t++) {
         if (memcmp(r.a[t], r.issued[t], sizeof r.issued[t]))
             emu_fail("wgmma with A from registers: thread %d of the warpgroup changed its A registers before "
@@ -1891,78 +1898,6 @@ bool emu_wgmma_rs_run(const EmuWgmma &op) {
             memcpy(&A[row][col + 1], &hi, 4);
         }
     }
-    for (int n = 0; n < op.n; n++)
-        for (int k = 0; k < 16; k++) Bt[n][k] = emu_operand(gb, op.tb, n, k);
-    for (int t = 0; t < 128; t++) {
-        const int w = t >> 5, l = t & 31;
-        float *d = op.d[t];
-        for (int j = 0; j < op.n / 8; j++)
-            for (int i = 0; i < 4; i++) {
-                const float *ar = A[16 * w + (l >> 2) + 8 * (i >> 1)], *bc = Bt[8 * j + 2 * (l & 3) + (i & 1)];
-                float s = d[4 * j + i];
-                for (int k = 0; k < 16; k++) s += ar[k] * bc[k];
-                d[4 * j + i] = s;
-            }
-    }
+    emu_wgmma_acc(A, gb, op);
     return true;
-}
-
-/* ---------------------------------------------------------------------------
- * Named barriers (emu.h says what is checked). The state belongs to the
- * block running on this OS thread, recognised by its EmuBlock, fibers and
- * index; when another block first uses a named barrier, the last one's
- * phases must all be empty. */
-namespace {
-constexpr int EMU_NAMED_BARS = 16;
-struct EmuNamedBars {
-    const EmuBlock *blk;
-    const EmuFiber *fibers;
-    uint3 idx;
-    int arrived[EMU_NAMED_BARS], count[EMU_NAMED_BARS];
-    unsigned phase[EMU_NAMED_BARS];
-};
-thread_local EmuNamedBars emu_nb;
-
-EmuNamedBars *emu_named(int id, int n, const char *what) {
-    EmuBlock *b = emu_blk;
-    if (id < 1 || id >= EMU_NAMED_BARS) emu_fail("%s: barrier %d (1..%d; 0 is __syncthreads')", what, id, EMU_NAMED_BARS - 1);
-    if (n <= 0 || n % 32 || n > b->nthreads)
-        emu_fail("%s %d: %d threads (a multiple of 32, at most the block's %d)", what, id, n, b->nthreads);
-    if (emu_nb.blk != b || emu_nb.fibers != b->fibers || emu_nb.idx.x != b->block_idx.x ||
-        emu_nb.idx.y != b->block_idx.y || emu_nb.idx.z != b->block_idx.z) {
-        for (int i = 0; i < EMU_NAMED_BARS; i++)
-            if (emu_nb.blk && emu_nb.arrived[i])
-                emu_fail("block (%u,%u,%u) ended with %d of %d threads arrived at named barrier %d: a bar.arrive "
-                         "(or bar.sync) that no phase completed", emu_nb.idx.x, emu_nb.idx.y, emu_nb.idx.z,
-                         emu_nb.arrived[i], emu_nb.count[i], i);
-        memset(&emu_nb, 0, sizeof emu_nb);
-        emu_nb.blk = b;
-        emu_nb.fibers = b->fibers;
-        emu_nb.idx = b->block_idx;
-    }
-    if (emu_nb.arrived[id] == 0) emu_nb.count[id] = n;
-    else if (emu_nb.count[id] != n)
-        emu_fail("%s %d: %d threads, where this phase's first arrival said %d", what, id, n, emu_nb.count[id]);
-    return &emu_nb;
-}
-
-/* One more arrival; true when it completed the phase. */
-bool emu_named_count(EmuNamedBars *s, int id) {
-    if (++s->arrived[id] < s->count[id]) return false;
-    s->arrived[id] = 0;
-    s->phase[id]++;
-    emu_wake(&s->phase[id]);
-    return true;
-}
-}  // namespace
-
-void emu_named_sync(int id, int n) {
-    EmuNamedBars *s = emu_named(id, n, "bar.sync");
-    const unsigned p = s->phase[id];
-    if (emu_named_count(s, id)) return;
-    while (s->phase[id] == p) emu_wait(&s->phase[id]);
-}
-
-void emu_named_arrive(int id, int n) {
-    emu_named_count(emu_named(id, n, "bar.arrive"), id);
 }
