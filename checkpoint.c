@@ -340,7 +340,7 @@ static int write_shard(const char *tmpdir, int rank, const CheckpointMeta *meta,
 }
 
 /* The manifest's two layout lines; stage_layers: each stage's layers (its
- * chunks' together), as gpt_stage_layers splits the model's. */
+ * chunks' together), as layout_stage_layers splits the model's. */
 static void layout_print(FILE *f, const Layout *l, int layers) {
     fprintf(f, "layout ranks %d dp %d tp %d pp %d zero %d offload %d sp %d dp_mode %s dtype %s "
             "schedule %s batch %d seq %d micro_batches %d", l->dp * l->cp * l->tp * l->pp, l->dp, l->tp, l->pp,
@@ -351,7 +351,7 @@ static void layout_print(FILE *f, const Layout *l, int layers) {
     fprintf(f, "stage_layers");
     for (int i = 0; i < l->pp; i++) {
         GPTShard sh;
-        gpt_stage_layers(layers, l->pp, l->virtual_chunks > 1 ? l->virtual_chunks : 1,
+        layout_stage_layers(layers, l->pp, l->virtual_chunks > 1 ? l->virtual_chunks : 1,
                          l->nstage_layers ? l->stage_layers : NULL, i, &sh);
         fprintf(f, " %d", sh.nlayers);
     }

@@ -128,22 +128,6 @@ size_t gpt_shard_params(const GPTConfig *cfg, const GPTShard *s) {
     return n;
 }
 
-void gpt_stage_layers(int L, int P, int V, const int *ranges, int st, GPTShard *s) {
-    int K = P * V, layer = 0;
-    s->nlayers = 0;
-    s->nchunks = V;
-    for (int k = 0; k < K; k++) {
-        int n = ranges ? ranges[k] : V == 1 ? L / P + (k < L % P) : L / K;
-        if (k % P == st) {
-            s->chunk_layer0[k / P] = layer;
-            s->chunk_nlayers[k / P] = n;
-            s->nlayers += n;
-        }
-        layer += n;
-    }
-    s->layer0 = s->chunk_layer0[0];
-}
-
 GPTShard gpt_whole(const GPTConfig *cfg) {
     return (GPTShard){.layer0 = 0, .nlayers = cfg->layers, .has_embed = 1, .has_head = 1,
                       .tp = 1, .tp_rank = 0};

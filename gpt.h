@@ -265,15 +265,6 @@ size_t gpt_scratch_bytes(const GPT *m);
 /* The shard of one rank holding everything. */
 GPTShard gpt_whole(const GPTConfig *cfg);
 
-/* Stage st of P's layers into s (layer0, nlayers and the chunks; nothing
- * else touched): the model's K = P x V chunks are ranges[K] (--stage-layers)
- * or, when ranges is NULL, as even as possible (V = 1: the first stages
- * take one more when P does not divide L; V > 1: L / K each, the caller
- * having checked that K divides L); stage st holds chunks st, st + P, ...
- * (Megatron's interleaving: its chunk c is the model's chunk c*P + st).
- * main.c's layout and the planner's. */
-void gpt_stage_layers(int L, int P, int V, const int *ranges, int st, GPTShard *s);
-
 /* Allocates the parameters and gradients of shard s on dev, zeroed. The
  * shard must divide the model (tp_check). Exits only when memory runs out. */
 void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s);

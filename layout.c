@@ -51,7 +51,23 @@ static int check_tp(const Layout *l, const GPTConfig *cfg, char *err, size_t err
     return 0;
 }
 
-/* The model's layers over P stages of V chunks each (gpt_stage_layers'
+void layout_stage_layers(int L, int P, int V, const int *ranges, int st, GPTShard *s) {
+    int K = P * V, layer = 0;
+    s->nlayers = 0;
+    s->nchunks = V;
+    for (int k = 0; k < K; k++) {
+        int n = ranges ? ranges[k] : V == 1 ? L / P + (k < L % P) : L / K;
+        if (k % P == st) {
+            s->chunk_layer0[k / P] = layer;
+            s->chunk_nlayers[k / P] = n;
+            s->nlayers += n;
+        }
+        layer += n;
+    }
+    s->layer0 = s->chunk_layer0[0];
+}
+
+/* The model's layers over P stages of V chunks each (layout_stage_layers'
  * split): given range by range, or as even as the chunks allow. */
 static int check_stages(const Layout *l, const GPTConfig *cfg, char *err, size_t errlen) {
     int P = l->pp, V = l->virtual_chunks;
@@ -117,7 +133,7 @@ void layout_stage_shard(const Layout *l, const GPTConfig *cfg, int stage, int tp
     *s = gpt_whole(cfg);
     s->tp = l->tp;
     s->tp_rank = tp_rank;
-    gpt_stage_layers(cfg->layers, l->pp, l->virtual_chunks, l->nstage_layers ? l->stage_layers : NULL, stage, s);
+    layout_stage_layers(cfg->layers, l->pp, l->virtual_chunks, l->nstage_layers ? l->stage_layers : NULL, stage, s);
     s->has_embed = stage == 0;
     s->has_head = stage == l->pp - 1;
     s->split_backward = pp_schedule_splits(l->schedule);

@@ -74,9 +74,17 @@ int layout_infer_mesh(Layout *l, int world, char *err, size_t errlen);
  * a stage). */
 int layout_check(const Layout *l, const GPTConfig *cfg, int world, char *err, size_t errlen);
 
+/* Stage st of P's layers into s (layer0, nlayers and the chunks; nothing
+ * else touched): the model's K = P x V chunks are ranges[K] (--stage-layers)
+ * or, when ranges is NULL, as even as possible (V = 1: the first stages
+ * take one more when P does not divide L; V > 1: L / K each, the caller
+ * having checked that K divides L); stage st holds chunks st, st + P, ...
+ * (Megatron's interleaving: its chunk c is the model's chunk c*P + st).
+ * layout_stage_shard's, and the checkpoint's record of the stages. */
+void layout_stage_layers(int L, int P, int V, const int *ranges, int st, GPTShard *s);
 /* The shard a rank of stage `stage` (0..pp-1) and tp rank tp_rank holds
  * under layout l (which layout_check passed): its stage's layers
- * (gpt_stage_layers: the stage layers, or as even as possible, V chunks a
+ * (layout_stage_layers: the stage layers, or as even as possible, V chunks a
  * stage), its tp slice, the embedding on the first stage, the head on the
  * last, and a split backward under the zero-bubble schedules. */
 void layout_stage_shard(const Layout *l, const GPTConfig *cfg, int stage, int tp_rank, GPTShard *s);

@@ -22,7 +22,7 @@
 /* A rank's shard of layout (P stages of V chunks) x tp, built on dev. */
 static void build(GPT *m, const GPTConfig *cfg, Dev *dev, int P, int V, int st, int tp, int r) {
     GPTShard s = gpt_whole(cfg);
-    gpt_stage_layers(cfg->layers, P, V, NULL, st, &s);
+    layout_stage_layers(cfg->layers, P, V, NULL, st, &s);
     s.has_embed = st == 0;
     s.has_head = st == P - 1;
     s.tp = tp;
