@@ -133,14 +133,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 #include "sm90.cuh"
-
-static void f3_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define F3_CHECK(call) f3_check((call), #call, __FILE__, __LINE__)
-#define F3_LAUNCH_CHECK(name) f3_check(cudaGetLastError(), name "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 #define F3_BM 128            /* query rows a block: 2 consumer warpgroups x 64 */
 #define F3_BN 128            /* keys a tile */
@@ -719,14 +712,14 @@ static std::atomic<int> f3_caps[F3_MAX_DEVICES];
  * for sm_90a; the probe's read-back happens once per device). */
 static bool f3_device_ok(cudaStream_t stream) {
     int dev;
-    F3_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= 0 && dev < F3_MAX_DEVICES) {
         const int c = f3_caps[dev].load(std::memory_order_acquire);
         if (c) return (c & F3_CAP_SM90A) != 0;
     }
     int major = 0, minor = 0;
-    F3_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    F3_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     int caps = F3_CAP_KNOWN;
     if (major == 9 && minor == 0) {
         int built = 0;
@@ -774,12 +767,12 @@ template <int HS>
 static void f3_launch(const CUtensorMap &tm, bf16 *out, float *lse, int B, int T, int C, int NH,
                       cudaStream_t st) {
     const size_t smem = F3Smem<HS>::SMEM;
-    F3_CHECK(cudaFuncSetAttribute(f3_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(f3_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
     const float scale_log2 = (float)(F3_LOG2E / sqrt((double)HS));
     dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
     f3_fwd_kernel<HS><<<grid, F3_THREADS, smem, st>>>(tm, out, lse, T, C, NH, scale_log2);
-    F3_LAUNCH_CHECK("f3_fwd_kernel");
+    LAUNCH_CHECK(f3_fwd_kernel);
 }
 
 extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int B, int T, int C,
@@ -832,16 +825,16 @@ extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *do
     const size_t rows = (size_t)B * T * NH;
     f3_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, (const bf16 *)dout, (const bf16 *)out,
                                                                   B, T, C, NH);
-    F3_LAUNCH_CHECK("f3_bwd_dot_kernel");
+    LAUNCH_CHECK(f3_bwd_dot_kernel);
     const float scale = (float)(1.0 / sqrt(64.0)), scale_log2 = (float)(F3_LOG2E / sqrt(64.0));
     dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
-    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
     f3_bwd_dkv_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q64, q128, d64, (bf16 *)dqkv, lse, Dvec, T, C, NH,
                                                           scale, scale_log2);
-    F3_LAUNCH_CHECK("f3_bwd_dkv_kernel");
-    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    LAUNCH_CHECK(f3_bwd_dkv_kernel);
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
     f3_bwd_dq_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q128, q64, d128, (bf16 *)dqkv, lse, Dvec, T, C, NH,
                                                          scale, scale_log2);
-    F3_LAUNCH_CHECK("f3_bwd_dq_kernel");
+    LAUNCH_CHECK(f3_bwd_dq_kernel);
     return 0;
 }

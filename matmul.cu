@@ -207,17 +207,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-/* ---------------------------------------------------------------------------
- * Error checking: every runtime call and launch names itself, the file and
- * the line, then exits. */
-
-static void mm_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define MM_CHECK(call) mm_check((call), #call, __FILE__, __LINE__)
-#define MM_LAUNCH_CHECK(kernel) mm_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 static int mm_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -1107,15 +1097,15 @@ template <typename F> static bool mm_set_smem(F *f, int bytes) {
 
 static int mm_device_caps(cudaStream_t stream) {
     int dev;
-    MM_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= 0 && dev < MM_MAX_DEVICES) {
         int c = mm_caps[dev].load(std::memory_order_acquire);
         if (c) return c;
     }
     int major = 0, minor = 0, sms = 0;
-    MM_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    MM_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    MM_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int caps = MM_CAP_KNOWN | (sms << MM_CAP_SM_SHIFT);
     if (major >= 8 && mm_set_smem(mm_mma_kernel<true, true>, MM_SMEM_BYTES) &&
         mm_set_smem(mm_mma_kernel<true, false>, MM_SMEM_BYTES) &&
@@ -1216,7 +1206,7 @@ static void mm_launch_sum(float *D, const float *work, int parts, size_t n, cuda
     const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
     if (v4) mm_splitk_sum_kernel<true><<<grid, threads, 0, stream>>>(D, work, parts, n);
     else mm_splitk_sum_kernel<false><<<grid, threads, 0, stream>>>(D, work, parts, n);
-    MM_LAUNCH_CHECK(mm_splitk_sum_kernel);
+    LAUNCH_CHECK(mm_splitk_sum_kernel);
 }
 
 /* The split-K plan of each implementation on this device. */
@@ -1242,7 +1232,7 @@ static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A,
     mm_simple_kernel<<<grid, dim3(32, 8), 0, stream>>>(D, d_fp32, accumulate, (const bf16 *)A,
                                                        a_kmajor, (const bf16 *)B, b_kmajor,
                                                        (const bf16 *)bias, M, N, K);
-    MM_LAUNCH_CHECK(mm_simple_kernel);
+    LAUNCH_CHECK(mm_simple_kernel);
 }
 
 static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1261,7 +1251,7 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     else if (b_kmajor) MM_GO(false, true);
     else MM_GO(false, false);
 #undef MM_GO
-    MM_LAUNCH_CHECK(mm_mma_kernel);
+    LAUNCH_CHECK(mm_mma_kernel);
 }
 
 /* A 2-D bf16 tensor map: `inner` contiguous elements a row, `outer` rows,
@@ -1324,7 +1314,7 @@ static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulat
     else if (b_kmajor) WG_GO(false, true);
     else WG_GO(false, false);
 #undef WG_GO
-    MM_LAUNCH_CHECK(mm_wgmma_kernel);
+    LAUNCH_CHECK(mm_wgmma_kernel);
     return true;
 }
 
@@ -1424,7 +1414,7 @@ extern "C" void tc_partials_add(float *out, const float *partial, int chunks, in
     if (chunks <= 0 || n <= 0) return;
     mm_partials_add_kernel<<<(unsigned)mm_ceil_div(n, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(out, partial,
                                                                                                    chunks, n);
-    MM_LAUNCH_CHECK(mm_partials_add_kernel);
+    LAUNCH_CHECK(mm_partials_add_kernel);
 }
 
 template <typename T>
@@ -1435,12 +1425,12 @@ static void bias_grad(float *dbias, const T *dout, int M, int N, float *work, si
                        chunks <= 65535 && (size_t)chunks * N <= work_floats;
     if (!split) {
         mm_bias_grad_kernel<T><<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, stream>>>(dbias, dout, M, N);
-        MM_LAUNCH_CHECK(mm_bias_grad_kernel);
+        LAUNCH_CHECK(mm_bias_grad_kernel);
         return;
     }
     mm_bias_grad_split_kernel<T><<<dim3((unsigned)mm_ceil_div(N, 256), (unsigned)chunks), dim3(32, 8), 0, stream>>>(
         work, dout, M, N);
-    MM_LAUNCH_CHECK(mm_bias_grad_split_kernel);
+    LAUNCH_CHECK(mm_bias_grad_split_kernel);
     tc_partials_add(dbias, work, chunks, N, stream);
 }
 
