@@ -755,32 +755,6 @@ static bool f3_device_ok(cudaStream_t stream) {
     return (caps & F3_CAP_SM90A) != 0;
 }
 
-/* The tensor map of a bf16 matrix [rows][inner] (qkv: inner 3C; dout:
- * inner C), boxes {64, box_rows}, 128-byte swizzle, zero fill past the last
- * row; false when the driver has no encoder or refuses the map. */
-static bool f3_encode(CUtensorMap *map, const void *ptr, int inner, int rows, int box_rows) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &q);
-#else /* 12.0-12.4: no ByVersion */
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        return false;
-    }
-    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-    const cuuint32_t estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <int HS>
 static void f3_launch(const CUtensorMap &tm, bf16 *out, float *lse, int B, int T, int C, int NH,
                       cudaStream_t st) {
@@ -811,7 +785,7 @@ extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int
     if (B <= 0 || T <= 0) return 0;
     if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
     CUtensorMap tm;
-    if (!f3_encode(&tm, qkv, 3 * C, B * T, F3_BM)) return -1;
+    if (!sm90_encode_2d(&tm, qkv, 3 * C, B * T, 64, F3_BM)) return -1;
     if (hs == 64) f3_launch<64>(tm, (bf16 *)out, lse, B, T, C, NH, st);
     else f3_launch<128>(tm, (bf16 *)out, lse, B, T, C, NH, st);
     return 0;
@@ -836,8 +810,9 @@ extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *do
     if (B <= 0 || T <= 0) return 0;
     if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
     CUtensorMap q64, q128, d64, d128;
-    if (!f3_encode(&q64, qkv, 3 * C, B * T, 64) || !f3_encode(&q128, qkv, 3 * C, B * T, 128) ||
-        !f3_encode(&d64, dout, C, B * T, 64) || !f3_encode(&d128, dout, C, B * T, 128))
+    /* qkv [B*T][3C] and dout [B*T][C], boxes {64, 64} and {64, 128} */
+    if (!sm90_encode_2d(&q64, qkv, 3 * C, B * T, 64, 64) || !sm90_encode_2d(&q128, qkv, 3 * C, B * T, 64, 128) ||
+        !sm90_encode_2d(&d64, dout, C, B * T, 64, 64) || !sm90_encode_2d(&d128, dout, C, B * T, 64, 128))
         return -1;
     float *Dvec = scratch + (size_t)B * T * C;  /* [B,NH,T], where attention.cu keeps it */
     const size_t rows = (size_t)B * T * NH;

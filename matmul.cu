@@ -1254,44 +1254,17 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     LAUNCH_CHECK(mm_mma_kernel);
 }
 
-/* A 2-D bf16 tensor map: `inner` contiguous elements a row, `outer` rows,
- * boxes of box_inner x box_outer, 128-byte swizzle, zero fill outside. */
-static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map,
-                         const void *ptr, int inner, int outer, int box_inner, int box_outer) {
-    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
-    const cuuint32_t estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 /* Encodes the maps and launches the ping-pong kernel (pp) or the
  * cooperative one; false (nothing launched) when the driver has no
  * tensor-map encoder or refuses a map. */
 static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &q);
-#else /* 12.0-12.4: no ByVersion; this form gives the toolkit's version, 12000 here */
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        return false;
-    }
-    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     CUtensorMap ta, tb;
-    const bool ok_a = a_kmajor ? mm_encode_2d(encode, &ta, A, K, M, WG_BK, WG_BM)
-                               : mm_encode_2d(encode, &ta, A, M, K, 64, WG_BK);
-    const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
-                               : mm_encode_2d(encode, &tb, B, N, K, 64, WG_BK);
+    const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
+                               : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
+    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
+                               : sm90_encode_2d(&tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
     const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
