@@ -111,7 +111,7 @@
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
- * TC_WGMMA, the ping-pong schedule (mm_wgmma_pp_kernel; what TC_AUTO takes
+ * TC_WGMMA, the ping-pong schedule (mm_wgmma_kernel<true>; what TC_AUTO takes
  *   on sm_90a for the shorter work items, below): the next rung of the published Hopper GEMM ladder, so that
  *   one tile's epilogue runs under the next tile's math. As above (producer
  *   warpgroup, TMA, 128-byte swizzle, mbarriers, persistent grid, split-K),
@@ -701,6 +701,19 @@ __device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int
     __syncwarp();
 }
 
+/* The producer's copy of one operand's k-block (from k0) and R rows or
+ * columns (from r0) into the stage at dst, completing on full barrier fb:
+ * k-major (KM) one {64 k, R} box, otherwise R / 64 {64, 64 k} boxes. */
+template <bool KM, int R>
+__device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, uint32_t fb) {
+    if (KM) {
+        sm90_tma_2d(dst, map, k0, r0, fb);
+    } else {
+#pragma unroll
+        for (int i = 0; i < R / 64; i++) sm90_tma_2d(dst + i * WG_BOX_BYTES, map, r0 + 64 * i, k0, fb);
+    }
+}
+
 /* The producer, one thread: every k-block of every item of the block's walk
  * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
@@ -726,113 +739,101 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
             sm90_mbar_expect_tx(fb, STAGE_BYTES);
             const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
             const int k0 = kb * WG_BK;
-            if (AK) {
-                sm90_tma_2d(sa, tmA, k0, m0, fb);                                 /* {64 k, BM m} */
-            } else {
-#pragma unroll
-                for (int i = 0; i < BM / 64; i++)                                   /* {64 m, 64 k} */
-                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, m0 + 64 * i, k0, fb);
-            }
-            if (BK) {
-                sm90_tma_2d(sb, tmB, k0, n0, fb);                                 /* {64 k, BN n} */
-            } else {
-#pragma unroll
-                for (int i = 0; i < BN / 64; i++)                                   /* {64 n, 64 k} */
-                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, n0 + 64 * i, k0, fb);
-            }
+            mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
+            mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
         }
     }
 }
-#endif
 
-/* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
- * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
- * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
- * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
- * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
- * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
+/* What a consumer warpgroup of mm_wgmma_kernel holds: the kernel's
+ * arguments (its comment), the ring (base: stage s at base + s stage bytes;
+ * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, kps, nk;
+ * items in all), and its place: warpgroup c (0, 1), warp, lane and the
+ * warp's epilogue chunk ep (after the stages). */
+struct MmWg {
+    void *D;
+    int d_fp32, accumulate;
+    const bf16 *bias;
+    int M, N, vec_ok;
+    float *work;
+    int kps, vec_w;
+    uint32_t base;
+    uint64_t *full_bar, *empty_bar;
+    int tiles_m, tiles, items, nk;
+    int c, warp, lane;
+    float *ep;
+};
+
+/* A consumer's wait for ring stage it % STAGES to land; returns the stage.
+ * The lanes leave the spin together before the .aligned wgmma. */
+template <int STAGES>
+__device__ __forceinline__ int mm_wg_stage_wait(uint64_t *full_bar, int it) {
+    const int s = it % STAGES;
+    const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
+    sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
+    __syncwarp();
+    return s;
+}
+
+/* After a k-block's wgmmas were issued on stage s: commits them, waits for
+ * the previous k-block's group and frees its stage prev; returns s, the
+ * next prev. */
+__device__ __forceinline__ int mm_wg_retire(uint64_t *empty_bar, int prev, int s, int lane) {
+    sm90_wgmma_commit();
+    sm90_wgmma_wait<1>();
+    mm_wg_release(empty_bar, prev, lane);
+    return s;
+}
+
+/* After a tile's last k-block: waits for every wgmma, fences the
+ * accumulators d and frees the last stage prev. */
+__device__ __forceinline__ void mm_wg_drain(float (&d)[128], uint64_t *empty_bar, int prev, int lane) {
+    sm90_wgmma_wait<0>();
+    sm90_fence_regs(d);
+    mm_wg_release(empty_bar, prev, lane);
+}
+
+/* mm_wgmma_kernel<false>'s consumers, the cooperative schedule: both
+ * warpgroups on every 128 x 256 tile, warpgroup c its rows 64c..64c+63. */
 template <bool AK, bool BK>
-__global__ void __launch_bounds__(WG_THREADS, 1)
-mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w) {
-#if SM90_BUILD
-    __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
-    __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
-    extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
-     * 1024-byte boundaries as the 128-byte swizzle requires. */
-    const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + WG_BM - 1) / WG_BM;
-    const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
-    const int items = tiles * splits;
-    const int nk = (K + WG_BK - 1) / WG_BK;
-    const int wg = threadIdx.x >> 7;
-
-    mm_wg_init_bars<WG_STAGES>(full_bar, empty_bar, WG_CONSUMER_WARPS);
-    __syncthreads();
-
-    if (wg == 0) {
-        /* Producer: one thread issues every copy; the rest of the warpgroup
-         * only gives its registers back. */
-        sm90_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                           items, kps, nk);
-    } else {
-        sm90_setmaxnreg_inc<232>();
-        const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
-        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        /* this warp's epilogue chunk, after the stages */
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
-                                              WG_STAGES * WG_STAGE_BYTES +
-                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
-        float d[128];
-        int it = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, tiles_m, tiles, kps, nk);
-            const int m0 = w.m0, n0 = w.n0, part = w.part;
+__device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
+    const int c = g.c, warp = g.warp, lane = g.lane;
+    float d[128];
+    int it = 0;
+    for (int item = blockIdx.x; item < g.items; item += gridDim.x) {
+        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            int prev = -1;  /* stage whose wgmma may still be reading */
-            for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
-                const int s = it % WG_STAGES;
-                const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
-                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
-                __syncwarp();  /* lanes leave the spin together before .aligned wgmma */
-                const uint32_t sa = base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
-                const uint32_t sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-                sm90_wgmma_fence();
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        int prev = -1;  /* stage whose wgmma may still be reading */
+        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
+            const int s = mm_wg_stage_wait<WG_STAGES>(g.full_bar, it);
+            const uint32_t sa = g.base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
+            const uint32_t sb = g.base + s * WG_STAGE_BYTES + WG_A_BYTES;
+            sm90_wgmma_fence();
 #pragma unroll
-                for (int j = 0; j < WG_BK / 16; j++) {
-                    const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
-                                           : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
-                                           : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
-                    sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
-                }
-                sm90_wgmma_commit();
-                sm90_wgmma_wait<1>();  /* the previous k-block's group is done */
-                mm_wg_release(empty_bar, prev, lane);
-                prev = s;
+            for (int j = 0; j < WG_BK / 16; j++) {
+                const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
+                                       : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
+                const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
+                                       : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
+                sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
             }
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(d);
-            mm_wg_release(empty_bar, prev, lane);
-
-            /* Part 0 into D; the others, plain float32, to work. */
-            const bool to_d = part == 0;
-            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            mm_wg_epilogue<8, 0, false>(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
-                           to_d ? bias : NULL, M, N, m0 + c * 64 + warp * 16, n0,
-                           to_d ? vec_ok : vec_w, lane);
+            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
         }
+        mm_wg_drain(d, g.empty_bar, prev, lane);
+
+        /* Part 0 into D; the others, plain float32, to work. */
+        const bool to_d = part == 0;
+        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
+        mm_wg_epilogue<8, 0, false>(d, g.ep, out, to_d ? g.d_fp32 : 1, to_d ? g.accumulate : 0,
+                       to_d ? g.bias : NULL, g.M, g.N, m0 + c * 64 + warp * 16, n0,
+                       to_d ? g.vec_ok : g.vec_w, lane);
     }
-#endif
 }
 
-/* The ping-pong kernel (TC_WGMMA; the header's "Ping-pong"). As
- * mm_wgmma_kernel, but a work item is a 128 x 128 tile (tiles_m =
+/* mm_wgmma_kernel<true>'s consumers, the ping-pong schedule (TC_WGMMA; the
+ * header's "Ping-pong"). As the cooperative one, but a work item is a 128 x 128 tile (tiles_m =
  * ceil(M / 128) fastest, then ceil(N / 128)) and the two consumer
  * warpgroups take the block's items in turn: the j-th item this block
  * walks (item blockIdx.x + j gridDim.x) belongs to warpgroup j % 2, which
@@ -844,93 +845,112 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
  * the math: warpgroup c waits there before each tile but its first (item
  * j > 0), and the other warpgroup arrives there when its mainloop of item
  * j - 1 is done (only when an item j follows: every arrival is waited
- * for). Same parameters and split-K as mm_wgmma_kernel; tmB's k-major box
- * is {64 k, 128 n}. */
+ * for). Same split-K as the cooperative one; tmB's k-major box is {64 k,
+ * 128 n}. */
 template <bool AK, bool BK>
+__device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
+    float *ep = g.ep;
+    const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
+    float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
+    int it = 0, j = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
+        const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
+        if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
+            it += kb1 - kb0;
+            continue;
+        }
+        if (j > 0) sm90_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        int prev = -1;
+        for (int kb = kb0; kb < kb1; kb++, it++) {
+            const int s = mm_wg_stage_wait<PP_STAGES>(g.full_bar, it);
+            const uint32_t sa = g.base + s * PP_STAGE_BYTES;
+            const uint32_t sb = sa + PP_A_BYTES;
+            sm90_wgmma_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < WG_BK / 16; k16++) {
+                /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
+                const uint64_t da0 = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
+                                        : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
+                const uint64_t da1 = AK ? sm90_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
+                                        : sm90_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
+                const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
+                                       : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
+                sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
+                sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
+            }
+            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
+        }
+        mm_wg_drain(d, g.empty_bar, prev, lane);
+        /* the other warpgroup's item j + 1 may take the tensor cores while we store */
+        if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+
+        const bool to_d = part == 0;
+        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
+        const int dfp = to_d ? g.d_fp32 : 1, acc = to_d ? g.accumulate : 0, vec = to_d ? g.vec_ok : g.vec_w;
+        const bf16 *bs = to_d ? g.bias : NULL;
+        mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + warp * 16, n0, vec, lane);
+        mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + 64 + warp * 16, n0, vec, lane);
+    }
+}
+#endif
+
+/* The wgmma kernels, one signature and prologue: PP the ping-pong
+ * schedule (mm_wg_pingpong), otherwise the cooperative one (mm_wg_coop).
+ * D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
+ * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
+ * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
+ * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
+ * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
+ * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
+template <bool PP, bool AK, bool BK>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                   void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                   int vec_ok, float *work, int splits, int kps, int vec_w) {
+mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                int vec_ok, float *work, int splits, int kps, int vec_w) {
 #if SM90_BUILD
-    __shared__ __align__(8) uint64_t full_bar[PP_STAGES];
-    __shared__ __align__(8) uint64_t empty_bar[PP_STAGES];
+    constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
+    constexpr int STAGE_BYTES = PP ? PP_STAGE_BYTES : WG_STAGE_BYTES;
+    __shared__ __align__(8) uint64_t full_bar[STAGES];
+    __shared__ __align__(8) uint64_t empty_bar[STAGES];
     extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* Stages at base + s * 32768: A (16 KB: one {64 k, 128 m} box, or two
-     * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
-     * 64 k}), every box on a 1024-byte boundary. */
+    /* Stages at base + s * STAGE_BYTES, every box on a 1024-byte boundary as
+     * the 128-byte swizzle requires. Cooperative (49152 a stage): A (16 KB)
+     * then B (32 KB). Ping-pong (32768): A (16 KB: one {64 k, 128 m} box, or
+     * two {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
+     * 64 k}). */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + PP_BM - 1) / PP_BM;
-    const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles = tiles_m * ((N + BN - 1) / BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    mm_wg_init_bars<PP_STAGES>(full_bar, empty_bar, 4);  /* empty: the consuming warpgroup's warps */
+    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's */
+    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 : WG_CONSUMER_WARPS);
     __syncthreads();
 
     if (wg == 0) {
+        /* Producer: one thread issues every copy; the rest of the warpgroup
+         * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                           items, kps, nk);
+            mm_wg_produce<AK, BK, BM, BN, STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles, items,
+                                                  kps, nk);
     } else {
         sm90_setmaxnreg_inc<232>();
-        const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
-        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
-                                              PP_STAGES * PP_STAGE_BYTES +
-                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
-        float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
-        int it = 0, j = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, tiles_m, tiles, kps, nk);
-            const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
-            if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
-                it += kb1 - kb0;
-                continue;
-            }
-            if (j > 0) sm90_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
-#pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            int prev = -1;
-            for (int kb = kb0; kb < kb1; kb++, it++) {
-                const int s = it % PP_STAGES;
-                const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
-                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
-                __syncwarp();
-                const uint32_t sa = base + s * PP_STAGE_BYTES;
-                const uint32_t sb = sa + PP_A_BYTES;
-                sm90_wgmma_fence();
-#pragma unroll
-                for (int k16 = 0; k16 < WG_BK / 16; k16++) {
-                    /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
-                    const uint64_t da0 = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
-                                            : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t da1 = AK ? sm90_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
-                                            : sm90_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
-                                           : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
-                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
-                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
-                }
-                sm90_wgmma_commit();
-                sm90_wgmma_wait<1>();
-                mm_wg_release(empty_bar, prev, lane);
-                prev = s;
-            }
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(d);
-            mm_wg_release(empty_bar, prev, lane);
-            /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-            if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
-
-            const bool to_d = part == 0;
-            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            const int dfp = to_d ? d_fp32 : 1, acc = to_d ? accumulate : 0, vec = to_d ? vec_ok : vec_w;
-            const bf16 *bs = to_d ? bias : NULL;
-            mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, M, N, m0 + warp * 16, n0, vec, lane);
-            mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, M, N, m0 + 64 + warp * 16, n0, vec, lane);
-        }
+        MmWg g{D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
+               tiles_m, tiles, items, nk};
+        g.c = wg - 1;
+        g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
+        g.ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES +
+                                         (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        if constexpr (PP)
+            mm_wg_pingpong<AK, BK>(g);
+        else
+            mm_wg_coop<AK, BK>(g);
     }
 #endif
 }
@@ -1120,14 +1140,14 @@ static int mm_device_caps(cudaStream_t stream) {
             cudaMemcpyFromSymbolAsync(&built, mm_probe_flag, sizeof built, 0,
                                       cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
             cudaStreamSynchronize(stream) == cudaSuccess) {
-            if (built == 1 && mm_set_smem(mm_wgmma_kernel<true, true>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<true, false>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<false, true>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<false, false>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<true, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<true, false>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<false, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<false, false>, PP_SMEM_BYTES))
+            if (built == 1 && mm_set_smem(mm_wgmma_kernel<false, true, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, true, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, false, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, false, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
         } else {
             cudaGetLastError();
@@ -1274,11 +1294,11 @@ static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulat
 #define WG_GO(AK, BK)                                                                       \
     do {                                                                                    \
         if (pp)                                                                             \
-            mm_wgmma_pp_kernel<AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(        \
+            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(     \
                 ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
                 vec_w);                                                                     \
         else                                                                                \
-            mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(           \
+            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(    \
                 ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
                 vec_w);                                                                     \
     } while (0)
