@@ -704,10 +704,11 @@ f3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         }
     } else {
         sm90_setmaxnreg_inc<240>();
-        const int tid = threadIdx.x & 127;
-        bw.c = wg - 1, bw.warp = tid >> 5, bw.lane = tid & 31, bw.g = bw.lane >> 2, bw.tg = bw.lane & 3;
-        bw.a = bw.sA + (uint32_t)bw.c * 8192u, bw.bo = bw.sB + (uint32_t)bw.c * 8192u;
-        bw.row = bw.m0 + bw.c * 64 + bw.warp * 16 + bw.g;
+        const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+        const int g = lane >> 2, tg = lane & 3;
+        bw.c = c, bw.warp = warp, bw.lane = lane, bw.g = g, bw.tg = tg;
+        bw.a = bw.sA + (uint32_t)c * 8192u, bw.bo = bw.sB + (uint32_t)c * 8192u;
+        bw.row = bw.m0 + c * 64 + warp * 16 + g;
         if constexpr (DQ)
             f3_bwd_dq(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
         else
