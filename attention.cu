@@ -217,16 +217,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-/* ---------------------------------------------------------------------------
- * Error checking. */
-
-static void fa_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define FA_CHECK(call) fa_check((call), #call, __FILE__, __LINE__)
-#define FA_LAUNCH_CHECK(name) fa_check(cudaGetLastError(), name "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 /* ---------------------------------------------------------------------------
  * Tile sizes. */
@@ -1135,12 +1126,12 @@ template <int HS, bool RING>
 static void fa_forward_launch(bf16 *out, float *acc, float *lse, const FaIn &in, const FaPair &pr,
                               int first, int B, cudaStream_t st) {
     const size_t smem = FaFwd<HS>::SMEM;
-    FA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<HS, RING>,
+    CUDA_CHECK(cudaFuncSetAttribute(fa_fwd_kernel<HS, RING>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float scale_log2 = (float)(FA_LOG2E / sqrt((double)HS));
     dim3 grid((unsigned)(B * in.NH), (unsigned)((in.T + FA_BQF - 1) / FA_BQF));
     fa_fwd_kernel<HS, RING><<<grid, FA_THREADS, smem, st>>>(out, acc, lse, in, pr, first, scale_log2);
-    FA_LAUNCH_CHECK("fa_fwd_kernel");
+    LAUNCH_CHECK(fa_fwd_kernel);
 }
 
 /* dqacc NULL: the deterministic backward (dK, dV by fa_bwd_kernel<HS,
@@ -1156,24 +1147,24 @@ static void fa_backward_launch(GO *dq, size_t dq_ld, GO *dk, GO *dv, size_t dkv_
     const float scale_log2 = (float)(FA_LOG2E / sqrt((double)HS));
     dim3 grid((unsigned)(B * in.NH), (unsigned)((in.T + FA_BKV - 1) / FA_BKV));
     if (dqacc) {
-        FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, true, GO>,
+        CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, true, GO>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         fa_bwd_kernel<HS, true, GO><<<grid, FA_THREADS, smem, st>>>(dk, dv, dkv_ld, dqacc, Dvec, dout,
                                                                     in, pr, lse, scale, scale_log2);
-        FA_LAUNCH_CHECK("fa_bwd_kernel");
+        LAUNCH_CHECK(fa_bwd_kernel);
         return;
     }
-    FA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, false, GO>,
+    CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kernel<HS, false, GO>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     fa_bwd_kernel<HS, false, GO><<<grid, FA_THREADS, smem, st>>>(dk, dv, dkv_ld, (float *)NULL, Dvec,
                                                                  dout, in, pr, lse, scale, scale_log2);
-    FA_LAUNCH_CHECK("fa_bwd_kernel");
+    LAUNCH_CHECK(fa_bwd_kernel);
     const size_t dsmem = FaDq<HS>::SMEM;
-    FA_CHECK(cudaFuncSetAttribute(fa_bwd_dq_det_kernel<HS, GO>,
+    CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_dq_det_kernel<HS, GO>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dsmem));
     fa_bwd_dq_det_kernel<HS, GO><<<grid, FA_THREADS, dsmem, st>>>(dq, dq_ld, Dvec, dout, in, pr, lse,
                                                                   scale, scale_log2);
-    FA_LAUNCH_CHECK("fa_bwd_dq_det_kernel");
+    LAUNCH_CHECK(fa_bwd_dq_det_kernel);
 }
 
 extern "C" int tc_flash_supports(int hs) { return fa_hs_ok(hs); }
@@ -1214,7 +1205,7 @@ extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, c
 
     const size_t rows = (size_t)B * T * NH;
     fa_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, dqacc, g, o, B, T, C, NH);
-    FA_LAUNCH_CHECK("fa_bwd_dot_kernel");
+    LAUNCH_CHECK(fa_bwd_dot_kernel);
 
     bf16 *dk = dx + C, *dv = dx + 2 * (size_t)C;
     switch (C / NH) {
@@ -1229,7 +1220,7 @@ extern "C" int tc_flash_backward(void *dqkv, float *scratch, const void *dout, c
     if (blocks > 65536) blocks = 65536;
     fa_bwd_dq_kernel<<<(unsigned)blocks, 256, 0, st>>>(dx, dqacc, (size_t)B * T, C,
                                                        (float)(1.0 / sqrt((double)(C / NH))));
-    FA_LAUNCH_CHECK("fa_bwd_dq_kernel");
+    LAUNCH_CHECK(fa_bwd_dq_kernel);
     return 0;
 }
 

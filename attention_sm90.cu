@@ -133,14 +133,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 #include "sm90.cuh"
-
-static void f3_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define F3_CHECK(call) f3_check((call), #call, __FILE__, __LINE__)
-#define F3_LAUNCH_CHECK(name) f3_check(cudaGetLastError(), name "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 #define F3_BM 128            /* query rows a block: 2 consumer warpgroups x 64 */
 #define F3_BN 128            /* keys a tile */
@@ -384,7 +377,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
  * backward (its header), on wgmma:
  *   f3_bwd_dot_kernel  Dvec[b,h,t] = sum_c dout[b,t,hc] out[b,t,hc], one
  *                      warp a (b, t, h);
- *   f3_bwd_dkv_kernel  grid (B*NH, ceil(T/128)), 384 threads: a block owns
+ *   f3_bwd_dkv         (f3_bwd_kernel<false>) grid (B*NH, ceil(T/128)),
+ *                      384 threads: a block owns
  *                      128 keys (K and V loaded once by TMA), consumer c
  *                      keys 64c..; query tiles of 64 rows (Q and dO) from
  *                      the block's first key to T stream through a
@@ -398,7 +392,8 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
  *                               registers, B mn-major, m64n64k16)
  *                      then dqkv's k and v channels += scale dK, dV (read,
  *                      add in fp32, round once): one block owns those rows;
- *   f3_bwd_dq_kernel   grid (B*NH, ceil(T/128)): a block owns 128 queries
+ *   f3_bwd_dq          (f3_bwd_kernel<true>) grid (B*NH, ceil(T/128)):
+ *                      a block owns 128 queries
  *                      (Q and dO loaded once), consumer c queries 64c..;
  *                      key tiles of 64 (K and V) stream through the ring:
  *                        S = Q_c K^T, dP = dO_c V^T; P, dS as above (the
@@ -489,218 +484,235 @@ __device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empt
 }
 #endif
 
-/* tq: qkv [B*T][3C], boxes {64, 64}; tk: qkv, boxes {64, 128}; td: dout
- * [B*T][C], boxes {64, 64}. dqkv [B,T,3C] += (k, v channels); lse, Dvec
- * [B,NH,T]. Grid (B*NH, ceil(T/128)), 384 threads, F3B_SMEM dynamic. */
-__global__ void __launch_bounds__(F3_THREADS, 1)
-f3_bwd_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                  const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
-                  const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
-                  float scale, float scale_log2) {
+/* A backward consumer thread's block: its own two 128-row tiles at sA, sB
+ * (f3_bwd_dkv: K, V; f3_bwd_dq: Q, dO; [128][64] bf16 each, on mine_full),
+ * the ring at sR (stage s: two [64][64] tiles, on full[s], freed on
+ * empty[s]) that streams n tiles of 64 rows from tile r0, the block's
+ * first own row m0, and the thread's place: batch b, head h, bh = b NH + h,
+ * consumer warpgroup c, warp, lane, g = lane / 4, tg = lane % 4. The
+ * consumers' functions below exist for sm_90a alone (SM90_BUILD). */
+struct F3Bwd {
+    uint32_t sA, sB, sR;
+    uint64_t *mine_full, *full, *empty;
+    int b, h, bh, m0, r0, n, c, warp, lane, g, tg;
+    uint32_t a, bo;  /* consumer c's 64 rows of sA, sB */
+    int row;         /* this thread's own rows: row, row + 8 (m0 + 64c + 16 warp + g) */
+};
+
 #if SM90_BUILD
+/* A consumer's two SS products of one ring stage, x = A0 B0^T and
+ * y = A1 B1^T (x, y: m64n64 fp32 fragments; a0, b0, a1, b1: the
+ * shared-memory addresses of [64][64] bf16 tiles, rows of HS = 64 channels
+ * as TMA lays them), from zero, once the stage's full barrier has completed
+ * phase parity. */
+__device__ __forceinline__ void f3_bwd_products(float (&x)[32], float (&y)[32], uint32_t a0, uint32_t b0,
+                                                uint32_t a1, uint32_t b1, uint64_t *full, uint32_t parity) {
     constexpr int HS = 64;
-    __shared__ __align__(8) uint64_t mine_full;
-    __shared__ __align__(8) uint64_t full[F3_STAGES];
-    __shared__ __align__(8) uint64_t empty[F3_STAGES];
-    extern __shared__ __align__(16) unsigned char f3_smem[];
-    const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
-    const uint32_t sK = base, sV = base + F3B_TILE128;           /* [128][64] each */
-    const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: Q [64][64], dO [64][64] */
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int k0 = blockIdx.y * F3_BN;                           /* the heaviest key blocks come first */
-    const int i0 = k0 / 64, nq = (T + 63) / 64, ntiles = nq - i0;
-    const int wg = threadIdx.x >> 7;
-    f3_bwd_init_bars(&mine_full, full, empty);
-    __syncthreads();
-    if (wg == 0) {
-        sm90_setmaxnreg_dec<24>();
-        if (threadIdx.x == 0) {
-            const int row0 = b * T;
-            const uint32_t mf = sm90_smem_u32(&mine_full);
-            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            sm90_tma_2d(sK, &tk, C + h * HS, row0 + k0, mf);
-            sm90_tma_2d(sV, &tk, 2 * C + h * HS, row0 + k0, mf);
-            for (int it = 0; it < ntiles; it++)  /* Q and dO of query tile i0 + it */
-                f3_bwd_load_stage(full, empty, sR, it, &tq, h * HS, &td, h * HS, row0 + (i0 + it) * 64);
-        }
-    } else {
-        sm90_setmaxnreg_inc<240>();
-        const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-        const int g = lane >> 2, tg = lane & 3;
-        float dk[HS / 2], dv[HS / 2];
 #pragma unroll
-        for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.f;
-        const uint32_t ka = sK + (uint32_t)c * 8192u, va = sV + (uint32_t)c * 8192u;
-        const int key_r = k0 + c * 64 + warp * 16 + g;  /* this thread's keys: key_r, key_r + 8 */
-        const float *lrow = lse + (size_t)bh * T, *drow = Dvec + (size_t)bh * T;
-        sm90_mbar_wait(sm90_smem_u32(&mine_full), 0);
-        for (int it = 0; it < ntiles; it++) {
-            const int s = it % F3_STAGES, q0 = (i0 + it) * 64;
-            const uint32_t sq = sR + s * 2 * F3B_TILE64, so = sq + F3B_TILE64;
-            float st[32], dpt[32];
+    for (int i = 0; i < 32; i++) x[i] = y[i] = 0.f;
+    sm90_mbar_wait(sm90_smem_u32(full), parity);
+    __syncwarp();
+    sm90_wgmma_fence();
 #pragma unroll
-            for (int i = 0; i < 32; i++) st[i] = dpt[i] = 0.f;
-            sm90_mbar_wait(sm90_smem_u32(&full[s]), (uint32_t)(it / F3_STAGES) & 1u);
-            __syncwarp();
-            sm90_wgmma_fence();
+    for (int ks = 0; ks < HS / 16; ks++)
+        sm90_wgmma_m64n64(x, sm90_desc(a0 + 32 * ks, 16, 1024), sm90_desc(b0 + 32 * ks, 16, 1024));
 #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                sm90_wgmma_m64n64(st, sm90_desc(ka + 32 * ks, 16, 1024), sm90_desc(sq + 32 * ks, 16, 1024));
+    for (int ks = 0; ks < HS / 16; ks++)
+        sm90_wgmma_m64n64(y, sm90_desc(a1 + 32 * ks, 16, 1024), sm90_desc(b1 + 32 * ks, 16, 1024));
+    sm90_wgmma_commit();
+    sm90_wgmma_wait<0>();
+    sm90_fence_regs(x);
+    sm90_fence_regs(y);
+}
+
+
+/* The consumers' write-back into dqkv [B,T,3C], head bw.h's 64 channels of
+ * this thread's rows t0, t0 + 8 (those < T), x and y m64n64 fp32 fragments:
+ * KV, the k channels += scale x and the v channels += y (f3_bwd_dkv's dK,
+ * dV); otherwise the q channels += scale x (f3_bwd_dq's dQ; y unread). */
+template <bool KV>
+__device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F3Bwd &bw, int t0, int T, int C,
+                                                float scale, const float (&x)[32], const float (&y)[32]) {
+    constexpr int HS = 64;
+    const size_t C3 = (size_t)3 * C;
 #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                sm90_wgmma_m64n64(dpt, sm90_desc(va + 32 * ks, 16, 1024), sm90_desc(so + 32 * ks, 16, 1024));
-            sm90_wgmma_commit();
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(st);
-            sm90_fence_regs(dpt);
-            /* P^T and dS^T: rows keys, columns queries q0 + 8nt + 2tg + (e & 1) */
+    for (int r = 0; r < 2; r++) {
+        const int t = t0 + 8 * r;
+        if (t >= T) continue;
+        bf16 *row = dqkv + ((size_t)bw.b * T + t) * C3 + (size_t)bw.h * HS;
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-#pragma unroll
-                for (int e2 = 0; e2 < 2; e2++) {
-                    const int q = q0 + nt * 8 + tg * 2 + e2;
-                    const bool in = q < T;
-                    const float L = in ? lrow[q] * F3_LOG2E : 0.f, D = in ? drow[q] : 0.f;
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int i = 4 * nt + 2 * r + e2;
-                        const bool ok = in && q >= key_r + 8 * r;
-                        const float p = ok ? exp2f(fmaf(st[i], scale_log2, -L)) : 0.f;
-                        st[i] = p;
-                        dpt[i] = p * (dpt[i] - D);
-                    }
-                }
-            }
-            uint32_t pp[4][4], pd[4][4];
-            f3_pack64(pp, st);
-            f3_pack64(pd, dpt);
-            sm90_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dv, pp[kk], sm90_desc(so + 2048u * kk, 8192, 1024));
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, 8192, 1024));
-            sm90_wgmma_commit();
-            sm90_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
-            sm90_fence_regs(dv);
-            sm90_fence_regs(dk);
-            __syncwarp();
-            if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty[s]));
-        }
-        /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
-        const size_t C3 = (size_t)3 * C;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int t = key_r + 8 * r;
-            if (t >= T) continue;
-            bf16 *row = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
-#pragma unroll
-            for (int dt = 0; dt < HS / 8; dt++) {
-                const int ch = dt * 8 + tg * 2;
-                f3_add2(row + C + ch, scale * dk[4 * dt + 2 * r], scale * dk[4 * dt + 2 * r + 1]);
-                f3_add2(row + 2 * (size_t)C + ch, dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
+        for (int dt = 0; dt < HS / 8; dt++) {
+            if constexpr (KV) {
+                const int ch = dt * 8 + bw.tg * 2;
+                f3_add2(row + C + ch, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
+                f3_add2(row + 2 * (size_t)C + ch, y[4 * dt + 2 * r], y[4 * dt + 2 * r + 1]);
+            } else {
+                f3_add2(row + dt * 8 + bw.tg * 2, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
             }
         }
     }
-#endif
 }
 
-/* tq: qkv, boxes {64, 128}; tk: qkv, boxes {64, 64}; td: dout, boxes
- * {64, 128}. dqkv's q channels += scale dQ. Grid (B*NH, ceil(T/128)), 384
- * threads, F3B_SMEM dynamic. */
+/* f3_bwd_kernel<false>'s consumers: the block's 128 keys (K, V) against
+ * query tiles of 64 (Q, dO) from its first key to T; dqkv's k and v
+ * channels += scale dK, dV (the header's f3_bwd_dkv). */
+__device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
+                                           const float *__restrict__ Dvec, int T, int C, float scale,
+                                           float scale_log2) {
+    constexpr int HS = 64;
+    const int lane = bw.lane, tg = bw.tg, key_r = bw.row;  /* this thread's keys: key_r, key_r + 8 */
+    const uint32_t ka = bw.a, va = bw.bo;
+    float dk[HS / 2], dv[HS / 2];
+#pragma unroll
+    for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.f;
+    const float *lrow = lse + (size_t)bw.bh * T, *drow = Dvec + (size_t)bw.bh * T;
+    sm90_mbar_wait(sm90_smem_u32(bw.mine_full), 0);
+    for (int it = 0; it < bw.n; it++) {
+        const int s = it % F3_STAGES, q0 = (bw.r0 + it) * 64;
+        const uint32_t sq = bw.sR + s * 2 * F3B_TILE64, so = sq + F3B_TILE64;
+        float st[32], dpt[32];
+        f3_bwd_products(st, dpt, ka, sq, va, so, &bw.full[s], (uint32_t)(it / F3_STAGES) & 1u);
+        /* P^T and dS^T: rows keys, columns queries q0 + 8nt + 2tg + (e & 1) */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const int q = q0 + nt * 8 + tg * 2 + e2;
+                const bool in = q < T;
+                const float L = in ? lrow[q] * F3_LOG2E : 0.f, D = in ? drow[q] : 0.f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int i = 4 * nt + 2 * r + e2;
+                    const bool ok = in && q >= key_r + 8 * r;
+                    const float p = ok ? exp2f(fmaf(st[i], scale_log2, -L)) : 0.f;
+                    st[i] = p;
+                    dpt[i] = p * (dpt[i] - D);
+                }
+            }
+        }
+        uint32_t pp[4][4], pd[4][4];
+        f3_pack64(pp, st);
+        f3_pack64(pd, dpt);
+        sm90_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dv, pp[kk], sm90_desc(so + 2048u * kk, 8192, 1024));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, 8192, 1024));
+        sm90_wgmma_commit();
+        sm90_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
+        sm90_fence_regs(dv);
+        sm90_fence_regs(dk);
+        __syncwarp();
+        if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
+    }
+    /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
+    f3_bwd_add_rows<true>(dqkv, bw, key_r, T, C, scale, dk, dv);
+}
+
+/* f3_bwd_kernel<true>'s consumers: the block's 128 queries (Q, dO) against
+ * key tiles of 64 (K, V) up to its last query; dqkv's q channels += scale
+ * dQ (the header's f3_bwd_dq). */
+__device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
+                                          const float *__restrict__ Dvec, int T, int C, float scale,
+                                          float scale_log2) {
+    constexpr int HS = 64;
+    float dq[HS / 2];
+#pragma unroll
+    for (int i = 0; i < HS / 2; i++) dq[i] = 0.f;
+    const uint32_t qa = bw.a, oa = bw.bo;
+    const int lane = bw.lane, tg = bw.tg, q_r = bw.row;  /* this thread's queries: q_r, q_r + 8 */
+    float L[2], D[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const bool in = q_r + 8 * r < T;
+        L[r] = in ? lse[(size_t)bw.bh * T + q_r + 8 * r] * F3_LOG2E : 0.f;
+        D[r] = in ? Dvec[(size_t)bw.bh * T + q_r + 8 * r] : 0.f;
+    }
+    sm90_mbar_wait(sm90_smem_u32(bw.mine_full), 0);
+    for (int j = 0; j < bw.n; j++) {
+        const int s = j % F3_STAGES, kv0 = j * 64;
+        const uint32_t sk = bw.sR + s * 2 * F3B_TILE64, sv = sk + F3B_TILE64;
+        float sc[32], dp[32];
+        f3_bwd_products(sc, dp, qa, sk, oa, sv, &bw.full[s], (uint32_t)(j / F3_STAGES) & 1u);
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int r = (i >> 1) & 1, key = kv0 + (i >> 2) * 8 + tg * 2 + (i & 1);
+            const float p = key <= q_r + 8 * r ? exp2f(fmaf(sc[i], scale_log2, -L[r])) : 0.f;
+            dp[i] = p * (dp[i] - D[r]);
+        }
+        uint32_t pd[4][4];
+        f3_pack64(pd, dp);
+        sm90_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dq, pd[kk], sm90_desc(sk + 2048u * kk, 8192, 1024));
+        sm90_wgmma_commit();
+        sm90_wgmma_wait<0>();
+        sm90_fence_regs(dq);
+        __syncwarp();
+        if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
+    }
+    /* dqkv's q channels of this thread's two queries += scale dQ */
+    f3_bwd_add_rows<false>(dqkv, bw, q_r, T, C, scale, dq, dq);
+}
+#endif
+
+/* The backward's two kernels, one prologue and one producer: DQ false is
+ * f3_bwd_dkv (tq, td boxes {64, 64}, tk {64, 128}: the block owns 128 keys),
+ * DQ true is f3_bwd_dq (tq, td boxes {64, 128}, tk {64, 64}: the block owns
+ * 128 queries). qkv [B*T][3C], dout [B*T][C]; dqkv [B,T,3C] += the k and v
+ * channels (dkv) or the q channels (dq); lse, Dvec [B,NH,T]. Grid (B*NH,
+ * ceil(T/128)), 384 threads, F3B_SMEM dynamic. */
+template <bool DQ>
 __global__ void __launch_bounds__(F3_THREADS, 1)
-f3_bwd_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                 const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
-                 const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
-                 float scale, float scale_log2) {
+f3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+              const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
+              const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
+              float scale, float scale_log2) {
 #if SM90_BUILD
     constexpr int HS = 64;
     __shared__ __align__(8) uint64_t mine_full;
     __shared__ __align__(8) uint64_t full[F3_STAGES];
     __shared__ __align__(8) uint64_t empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
+    F3Bwd bw;
     const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
-    const uint32_t sQ = base, sO = base + F3B_TILE128;           /* [128][64] each */
-    const uint32_t sR = base + 2 * F3B_TILE128;                  /* stage s: K [64][64], V [64][64] */
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int qb = gridDim.y - 1 - blockIdx.y, q0 = qb * F3_BM;  /* heaviest first */
-    const int nkt = 2 * qb + 2;                                  /* key tiles of 64 up to the block's end */
+    bw.sA = base, bw.sB = base + F3B_TILE128;  /* [128][64] each */
+    bw.sR = base + 2 * F3B_TILE128;            /* stage s: [64][64] twice */
+    bw.mine_full = &mine_full, bw.full = full, bw.empty = empty;
+    bw.bh = blockIdx.x, bw.b = bw.bh / NH, bw.h = bw.bh % NH;
+    /* the heaviest blocks first: dkv's first key blocks, dq's last query blocks */
+    const int qb = gridDim.y - 1 - blockIdx.y;                    /* dq's query block */
+    bw.m0 = DQ ? qb * F3_BM : blockIdx.y * F3_BN;
+    bw.r0 = DQ ? 0 : bw.m0 / 64;                                  /* dkv: query tiles from its first key */
+    bw.n = DQ ? 2 * qb + 2 : (T + 63) / 64 - bw.r0;               /* dq: key tiles up to its end */
     const int wg = threadIdx.x >> 7;
     f3_bwd_init_bars(&mine_full, full, empty);
     __syncthreads();
     if (wg == 0) {
         sm90_setmaxnreg_dec<24>();
         if (threadIdx.x == 0) {
-            const int row0 = b * T;
+            /* channels of q, k, v in qkv; dkv owns K, V and streams Q, dO, dq the other way round */
+            const int xq = bw.h * HS, xk = C + bw.h * HS, xv = 2 * C + bw.h * HS;
+            const int row0 = bw.b * T;
             const uint32_t mf = sm90_smem_u32(&mine_full);
             sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            sm90_tma_2d(sQ, &tq, h * HS, row0 + q0, mf);
-            sm90_tma_2d(sO, &td, h * HS, row0 + q0, mf);
-            for (int j = 0; j < nkt; j++)  /* K and V of key tile j */
-                f3_bwd_load_stage(full, empty, sR, j, &tk, C + h * HS, &tk, 2 * C + h * HS, row0 + j * 64);
+            sm90_tma_2d(bw.sA, DQ ? &tq : &tk, DQ ? xq : xk, row0 + bw.m0, mf);
+            sm90_tma_2d(bw.sB, DQ ? &td : &tk, DQ ? xq : xv, row0 + bw.m0, mf);
+            for (int i = 0; i < bw.n; i++)
+                f3_bwd_load_stage(full, empty, bw.sR, i, DQ ? &tk : &tq, DQ ? xk : xq, DQ ? &tk : &td, DQ ? xv : xq,
+                                  row0 + (bw.r0 + i) * 64);
         }
     } else {
         sm90_setmaxnreg_inc<240>();
         const int c = wg - 1, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
         const int g = lane >> 2, tg = lane & 3;
-        float dq[HS / 2];
-#pragma unroll
-        for (int i = 0; i < HS / 2; i++) dq[i] = 0.f;
-        const uint32_t qa = sQ + (uint32_t)c * 8192u, oa = sO + (uint32_t)c * 8192u;
-        const int q_r = q0 + c * 64 + warp * 16 + g;  /* this thread's queries: q_r, q_r + 8 */
-        float L[2], D[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const bool in = q_r + 8 * r < T;
-            L[r] = in ? lse[(size_t)bh * T + q_r + 8 * r] * F3_LOG2E : 0.f;
-            D[r] = in ? Dvec[(size_t)bh * T + q_r + 8 * r] : 0.f;
-        }
-        sm90_mbar_wait(sm90_smem_u32(&mine_full), 0);
-        for (int j = 0; j < nkt; j++) {
-            const int s = j % F3_STAGES, kv0 = j * 64;
-            const uint32_t sk = sR + s * 2 * F3B_TILE64, sv = sk + F3B_TILE64;
-            float sc[32], dp[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++) sc[i] = dp[i] = 0.f;
-            sm90_mbar_wait(sm90_smem_u32(&full[s]), (uint32_t)(j / F3_STAGES) & 1u);
-            __syncwarp();
-            sm90_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                sm90_wgmma_m64n64(sc, sm90_desc(qa + 32 * ks, 16, 1024), sm90_desc(sk + 32 * ks, 16, 1024));
-#pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                sm90_wgmma_m64n64(dp, sm90_desc(oa + 32 * ks, 16, 1024), sm90_desc(sv + 32 * ks, 16, 1024));
-            sm90_wgmma_commit();
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(sc);
-            sm90_fence_regs(dp);
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const int r = (i >> 1) & 1, key = kv0 + (i >> 2) * 8 + tg * 2 + (i & 1);
-                const float p = key <= q_r + 8 * r ? exp2f(fmaf(sc[i], scale_log2, -L[r])) : 0.f;
-                dp[i] = p * (dp[i] - D[r]);
-            }
-            uint32_t pd[4][4];
-            f3_pack64(pd, dp);
-            sm90_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dq, pd[kk], sm90_desc(sk + 2048u * kk, 8192, 1024));
-            sm90_wgmma_commit();
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(dq);
-            __syncwarp();
-            if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty[s]));
-        }
-        const size_t C3 = (size_t)3 * C;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int t = q_r + 8 * r;
-            if (t >= T) continue;
-            bf16 *row = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * HS;
-#pragma unroll
-            for (int dt = 0; dt < HS / 8; dt++)
-                f3_add2(row + dt * 8 + tg * 2, scale * dq[4 * dt + 2 * r], scale * dq[4 * dt + 2 * r + 1]);
-        }
+        bw.c = c, bw.warp = warp, bw.lane = lane, bw.g = g, bw.tg = tg;
+        bw.a = bw.sA + (uint32_t)c * 8192u, bw.bo = bw.sB + (uint32_t)c * 8192u;
+        bw.row = bw.m0 + c * 64 + warp * 16 + g;
+        if constexpr (DQ)
+            f3_bwd_dq(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
+        else
+            f3_bwd_dkv(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
     }
 #endif
 }
@@ -719,14 +731,14 @@ static std::atomic<int> f3_caps[F3_MAX_DEVICES];
  * for sm_90a; the probe's read-back happens once per device). */
 static bool f3_device_ok(cudaStream_t stream) {
     int dev;
-    F3_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= 0 && dev < F3_MAX_DEVICES) {
         const int c = f3_caps[dev].load(std::memory_order_acquire);
         if (c) return (c & F3_CAP_SM90A) != 0;
     }
     int major = 0, minor = 0;
-    F3_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    F3_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     int caps = F3_CAP_KNOWN;
     if (major == 9 && minor == 0) {
         int built = 0;
@@ -744,42 +756,16 @@ static bool f3_device_ok(cudaStream_t stream) {
     return (caps & F3_CAP_SM90A) != 0;
 }
 
-/* The tensor map of a bf16 matrix [rows][inner] (qkv: inner 3C; dout:
- * inner C), boxes {64, box_rows}, 128-byte swizzle, zero fill past the last
- * row; false when the driver has no encoder or refuses the map. */
-static bool f3_encode(CUtensorMap *map, const void *ptr, int inner, int rows, int box_rows) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &q);
-#else /* 12.0-12.4: no ByVersion */
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        return false;
-    }
-    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-    const cuuint32_t estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <int HS>
 static void f3_launch(const CUtensorMap &tm, bf16 *out, float *lse, int B, int T, int C, int NH,
                       cudaStream_t st) {
     const size_t smem = F3Smem<HS>::SMEM;
-    F3_CHECK(cudaFuncSetAttribute(f3_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(f3_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)smem));
     const float scale_log2 = (float)(F3_LOG2E / sqrt((double)HS));
     dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
     f3_fwd_kernel<HS><<<grid, F3_THREADS, smem, st>>>(tm, out, lse, T, C, NH, scale_log2);
-    F3_LAUNCH_CHECK("f3_fwd_kernel");
+    LAUNCH_CHECK(f3_fwd_kernel);
 }
 
 extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int B, int T, int C,
@@ -800,7 +786,7 @@ extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int
     if (B <= 0 || T <= 0) return 0;
     if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
     CUtensorMap tm;
-    if (!f3_encode(&tm, qkv, 3 * C, B * T, F3_BM)) return -1;
+    if (!sm90_encode_2d(&tm, qkv, 3 * C, B * T, 64, F3_BM)) return -1;
     if (hs == 64) f3_launch<64>(tm, (bf16 *)out, lse, B, T, C, NH, st);
     else f3_launch<128>(tm, (bf16 *)out, lse, B, T, C, NH, st);
     return 0;
@@ -825,23 +811,24 @@ extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *do
     if (B <= 0 || T <= 0) return 0;
     if ((long long)B * T > 0x7fffffffLL || (T + F3_BM - 1) / F3_BM > 65535) return -1;
     CUtensorMap q64, q128, d64, d128;
-    if (!f3_encode(&q64, qkv, 3 * C, B * T, 64) || !f3_encode(&q128, qkv, 3 * C, B * T, 128) ||
-        !f3_encode(&d64, dout, C, B * T, 64) || !f3_encode(&d128, dout, C, B * T, 128))
+    /* qkv [B*T][3C] and dout [B*T][C], boxes {64, 64} and {64, 128} */
+    if (!sm90_encode_2d(&q64, qkv, 3 * C, B * T, 64, 64) || !sm90_encode_2d(&q128, qkv, 3 * C, B * T, 64, 128) ||
+        !sm90_encode_2d(&d64, dout, C, B * T, 64, 64) || !sm90_encode_2d(&d128, dout, C, B * T, 64, 128))
         return -1;
     float *Dvec = scratch + (size_t)B * T * C;  /* [B,NH,T], where attention.cu keeps it */
     const size_t rows = (size_t)B * T * NH;
     f3_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, (const bf16 *)dout, (const bf16 *)out,
                                                                   B, T, C, NH);
-    F3_LAUNCH_CHECK("f3_bwd_dot_kernel");
+    LAUNCH_CHECK(f3_bwd_dot_kernel);
     const float scale = (float)(1.0 / sqrt(64.0)), scale_log2 = (float)(F3_LOG2E / sqrt(64.0));
     dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
-    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dkv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
-    f3_bwd_dkv_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q64, q128, d64, (bf16 *)dqkv, lse, Dvec, T, C, NH,
-                                                          scale, scale_log2);
-    F3_LAUNCH_CHECK("f3_bwd_dkv_kernel");
-    F3_CHECK(cudaFuncSetAttribute(f3_bwd_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
-    f3_bwd_dq_kernel<<<grid, F3_THREADS, F3B_SMEM, st>>>(q128, q64, d128, (bf16 *)dqkv, lse, Dvec, T, C, NH,
-                                                         scale, scale_log2);
-    F3_LAUNCH_CHECK("f3_bwd_dq_kernel");
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    f3_bwd_kernel<false><<<grid, F3_THREADS, F3B_SMEM, st>>>(q64, q128, d64, (bf16 *)dqkv, lse, Dvec, T, C, NH,
+                                                             scale, scale_log2);
+    LAUNCH_CHECK(f3_bwd_kernel<false>);
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
+    f3_bwd_kernel<true><<<grid, F3_THREADS, F3B_SMEM, st>>>(q128, q64, d128, (bf16 *)dqkv, lse, Dvec, T, C, NH,
+                                                            scale, scale_log2);
+    LAUNCH_CHECK(f3_bwd_kernel<true>);
     return 0;
 }

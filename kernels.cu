@@ -39,18 +39,7 @@ extern "C" {
 #include "tc.h"
 }
 
-/* ---------------------------------------------------------------------------
- * Error checking: every runtime call and every launch goes through
- * CUDA_CHECK, which names the call, the file and the line, then exits. */
-
-static void cuda_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
-/* A launch reports a bad configuration through cudaGetLastError. */
-#define LAUNCH_CHECK(kernel) cuda_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 #define STREAM(d) ((cudaStream_t)(d)->stream)
 

@@ -111,7 +111,7 @@
  *     never linked, so the binary links only cudart_static and still starts
  *     on machines without a driver.
  *
- * TC_WGMMA, the ping-pong schedule (mm_wgmma_pp_kernel; what TC_AUTO takes
+ * TC_WGMMA, the ping-pong schedule (mm_wgmma_kernel<true>; what TC_AUTO takes
  *   on sm_90a for the shorter work items, below): the next rung of the published Hopper GEMM ladder, so that
  *   one tile's epilogue runs under the next tile's math. As above (producer
  *   warpgroup, TMA, 128-byte swizzle, mbarriers, persistent grid, split-K),
@@ -207,17 +207,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-/* ---------------------------------------------------------------------------
- * Error checking: every runtime call and launch names itself, the file and
- * the line, then exits. */
-
-static void mm_check(cudaError_t err, const char *call, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "CUDA error: %s at %s:%d: %s\n", call, file, line, cudaGetErrorString(err));
-    exit(1);
-}
-#define MM_CHECK(call) mm_check((call), #call, __FILE__, __LINE__)
-#define MM_LAUNCH_CHECK(kernel) mm_check(cudaGetLastError(), #kernel "<<<>>>", __FILE__, __LINE__)
+#include "cuda_check.cuh"
 
 static int mm_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -711,6 +701,19 @@ __device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int
     __syncwarp();
 }
 
+/* The producer's copy of one operand's k-block (from k0) and R rows or
+ * columns (from r0) into the stage at dst, completing on full barrier fb:
+ * k-major (KM) one {64 k, R} box, otherwise R / 64 {64, 64 k} boxes. */
+template <bool KM, int R>
+__device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, uint32_t fb) {
+    if (KM) {
+        sm90_tma_2d(dst, map, k0, r0, fb);
+    } else {
+#pragma unroll
+        for (int i = 0; i < R / 64; i++) sm90_tma_2d(dst + i * WG_BOX_BYTES, map, r0 + 64 * i, k0, fb);
+    }
+}
+
 /* The producer, one thread: every k-block of every item of the block's walk
  * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
@@ -736,113 +739,101 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
             sm90_mbar_expect_tx(fb, STAGE_BYTES);
             const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
             const int k0 = kb * WG_BK;
-            if (AK) {
-                sm90_tma_2d(sa, tmA, k0, m0, fb);                                 /* {64 k, BM m} */
-            } else {
-#pragma unroll
-                for (int i = 0; i < BM / 64; i++)                                   /* {64 m, 64 k} */
-                    sm90_tma_2d(sa + i * WG_BOX_BYTES, tmA, m0 + 64 * i, k0, fb);
-            }
-            if (BK) {
-                sm90_tma_2d(sb, tmB, k0, n0, fb);                                 /* {64 k, BN n} */
-            } else {
-#pragma unroll
-                for (int i = 0; i < BN / 64; i++)                                   /* {64 n, 64 k} */
-                    sm90_tma_2d(sb + i * WG_BOX_BYTES, tmB, n0 + 64 * i, k0, fb);
-            }
+            mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
+            mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
         }
     }
 }
-#endif
 
-/* D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
- * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
- * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
- * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
- * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
- * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
+/* What a consumer warpgroup of mm_wgmma_kernel holds: the kernel's
+ * arguments (its comment), the ring (base: stage s at base + s stage bytes;
+ * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, kps, nk;
+ * items in all), and its place: warpgroup c (0, 1), warp, lane and the
+ * warp's epilogue chunk ep (after the stages). */
+struct MmWg {
+    void *D;
+    int d_fp32, accumulate;
+    const bf16 *bias;
+    int M, N, vec_ok;
+    float *work;
+    int kps, vec_w;
+    uint32_t base;
+    uint64_t *full_bar, *empty_bar;
+    int tiles_m, tiles, items, nk;
+    int c, warp, lane;
+    float *ep;
+};
+
+/* A consumer's wait for ring stage it % STAGES to land; returns the stage.
+ * The lanes leave the spin together before the .aligned wgmma. */
+template <int STAGES>
+__device__ __forceinline__ int mm_wg_stage_wait(uint64_t *full_bar, int it) {
+    const int s = it % STAGES;
+    const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
+    sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
+    __syncwarp();
+    return s;
+}
+
+/* After a k-block's wgmmas were issued on stage s: commits them, waits for
+ * the previous k-block's group and frees its stage prev; returns s, the
+ * next prev. */
+__device__ __forceinline__ int mm_wg_retire(uint64_t *empty_bar, int prev, int s, int lane) {
+    sm90_wgmma_commit();
+    sm90_wgmma_wait<1>();
+    mm_wg_release(empty_bar, prev, lane);
+    return s;
+}
+
+/* After a tile's last k-block: waits for every wgmma, fences the
+ * accumulators d and frees the last stage prev. */
+__device__ __forceinline__ void mm_wg_drain(float (&d)[128], uint64_t *empty_bar, int prev, int lane) {
+    sm90_wgmma_wait<0>();
+    sm90_fence_regs(d);
+    mm_wg_release(empty_bar, prev, lane);
+}
+
+/* mm_wgmma_kernel<false>'s consumers, the cooperative schedule: both
+ * warpgroups on every 128 x 256 tile, warpgroup c its rows 64c..64c+63. */
 template <bool AK, bool BK>
-__global__ void __launch_bounds__(WG_THREADS, 1)
-mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w) {
-#if SM90_BUILD
-    __shared__ __align__(8) uint64_t full_bar[WG_STAGES];
-    __shared__ __align__(8) uint64_t empty_bar[WG_STAGES];
-    extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* Stages at base + s * 49152: A (16 KB) then B (32 KB), all boxes on
-     * 1024-byte boundaries as the 128-byte swizzle requires. */
-    const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + WG_BM - 1) / WG_BM;
-    const int tiles = tiles_m * ((N + WG_BN - 1) / WG_BN);
-    const int items = tiles * splits;
-    const int nk = (K + WG_BK - 1) / WG_BK;
-    const int wg = threadIdx.x >> 7;
-
-    mm_wg_init_bars<WG_STAGES>(full_bar, empty_bar, WG_CONSUMER_WARPS);
-    __syncthreads();
-
-    if (wg == 0) {
-        /* Producer: one thread issues every copy; the rest of the warpgroup
-         * only gives its registers back. */
-        sm90_setmaxnreg_dec<40>();
-        if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, WG_BM, WG_BN, WG_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                           items, kps, nk);
-    } else {
-        sm90_setmaxnreg_inc<232>();
-        const int c = wg - 1;                      /* rows 64c..64c+63 of each tile */
-        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        /* this warp's epilogue chunk, after the stages */
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
-                                              WG_STAGES * WG_STAGE_BYTES +
-                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
-        float d[128];
-        int it = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, tiles_m, tiles, kps, nk);
-            const int m0 = w.m0, n0 = w.n0, part = w.part;
+__device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
+    const int c = g.c, warp = g.warp, lane = g.lane;
+    float d[128];
+    int it = 0;
+    for (int item = blockIdx.x; item < g.items; item += gridDim.x) {
+        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            int prev = -1;  /* stage whose wgmma may still be reading */
-            for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
-                const int s = it % WG_STAGES;
-                const uint32_t parity = (uint32_t)(it / WG_STAGES) & 1u;
-                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
-                __syncwarp();  /* lanes leave the spin together before .aligned wgmma */
-                const uint32_t sa = base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
-                const uint32_t sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-                sm90_wgmma_fence();
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        int prev = -1;  /* stage whose wgmma may still be reading */
+        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
+            const int s = mm_wg_stage_wait<WG_STAGES>(g.full_bar, it);
+            const uint32_t sa = g.base + s * WG_STAGE_BYTES + c * WG_BOX_BYTES;
+            const uint32_t sb = g.base + s * WG_STAGE_BYTES + WG_A_BYTES;
+            sm90_wgmma_fence();
 #pragma unroll
-                for (int j = 0; j < WG_BK / 16; j++) {
-                    const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
-                                           : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
-                                           : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
-                    sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
-                }
-                sm90_wgmma_commit();
-                sm90_wgmma_wait<1>();  /* the previous k-block's group is done */
-                mm_wg_release(empty_bar, prev, lane);
-                prev = s;
+            for (int j = 0; j < WG_BK / 16; j++) {
+                const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
+                                       : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
+                const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
+                                       : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
+                sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
             }
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(d);
-            mm_wg_release(empty_bar, prev, lane);
-
-            /* Part 0 into D; the others, plain float32, to work. */
-            const bool to_d = part == 0;
-            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            mm_wg_epilogue<8, 0, false>(d, ep, out, to_d ? d_fp32 : 1, to_d ? accumulate : 0,
-                           to_d ? bias : NULL, M, N, m0 + c * 64 + warp * 16, n0,
-                           to_d ? vec_ok : vec_w, lane);
+            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
         }
+        mm_wg_drain(d, g.empty_bar, prev, lane);
+
+        /* Part 0 into D; the others, plain float32, to work. */
+        const bool to_d = part == 0;
+        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
+        mm_wg_epilogue<8, 0, false>(d, g.ep, out, to_d ? g.d_fp32 : 1, to_d ? g.accumulate : 0,
+                       to_d ? g.bias : NULL, g.M, g.N, m0 + c * 64 + warp * 16, n0,
+                       to_d ? g.vec_ok : g.vec_w, lane);
     }
-#endif
 }
 
-/* The ping-pong kernel (TC_WGMMA; the header's "Ping-pong"). As
- * mm_wgmma_kernel, but a work item is a 128 x 128 tile (tiles_m =
+/* mm_wgmma_kernel<true>'s consumers, the ping-pong schedule (TC_WGMMA; the
+ * header's "Ping-pong"). As the cooperative one, but a work item is a 128 x 128 tile (tiles_m =
  * ceil(M / 128) fastest, then ceil(N / 128)) and the two consumer
  * warpgroups take the block's items in turn: the j-th item this block
  * walks (item blockIdx.x + j gridDim.x) belongs to warpgroup j % 2, which
@@ -854,93 +845,112 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
  * the math: warpgroup c waits there before each tile but its first (item
  * j > 0), and the other warpgroup arrives there when its mainloop of item
  * j - 1 is done (only when an item j follows: every arrival is waited
- * for). Same parameters and split-K as mm_wgmma_kernel; tmB's k-major box
- * is {64 k, 128 n}. */
+ * for). Same split-K as the cooperative one; tmB's k-major box is {64 k,
+ * 128 n}. */
 template <bool AK, bool BK>
+__device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
+    float *ep = g.ep;
+    const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
+    float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
+    int it = 0, j = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
+        const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
+        if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
+            it += kb1 - kb0;
+            continue;
+        }
+        if (j > 0) sm90_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        int prev = -1;
+        for (int kb = kb0; kb < kb1; kb++, it++) {
+            const int s = mm_wg_stage_wait<PP_STAGES>(g.full_bar, it);
+            const uint32_t sa = g.base + s * PP_STAGE_BYTES;
+            const uint32_t sb = sa + PP_A_BYTES;
+            sm90_wgmma_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < WG_BK / 16; k16++) {
+                /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
+                const uint64_t da0 = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
+                                        : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
+                const uint64_t da1 = AK ? sm90_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
+                                        : sm90_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
+                const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
+                                       : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
+                sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
+                sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
+            }
+            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
+        }
+        mm_wg_drain(d, g.empty_bar, prev, lane);
+        /* the other warpgroup's item j + 1 may take the tensor cores while we store */
+        if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+
+        const bool to_d = part == 0;
+        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
+        const int dfp = to_d ? g.d_fp32 : 1, acc = to_d ? g.accumulate : 0, vec = to_d ? g.vec_ok : g.vec_w;
+        const bf16 *bs = to_d ? g.bias : NULL;
+        mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + warp * 16, n0, vec, lane);
+        mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + 64 + warp * 16, n0, vec, lane);
+    }
+}
+#endif
+
+/* The wgmma kernels, one signature and prologue: PP the ping-pong
+ * schedule (mm_wg_pingpong), otherwise the cooperative one (mm_wg_coop).
+ * D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
+ * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
+ * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
+ * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
+ * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
+ * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
+template <bool PP, bool AK, bool BK>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-mm_wgmma_pp_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                   void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                   int vec_ok, float *work, int splits, int kps, int vec_w) {
+mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                int vec_ok, float *work, int splits, int kps, int vec_w) {
 #if SM90_BUILD
-    __shared__ __align__(8) uint64_t full_bar[PP_STAGES];
-    __shared__ __align__(8) uint64_t empty_bar[PP_STAGES];
+    constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
+    constexpr int STAGE_BYTES = PP ? PP_STAGE_BYTES : WG_STAGE_BYTES;
+    __shared__ __align__(8) uint64_t full_bar[STAGES];
+    __shared__ __align__(8) uint64_t empty_bar[STAGES];
     extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* Stages at base + s * 32768: A (16 KB: one {64 k, 128 m} box, or two
-     * {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
-     * 64 k}), every box on a 1024-byte boundary. */
+    /* Stages at base + s * STAGE_BYTES, every box on a 1024-byte boundary as
+     * the 128-byte swizzle requires. Cooperative (49152 a stage): A (16 KB)
+     * then B (32 KB). Ping-pong (32768): A (16 KB: one {64 k, 128 m} box, or
+     * two {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
+     * 64 k}). */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + PP_BM - 1) / PP_BM;
-    const int tiles = tiles_m * ((N + PP_BN - 1) / PP_BN);
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles = tiles_m * ((N + BN - 1) / BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    mm_wg_init_bars<PP_STAGES>(full_bar, empty_bar, 4);  /* empty: the consuming warpgroup's warps */
+    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's */
+    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 : WG_CONSUMER_WARPS);
     __syncthreads();
 
     if (wg == 0) {
+        /* Producer: one thread issues every copy; the rest of the warpgroup
+         * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, PP_BM, PP_BN, PP_STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                           items, kps, nk);
+            mm_wg_produce<AK, BK, BM, BN, STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles, items,
+                                                  kps, nk);
     } else {
         sm90_setmaxnreg_inc<232>();
-        const int c = wg - 1;                      /* this warpgroup takes items j with j % 2 == c */
-        const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        float *ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) +
-                                              PP_STAGES * PP_STAGE_BYTES +
-                                              (c * 4 + warp) * WG_EPI_WARP_BYTES);
-        float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
-        int it = 0, j = 0;
-        for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-            const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, tiles_m, tiles, kps, nk);
-            const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
-            if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
-                it += kb1 - kb0;
-                continue;
-            }
-            if (j > 0) sm90_bar_sync(PP_BAR_MATH + c, 256);  /* the other's mainloop of item j - 1 is done */
-#pragma unroll
-            for (int i = 0; i < 128; i++) d[i] = 0.0f;
-            int prev = -1;
-            for (int kb = kb0; kb < kb1; kb++, it++) {
-                const int s = it % PP_STAGES;
-                const uint32_t parity = (uint32_t)(it / PP_STAGES) & 1u;
-                sm90_mbar_wait(sm90_smem_u32(&full_bar[s]), parity);
-                __syncwarp();
-                const uint32_t sa = base + s * PP_STAGE_BYTES;
-                const uint32_t sb = sa + PP_A_BYTES;
-                sm90_wgmma_fence();
-#pragma unroll
-                for (int k16 = 0; k16 < WG_BK / 16; k16++) {
-                    /* rows 64h..64h+63: A k-major +8192 h (64 rows of 128 bytes); m-major box h */
-                    const uint64_t da0 = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
-                                            : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t da1 = AK ? sm90_desc(sa + WG_BOX_BYTES + 32 * k16, 16, 1024)
-                                            : sm90_desc(sa + WG_BOX_BYTES + 2048 * k16, WG_BOX_BYTES, 1024);
-                    const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
-                                           : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
-                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
-                    sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
-                }
-                sm90_wgmma_commit();
-                sm90_wgmma_wait<1>();
-                mm_wg_release(empty_bar, prev, lane);
-                prev = s;
-            }
-            sm90_wgmma_wait<0>();
-            sm90_fence_regs(d);
-            mm_wg_release(empty_bar, prev, lane);
-            /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-            if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
-
-            const bool to_d = part == 0;
-            void *out = to_d ? D : (void *)(work + (size_t)(part - 1) * M * N);
-            const int dfp = to_d ? d_fp32 : 1, acc = to_d ? accumulate : 0, vec = to_d ? vec_ok : vec_w;
-            const bf16 *bs = to_d ? bias : NULL;
-            mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, M, N, m0 + warp * 16, n0, vec, lane);
-            mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, M, N, m0 + 64 + warp * 16, n0, vec, lane);
-        }
+        MmWg g{D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
+               tiles_m, tiles, items, nk};
+        g.c = wg - 1;
+        g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
+        g.ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES +
+                                         (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        if constexpr (PP)
+            mm_wg_pingpong<AK, BK>(g);
+        else
+            mm_wg_coop<AK, BK>(g);
     }
 #endif
 }
@@ -1107,15 +1117,15 @@ template <typename F> static bool mm_set_smem(F *f, int bytes) {
 
 static int mm_device_caps(cudaStream_t stream) {
     int dev;
-    MM_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= 0 && dev < MM_MAX_DEVICES) {
         int c = mm_caps[dev].load(std::memory_order_acquire);
         if (c) return c;
     }
     int major = 0, minor = 0, sms = 0;
-    MM_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    MM_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    MM_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int caps = MM_CAP_KNOWN | (sms << MM_CAP_SM_SHIFT);
     if (major >= 8 && mm_set_smem(mm_mma_kernel<true, true>, MM_SMEM_BYTES) &&
         mm_set_smem(mm_mma_kernel<true, false>, MM_SMEM_BYTES) &&
@@ -1130,14 +1140,14 @@ static int mm_device_caps(cudaStream_t stream) {
             cudaMemcpyFromSymbolAsync(&built, mm_probe_flag, sizeof built, 0,
                                       cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
             cudaStreamSynchronize(stream) == cudaSuccess) {
-            if (built == 1 && mm_set_smem(mm_wgmma_kernel<true, true>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<true, false>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<false, true>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<false, false>, WG_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<true, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<true, false>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<false, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_pp_kernel<false, false>, PP_SMEM_BYTES))
+            if (built == 1 && mm_set_smem(mm_wgmma_kernel<false, true, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, true, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, false, true>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<false, false, false>, WG_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
         } else {
             cudaGetLastError();
@@ -1216,7 +1226,7 @@ static void mm_launch_sum(float *D, const float *work, int parts, size_t n, cuda
     const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
     if (v4) mm_splitk_sum_kernel<true><<<grid, threads, 0, stream>>>(D, work, parts, n);
     else mm_splitk_sum_kernel<false><<<grid, threads, 0, stream>>>(D, work, parts, n);
-    MM_LAUNCH_CHECK(mm_splitk_sum_kernel);
+    LAUNCH_CHECK(mm_splitk_sum_kernel);
 }
 
 /* The split-K plan of each implementation on this device. */
@@ -1242,7 +1252,7 @@ static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A,
     mm_simple_kernel<<<grid, dim3(32, 8), 0, stream>>>(D, d_fp32, accumulate, (const bf16 *)A,
                                                        a_kmajor, (const bf16 *)B, b_kmajor,
                                                        (const bf16 *)bias, M, N, K);
-    MM_LAUNCH_CHECK(mm_simple_kernel);
+    LAUNCH_CHECK(mm_simple_kernel);
 }
 
 static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1261,21 +1271,7 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     else if (b_kmajor) MM_GO(false, true);
     else MM_GO(false, false);
 #undef MM_GO
-    MM_LAUNCH_CHECK(mm_mma_kernel);
-}
-
-/* A 2-D bf16 tensor map: `inner` contiguous elements a row, `outer` rows,
- * boxes of box_inner x box_outer, 128-byte swizzle, zero fill outside. */
-static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *map,
-                         const void *ptr, int inner, int outer, int box_inner, int box_outer) {
-    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-    const cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
-    const cuuint32_t estr[2] = {1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    LAUNCH_CHECK(mm_mma_kernel);
 }
 
 /* Encodes the maps and launches the ping-pong kernel (pp) or the
@@ -1284,24 +1280,11 @@ static bool mm_encode_2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap *
 static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &q);
-#else /* 12.0-12.4: no ByVersion; this form gives the toolkit's version, 12000 here */
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
-#endif
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        return false;
-    }
-    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     CUtensorMap ta, tb;
-    const bool ok_a = a_kmajor ? mm_encode_2d(encode, &ta, A, K, M, WG_BK, WG_BM)
-                               : mm_encode_2d(encode, &ta, A, M, K, 64, WG_BK);
-    const bool ok_b = b_kmajor ? mm_encode_2d(encode, &tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
-                               : mm_encode_2d(encode, &tb, B, N, K, 64, WG_BK);
+    const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
+                               : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
+    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
+                               : sm90_encode_2d(&tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
     const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
@@ -1311,11 +1294,11 @@ static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulat
 #define WG_GO(AK, BK)                                                                       \
     do {                                                                                    \
         if (pp)                                                                             \
-            mm_wgmma_pp_kernel<AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(        \
+            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(     \
                 ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
                 vec_w);                                                                     \
         else                                                                                \
-            mm_wgmma_kernel<AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(           \
+            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(    \
                 ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
                 vec_w);                                                                     \
     } while (0)
@@ -1324,7 +1307,7 @@ static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulat
     else if (b_kmajor) WG_GO(false, true);
     else WG_GO(false, false);
 #undef WG_GO
-    MM_LAUNCH_CHECK(mm_wgmma_kernel);
+    LAUNCH_CHECK(mm_wgmma_kernel);
     return true;
 }
 
@@ -1424,7 +1407,7 @@ extern "C" void tc_partials_add(float *out, const float *partial, int chunks, in
     if (chunks <= 0 || n <= 0) return;
     mm_partials_add_kernel<<<(unsigned)mm_ceil_div(n, 32), dim3(32, 16), 0, (cudaStream_t)stream>>>(out, partial,
                                                                                                    chunks, n);
-    MM_LAUNCH_CHECK(mm_partials_add_kernel);
+    LAUNCH_CHECK(mm_partials_add_kernel);
 }
 
 template <typename T>
@@ -1435,12 +1418,12 @@ static void bias_grad(float *dbias, const T *dout, int M, int N, float *work, si
                        chunks <= 65535 && (size_t)chunks * N <= work_floats;
     if (!split) {
         mm_bias_grad_kernel<T><<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, stream>>>(dbias, dout, M, N);
-        MM_LAUNCH_CHECK(mm_bias_grad_kernel);
+        LAUNCH_CHECK(mm_bias_grad_kernel);
         return;
     }
     mm_bias_grad_split_kernel<T><<<dim3((unsigned)mm_ceil_div(N, 256), (unsigned)chunks), dim3(32, 8), 0, stream>>>(
         work, dout, M, N);
-    MM_LAUNCH_CHECK(mm_bias_grad_split_kernel);
+    LAUNCH_CHECK(mm_bias_grad_split_kernel);
     tc_partials_add(dbias, work, chunks, N, stream);
 }
 

@@ -3,7 +3,8 @@
  * TMA 2-D loads, setmaxnreg, named barriers, wgmma (fence, commit, wait and
  * the m64nNk16 bf16 -> f32 products, A from shared memory or registers),
  * the accumulator register fence, and the two plain helpers around them
- * (a shared-memory address, a matrix descriptor). The article's section is
+ * (a shared-memory address, a matrix descriptor), and on the host the
+ * TMA tensor map both encode (sm90_encode_2d). The article's section is
  * the tensor-core path's (matmul.cu's and attention_sm90.cu's headers say
  * how the kernels use these).
  *
@@ -196,5 +197,35 @@ __device__ __forceinline__ void sm90_wgmma_rs(float (&d)[N / 2], const uint32_t 
 }
 
 #endif /* __CUDACC__ && SM90_BUILD */
+
+/* Host, any build: the TMA tensor map of a bf16 matrix, `inner` contiguous
+ * elements a row (pitch inner * 2 bytes) and `outer` rows, boxes of
+ * box_inner x box_outer, 128-byte swizzle, zero fill outside; false when
+ * the driver has no cuTensorMapEncodeTiled (looked up through the runtime:
+ * no libcuda link) or refuses the map. The includer has <cuda_runtime.h>
+ * and <cudaTypedefs.h> (or test/emu/emu.h). */
+static inline bool sm90_encode_2d(CUtensorMap *map, const void *ptr, int inner, int outer, int box_inner,
+                                  int box_outer) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &q);
+#else /* 12.0-12.4: no ByVersion; this form gives the toolkit's version, 12000 here */
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        cudaGetLastError();
+        return false;
+    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
+    const cuuint32_t estr[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 #endif /* SM90_CUH */

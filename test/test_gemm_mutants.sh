@@ -92,7 +92,7 @@ PY
 }
 mutant "ring position without the other warpgroup's k-blocks (kernel)" \
     'it += kb1 - kb0;
-                continue;' \
+            continue;' \
     'continue;' check
 mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
     'mm_wg_epilogue<4, 64, true>(d, ep, out,' \
