@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_TARGETS := model tokens tokenizer args eval manifest log
 FUZZ_DIR     := fuzz/build
-FUZZ_SRCS    := $(filter-out kernels matmul attention,$(basename $(OBJS)))
+FUZZ_SRCS    := $(filter-out $(basename $(wildcard *.cu)),$(basename $(OBJS)))   # the C objects: every .cu file's left out
 FUZZ_OBJS    := $(FUZZ_SRCS:%=$(FUZZ_DIR)/%.o)
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
                 -fno-sanitize-recover=undefined -fopenmp -std=gnu11 -I. -w
