@@ -23,17 +23,22 @@ shm_ours() { for f in /dev/shm/train-*; do [ -e "$f" ] && echo "$f"; done; }   #
 # rank_pid LOG R: the pid rank R printed ("rank R pid P", maybe "[rank R] " first)
 rank_pid() { sed -n "s/^\(\[rank $2\] \)\{0,1\}rank $2 pid \([0-9][0-9]*\)\$/\2/p" "$1" | head -n 1; }
 
-# wait_pids LOG N: until N ranks have printed their pid (120 s at most: a deadline for a
-# failure, not a race a loaded machine can lose)
-wait_pids() {
-    i=0
-    while [ "$i" -lt 1200 ]; do
-        n=$(grep -c ' pid [0-9][0-9]*$' "$1" 2>/dev/null)
-        [ "${n:-0}" -ge "$2" ] && return 0
-        sleep 0.1; i=$((i + 1))
+# until_clock SECS CMD...: runs CMD every 0.1 s until it succeeds (0) or SECS seconds have
+# passed by the clock (1). A deadline for a failure, not a race a loaded machine can lose;
+# counted by the clock, not by iterations, so a sleep that returns early cannot cut it short.
+until_clock() {
+    lim=$1; shift
+    t0=$(now)
+    while :; do
+        "$@" && return 0
+        [ "$(echo "$(now) $t0 $lim" | awk '{ print ($1 - $2 > $3) }')" = 1 ] && return 1
+        sleep 0.1
     done
-    return 1
 }
+# has_pids LOG N: N ranks have printed their pid
+has_pids() { n=$(grep -c ' pid [0-9][0-9]*$' "$1" 2>/dev/null); [ "${n:-0}" -ge "$2" ]; }
+# wait_pids LOG N: until N ranks have printed their pid (120 s at most)
+wait_pids() { until_clock 120 has_pids "$1" "$2"; }
 
 # wait_gone LIMIT PID...: until every PID is gone; 1 if some outlived LIMIT s
 wait_gone() {
@@ -204,14 +209,17 @@ log=$out/train_kill9.log
 ./train --ranks 4 --data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 16 --max-seq 16 \
     --vocab 61 --batch 1 --seq 8 --steps 1000000 --device cpu > "$log" 2>&1 &
 job=$!
-i=0
+t0=$(now)
 # the job's step 5 is an event to wait for: 120 s at most (on a loaded machine 4 ranks on 2
 # cores took more than the 10 s this once allowed)
-while [ "$i" -lt 1200 ] && ! grep -q '^step 5/' "$log"; do sleep 0.1; i=$((i + 1)); done
+until_clock 120 grep -q '^step 5/' "$log"
 ranks=$(pgrep -P "$job" | tr '\n' ' ')
 victim=$(echo "$ranks" | awk '{ print $3 }')
 if [ -z "$victim" ] || ! grep -q '^step 5/' "$log"; then
-    fail "train kill -9: the job did not start training (log: $log)"
+    # what the failure looked like: once (2026-11-28, under two busy loops) this line came
+    # with an empty log, the script done in 5 s; the next one says more
+    if alive "$job"; then st=running; else wait "$job"; st="gone (exit $?)"; fi
+    fail "train kill -9: the job did not start training after $(secs "$t0" "$(now)") s: the job $st, its ranks [$ranks], $(wc -c < "$log") bytes of log (log: $log)"
     cleanup $job $ranks
 else
     t0=$(now)
