@@ -228,18 +228,17 @@ data/tinyshakespeare_val.txt: data/tinyshakespeare.txt
 %.o: %.cu *.cuh tensor.h tc.h .flags-cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-# The float64 build of the CPU reference's plain loops, for finite
-# differences: ops.c with real = double, exporting cpu64_ops alone (ops64.h).
-ops64.o: ops.c *.h .flags-c
-	$(CC) $(CFLAGS) -DOPS_REAL=double -c ops.c -o ops64.o
-
-test/test_ops: test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o test/check.h \
+# The finite differences run on the CPU reference's plain loops in double:
+# test_ops.c includes ops.c with OPS_REAL defined as double (ops.c's header).
+test/test_ops: test/test_ops.c ops.c ops.o $(GEMM_OBJS) ops_bf16.o tensor.o test/check.h \
                $(filter kernels.o matmul.o attention.o attention_sm90.o,$(OBJS))
-	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops64.o ops.o $(GEMM_OBJS) ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o attention_sm90.o,$(OBJS)) $(LDLIBS)
+	$(CC) $(CFLAGS) -I. -o $@ test/test_ops.c ops.o $(GEMM_OBJS) ops_bf16.o tensor.o $(filter kernels.o matmul.o attention.o attention_sm90.o,$(OBJS)) $(LDLIBS)
 
-# the GEMM under each kernel, and the ops on it against the float64 loops
-test/test_cpu_gemm: test/test_cpu_gemm.c ops64.o $(OBJS) test/check.h
-	$(CC) $(CFLAGS) -I. -o $@ $< ops64.o $(OBJS) $(LDLIBS)
+# the GEMM under each kernel, and the ops on it against the float64 loops (test/exact64.c)
+test/exact64.o: test/exact64.c test/exact64.h ops.c *.h .flags-c
+	$(CC) $(CFLAGS) -I. -c $< -o $@
+test/test_cpu_gemm: test/test_cpu_gemm.c test/exact64.o $(OBJS) test/check.h
+	$(CC) $(CFLAGS) -I. -o $@ $< test/exact64.o $(OBJS) $(LDLIBS)
 
 # the same checks of the AVX-512 kernel on a CPU without it (test/test_cpu_gemm_simde.sh):
 # gemm_avx512.c compiled over SIMDe's AVX-512 header with the AVX2 flags, and a gemm.c that
@@ -254,8 +253,8 @@ test/emu/simde/%.o: %.c *.h .flags-c
 	$(CC) $(CFLAGS) -c $< -o $@
 test/emu/simde/gemm.o: override CFLAGS += -DGEMM_AVX512_EMULATED
 test/emu/simde/gemm_avx512.o: override CFLAGS += $(GEMM_AVX2_FLAGS) -DGEMM_AVX512_SIMDE
-test/test_cpu_gemm_simde: test/test_cpu_gemm.c ops64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) test/check.h
-	$(CC) $(CFLAGS) -DGEMM_AVX512_EMULATED -I. -o $@ $< ops64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) $(LDLIBS)
+test/test_cpu_gemm_simde: test/test_cpu_gemm.c test/exact64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) test/check.h
+	$(CC) $(CFLAGS) -DGEMM_AVX512_EMULATED -I. -o $@ $< test/exact64.o $(filter-out $(GEMM_OBJS),$(OBJS)) $(SIMDE_OBJS) $(LDLIBS)
 
 test/%: test/%.c $(OBJS) test/check.h test/train_run.h
 	$(CC) $(CFLAGS) -I. -o $@ $< $(OBJS) $(LDLIBS)
@@ -317,7 +316,7 @@ compare-layouts: build
 	@sh bench/compare_layouts.sh
 
 clean:
-	rm -f *.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_ops bench/bench_data
+	rm -f *.o test/exact64.o train $(TESTS) bench/bench_comm bench/bench_gpu bench/bench_gemm bench/bench_ops bench/bench_data
 	rm -f test/emu/*.o test/emu/*_emu.cpp test/emu/emu_transform
 	rm -rf test/emu/simde test/test_cpu_gemm_simde
 	rm -rf test/out .flags-c .flags-cu .flags-version

@@ -19,15 +19,15 @@
  * of cpu_layernorm_forward at "void cpu_layernorm_forward(". The table
  * gpt.c calls through (cpu_ops, at the end; tensor.h's Ops) points at them.
  *
- * Two builds of this one file (the Makefile's ops.o and ops64.o):
+ * Two builds of this one file:
  *  - float32, `real` = float: what `train` runs; the functions are
  *    extern (ops.h), and cpu_ops and ops_bf16.c's cpu_bf16_ops wrap them;
- *  - float64, -DOPS_REAL=double: the same loops in double, for the
+ *  - float64, OPS_REAL defined as double: the same loops in double, for the
  *    finite-difference tests, whose differences are then accurate to ~1e-9.
- *    Its functions are static (OPS_PUBLIC below), so the two builds link
- *    into one test program; its one export is the table cpu64_ops (ops64.h),
- *    whose linear layer and attention are the plain loops. The fast paths and
- *    the gradient norm's float32 bit passes are left out of it.
+ *    A test includes this file after `#define OPS_REAL double`
+ *    (test/test_ops.c, test/exact64.c); every function is then static to
+ *    it (OPS_PUBLIC below), so the test links ops.o's float32 ones beside.
+ *    The fast paths and the gradient norm's float32 bit passes are left out.
  * Every loop that writes a shared output is split so that each output
  * element is summed by one thread in a fixed order: the result does not
  * depend on the thread count, which is what lets the parallel layouts of
@@ -42,8 +42,7 @@
 
 #ifdef OPS_REAL
 typedef OPS_REAL real;
-#define OPS_PUBLIC static  /* ops64.o: reached through cpu64_ops alone */
-#include "ops64.h"
+#define OPS_PUBLIC static __attribute__((unused))  /* the including test's own */
 #else
 typedef float real;
 #define OPS_PUBLIC         /* ops.o: extern, as ops.h declares */
@@ -788,30 +787,4 @@ const Ops cpu_ops = {
     .sumsq_grid = cpu_sumsq_grid,
 };
 
-#else
-/* ---------------------------------------------------------------------------
- * The float64 reference set (ops64.h), for the finite-difference tests: the
- * plain loops of every op above, in double. */
-
-const Ops64 cpu64_ops = {
-    .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = cpu_encoder_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .matmul_forward = cpu_matmul_forward_naive,
-    .matmul_backward = cpu_matmul_backward_naive,
-    .attention_forward = cpu_attention_forward_naive,
-    .attention_backward = cpu_attention_backward_naive,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .add = cpu_add,
-    .accumulate = cpu_accumulate,
-    .crossentropy = cpu_crossentropy,
-    .xent_stats = cpu_xent_stats,
-    .xent_combine = cpu_xent_combine,
-    .xent_grad = cpu_xent_grad,
-    .adamw = cpu_adamw,
-    .sumsq = cpu_sumsq,
-    .sum = cpu_sum,
-};
 #endif

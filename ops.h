@@ -5,8 +5,8 @@
  * Contracts are the Ops comments in tensor.h; the activations typed `void *`
  * there are float here. A *_naive function is the plain loops of the op of
  * the same name, the specification its gemm.c version is tested against
- * (test/test_cpu_gemm.c). The float64 build of the same loops is ops64.h's
- * cpu64_ops.
+ * (test/test_cpu_gemm.c). The same loops in double are ops.c included by a
+ * test under OPS_REAL (ops.c's header, "Two builds").
  */
 #ifndef OPS_H
 #define OPS_H

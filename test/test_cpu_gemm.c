@@ -14,7 +14,7 @@
  *    once more under OMP_THREAD_LIMIT=2, where 3 threads asked are 2 given;
  *  - the float32 ops built on it (matmul forward and backward, attention
  *    forward and backward) against the float64 plain loops of ops.c
- *    (ops64.h's cpu64_ops).
+ *    (test/exact64.h).
  * Built as test_cpu_gemm_simde (Makefile), the avx512 kernel runs over
  * SIMDe on any AVX2 machine; test/test_cpu_gemm_simde.sh runs it with
  * TRAIN_GEMM=avx512, and its names say "(SIMDe emulation)".
@@ -37,7 +37,7 @@
 #include "check.h"
 #include "gemm.h"
 #include "ops.h"
-#include "ops64.h"
+#include "exact64.h"
 #include "optim.h"
 
 static float *urand(size_t n, unsigned long long *s) {
@@ -107,12 +107,6 @@ static double rel_err(const float *f, const double *d, size_t n) {
     }
     return e / (m + 1e-30);
 }
-static double *widen(const float *f, size_t n) {
-    double *d = check_xmalloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-    return d;
-}
-
 /* The float32 linear layer and attention of ops.c: the ones built on
  * gemm(), or their plain loops (the *_naive functions). */
 typedef struct {
@@ -140,38 +134,33 @@ static void check_ops(Checks *c, const char *kn, const F32Ops *f) {
     float *g = urand((size_t)N * OC, &seed);
     float *out = calloc((size_t)N * OC, 4), *dx = calloc((size_t)N * Cn, 4);
     float *dw = calloc((size_t)OC * Cn, 4), *db = calloc(OC, 4);
-    double *X = widen(x, (size_t)N * Cn), *W = widen(w, (size_t)OC * Cn), *Bi = widen(b, OC);
-    double *G = widen(g, (size_t)N * OC);
     double *OUT = calloc((size_t)N * OC, 8), *DX = calloc((size_t)N * Cn, 8);
     double *DW = calloc((size_t)OC * Cn, 8), *DB = calloc(OC, 8);
     f->matmul_forward(&d, out, x, w, b, N, Cn, OC);
-    cpu64_ops.matmul_forward(&d, OUT, X, W, Bi, N, Cn, OC);
     f->matmul_backward(&d, dx, dw, db, g, x, w, N, Cn, OC);
-    cpu64_ops.matmul_backward(&d, DX, DW, DB, G, X, W, N, Cn, OC);
+    exact64_linear(OUT, DX, DW, DB, x, w, b, g, N, Cn, OC);
     double e1 = rel_err(out, OUT, (size_t)N * OC), e2 = rel_err(dx, DX, (size_t)N * Cn);
     double e3 = rel_err(dw, DW, (size_t)OC * Cn), e4 = rel_err(db, DB, OC);
     snprintf(name, sizeof name, "%s: matmul forward, dinp, dw, dbias against float64", kn);
     check(c, e1 < 1e-5 && e2 < 1e-5 && e3 < 1e-5 && e4 < 1e-5, name,
           "37 x 72 -> 53: relative errors %.2g %.2g %.2g %.2g (bound 1e-5)", e1, e2, e3, e4);
     free(x); free(w); free(b); free(g); free(out); free(dx); free(dw); free(db);
-    free(X); free(W); free(Bi); free(G); free(OUT); free(DX); free(DW); free(DB);
+    free(OUT); free(DX); free(DW); free(DB);
 
     int B = 2, T = 45, C = 48, NH = 3;  /* hs 16; T past one row block of attention */
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = urand(nq, &seed), *go = urand(no, &seed), *dq = urand(nq, &seed);
     float *o = calloc(no, 4), *att = calloc(na, 4), *scr = calloc(na, 4);
-    double *QKV = widen(qkv, nq), *GO = widen(go, no), *DQ = widen(dq, nq);
-    double *O = calloc(no, 8), *ATT = calloc(na, 8), *SCR = calloc(na, 8);
+    double *O = calloc(no, 8), *DQ = malloc(nq * 8);
+    exact64_attention(O, DQ, qkv, go, dq, B, T, C, NH);  /* before dq is accumulated into */
     f->attention_forward(&d, o, att, qkv, B, T, C, NH);
-    cpu64_ops.attention_forward(&d, O, ATT, QKV, B, T, C, NH);
     f->attention_backward(&d, dq, scr, go, qkv, att, B, T, C, NH);
-    cpu64_ops.attention_backward(&d, DQ, SCR, GO, QKV, ATT, B, T, C, NH);
     double a1 = rel_err(o, O, no), a2 = rel_err(dq, DQ, nq);
     snprintf(name, sizeof name, "%s: attention forward and backward against float64", kn);
     check(c, a1 < 1e-5 && a2 < 1e-5, name, "B 2, T 45, C 48, 3 heads: relative errors %.2g %.2g (bound 1e-5)",
           a1, a2);
     free(qkv); free(go); free(dq); free(o); free(att); free(scr);
-    free(QKV); free(GO); free(DQ); free(O); free(ATT); free(SCR);
+    free(DQ); free(O);
 }
 
 static int run_kernel(Checks *c, const char *want) {

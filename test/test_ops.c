@@ -1,6 +1,6 @@
 /* test/test_ops.c: every op's backward against central finite differences.
  *
- * Runs on the float64 build of ops.c (ops64.h's cpu64_ops), so the differences are
+ * Runs on ops.c's plain loops built in double (included below), so the differences are
  * accurate to ~1e-9 and the bound can be tight. For an op y = f(x) we take
  * the scalar L = sum(y * r) with random r, give the backward dy = r, and
  * compare each input's gradient with (L(x + h) - L(x - h)) / 2h, h = 1e-5,
@@ -16,7 +16,11 @@
 #include <stdint.h>
 #include <string.h>
 #include "check.h"
-#include "ops64.h"
+/* ops.c itself, its loops in double: every cpu_* function named below is
+ * that file's, static here, with each float buffer double (ops.c's header,
+ * "Two builds"). The float32 tables cpu_ops and cpu_bf16_ops are ops.o's. */
+#define OPS_REAL double
+#include "ops.c"
 
 #define H 1e-5
 #define BOUND 1e-6
@@ -100,73 +104,73 @@ static void case_free(Case *k) {
 
 /* --- encoder: inputs wte [V,C], wpe [T,C] */
 static double enc_loss(Case *k) {
-    cpu64_ops.encoder_forward(NULL, k->out, k->tokens, k->in[0], k->in[1], k->B, k->T, k->C);
+    cpu_encoder_forward(NULL, k->out, k->tokens, k->in[0], k->in[1], k->B, k->T, k->C);
     return dot(k->out, k->r, (size_t)k->B * k->T * k->C);
 }
 static void enc_back(Case *k) {
-    cpu64_ops.encoder_backward(NULL, k->grad[0], k->grad[1], k->r, k->tokens, k->B, k->T, k->C);
+    cpu_encoder_backward(NULL, k->grad[0], k->grad[1], k->r, k->tokens, k->B, k->T, k->C);
 }
 
 /* --- layernorm: inputs x [N,C], w [C], b [C] */
 static double ln_loss(Case *k) {
-    cpu64_ops.layernorm_forward(NULL, k->out, k->aux1, k->aux2, k->in[0], k->in[1], k->in[2], k->N, k->C);
+    cpu_layernorm_forward(NULL, k->out, k->aux1, k->aux2, k->in[0], k->in[1], k->in[2], k->N, k->C);
     return dot(k->out, k->r, (size_t)k->N * k->C);
 }
 static void ln_back(Case *k) {
-    cpu64_ops.layernorm_backward(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
+    cpu_layernorm_backward(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
                              k->aux1, k->aux2, k->N, k->C);
 }
 
 /* --- matmul: inputs x [N,C], w [OC,C], bias [OC] */
 static double mm_loss(Case *k) {
-    cpu64_ops.matmul_forward(NULL, k->out, k->in[0], k->in[1], k->in[2], k->N, k->C, k->OC);
+    cpu_matmul_forward_naive(NULL, k->out, k->in[0], k->in[1], k->in[2], k->N, k->C, k->OC);
     return dot(k->out, k->r, (size_t)k->N * k->OC);
 }
 static void mm_back(Case *k) {
-    cpu64_ops.matmul_backward(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
+    cpu_matmul_backward_naive(NULL, k->grad[0], k->grad[1], k->grad[2], k->r, k->in[0], k->in[1],
                           k->N, k->C, k->OC);
 }
 
 /* --- attention: input qkv [B,T,3C]; aux1 = att [B,NH,T,T], aux2 = scratch */
 static double att_loss(Case *k) {
-    cpu64_ops.attention_forward(NULL, k->out, k->aux1, k->in[0], k->B, k->T, k->C, k->NH);
+    cpu_attention_forward_naive(NULL, k->out, k->aux1, k->in[0], k->B, k->T, k->C, k->NH);
     return dot(k->out, k->r, (size_t)k->B * k->T * k->C);
 }
 static void att_back(Case *k) {
-    cpu64_ops.attention_backward(NULL, k->grad[0], k->aux2, k->r, k->in[0], k->aux1, k->B, k->T, k->C,
+    cpu_attention_backward_naive(NULL, k->grad[0], k->aux2, k->r, k->in[0], k->aux1, k->B, k->T, k->C,
                              k->NH);
 }
 
 /* --- gelu: input x [N] */
 static double gelu_loss(Case *k) {
-    cpu64_ops.gelu_forward(NULL, k->out, k->in[0], k->N);
+    cpu_gelu_forward(NULL, k->out, k->in[0], k->N);
     return dot(k->out, k->r, k->N);
 }
-static void gelu_back(Case *k) { cpu64_ops.gelu_backward(NULL, k->grad[0], k->in[0], k->r, k->N); }
+static void gelu_back(Case *k) { cpu_gelu_backward(NULL, k->grad[0], k->in[0], k->r, k->N); }
 
 /* --- residual: inputs a [N], b [N]; backward is accumulate into both */
 static double add_loss(Case *k) {
-    cpu64_ops.add(NULL, k->out, k->in[0], k->in[1], k->N);
+    cpu_add(NULL, k->out, k->in[0], k->in[1], k->N);
     return dot(k->out, k->r, k->N);
 }
 static void add_back(Case *k) {
-    cpu64_ops.accumulate(NULL, k->grad[0], k->r, k->N);
-    cpu64_ops.accumulate(NULL, k->grad[1], k->r, k->N);
+    cpu_accumulate(NULL, k->grad[0], k->r, k->N);
+    cpu_accumulate(NULL, k->grad[1], k->r, k->N);
 }
 
 /* --- crossentropy: input logits [N,Vp]; L = sum_n r[n] * loss[n], and the
  * fused backward with dloss = r... takes one scalar, so r is constant. */
 static double ce_loss(Case *k) {
     memcpy(k->aux1, k->in[0], (size_t)k->N * k->Vp * sizeof(double));
-    cpu64_ops.crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, 0);
+    cpu_crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, 0);
     double s = 0;
     for (int n = 0; n < k->N; n++) s += k->out[n] * k->r[0];
     return s;
 }
 static void ce_back(Case *k) {
     memcpy(k->aux1, k->in[0], (size_t)k->N * k->Vp * sizeof(double));
-    cpu64_ops.crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, k->r[0]);
-    cpu64_ops.accumulate(NULL, k->grad[0], k->aux1, (size_t)k->N * k->Vp);
+    cpu_crossentropy(NULL, k->out, k->aux1, k->tokens, k->N, k->V, k->Vp, k->r[0]);
+    cpu_accumulate(NULL, k->grad[0], k->aux1, (size_t)k->N * k->Vp);
 }
 
 static void test_adamw(Checks *c) {
@@ -177,7 +181,7 @@ static void test_adamw(Checks *c) {
     double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
     int t = 3;
     double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
-    cpu64_ops.adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, scale);
+    cpu_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, scale);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {  /* torch.optim.AdamW, step by step */
         double gi = g[i] * scale;
@@ -205,7 +209,7 @@ static void test_f32_matches_f64(Checks *c) {
     for (int i = 0; i < N * C; i++) x[i] = xf[i];
     for (int i = 0; i < OC * C; i++) w[i] = wf[i];
     for (int i = 0; i < OC; i++) b[i] = bf[i];
-    cpu64_ops.matmul_forward(NULL, y, x, w, b, N, C, OC);
+    cpu_matmul_forward_naive(NULL, y, x, w, b, N, C, OC);
     cpu_ops.matmul_forward(NULL, yf, xf, wf, bf, N, C, OC);
     double diff = 0, mag = 0;
     for (int i = 0; i < N * OC; i++) { diff = fmax(diff, fabs(yf[i] - y[i])); mag = fmax(mag, fabs(y[i])); }
@@ -360,7 +364,7 @@ int main(void) {
     run_case(&c, &k);
     /* padded columns: no gradient, and they do not change the loss */
     memcpy(k.aux1, k.in[0], 48 * 8);
-    cpu64_ops.crossentropy(NULL, k.out, k.aux1, tg, 4, 9, 12, 1.0);
+    cpu_crossentropy(NULL, k.out, k.aux1, tg, 4, 9, 12, 1.0);
     double padded = 0;
     for (int n = 0; n < 4; n++) for (int v = 9; v < 12; v++) padded = fmax(padded, fabs(k.aux1[n * 12 + v]));
     check(&c, padded == 0, "crossentropy padded columns", "max |gradient| in padded columns %.1e", padded);
