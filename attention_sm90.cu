@@ -1,10 +1,10 @@
 /* attention_sm90.cu: causal self-attention on Hopper's asynchronous tensor
  * cores (wgmma), in FlashAttention-3's design: the forward behind tc.h's
  * tc_flash_forward_sm90 (heads of 64 and 128), and a deterministic backward
- * behind tc_flash_backward_sm90 (heads of 64; below, "Backward").
+ * behind tc_flash_backward_sm90 (heads of 64 and 128; below, "Backward").
  * attention.cu (mma.sync, FlashAttention-2 style) stays the readable
  * version, the one for every other card, and the backward of heads of 32
- * and 128 and of --atomic-dq.
+ * and of --atomic-dq.
  *
  * What it computes: exactly tc_flash_forward's contract (attention.cu's
  * header; ops.c's attention_forward): for batch b, head h, query t,
@@ -107,10 +107,12 @@
  * exit(1), as in attention.cu. B or T <= 0: nothing to do, 0.
  *
  * Resources (ptxas, CUDA 13.0, sm_90a): 168 registers a thread at
- * compile time (the launch's 65536 / 384; setmaxnreg moves them at run
- * time), no spills, in the forward (hs 64 and 128) and both backward
- * kernels; 82944 / 164864 bytes of dynamic shared memory in the forward,
- * 66560 in the backward's; one block an SM.
+ * compile time (the launch's 65536 / 384; ptxas allocates the consumers'
+ * code within setmaxnreg's 240 and the producer's within 24), no spills,
+ * in the forward (hs 64 and 128) and the backward's kernels (hs 64 and
+ * 128; the hs-128 dK/dV kernel needs 232 of the 240: 224 spills 24
+ * bytes); 82944 / 164864 bytes of dynamic shared memory in the forward,
+ * 66560 / 132096 in each backward kernel; one block an SM.
  *
  * State: one capability word per device (std::atomic, written once), as in
  * matmul.cu; the dynamic shared-memory limit is set on every call.
@@ -372,27 +374,29 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
 }
 
 /* ---------------------------------------------------------------------------
- * Backward, deterministic, heads of 64 (tc_flash_backward_sm90). Three
- * kernels, the same contract and numerics as attention.cu's deterministic
- * backward (its header), on wgmma:
+ * Backward, deterministic, heads of 64 and 128 (tc_flash_backward_sm90).
+ * Three kernels, the same contract and numerics as attention.cu's
+ * deterministic backward (its header), on wgmma; the two wgmma kernels are
+ * templates over HS (f3_bwd_kernel<DQ, HS>):
  *   f3_bwd_dot_kernel  Dvec[b,h,t] = sum_c dout[b,t,hc] out[b,t,hc], one
  *                      warp a (b, t, h);
- *   f3_bwd_dkv         (f3_bwd_kernel<false>) grid (B*NH, ceil(T/128)),
+ *   f3_bwd_dkv         (f3_bwd_kernel<false, HS>) grid (B*NH, ceil(T/128)),
  *                      384 threads: a block owns
  *                      128 keys (K and V loaded once by TMA), consumer c
  *                      keys 64c..; query tiles of 64 rows (Q and dO) from
  *                      the block's first key to T stream through a
  *                      two-stage ring. Per tile, in the transposed (key-
  *                      major) orientation, so that keys stay rows:
- *                        S^T  = K_c Q^T, dP^T = V_c dO^T   (SS, m64n64k16)
+ *                        S^T  = K_c Q^T, dP^T = V_c dO^T   (SS, m64n64k16,
+ *                               HS/16 k-steps)
  *                        P^T  = exp2(S^T scale log2e - lse log2e), masked
  *                               to 0 where query < key or query >= T
  *                        dS^T = P^T (dP^T - D)
  *                        dV  += P^T dO, dK += dS^T Q       (A from
- *                               registers, B mn-major, m64n64k16)
+ *                               registers, B mn-major, m64n{HS}k16)
  *                      then dqkv's k and v channels += scale dK, dV (read,
  *                      add in fp32, round once): one block owns those rows;
- *   f3_bwd_dq          (f3_bwd_kernel<true>) grid (B*NH, ceil(T/128)):
+ *   f3_bwd_dq          (f3_bwd_kernel<true, HS>) grid (B*NH, ceil(T/128)):
  *                      a block owns 128 queries
  *                      (Q and dO loaded once), consumer c queries 64c..;
  *                      key tiles of 64 (K and V) stream through the ring:
@@ -400,12 +404,28 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
  *                        mask key > query); dQ += dS K (A from registers)
  *                      then dqkv's q channels += scale dQ. No atomics: the
  *                      same bits every run.
- * Shared memory 2 x 16 KB (the block's own tiles) + 2 stages x 2 x 8 KB +
- * 1 KB = 66560 B each; barriers as the forward's (mine_full once, then
- * full[s] / empty[s] per stage, 8 arrivals to free a stage after the
- * wait_group that retired its last reader). No ping-pong and no windows
- * here: each consumer issues its products and waits, the two interleaving
- * as the schedulers find them. */
+ * Shared memory: tiles of HS channels are HS/64 TMA boxes of 64 channels
+ * side by side (the forward's convention): the block's own two tiles of
+ * 128 rows (boxes {64, 128}, 16 KB) and the ring's 2 stages x 2 tiles of
+ * 64 rows (boxes {64, 64}, 8 KB), + 1 KB: hs 64, 2 x 16 + 4 x 8 + 1 KB =
+ * 66560 B; hs 128, 2 x 32 + 4 x 16 + 1 KB = 132096 B, each kernel.
+ * Descriptors: SS k-step ks (channels 16ks..) is box ks / 4 at + 32
+ * (ks % 4) (own tiles' boxes 16384 apart, the ring's 8192); the register-A
+ * products' B (a ring tile, mn-major) steps 16 rows (2048 B) a k-step, and
+ * at hs 128 its channels 64.. are the next box, LBO 8192. Barriers as the
+ * forward's (mine_full once, then full[s] / empty[s] per stage, 8
+ * arrivals to free a stage after the wait_group that retired its last
+ * reader). No ping-pong and no windows here: each consumer issues its
+ * products and waits, the two interleaving as the schedulers find them.
+ * Registers at hs 128: a dK/dV consumer keeps dK and dV (64 x 128 fp32
+ * each a warpgroup: 64 + 64 floats a thread) across the loop, S^T and dP^T
+ * (64 x 64: 32 + 32) while they become P^T and dS^T, and their bf16 A
+ * fragments (16 + 16): ptxas fits it in 232 registers, under the 240
+ * setmaxnreg gives, without spills, so the hs-64 schedule stands as it is
+ * (64-key consumer slices, whole 64-row query tiles); a smaller query
+ * tile would not have shrunk dK, dV, and splitting S/dP by channel halves
+ * would only add waits. The dQ consumer keeps dQ (64), S and dP (32 + 32):
+ * far below. */
 
 #define F3B_TILE128 F3_BOX_BYTES     /* one box {64 channels, 128 rows} */
 #define F3B_TILE64 (F3_BOX_BYTES / 2) /* one box {64 channels, 64 rows} */
