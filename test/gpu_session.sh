@@ -14,7 +14,7 @@
 #   sh test/gpu_session.sh all     both in one call (on an H200, 2026-11-26: build 14 s,
 #                                  tests 52-56 s, bench 69-90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu on the kernels that matter only (issue 42): the
-#                                  wgmma GEMMs (ping-pong and cooperative) at fcproj
+#                                  wgmma GEMMs (ping-pong, cooperative, cluster) at fcproj
 #                                  dinp and attproj dinp, cuBLAS's beside them,
 #                                  attention's forward and deterministic backward and
 #                                  attention_sm90.cu's, picked in bench_gpu by their NVTX
@@ -90,7 +90,8 @@ profile() {  # the kernels issue 42 names, and nothing else: bench_gpu's rows by
         --nvtx-include "gemm fcproj dinp wgmma/" --nvtx-include "gemm attproj dinp wgmma/" \
         --nvtx-include "gemm fcproj dinp cublas/" --nvtx-include "gemm attproj dinp cublas/" \
         --nvtx-include "gemm fcproj dinp wg-coop/" --nvtx-include "gemm attproj dinp wg-coop/" \
-        --launch-count 18 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
+        --nvtx-include "gemm fcproj dinp wg-clus/" --nvtx-include "gemm attproj dinp wg-clus/" \
+        --launch-count 24 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
     grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
         "$logs/profile_gemm.log" | head -80
     # shellcheck disable=SC2086
