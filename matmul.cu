@@ -522,6 +522,9 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
  * one (a tile, or its part of K under split-K) has at most this many
  * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
 #define PP_AUTO_MAX_KB 40
+/* The cluster kernel (TC_WGMMA_CLUSTER): the ping-pong kernel in clusters of
+ * CL_CTAS CTAs along M, which share the B tile (one multicast half each). */
+#define CL_CTAS 2
 
 /* SM90_BUILD (sm90.cuh): the sm_90a device code is compiled here; the CPU
  * emulation (test/emu/emu.h, -DMM_EMU_SM90A) builds it for the host too,
@@ -675,10 +678,24 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
 struct MmWgItem {
     int m0, n0, part, kb0, kb1;
 };
-template <int BM, int BN>
-__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk) {
+/* CL > 1 (the cluster kernel): an item is a column of CL tiles along M that
+ * share their n-tile, tiles_m counting those columns; CTA `rank` of the
+ * cluster takes tile rank of it. */
+template <int BM, int BN, int CL = 1>
+__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk, int rank = 0) {
     const int tile = item % tiles, part = item / tiles;
-    return MmWgItem{(tile % tiles_m) * BM, (tile / tiles_m) * BN, part, part * kps, min(nk, (part + 1) * kps)};
+    return MmWgItem{((tile % tiles_m) * CL + rank) * BM, (tile / tiles_m) * BN, part, part * kps,
+                    min(nk, (part + 1) * kps)};
+}
+/* Where a walk starts and its stride: a block's (blockIdx.x, gridDim.x), or
+ * with clusters (CL > 1) its cluster's, both CTAs of which walk the same items. */
+template <int CL> __device__ __forceinline__ int mm_wg_first() {
+    if constexpr (CL > 1) return (int)sm90_clusterid_x();
+    else return (int)blockIdx.x;
+}
+template <int CL> __device__ __forceinline__ int mm_wg_stride() {
+    if constexpr (CL > 1) return (int)sm90_nclusterid_x();
+    else return (int)gridDim.x;
 }
 
 /* Thread 0 initialises the ring's mbarriers: full[s] takes the producer's
@@ -695,9 +712,16 @@ __device__ __forceinline__ void mm_wg_init_bars(uint64_t *full_bar, uint64_t *em
 }
 
 /* A consumer warp frees stage prev (-1: none) once the wgmma that read it
- * is done: lane 0 arrives at its empty barrier, then the warp regroups. */
+ * is done: lane 0 arrives at its empty barrier (CL > 1: and at the peer
+ * CTA's, whose producer multicasts half of B into this stage too), then the
+ * warp regroups. */
+template <int CL = 1>
 __device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int lane) {
-    if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
+    if (prev >= 0 && lane == 0) {
+        const uint32_t a = sm90_smem_u32(&empty_bar[prev]);
+        sm90_mbar_arrive(a);
+        if constexpr (CL > 1) sm90_mbar_arrive_cluster(sm90_mapa(a, sm90_cluster_ctarank() ^ 1u));
+    }
     __syncwarp();
 }
 
@@ -721,15 +745,16 @@ __device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map,
  * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It decodes an item
  * as mm_wg_item does, inline: through mm_wg_item nvcc 13 schedules the
  * kernels differently (the sm_90a code is the same bits this way). */
-template <bool AK, bool BK, int BM, int BN, int STAGES>
+template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
                                               uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
-                                              int items, int kps, int nk) {
+                                              int items, int kps, int nk, int M) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
+    const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     int it = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>()) {
         const int tile = item % tiles, part = item / tiles;
-        const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
+        const int m0 = ((tile % tiles_m) * CL + rank) * BM, n0 = (tile / tiles_m) * BN;
         const int kb1 = min(nk, (part + 1) * kps);
         for (int kb = part * kps; kb < kb1; kb++, it++) {
             const int s = it % STAGES;
@@ -739,8 +764,19 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
             sm90_mbar_expect_tx(fb, STAGE_BYTES);
             const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
             const int k0 = kb * WG_BK;
-            mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
-            mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
+            if constexpr (CL > 1) {
+                /* A: this CTA's rows (a tile past M, the second of an odd
+                 * column's last pair, loads its partner's: never stored);
+                 * B: half `rank` of the shared tile, 64 n (a {64 k, 64 n}
+                 * box, or one {64 n, 64 k}), into both CTAs' stage s */
+                mm_wg_load<AK, BM>(sa, tmA, k0, m0 < M ? m0 : m0 - BM, fb);
+                const int nh = n0 + 64 * rank;
+                sm90_tma_2d_multicast(sb + rank * WG_BOX_BYTES, tmB, BK ? k0 : nh, BK ? nh : k0, fb,
+                                      (uint16_t)((1u << CL) - 1u));
+            } else {
+                mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
+                mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
+            }
         }
     }
 }
@@ -778,19 +814,21 @@ __device__ __forceinline__ int mm_wg_stage_wait(uint64_t *full_bar, int it) {
 /* After a k-block's wgmmas were issued on stage s: commits them, waits for
  * the previous k-block's group and frees its stage prev; returns s, the
  * next prev. */
+template <int CL = 1>
 __device__ __forceinline__ int mm_wg_retire(uint64_t *empty_bar, int prev, int s, int lane) {
     sm90_wgmma_commit();
     sm90_wgmma_wait<1>();
-    mm_wg_release(empty_bar, prev, lane);
+    mm_wg_release<CL>(empty_bar, prev, lane);
     return s;
 }
 
 /* After a tile's last k-block: waits for every wgmma, fences the
  * accumulators d and frees the last stage prev. */
+template <int CL = 1>
 __device__ __forceinline__ void mm_wg_drain(float (&d)[128], uint64_t *empty_bar, int prev, int lane) {
     sm90_wgmma_wait<0>();
     sm90_fence_regs(d);
-    mm_wg_release(empty_bar, prev, lane);
+    mm_wg_release<CL>(empty_bar, prev, lane);
 }
 
 /* mm_wgmma_kernel<false>'s consumers, the cooperative schedule: both
@@ -846,15 +884,19 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
  * j > 0), and the other warpgroup arrives there when its mainloop of item
  * j - 1 is done (only when an item j follows: every arrival is waited
  * for). Same split-K as the cooperative one; tmB's k-major box is {64 k,
- * 128 n}. */
-template <bool AK, bool BK>
+ * 128 n}. CL > 1, the cluster kernel (TC_WGMMA_CLUSTER): the cluster walks
+ * columns of CL tiles (mm_wg_item), this CTA its rank's, and a stage is
+ * freed at both CTAs' empty barriers (mm_wg_release); tmB's k-major box is
+ * {64 k, 64 n}, half the tile. */
+template <bool AK, bool BK, int CL = 1>
 __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float *ep = g.ep;
     const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
+    const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
     int it = 0, j = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-        const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>(), j++) {
+        const MmWgItem w = mm_wg_item<PP_BM, PP_BN, CL>(item, g.tiles_m, g.tiles, g.kps, g.nk, rank);
         const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
         if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
             it += kb1 - kb0;
@@ -881,11 +923,11 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
                 sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
                 sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
             }
-            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
+            prev = mm_wg_retire<CL>(g.empty_bar, prev, s, lane);
         }
-        mm_wg_drain(d, g.empty_bar, prev, lane);
+        mm_wg_drain<CL>(d, g.empty_bar, prev, lane);
         /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-        if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+        if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
         const bool to_d = part == 0;
         void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
@@ -905,7 +947,7 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
  * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
  * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
-template <bool PP, bool AK, bool BK>
+template <bool PP, bool AK, bool BK, int CL = 1>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
@@ -922,23 +964,31 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
      * two {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
      * 64 k}). */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_m = (M + BM * CL - 1) / (BM * CL);  /* CL > 1: columns of CL tiles */
     const int tiles = tiles_m * ((N + BN - 1) / BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's */
-    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 : WG_CONSUMER_WARPS);
-    __syncthreads();
+    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's, of
+     * each CTA of the cluster (CL > 1: every CTA's producer writes B into
+     * this stage) */
+    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 * CL : WG_CONSUMER_WARPS);
+    if constexpr (CL > 1) {
+        /* every CTA's barriers initialised before a peer multicasts or arrives there */
+        sm90_cluster_arrive();
+        sm90_cluster_wait();
+    } else {
+        __syncthreads();
+    }
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the warpgroup
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, BM, BN, STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles, items,
-                                                  kps, nk);
+            mm_wg_produce<AK, BK, BM, BN, STAGES, CL>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                      items, kps, nk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
         MmWg g{D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
@@ -948,9 +998,15 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         g.ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES +
                                          (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
         if constexpr (PP)
-            mm_wg_pingpong<AK, BK>(g);
+            mm_wg_pingpong<AK, BK, CL>(g);
         else
             mm_wg_coop<AK, BK>(g);
+    }
+    if constexpr (CL > 1) {
+        /* no CTA exits while its peer may still multicast into its stages
+         * or arrive on its empty barriers */
+        sm90_cluster_arrive();
+        sm90_cluster_wait();
     }
 #endif
 }
@@ -1103,8 +1159,31 @@ __global__ void mm_splitk_sum_kernel(float *D, const float *work, int parts, siz
 #define MM_CAP_SM_SHIFT 8
 
 /* Capability word of each device (see the header): written once, read with
- * acquire; two threads racing on a first call compute the same word. */
+ * acquire; two threads racing on a first call compute the same word. And
+ * the clusters of the cluster kernel that fit each device at once
+ * (cudaOccupancyMaxActiveClusters; 0: it does not run there), stored before
+ * the word. */
 static std::atomic<int> mm_caps[MM_MAX_DEVICES];
+static std::atomic<int> mm_clusters[MM_MAX_DEVICES];
+
+/* How many clusters of CL_CTAS of the cluster kernel can run at once here
+ * (the persistent grid's size), or 0. */
+static int mm_max_clusters() {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL_CTAS;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    /* grid, block, dynamic shared memory, stream, attributes (in order: the
+     * emulation's gridDim macro hides the field names) */
+    cudaLaunchConfig_t cfg = {dim3(CL_CTAS), dim3(WG_THREADS), PP_SMEM_BYTES, 0, at, 1};
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, mm_wgmma_kernel<true, true, true, CL_CTAS>, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
 
 /* Raises the dynamic shared memory limit of kernel f; false when the device
  * has no code for f (or not that much shared memory). */
@@ -1149,6 +1228,12 @@ static int mm_device_caps(cudaStream_t stream) {
                 mm_set_smem(mm_wgmma_kernel<true, false, true>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
+            if ((caps & MM_CAP_WGMMA) && mm_set_smem(mm_wgmma_kernel<true, true, true, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS>, PP_SMEM_BYTES) && dev >= 0 &&
+                dev < MM_MAX_DEVICES)
+                mm_clusters[dev].store(mm_max_clusters(), std::memory_order_relaxed);
         } else {
             cudaGetLastError();
         }
@@ -1236,12 +1321,14 @@ static MmSplit mm_split_mma(int sms, int d_fp32, int M, int N, int K, size_t wor
                          2.0 * MM_BM * MM_BN * MM_BK, M, N, work_floats);
 }
 /* pp: the ping-pong kernel, whose two warpgroups take turns at the math:
- * one 128 x 128 tile's k-block at a time an SM. */
-static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
-    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
+ * one 128 x 128 tile's k-block at a time an SM. cl: its cluster form
+ * (CL_CTAS tiles along M a work item, `clusters` items at once), else 1. */
+static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K, size_t work_floats,
+                              int cl = 1, int clusters = 0) {
+    const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long tiles = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn);
-    return mm_plan_split(d_fp32, tiles, sms, sms, mm_ceil_div(K, WG_BK), 2.0 * bm * bn * WG_BK, M, N,
-                         work_floats);
+    return mm_plan_split(d_fp32, tiles, cl > 1 ? clusters : sms, sms, mm_ceil_div(K, WG_BK),
+                         2.0 * bm * bn * WG_BK, M, N, work_floats);
 }
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1274,26 +1361,38 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     LAUNCH_CHECK(mm_mma_kernel);
 }
 
-/* Encodes the maps and launches the ping-pong kernel (pp) or the
- * cooperative one; false (nothing launched) when the driver has no
+/* Encodes the maps and launches the ping-pong kernel (pp), its cluster
+ * form (pp, cl = CL_CTAS: `slots` clusters at most) or the cooperative one
+ * (slots: the SMs); false (nothing launched) when the driver has no
  * tensor-map encoder or refuses a map. */
-static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulate, const void *A,
+static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
-    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
+    /* B k-major: the cluster kernel's CTAs load half the tile each, {64 k, 64 n} */
+    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, cl > 1 ? 64 : pp ? PP_BN : WG_BN)
                                : sm90_encode_2d(&tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
-    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
+    const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
-    const int grid = (int)(items < sms ? items : sms);
+    const int grid = (int)(items < slots ? items : slots) * cl;
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL_CTAS;  /* along M: the CTAs of a cluster share the B tile */
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), PP_SMEM_BYTES, stream, at, 1};
 #define WG_GO(AK, BK)                                                                       \
     do {                                                                                    \
-        if (pp)                                                                             \
+        if (cl > 1)                                                                         \
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS>, ta, tb, D, \
+                                          d_fp32, accumulate, bs, M, N, K, vec_ok, work,    \
+                                          sp->splits, sp->kps, vec_w));                     \
+        else if (pp)                                                                        \
             mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(     \
                 ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
                 vec_w);                                                                     \
@@ -1313,8 +1412,8 @@ static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulat
 
 /* The device facts tc_gemm decides by: capabilities and SM count. */
 typedef struct MmChoice {
-    bool mma_ok, wg_ok;
-    int sms;
+    bool mma_ok, wg_ok, cl_ok;
+    int sms, clusters;  /* clusters: of the cluster kernel at once */
 } MmChoice;
 
 static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
@@ -1327,6 +1426,10 @@ static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmaj
     c.mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
     c.wg_ok = (caps & MM_CAP_WGMMA) && aligned && c.sms > 0 &&
               (long long)mm_ceil_div(M, PP_BM) * mm_ceil_div(N, PP_BN) < (1ll << 31);
+    int dev = -1;
+    c.clusters = cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < MM_MAX_DEVICES
+                     ? mm_clusters[dev].load(std::memory_order_relaxed) : 0;
+    c.cl_ok = c.wg_ok && c.clusters > 0;
     return c;
 }
 
@@ -1349,7 +1452,7 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
                        int K, float *work, size_t work_floats, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
-        impl != TC_WGMMA_COOP)
+        impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
     if (impl == TC_SIMPLE) {
         if (M > 0 && N > 0)
@@ -1362,6 +1465,16 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     if (!work) work_floats = 0;
     const size_t mn = empty ? 0 : (size_t)M * N;
 
+    if (impl == TC_WGMMA_CLUSTER) {  /* never TC_AUTO's choice (yet): no fallback */
+        if (!c.cl_ok) return -1;
+        if (empty) return TC_WGMMA_CLUSTER;
+        const MmSplit sp = mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters);
+        if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
+                             M, N, K, &sp, work, st))
+            return -1;
+        if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
+        return TC_WGMMA_CLUSTER;
+    }
     if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_AUTO) {
         const bool pp = impl == TC_WGMMA ||
                         (impl == TC_AUTO && !empty && mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats));
@@ -1369,7 +1482,7 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
         if (c.wg_ok && empty) return ran;
         if (c.wg_ok) {
             const MmSplit sp = mm_split_wgmma(pp, c.sms, d_fp32, M, N, K, work_floats);
-            if (mm_launch_wgmma(pp, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
+            if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
                                 M, N, K, &sp, work, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
@@ -1396,8 +1509,12 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
 
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                               int b_kmajor, int M, int N, int K, size_t work_floats, void *stream) {
-    if (M <= 0 || N <= 0 || (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP)) return 1;
+    if (M <= 0 || N <= 0 ||
+        (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER))
+        return 1;
     const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
+    if (impl == TC_WGMMA_CLUSTER)
+        return c.cl_ok ? mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters).splits : 1;
     if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
         return c.wg_ok ? mm_split_wgmma(impl == TC_WGMMA, c.sms, d_fp32, M, N, K, work_floats).splits : 1;
     return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;

@@ -24,7 +24,9 @@ typedef enum {
     TC_SIMPLE = 1,  /* one thread an output element, float32 accumulation: the yardstick of the others */
     TC_MMA = 2,     /* mma.sync.m16n8k16 bf16 (sm_80+) */
     TC_WGMMA = 3,   /* wgmma + TMA, two consumer warpgroups in ping-pong (sm_90a builds on an sm_90 device) */
-    TC_WGMMA_COOP = 4 /* the same, both warpgroups on one tile (cooperative): the kernel before ping-pong */
+    TC_WGMMA_COOP = 4, /* the same, both warpgroups on one tile (cooperative): the kernel before ping-pong */
+    TC_WGMMA_CLUSTER = 5 /* TC_WGMMA in clusters of 2 CTAs along M, the B tile multicast by TMA to both
+                            (sm_90a; never TC_AUTO's choice until a lease has timed it) */
 } TcImpl;
 
 /* D[M,N] = A[M,K] B[K,N] (+ D when accumulate) (+ bias[N] on every row when
@@ -59,7 +61,7 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
 int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
                  int K, size_t work_floats, void *stream);
 
-/* How many parts tc_gemm with this implementation (TC_MMA, TC_WGMMA or TC_WGMMA_COOP; 1 for
+/* How many parts tc_gemm with this implementation (TC_MMA or a TC_WGMMA*; 1 for
  * the others, or when it would not run) cuts K into for this product. */
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);

@@ -24,8 +24,9 @@
  * outputs start from random values, so a kernel that overwrites fails.
  *
  * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA (ping-pong),
- * TC_WGMMA_COOP (cooperative) and TC_AUTO, which must run what
- * tc_gemm_auto says it runs. An
+ * TC_WGMMA_COOP (cooperative), TC_WGMMA_CLUSTER (ping-pong in clusters of
+ * two CTAs along M sharing a multicast B tile) and TC_AUTO, which must run
+ * what tc_gemm_auto says it runs. An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
@@ -42,7 +43,13 @@
  * its 4-stage pipeline; TC_WGMMA_COOP: 2 x 2 tiles of 128 x 256, 5 k-blocks
  * of 64, the last half outside K, so the stages' phases wrap; TC_WGMMA: 2 x
  * 3 tiles of 128 x 128, which with EMU_SMS=1 or 3 one block walks in turns
- * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages).
+ * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages;
+ * TC_WGMMA_CLUSTER: 3 columns of 2 tiles, which with EMU_SMS=3 one cluster
+ * walks (1 SM: refused, SKIP: a cluster of 2 needs 2 SMs)). Its odd
+ * cases: M=37 and the split-K shapes have one m-tile, so the cluster's
+ * second CTA computes a tile wholly past M (stores nothing) and still
+ * multicasts its half of B and releases the peer's stages; M=200 has a
+ * partial second tile.
  */
 #include <math.h>
 #include <stdint.h>
@@ -64,7 +71,8 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #include "tc.h"
 #endif
 
-static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm auto", "bias_grad"};
+static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm wgmma-cluster",
+                               "gemm auto", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -116,9 +124,10 @@ static const Product products[NPRODUCTS] = {
     {"bias+accumulate", 1, 0, 1, 1, 0}, /* nor this: bias and the old D in one epilogue */
 };
 
-#define NIMPLS 5
+#define NIMPLS 6
 static const struct { TcImpl impl; const char *name; } impls[NIMPLS] = {
-    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"}, {TC_AUTO, "auto"},
+    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"},
+    {TC_WGMMA_CLUSTER, "wgmma-cluster"}, {TC_AUTO, "auto"},
 };
 
 static const char *impl_name(int r) {
@@ -127,6 +136,7 @@ static const char *impl_name(int r) {
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
     case TC_WGMMA_COOP: return "wgmma-coop";
+    case TC_WGMMA_CLUSTER: return "wgmma-cluster";
     case TC_AUTO: return "auto";
     default: return "none (-1)";
     }
@@ -193,7 +203,9 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
-    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
+    if (impl == TC_WGMMA_CLUSTER && t->cc_major == 9 && t->sms < 2)
+        return "a cluster of 2 CTAs (one an SM) needs 2 SMs; this device has 1";
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_WGMMA_CLUSTER)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
                                 : "the GPU is not sm_90";
@@ -273,7 +285,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
             continue;
         }
-        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP;
+        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER;
         const int parts = tc_gemm_splits((TcImpl)r, p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor,
                                          M, N, K, WORK_FLOATS, t->gpu.stream);
         /* again from the same start: the parts are added in a fixed order */

@@ -276,6 +276,8 @@ struct EmuFiber {
     int ncopies, cap, head;
     int committed;        /* groups committed so far */
     const void *wait_on;  /* while waiting: the barrier, collective or mbarrier */
+    unsigned cl_arrived;  /* barrier.cluster.arrive made so far */
+    unsigned cl_waited;   /* barrier.cluster phases it has waited through */
 };
 
 /* The operands and results of one warp collective, per lane. */
@@ -337,11 +339,34 @@ struct EmuNamedBar {
     unsigned phase;
     uint32_t lanes[32];   /* per warp of the block: its lanes arrived in this phase */
 };
-enum { EMU_NAMED_BARS = 16, EMU_MAX_STATICS = 64 };
+enum { EMU_NAMED_BARS = 16, EMU_MAX_STATICS = 64, EMU_MAX_CLUSTER = 8 };
 /* Shared addresses given to static __shared__ objects (which the emulation
  * keeps outside the dynamic window): EMU_STATIC_BASE + 16 i for the i-th
- * object __cvta_generic_to_shared was asked about in this block. */
+ * object __cvta_generic_to_shared was asked about in this cluster (the same
+ * address in each of its CTAs: a static object is one per OS thread here). */
 #define EMU_STATIC_BASE 0x40000000u
+/* A shared::cluster address (mapa's): a shared::cta address with (rank + 1)
+ * in bits 24-27 naming the CTA of the cluster; bits 24-27 zero name the
+ * CTA that uses it, as a shared::cta address does on hardware. */
+#define EMU_CLUSTER_SHIFT 24
+#define EMU_CLUSTER_MASK (0xFu << EMU_CLUSTER_SHIFT)
+
+struct EmuBlock;
+/* The CTAs of one cluster (a launch without the cluster attribute: clusters
+ * of one), run together: their fibers are scheduled as one larger block's,
+ * each CTA with its own shared memory, mbarriers and named barriers.
+ * barrier.cluster: `arrived` threads in the current phase of nthreads,
+ * `phase` phases completed. */
+struct EmuCluster {
+    int size;               /* CTAs */
+    dim3 dim;               /* cluster dimensions in CTAs */
+    EmuBlock *ctas;         /* [size], by %cluster_ctarank */
+    int nthreads;           /* threads of all its CTAs */
+    int arrived;
+    unsigned phase;
+    const void *statics[EMU_MAX_STATICS];
+    int nstatics;
+};
 
 struct EmuBlock {
     int nthreads, nwarps;
@@ -358,8 +383,12 @@ struct EmuBlock {
     std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
     std::deque<EmuMbar> mbars;  /* a deque: waiters hold pointers into it across inits */
     EmuNamedBar nbars[EMU_NAMED_BARS];  /* bar.sync / bar.arrive 1..15 (0 is __syncthreads') */
-    const void *statics[EMU_MAX_STATICS];
-    int nstatics;
+    EmuCluster *cl;       /* its cluster, and its %cluster_ctarank there */
+    int rank;
+    int exited;           /* every thread has returned */
+    unsigned remote_need; /* barrier.cluster phases it must wait through before it exits: peers wrote
+                             into it (multicast) or arrived on its mbarriers before their arrival at
+                             phase remote_need - 1 */
 };
 
 extern thread_local EmuBlock *emu_blk;
@@ -377,8 +406,9 @@ void emu_warp_complete(EmuWarp *w, int op);    /* the last lane: compute the col
 void emu_syncthreads(void);
 void emu_cp_land(EmuFiber *f, int upto_group); /* lands copies of groups < upto_group */
 void emu_cp_queue(EmuFiber *f, const EmuCopy &c);
-void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const char *name,
+void emu_run_grid(dim3 grid, dim3 block, dim3 cluster, size_t smem, const void *kernel, const char *name,
                   void (*body)(void *), void *ctx);
+cudaError_t emu_cluster_check(dim3 grid, dim3 cluster); /* a cluster launch's dimensions: cudaSuccess or the error */
 extern "C" const char *emu_describe(void);  /* the settings, for test names */
 
 static inline EmuFiber *emu_self(void) { return &emu_blk->fibers[emu_blk->cur]; }
@@ -550,7 +580,7 @@ static inline void mm_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
  * K % emu_config(cfg)(args). */
 
 struct EmuConfig {
-    dim3 grid, block;
+    dim3 grid, block, cluster;  /* cluster: (1, 1, 1) but for cudaLaunchKernelEx's attribute */
     size_t smem;
     cudaStream_t stream;
     const char *kernel;   /* the launch's kernel as written (emu_transform), for messages */
@@ -593,7 +623,7 @@ template <class... P> struct EmuKernelOp : EmuStreamOp {
     EmuKernelOp(void (*k)(P...), const std::tuple<P...> &a, const EmuConfig &c) : kernel(k), args(a), cfg(c) {}
     bool step() override {
         auto body = [this]() { std::apply(kernel, args); };
-        emu_run_grid(cfg.grid, cfg.block, cfg.smem, (const void *)kernel, name.c_str(), &emu_invoke<decltype(body)>,
+        emu_run_grid(cfg.grid, cfg.block, cfg.cluster, cfg.smem, (const void *)kernel, name.c_str(), &emu_invoke<decltype(body)>,
                      &body);
         return true;
     }
@@ -629,6 +659,33 @@ static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const
     emu_launch(kernel, call, __PRETTY_FUNCTION__);
 }
 
+/* cudaLaunchKernelEx (cuda_runtime.h's C++ form, which the macro below
+ * replaces in the .cu files): the configuration's grid, block, dynamic
+ * shared memory and stream, and of its attributes only the cluster
+ * dimension (any other stops the program: not emulated). A grid that is
+ * not a multiple of the cluster, or a cluster of more than 8 CTAs, returns
+ * cudaErrorInvalidValue and launches nothing, as CUDA does. */
+#pragma push_macro("gridDim")
+#pragma push_macro("blockDim")
+#undef gridDim
+#undef blockDim
+template <class... P, class... A>
+static cudaError_t emu_launch_kernel_ex(const cudaLaunchConfig_t *c, void (*kernel)(P...), A &&...a) {
+    EmuConfigCall cfg = emu_config(nullptr, c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream);
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        if (c->attrs[i].id != cudaLaunchAttributeClusterDimension)
+            emu_fail("cudaLaunchKernelEx: launch attribute %d is not emulated", (int)c->attrs[i].id);
+        cfg.cluster = dim3(c->attrs[i].val.clusterDim.x, c->attrs[i].val.clusterDim.y, c->attrs[i].val.clusterDim.z);
+    }
+    const cudaError_t e = emu_cluster_check(cfg.grid, cfg.cluster);
+    if (e != cudaSuccess) return e;
+    emu_launch(kernel, cfg(a...), __PRETTY_FUNCTION__);
+    return cudaSuccess;
+}
+#pragma pop_macro("blockDim")
+#pragma pop_macro("gridDim")
+#define cudaLaunchKernelEx emu_launch_kernel_ex
+
 /* ---------------------------------------------------------------------------
  * PTX of sm_90a: sm90.cuh's wrappers (sm90_*; mbarrier, TMA
  * (cp.async.bulk.tensor), setmaxnreg, named barriers, wgmma), by their names
@@ -660,6 +717,13 @@ void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
 void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
 bool emu_wgmma_rs_run(const EmuWgmma &op);  /* emu_wgmma_run's hook: true when op was one of these */
 void emu_named_bar(int id, int count, int sync);  /* bar.sync (sync 1) or bar.arrive (0) */
+/* Clusters (the header's "Clusters"). */
+void emu_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar, uint16_t mask);
+uint32_t emu_mapa(uint32_t addr, uint32_t rank);
+void emu_mbar_arrive_cluster(uint32_t addr);  /* mbarrier.arrive on a shared::cluster address */
+void emu_cluster_arrive(void);
+void emu_cluster_wait(void);
+static inline uint32_t emu_cluster_ctarank(void) { return (uint32_t)emu_blk->rank; }
 
 static inline void sm90_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
 static inline void sm90_mbar_init_fence(void) {}
@@ -671,6 +735,17 @@ static inline void sm90_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int
 }
 template <int R> static inline void sm90_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
 template <int R> static inline void sm90_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
+static inline void sm90_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                         uint16_t mask) {
+    emu_tma_2d_multicast(dst, map, c0, c1, bar, mask);
+}
+static inline uint32_t sm90_cluster_ctarank(void) { return emu_cluster_ctarank(); }
+static inline uint32_t sm90_clusterid_x(void) { return emu_blk->block_idx.x / emu_blk->cl->dim.x; }
+static inline uint32_t sm90_nclusterid_x(void) { return emu_blk->grid_dim.x / emu_blk->cl->dim.x; }
+static inline uint32_t sm90_mapa(uint32_t addr, uint32_t rank) { return emu_mapa(addr, rank); }
+static inline void sm90_mbar_arrive_cluster(uint32_t addr) { emu_mbar_arrive_cluster(addr); }
+static inline void sm90_cluster_arrive(void) { emu_cluster_arrive(); }
+static inline void sm90_cluster_wait(void) { emu_cluster_wait(); }
 static inline void sm90_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
 static inline void sm90_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
 static inline void sm90_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
