@@ -694,12 +694,16 @@ void emu_mbar_wait(uint32_t bar, uint32_t parity) {
         EmuMbar *m = emu_mbar_find(bar, "mbarrier.try_wait");
         if ((m->phase & 1u) != (parity & 1u)) return;
         if (m->pending == 0 && !m->inflight.empty()) {
-            std::vector<EmuTma> land;
-            land.swap(m->inflight);
-            for (const EmuTma &c : land) {
-                emu_tma_land(c, emu_blk->smem);
-                m->tx -= emu_box_bytes(emu_map(c.map));
+            /* in issue order, until the phase's bytes are in: a box issued
+             * beyond them (a peer's multicast for the stage's next round)
+             * stays in flight for the next phase */
+            size_t i = 0;
+            while (i < m->inflight.size() && (i == 0 || m->tx != 0)) {
+                emu_tma_land(m->inflight[i], emu_blk->smem);
+                m->tx -= emu_box_bytes(emu_map(m->inflight[i].map));
+                i++;
             }
+            m->inflight.erase(m->inflight.begin(), m->inflight.begin() + (long)i);
             emu_mbar_update(m);
             continue;
         }
@@ -1076,7 +1080,9 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "not emulated"; }
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorInvalidValue ? "invalid argument" : "not emulated";
+}
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     emu_settings();
     switch (a) {
