@@ -19,7 +19,9 @@
  *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync, with
  *    wgmma in ping-pong ("wgmma", TC_WGMMA: what training runs on sm_90a)
  *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
- *    ping-pong, timed beside it), beside cuBLAS's cublasGemmEx on the same buffers, layouts
+ *    ping-pong, timed beside it), the ping-pong kernel in clusters of two
+ *    CTAs sharing a multicast B tile ("wg-clus", TC_WGMMA_CLUSTER: the next
+ *    rung, timed beside it, never TC_AUTO's yet), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
@@ -285,8 +287,9 @@ static double bench_err(const void *got, const void *ref, size_t n, DType dt) {
  * The context: devices, timing, and what the targets need. No globals. */
 
 /* BENCH_T_WGMMA: the wgmma kernel TC_AUTO runs on each product (training's);
- * BENCH_T_PP, BENCH_T_COOP: each wgmma kernel on every product */
-enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_T_PP = 4, BENCH_NTARGETS = 5 };
+ * BENCH_T_PP, BENCH_T_COOP, BENCH_T_CLUS: each wgmma kernel on every product */
+enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_T_PP = 4, BENCH_T_CLUS = 5,
+       BENCH_NTARGETS = 6 };
 /* A training step's phases, for the step's kernel sum */
 enum { BENCH_P_FWD, BENCH_P_BWD, BENCH_P_REDUCE, BENCH_P_NORM, BENCH_P_OPT, BENCH_NPHASES };
 static const char *const bench_phase_name[BENCH_NPHASES] = {"forward", "backward", "reduction", "norm", "optimizer"};
@@ -541,6 +544,7 @@ static const char *bench_impl_name(int impl) {
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
     case TC_WGMMA_COOP: return "wg-coop";
+    case TC_WGMMA_CLUSTER: return "wg-clus";
     default: return "cublas";
     }
 }
@@ -548,12 +552,13 @@ static const char *bench_impl_name(int impl) {
 /* One product: every implementation checked, then timed; cuBLAS first, so
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
-    int impls[5], nimpl = 0;
+    int impls[6], nimpl = 0;
     impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
     impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
     impls[nimpl++] = TC_WGMMA;
+    impls[nimpl++] = TC_WGMMA_CLUSTER;  /* ping-pong in clusters, B multicast: beside it */
     /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
     const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
                                    DEV_SCRATCH_BYTES / sizeof(float), c->stream);
@@ -600,6 +605,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
         if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_PP, g->label, pct);
         if (impls[j] == TC_WGMMA_COOP) bench_target_row(c, BENCH_T_COOP, g->label, pct);
+        if (impls[j] == TC_WGMMA_CLUSTER) bench_target_row(c, BENCH_T_CLUS, g->label, pct);
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
@@ -1510,6 +1516,9 @@ static void bench_targets(const BenchCtx *c, int only) {
         if (c->nrows[BENCH_T_COOP])
             printf("(wgmma cooperative, the kernel before ping-pong, on every product: worst %.1f%% of cuBLAS (%s))\n",
                    c->worst[BENCH_T_COOP], c->worst_name[BENCH_T_COOP]);
+        if (c->nrows[BENCH_T_CLUS])
+            printf("(wgmma ping-pong in clusters of 2, B multicast, on every product: worst %.1f%% of cuBLAS (%s))\n",
+                   c->worst[BENCH_T_CLUS], c->worst_name[BENCH_T_CLUS]);
         if (c->nrows[BENCH_T_MMA])
             printf("(mma.sync, for other cards: worst %.1f%% of cuBLAS (%s); no target)\n", c->worst[BENCH_T_MMA],
                    c->worst_name[BENCH_T_MMA]);
