@@ -1,5 +1,5 @@
 /* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations
- * (the third in two schedules).
+ * (the third in two schedules, the second of them also in clusters).
  *
  * One product, D[M,N] = A[M,K] B[K,N] (+ D) (+ bias[N] on every row), bf16
  * operands, float32 accumulation, D written as bf16 or float32 (tc.h has the
@@ -146,6 +146,51 @@
  *     a 128 x 128 tile reads 64 flops a byte of operand against the
  *     128 x 256 tile's 85, and the two warpgroups no longer share a B tile.
  *
+ * TC_WGMMA_CLUSTER, the ping-pong kernel in clusters of two CTAs along M
+ *   (mm_wgmma_kernel<true, AK, BK, CL_CTAS>; never TC_AUTO's choice until a
+ *   lease has timed it: bench/NOTES.md, "The wgmma GEMM in clusters"), the
+ *   rung that answers the 128 x 128 tile's L2 traffic: two SMs share one B
+ *   tile, so an SM reads 24 KB a k-block from L2 instead of 32.
+ *   - Launch: cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension
+ *     {2, 1, 1}; the grid is twice the clusters that fit the device at
+ *     once (cudaOccupancyMaxActiveClusters, asked once per device) or the
+ *     work items, whichever is fewer.
+ *   - Walk: a work item is a column of two tiles along M that share their
+ *     n-tile (tiles_m counts those columns, ceil(M / 256)); cluster c
+ *     (%clusterid.x) takes items c, c + clusters, ..., and CTA r
+ *     (%cluster_ctarank) of it tile r of each column, its two warpgroups in
+ *     ping-pong as above. Both CTAs walk the same items, so their rings
+ *     stay in step. Where M is not a multiple of 256 the last column's
+ *     second tile lies past M: its CTA loads the first tile's A rows
+ *     instead (no TMA box wholly outside the tensor), takes part in every
+ *     multicast and release, and stores nothing (rows >= M never are).
+ *   - Loads: each CTA's producer loads its own A (16 KB) and half of B, 64
+ *     of its 128 columns (8 KB: a {64 k, 64 n} box, tmB's k-major box here,
+ *     or one {64 n, 64 k}), multicast (.multicast::cluster, mask 0b11) into
+ *     both CTAs' stage at the same offset, completing on each one's full
+ *     barrier; so full[s] still expects 32 KB (its A, its half, the peer's
+ *     half), and the B tile lands in the layout the ping-pong kernel reads.
+ *     Half each, not all from one: the producers issue equal work and the
+ *     code is one path for both ranks.
+ *   - Barriers: empty[s] counts 8 arrivals, this CTA's 4 consumer warps of
+ *     the warpgroup reading stage s and the peer's 4, since either
+ *     producer's multicast overwrites the stage in both CTAs: a warp frees
+ *     a stage at its own barrier and at the peer's (mbarrier.arrive
+ *     .release.cluster on the shared::cluster address from mapa). A
+ *     barrier.cluster arrive + wait follows the mbarriers' init (no peer
+ *     multicasts into, or arrives on, a barrier not yet initialised) and
+ *     ends the kernel (no CTA exits while its peer may still write into its
+ *     shared memory or arrive on its barriers).
+ *   - Shared memory and split-K as the ping-pong kernel (218112 bytes;
+ *     the split plan counts columns over clusters: on GPT-2's products the
+ *     same parts and waves as ping-pong's tiles over SMs). Registers:
+ *     ptxas (nvcc 13.0, -arch=sm_90a -Xptxas -v) gives all four cluster
+ *     instantiations 168 at the launch (the consumers then raise theirs to
+ *     232), no stack frame, no spills, as the ping-pong and cooperative
+ *     ones. The cluster code is `if constexpr` on CL inside the same
+ *     template: the other kernels' sm_90a code is byte for byte what it
+ *     was before it (their cubin .text sections compared).
+ *
  * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
  * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
  * columns 2 (lane%4) + {0,1} of each 8-wide group). TC_MMA adds bias, adds
@@ -185,7 +230,8 @@
  *
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
- * run there, and the SM count). Finding out whether the binary holds sm_90a
+ * run there, and the SM count), and beside it the count of the cluster
+ * kernel's clusters that fit the device (0: it does not run there). Finding out whether the binary holds sm_90a
  * code takes a one-thread probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
  * into a __device__ int) and one synchronisation of the caller's stream,
  * once per device per process (so that first call must not be made while

@@ -188,6 +188,43 @@
  *    instructions are .aligned); a block ending with a phase open (an
  *    arrival nobody waited for); a bar.sync nobody completes is a
  *    deadlock, reported with the count of threads at named barriers.
+ *  - Clusters (matmul.cu's TC_WGMMA_CLUSTER): cudaLaunchKernelEx (a macro
+ *    here for emu_launch_kernel_ex) with cudaLaunchAttributeClusterDimension;
+ *    a grid that is not a multiple of the cluster, or a cluster of more than
+ *    8, returns cudaErrorInvalidValue and launches nothing; a cluster larger
+ *    than the SM count stops the program (it could never be resident).
+ *    cudaOccupancyMaxActiveClusters answers SMs / cluster size. The CTAs of
+ *    one cluster run together: their fibers are scheduled as one larger
+ *    block's (warp-greedy inside a CTA; when every fiber of a CTA waits, the
+ *    next CTA's first runnable one), each CTA with its own dynamic shared
+ *    memory, mbarriers, named barriers and warpgroups; a deadlock is
+ *    reported for the cluster. %cluster_ctarank is x fastest within the
+ *    cluster; %clusterid.x and %nclusterid.x follow. mapa gives a
+ *    shared::cluster address (rank + 1 in bits 24-27; a rank outside the
+ *    cluster stops the program); mbarrier.arrive on one arrives at that
+ *    CTA's barrier and wakes its waiters. The multicast TMA writes the box
+ *    into each masked CTA's shared memory at the same offset and completes
+ *    its bytes on each one's mbarrier at the same offset (a mask naming a
+ *    CTA outside the cluster stops the program); with EMU_CP=late each copy
+ *    is NaN at issue and lands as any box does: a thread waiting on that
+ *    CTA's barrier with every arrival in lands its boxes in issue order
+ *    until the phase's bytes are in (a box beyond them, a peer's copy for
+ *    the stage's next round, stays in flight for the next phase), so a
+ *    multicast into a stage the peer still reads gives it NaN.
+ *    barrier.cluster.arrive / wait: every thread of the cluster arrives
+ *    (an arrive twice without a wait, or a wait without an arrive, stops
+ *    the program), a wait returns once its phase is complete. The exit
+ *    rule: a CTA exits when its last thread returns; a multicast into it
+ *    or an arrival on its barriers after that stops the program, and so
+ *    does its exit unless every peer's remote operation into it came before
+ *    that peer's arrival at a barrier.cluster phase that every thread of
+ *    the exiting CTA waited through (on hardware the peer could still write
+ *    into shared memory that is gone). Static __shared__ objects are one
+ *    per OS thread (above), so the CTAs of a cluster share them: their
+ *    shared addresses are the same in every CTA, which the mbarriers (found
+ *    by address, their state kept apart per CTA) need; data a cluster
+ *    kernel keeps in static shared memory would be shared wrongly (the
+ *    GEMM keeps only its mbarriers there).
  *
  * What it cannot catch.
  *  - Real data races and memory ordering inside a kernel: fibers see every

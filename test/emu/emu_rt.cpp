@@ -1,7 +1,9 @@
 /* test/emu/emu_rt.cpp: the runtime of the CPU emulation (emu.h): fibers and
  * their switch, the warp-greedy scheduler, barriers, the warp collectives'
  * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, sm_90a's
- * mbarriers, TMA and wgmma, the grid launch, and the CUDA runtime calls
+ * mbarriers, TMA and wgmma, clusters (their CTAs run together: multicast
+ * TMA, remote mbarrier arrivals, barrier.cluster, the exit rule), the grid
+ * launch, and the CUDA runtime calls
  * the .cu files and comm.c's NCCL backend make (with the driver's
  * cuTensorMapEncodeTiled): devices, asynchronous streams with their
  * timings and race detector (emu_stream.h; see "Devices, streams, events
