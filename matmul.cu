@@ -1022,8 +1022,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 * CL : WG_CONSUMER_WARPS);
     if constexpr (CL > 1) {
         /* every CTA's barriers initialised before a peer multicasts or arrives there */
-        sm90_cluster_arrive();
-        sm90_cluster_wait();
+        sm90_cluster_sync();
     } else {
         __syncthreads();
     }
@@ -1051,8 +1050,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     if constexpr (CL > 1) {
         /* no CTA exits while its peer may still multicast into its stages
          * or arrive on its empty barriers */
-        sm90_cluster_arrive();
-        sm90_cluster_wait();
+        sm90_cluster_sync();
     }
 #endif
 }

@@ -130,11 +130,9 @@ __device__ __forceinline__ void sm90_mbar_arrive_cluster(uint32_t addr) {
 }
 /* barrier.cluster: every thread of the cluster arrives (release), then
  * waits (acquire) for the others; all of a warp together (.aligned). */
-__device__ __forceinline__ void sm90_cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void sm90_cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+__device__ __forceinline__ void sm90_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 /* Lowers (dec) or raises (inc) the warpgroup's per-thread register budget to R. */

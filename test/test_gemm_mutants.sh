@@ -143,8 +143,7 @@ mutant "remote release dropped: a CTA frees a stage on its own consumers alone (
     'sm90_mbar_arrive(a);' check 2
 mutant "no barrier.cluster before exit (cluster kernel)" \
     '         * or arrive on its empty barriers */
-        sm90_cluster_arrive();
-        sm90_cluster_wait();' \
+        sm90_cluster_sync();' \
     '         * or arrive on its empty barriers */' cluster 2
 mutant "remote arrival at a CTA rank outside the cluster (cluster kernel)" \
     'sm90_mapa(a, sm90_cluster_ctarank() ^ 1u)' \

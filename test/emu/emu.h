@@ -781,8 +781,10 @@ static inline uint32_t sm90_clusterid_x(void) { return emu_blk->block_idx.x / em
 static inline uint32_t sm90_nclusterid_x(void) { return emu_blk->grid_dim.x / emu_blk->cl->dim.x; }
 static inline uint32_t sm90_mapa(uint32_t addr, uint32_t rank) { return emu_mapa(addr, rank); }
 static inline void sm90_mbar_arrive_cluster(uint32_t addr) { emu_mbar_arrive_cluster(addr); }
-static inline void sm90_cluster_arrive(void) { emu_cluster_arrive(); }
-static inline void sm90_cluster_wait(void) { emu_cluster_wait(); }
+static inline void sm90_cluster_sync(void) {
+    emu_cluster_arrive();
+    emu_cluster_wait();
+}
 static inline void sm90_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
 static inline void sm90_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
 static inline void sm90_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }
