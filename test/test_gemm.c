@@ -11,8 +11,9 @@
  * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
  * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
  * forward's contiguous dimension K is aligned, so the tensor-core kernels run
- * it with partial tiles and an odd N: the scalar epilogue), M=200 N=136 K=72
- * (aligned, but no dimension a multiple of a tile), and GPT-2's fc layer
+ * it with partial tiles and an odd N: the scalar epilogue), M=328 N=136 K=72
+ * (aligned, but no dimension a multiple of a tile; 3 tiles of 128 rows, the
+ * last partial: an odd count), and GPT-2's fc layer
  * M=1024 N=3072 K=768.
  *
  * Inputs are uniform in [-1, 1) rounded to bf16; the reference is computed
@@ -48,8 +49,9 @@
  * walks (1 SM: refused, SKIP: a cluster of 2 needs 2 SMs)). Its odd
  * cases: M=37 and the split-K shapes have one m-tile, so the cluster's
  * second CTA computes a tile wholly past M (stores nothing) and still
- * multicasts its half of B and releases the peer's stages; M=200 has a
- * partial second tile.
+ * multicasts its half of B and releases the peer's stages; M=328's three
+ * m-tiles make a whole pair and a pair whose second tile is past M, after
+ * a partial first (rows 256-327).
  */
 #include <math.h>
 #include <stdint.h>
@@ -391,7 +393,7 @@ int main(void) {
     static const int shapes[4][3] = {
         {37, 77, 45},      /* multiples of nothing: every tensor-core product refused */
         {37, 77, 48},      /* forward aligned on K: partial tiles, odd N, scalar epilogue */
-        {200, 136, 72},    /* aligned, no dimension a tile multiple */
+        {328, 136, 72},    /* aligned, no dimension a tile multiple, 3 m-tiles */
 #ifdef GEMM_EMU
         {256, 384, 288},   /* under emulation: 2 x 3 tiles, 9 k-tiles */
 #else
