@@ -24,8 +24,8 @@
 #     still multicasts into it or arrives on its barriers: the emulation's
 #     exit check stops it); the remote arrival sent to a CTA rank outside
 #     the cluster (mapa stops it); a grid that is not a multiple of the
-#     cluster (cudaLaunchKernelEx returns cudaErrorInvalidValue, as CUDA
-#     does, and matmul.cu's check exits with "CUDA error").
+#     cluster (cudaLaunchKernelEx returns cudaErrorInvalidValue, a GPU
+#     refuses it too, and matmul.cu's check exits with "CUDA error").
 # A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named

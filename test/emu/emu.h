@@ -191,7 +191,8 @@
  *  - Clusters (matmul.cu's TC_WGMMA_CLUSTER): cudaLaunchKernelEx (a macro
  *    here for emu_launch_kernel_ex) with cudaLaunchAttributeClusterDimension;
  *    a grid that is not a multiple of the cluster, or a cluster of more than
- *    8, returns cudaErrorInvalidValue and launches nothing; a cluster larger
+ *    8, returns cudaErrorInvalidValue and launches nothing (a launch error
+ *    either way on a GPU; its exact code is not checked there); a cluster larger
  *    than the SM count stops the program (it could never be resident).
  *    cudaOccupancyMaxActiveClusters answers SMs / cluster size. The CTAs of
  *    one cluster run together: their fibers are scheduled as one larger
@@ -701,7 +702,8 @@ static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const
  * shared memory and stream, and of its attributes only the cluster
  * dimension (any other stops the program: not emulated). A grid that is
  * not a multiple of the cluster, or a cluster of more than 8 CTAs, returns
- * cudaErrorInvalidValue and launches nothing, as CUDA does. */
+ * cudaErrorInvalidValue and launches nothing (a GPU refuses the launch too;
+ * which code it returns is not checked on one). */
 #pragma push_macro("gridDim")
 #pragma push_macro("blockDim")
 #undef gridDim
