@@ -231,8 +231,9 @@
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
  * run there, and the SM count), and beside it the count of the cluster
- * kernel's clusters that fit the device (0: it does not run there). Finding out whether the binary holds sm_90a
- * code takes a one-thread probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
+ * kernel's clusters that fit the device (0: it does not run there).
+ * Finding out whether the binary holds sm_90a code takes a one-thread
+ * probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
  * into a __device__ int) and one synchronisation of the caller's stream,
  * once per device per process (so that first call must not be made while
  * the stream is being captured into a CUDA graph); the same first call
@@ -992,7 +993,10 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
  * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
  * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
- * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
+ * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. CL > 1
+ * (with PP: TC_WGMMA_CLUSTER): launched in clusters of CL CTAs along x,
+ * grid CL x min(the clusters that fit, columns of CL tiles x splits), a
+ * work item a column (mm_wg_item). */
 template <bool PP, bool AK, bool BK, int CL = 1>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
