@@ -153,7 +153,9 @@
  *    asks 128, the emulation asks more so that a box's rows start the
  *    pattern, as matmul.cu's layout assumes). EMU_CP=early lands the box as
  *    it is issued; late fills it with 0xFF (NaN) and lands it when a thread
- *    waiting on its mbarrier finds every arrival in.
+ *    waiting on its mbarrier finds every arrival in (the barrier's boxes in
+ *    issue order, until the phase's transaction bytes are in: see
+ *    "Clusters" for a box beyond them).
  *  - wgmma.fence, commit_group, wait_group N, mma_async and setmaxnreg are
  *    warpgroup collectives (.sync.aligned): all 128 threads of the
  *    warpgroup must arrive at the same one with the same operands, or the
