@@ -1,10 +1,10 @@
 /* attention_sm90.cu: causal self-attention on Hopper's asynchronous tensor
  * cores (wgmma), in FlashAttention-3's design: the forward behind tc.h's
  * tc_flash_forward_sm90 (heads of 64 and 128), and a deterministic backward
- * behind tc_flash_backward_sm90 (heads of 64; below, "Backward").
+ * behind tc_flash_backward_sm90 (heads of 64 and 128; below, "Backward").
  * attention.cu (mma.sync, FlashAttention-2 style) stays the readable
  * version, the one for every other card, and the backward of heads of 32
- * and 128 and of --atomic-dq.
+ * and of --atomic-dq.
  *
  * What it computes: exactly tc_flash_forward's contract (attention.cu's
  * header; ops.c's attention_forward): for batch b, head h, query t,
@@ -107,10 +107,12 @@
  * exit(1), as in attention.cu. B or T <= 0: nothing to do, 0.
  *
  * Resources (ptxas, CUDA 13.0, sm_90a): 168 registers a thread at
- * compile time (the launch's 65536 / 384; setmaxnreg moves them at run
- * time), no spills, in the forward (hs 64 and 128) and both backward
- * kernels; 82944 / 164864 bytes of dynamic shared memory in the forward,
- * 66560 in the backward's; one block an SM.
+ * compile time (the launch's 65536 / 384; ptxas allocates the consumers'
+ * code within setmaxnreg's 240 and the producer's within 24), no spills,
+ * in the forward (hs 64 and 128) and the backward's kernels (hs 64 and
+ * 128; the hs-128 dK/dV kernel needs 232 of the 240: 224 spills 24
+ * bytes); 82944 / 164864 bytes of dynamic shared memory in the forward,
+ * 66560 / 132096 in each backward kernel; one block an SM.
  *
  * State: one capability word per device (std::atomic, written once), as in
  * matmul.cu; the dynamic shared-memory limit is set on every call.
@@ -372,27 +374,29 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
 }
 
 /* ---------------------------------------------------------------------------
- * Backward, deterministic, heads of 64 (tc_flash_backward_sm90). Three
- * kernels, the same contract and numerics as attention.cu's deterministic
- * backward (its header), on wgmma:
+ * Backward, deterministic, heads of 64 and 128 (tc_flash_backward_sm90).
+ * Three kernels, the same contract and numerics as attention.cu's
+ * deterministic backward (its header), on wgmma; the two wgmma kernels are
+ * templates over HS (f3_bwd_kernel<DQ, HS>):
  *   f3_bwd_dot_kernel  Dvec[b,h,t] = sum_c dout[b,t,hc] out[b,t,hc], one
  *                      warp a (b, t, h);
- *   f3_bwd_dkv         (f3_bwd_kernel<false>) grid (B*NH, ceil(T/128)),
+ *   f3_bwd_dkv         (f3_bwd_kernel<false, HS>) grid (B*NH, ceil(T/128)),
  *                      384 threads: a block owns
  *                      128 keys (K and V loaded once by TMA), consumer c
  *                      keys 64c..; query tiles of 64 rows (Q and dO) from
  *                      the block's first key to T stream through a
  *                      two-stage ring. Per tile, in the transposed (key-
  *                      major) orientation, so that keys stay rows:
- *                        S^T  = K_c Q^T, dP^T = V_c dO^T   (SS, m64n64k16)
+ *                        S^T  = K_c Q^T, dP^T = V_c dO^T   (SS, m64n64k16,
+ *                               HS/16 k-steps)
  *                        P^T  = exp2(S^T scale log2e - lse log2e), masked
  *                               to 0 where query < key or query >= T
  *                        dS^T = P^T (dP^T - D)
  *                        dV  += P^T dO, dK += dS^T Q       (A from
- *                               registers, B mn-major, m64n64k16)
+ *                               registers, B mn-major, m64n{HS}k16)
  *                      then dqkv's k and v channels += scale dK, dV (read,
  *                      add in fp32, round once): one block owns those rows;
- *   f3_bwd_dq          (f3_bwd_kernel<true>) grid (B*NH, ceil(T/128)):
+ *   f3_bwd_dq          (f3_bwd_kernel<true, HS>) grid (B*NH, ceil(T/128)):
  *                      a block owns 128 queries
  *                      (Q and dO loaded once), consumer c queries 64c..;
  *                      key tiles of 64 (K and V) stream through the ring:
@@ -400,16 +404,41 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
  *                        mask key > query); dQ += dS K (A from registers)
  *                      then dqkv's q channels += scale dQ. No atomics: the
  *                      same bits every run.
- * Shared memory 2 x 16 KB (the block's own tiles) + 2 stages x 2 x 8 KB +
- * 1 KB = 66560 B each; barriers as the forward's (mine_full once, then
- * full[s] / empty[s] per stage, 8 arrivals to free a stage after the
- * wait_group that retired its last reader). No ping-pong and no windows
- * here: each consumer issues its products and waits, the two interleaving
- * as the schedulers find them. */
+ * Shared memory: tiles of HS channels are HS/64 TMA boxes of 64 channels
+ * side by side (the forward's convention): the block's own two tiles of
+ * 128 rows (boxes {64, 128}, 16 KB) and the ring's 2 stages x 2 tiles of
+ * 64 rows (boxes {64, 64}, 8 KB), + 1 KB: hs 64, 2 x 16 + 4 x 8 + 1 KB =
+ * 66560 B; hs 128, 2 x 32 + 4 x 16 + 1 KB = 132096 B, each kernel.
+ * Descriptors: SS k-step ks (channels 16ks..) is box ks / 4 at + 32
+ * (ks % 4) (own tiles' boxes 16384 apart, the ring's 8192); the register-A
+ * products' B (a ring tile, mn-major) steps 16 rows (2048 B) a k-step, and
+ * at hs 128 its channels 64.. are the next box, LBO 8192. Barriers as the
+ * forward's (mine_full once, then full[s] / empty[s] per stage, 8
+ * arrivals to free a stage after the wait_group that retired its last
+ * reader). No ping-pong and no windows here: each consumer issues its
+ * products and waits, the two interleaving as the schedulers find them.
+ * Registers at hs 128: a dK/dV consumer keeps dK and dV (64 x 128 fp32
+ * each a warpgroup: 64 + 64 floats a thread) across the loop, S^T and dP^T
+ * (64 x 64: 32 + 32) while they become P^T and dS^T, and their bf16 A
+ * fragments (16 + 16): ptxas fits it in 232 registers, under the 240
+ * setmaxnreg gives, without spills, so the hs-64 schedule stands as it is
+ * (64-key consumer slices, whole 64-row query tiles); a smaller query
+ * tile would not have shrunk dK, dV, and splitting S/dP by channel halves
+ * would only add waits. The dQ consumer keeps dQ (64), S and dP (32 + 32):
+ * far below. */
 
-#define F3B_TILE128 F3_BOX_BYTES     /* 128 rows x 64 channels */
-#define F3B_TILE64 (F3_BOX_BYTES / 2) /* 64 rows x 64 channels */
-#define F3B_SMEM ((size_t)(2 * F3B_TILE128 + 4 * F3B_TILE64 + 1024))
+#define F3B_TILE128 F3_BOX_BYTES     /* one box {64 channels, 128 rows} */
+#define F3B_TILE64 (F3_BOX_BYTES / 2) /* one box {64 channels, 64 rows} */
+
+/* The backward's shared memory at head size HS: OWN, a block's own tile of
+ * 128 rows x HS (HS/64 boxes of F3B_TILE128, side by side); RING, a
+ * streamed tile of 64 rows x HS (HS/64 boxes of F3B_TILE64); two own tiles,
+ * F3_STAGES stages of two ring tiles, 1 KB for the base's alignment. */
+template <int HS> struct F3BSmem {
+    static constexpr int OWN = (HS / 64) * F3B_TILE128;
+    static constexpr int RING = (HS / 64) * F3B_TILE64;
+    static constexpr size_t SMEM = (size_t)(2 * OWN + 2 * F3_STAGES * RING + 1024);
+};
 
 /* Dvec [B,NH,T] from dout, out [B,T,C] bf16; a warp a (b, t, h), lanes over
  * the head's channels, the lanes' sums added by shuffles. */
@@ -467,26 +496,32 @@ __device__ __forceinline__ void f3_bwd_init_bars(uint64_t *mine_full, uint64_t *
     sm90_mbar_init_fence();
 }
 
-/* The i-th streamed pair of 64-row tiles, map0's at (channel x0, row) and
- * map1's at (x1, row), into stage i % F3_STAGES of the ring at sR
- * ([STAGES][2][64][64] bf16), once its consumers have freed it, completing
- * on full[stage]. */
+/* The i-th streamed pair of 64-row tiles of HS channels, map0's at
+ * (channel x0, row) and map1's at (x1, row), each as HS/64 boxes {64, 64}
+ * (channels x0 + 64hh into box hh), into stage i % F3_STAGES of the ring
+ * at sR ([STAGES][2][HS/64][64][64] bf16), once its consumers have freed
+ * it, completing on full[stage]. */
+template <int HS>
 __device__ __forceinline__ void f3_bwd_load_stage(uint64_t *full, uint64_t *empty, uint32_t sR, int i,
                                                const CUtensorMap *map0, int x0, const CUtensorMap *map1, int x1,
                                                int row) {
+    constexpr int RING = F3BSmem<HS>::RING;
     const int s = i % F3_STAGES;
     const uint32_t parity = (uint32_t)(i / F3_STAGES) & 1u, fb = sm90_smem_u32(&full[s]);
     sm90_mbar_wait(sm90_smem_u32(&empty[s]), parity ^ 1u);
-    const uint32_t st = sR + s * 2 * F3B_TILE64;
-    sm90_mbar_expect_tx(fb, 2 * F3B_TILE64);
-    sm90_tma_2d(st, map0, x0, row, fb);
-    sm90_tma_2d(st + F3B_TILE64, map1, x1, row, fb);
+    const uint32_t st = sR + s * 2 * RING;
+    sm90_mbar_expect_tx(fb, 2 * RING);
+#pragma unroll
+    for (int hh = 0; hh < HS / 64; hh++) {
+        sm90_tma_2d(st + hh * F3B_TILE64, map0, x0 + 64 * hh, row, fb);
+        sm90_tma_2d(st + RING + hh * F3B_TILE64, map1, x1 + 64 * hh, row, fb);
+    }
 }
 #endif
 
 /* A backward consumer thread's block: its own two 128-row tiles at sA, sB
- * (f3_bwd_dkv: K, V; f3_bwd_dq: Q, dO; [128][64] bf16 each, on mine_full),
- * the ring at sR (stage s: two [64][64] tiles, on full[s], freed on
+ * (f3_bwd_dkv: K, V; f3_bwd_dq: Q, dO; [HS/64][128][64] bf16 each, on
+ * mine_full), the ring at sR (stage s: two [HS/64][64][64] tiles, on full[s], freed on
  * empty[s]) that streams n tiles of 64 rows from tile r0, the block's
  * first own row m0, and the thread's place: batch b, head h, bh = b NH + h,
  * consumer warpgroup c, warp, lane, g = lane / 4, tg = lane % 4. The
@@ -495,30 +530,38 @@ struct F3Bwd {
     uint32_t sA, sB, sR;
     uint64_t *mine_full, *full, *empty;
     int b, h, bh, m0, r0, n, c, warp, lane, g, tg;
-    uint32_t a, bo;  /* consumer c's 64 rows of sA, sB */
+    uint32_t a, bo;  /* consumer c's 64 rows of sA, sB (in box 0; box hh at + F3B_TILE128 hh) */
     int row;         /* this thread's own rows: row, row + 8 (m0 + 64c + 16 warp + g) */
 };
 
 #if SM90_BUILD
 /* A consumer's two SS products of one ring stage, x = A0 B0^T and
- * y = A1 B1^T (x, y: m64n64 fp32 fragments; a0, b0, a1, b1: the
- * shared-memory addresses of [64][64] bf16 tiles, rows of HS = 64 channels
- * as TMA lays them), from zero, once the stage's full barrier has completed
- * phase parity. */
+ * y = A1 B1^T (x, y: m64n64 fp32 fragments), contracted over HS channels,
+ * from zero, once the stage's full barrier has completed phase parity.
+ * a0, a1: a consumer's 64 rows of an own tile (box hh, channels 64hh..,
+ * at + F3B_TILE128 hh); b0, b1: ring tiles of 64 rows (box hh at
+ * + F3B_TILE64 hh); rows of 64 channels as TMA lays them. k-step ks
+ * (channels 16ks..) is box ks / 4 at + 32 (ks % 4). */
+template <int HS>
 __device__ __forceinline__ void f3_bwd_products(float (&x)[32], float (&y)[32], uint32_t a0, uint32_t b0,
                                                 uint32_t a1, uint32_t b1, uint64_t *full, uint32_t parity) {
-    constexpr int HS = 64;
 #pragma unroll
     for (int i = 0; i < 32; i++) x[i] = y[i] = 0.f;
     sm90_mbar_wait(sm90_smem_u32(full), parity);
     __syncwarp();
     sm90_wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < HS / 16; ks++)
-        sm90_wgmma_m64n64(x, sm90_desc(a0 + 32 * ks, 16, 1024), sm90_desc(b0 + 32 * ks, 16, 1024));
+    for (int ks = 0; ks < HS / 16; ks++) {
+        const uint32_t oa = (uint32_t)((ks / 4) * F3B_TILE128 + 32 * (ks % 4));
+        const uint32_t ob = (uint32_t)((ks / 4) * F3B_TILE64 + 32 * (ks % 4));
+        sm90_wgmma_m64n64(x, sm90_desc(a0 + oa, 16, 1024), sm90_desc(b0 + ob, 16, 1024));
+    }
 #pragma unroll
-    for (int ks = 0; ks < HS / 16; ks++)
-        sm90_wgmma_m64n64(y, sm90_desc(a1 + 32 * ks, 16, 1024), sm90_desc(b1 + 32 * ks, 16, 1024));
+    for (int ks = 0; ks < HS / 16; ks++) {
+        const uint32_t oa = (uint32_t)((ks / 4) * F3B_TILE128 + 32 * (ks % 4));
+        const uint32_t ob = (uint32_t)((ks / 4) * F3B_TILE64 + 32 * (ks % 4));
+        sm90_wgmma_m64n64(y, sm90_desc(a1 + oa, 16, 1024), sm90_desc(b1 + ob, 16, 1024));
+    }
     sm90_wgmma_commit();
     sm90_wgmma_wait<0>();
     sm90_fence_regs(x);
@@ -526,14 +569,13 @@ __device__ __forceinline__ void f3_bwd_products(float (&x)[32], float (&y)[32], 
 }
 
 
-/* The consumers' write-back into dqkv [B,T,3C], head bw.h's 64 channels of
- * this thread's rows t0, t0 + 8 (those < T), x and y m64n64 fp32 fragments:
+/* The consumers' write-back into dqkv [B,T,3C], head bw.h's HS channels of
+ * this thread's rows t0, t0 + 8 (those < T), x and y m64n{HS} fp32 fragments:
  * KV, the k channels += scale x and the v channels += y (f3_bwd_dkv's dK,
  * dV); otherwise the q channels += scale x (f3_bwd_dq's dQ; y unread). */
-template <bool KV>
+template <bool KV, int HS>
 __device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F3Bwd &bw, int t0, int T, int C,
-                                                float scale, const float (&x)[32], const float (&y)[32]) {
-    constexpr int HS = 64;
+                                                float scale, const float (&x)[HS / 2], const float (&y)[HS / 2]) {
     const size_t C3 = (size_t)3 * C;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -553,13 +595,14 @@ __device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F
     }
 }
 
-/* f3_bwd_kernel<false>'s consumers: the block's 128 keys (K, V) against
- * query tiles of 64 (Q, dO) from its first key to T; dqkv's k and v
- * channels += scale dK, dV (the header's f3_bwd_dkv). */
+/* f3_bwd_kernel<false, HS>'s consumers: the block's 128 keys (K, V)
+ * against query tiles of 64 (Q, dO) from its first key to T; dqkv's k and
+ * v channels += scale dK, dV (the header's f3_bwd_dkv). */
+template <int HS>
 __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
                                            const float *__restrict__ Dvec, int T, int C, float scale,
                                            float scale_log2) {
-    constexpr int HS = 64;
+    constexpr int RING = F3BSmem<HS>::RING;
     const int lane = bw.lane, tg = bw.tg, key_r = bw.row;  /* this thread's keys: key_r, key_r + 8 */
     const uint32_t ka = bw.a, va = bw.bo;
     float dk[HS / 2], dv[HS / 2];
@@ -569,9 +612,9 @@ __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ d
     sm90_mbar_wait(sm90_smem_u32(bw.mine_full), 0);
     for (int it = 0; it < bw.n; it++) {
         const int s = it % F3_STAGES, q0 = (bw.r0 + it) * 64;
-        const uint32_t sq = bw.sR + s * 2 * F3B_TILE64, so = sq + F3B_TILE64;
+        const uint32_t sq = bw.sR + s * 2 * RING, so = sq + RING;
         float st[32], dpt[32];
-        f3_bwd_products(st, dpt, ka, sq, va, so, &bw.full[s], (uint32_t)(it / F3_STAGES) & 1u);
+        f3_bwd_products<HS>(st, dpt, ka, sq, va, so, &bw.full[s], (uint32_t)(it / F3_STAGES) & 1u);
         /* P^T and dS^T: rows keys, columns queries q0 + 8nt + 2tg + (e & 1) */
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
@@ -595,9 +638,9 @@ __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ d
         f3_pack64(pd, dpt);
         sm90_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dv, pp[kk], sm90_desc(so + 2048u * kk, 8192, 1024));
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dv, pp[kk], sm90_desc(so + 2048u * kk, F3B_TILE64, 1024));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, 8192, 1024));
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, F3B_TILE64, 1024));
         sm90_wgmma_commit();
         sm90_wgmma_wait<0>();  /* Q, dO, pp and pd read: the stage may be refilled */
         sm90_fence_regs(dv);
@@ -606,16 +649,17 @@ __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ d
         if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
     }
     /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
-    f3_bwd_add_rows<true>(dqkv, bw, key_r, T, C, scale, dk, dv);
+    f3_bwd_add_rows<true, HS>(dqkv, bw, key_r, T, C, scale, dk, dv);
 }
 
-/* f3_bwd_kernel<true>'s consumers: the block's 128 queries (Q, dO) against
- * key tiles of 64 (K, V) up to its last query; dqkv's q channels += scale
- * dQ (the header's f3_bwd_dq). */
+/* f3_bwd_kernel<true, HS>'s consumers: the block's 128 queries (Q, dO)
+ * against key tiles of 64 (K, V) up to its last query; dqkv's q channels
+ * += scale dQ (the header's f3_bwd_dq). */
+template <int HS>
 __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
                                           const float *__restrict__ Dvec, int T, int C, float scale,
                                           float scale_log2) {
-    constexpr int HS = 64;
+    constexpr int RING = F3BSmem<HS>::RING;
     float dq[HS / 2];
 #pragma unroll
     for (int i = 0; i < HS / 2; i++) dq[i] = 0.f;
@@ -631,9 +675,9 @@ __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dq
     sm90_mbar_wait(sm90_smem_u32(bw.mine_full), 0);
     for (int j = 0; j < bw.n; j++) {
         const int s = j % F3_STAGES, kv0 = j * 64;
-        const uint32_t sk = bw.sR + s * 2 * F3B_TILE64, sv = sk + F3B_TILE64;
+        const uint32_t sk = bw.sR + s * 2 * RING, sv = sk + RING;
         float sc[32], dp[32];
-        f3_bwd_products(sc, dp, qa, sk, oa, sv, &bw.full[s], (uint32_t)(j / F3_STAGES) & 1u);
+        f3_bwd_products<HS>(sc, dp, qa, sk, oa, sv, &bw.full[s], (uint32_t)(j / F3_STAGES) & 1u);
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             const int r = (i >> 1) & 1, key = kv0 + (i >> 2) * 8 + tg * 2 + (i & 1);
@@ -644,7 +688,7 @@ __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dq
         f3_pack64(pd, dp);
         sm90_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dq, pd[kk], sm90_desc(sk + 2048u * kk, 8192, 1024));
+        for (int kk = 0; kk < 4; kk++) sm90_wgmma_rs<HS>(dq, pd[kk], sm90_desc(sk + 2048u * kk, F3B_TILE64, 1024));
         sm90_wgmma_commit();
         sm90_wgmma_wait<0>();
         sm90_fence_regs(dq);
@@ -652,32 +696,33 @@ __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dq
         if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
     }
     /* dqkv's q channels of this thread's two queries += scale dQ */
-    f3_bwd_add_rows<false>(dqkv, bw, q_r, T, C, scale, dq, dq);
+    f3_bwd_add_rows<false, HS>(dqkv, bw, q_r, T, C, scale, dq, dq);
 }
 #endif
 
-/* The backward's two kernels, one prologue and one producer: DQ false is
- * f3_bwd_dkv (tq, td boxes {64, 64}, tk {64, 128}: the block owns 128 keys),
- * DQ true is f3_bwd_dq (tq, td boxes {64, 128}, tk {64, 64}: the block owns
- * 128 queries). qkv [B*T][3C], dout [B*T][C]; dqkv [B,T,3C] += the k and v
- * channels (dkv) or the q channels (dq); lse, Dvec [B,NH,T]. Grid (B*NH,
- * ceil(T/128)), 384 threads, F3B_SMEM dynamic. */
-template <bool DQ>
+/* The backward's two kernels, one prologue and one producer, at head size
+ * HS (64, 128): DQ false is f3_bwd_dkv (tq, td boxes {64, 64}, tk {64,
+ * 128}: the block owns 128 keys), DQ true is f3_bwd_dq (tq, td boxes
+ * {64, 128}, tk {64, 64}: the block owns 128 queries); a tile of HS
+ * channels is HS/64 boxes. qkv [B*T][3C], dout [B*T][C]; dqkv [B,T,3C] +=
+ * the k and v channels (dkv) or the q channels (dq); lse, Dvec [B,NH,T].
+ * Grid (B*NH, ceil(T/128)), 384 threads, F3BSmem<HS>::SMEM dynamic. */
+template <bool DQ, int HS>
 __global__ void __launch_bounds__(F3_THREADS, 1)
 f3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
               const __grid_constant__ CUtensorMap td, bf16 *__restrict__ dqkv,
               const float *__restrict__ lse, const float *__restrict__ Dvec, int T, int C, int NH,
               float scale, float scale_log2) {
 #if SM90_BUILD
-    constexpr int HS = 64;
+    constexpr int OWN = F3BSmem<HS>::OWN;
     __shared__ __align__(8) uint64_t mine_full;
     __shared__ __align__(8) uint64_t full[F3_STAGES];
     __shared__ __align__(8) uint64_t empty[F3_STAGES];
     extern __shared__ __align__(16) unsigned char f3_smem[];
     F3Bwd bw;
     const uint32_t base = (sm90_smem_u32(f3_smem) + 1023u) & ~1023u;
-    bw.sA = base, bw.sB = base + F3B_TILE128;  /* [128][64] each */
-    bw.sR = base + 2 * F3B_TILE128;            /* stage s: [64][64] twice */
+    bw.sA = base, bw.sB = base + OWN;  /* [HS/64][128][64] each */
+    bw.sR = base + 2 * OWN;            /* stage s: [HS/64][64][64] twice */
     bw.mine_full = &mine_full, bw.full = full, bw.empty = empty;
     bw.bh = blockIdx.x, bw.b = bw.bh / NH, bw.h = bw.bh % NH;
     /* the heaviest blocks first: dkv's first key blocks, dq's last query blocks */
@@ -695,11 +740,13 @@ f3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
             const int xq = bw.h * HS, xk = C + bw.h * HS, xv = 2 * C + bw.h * HS;
             const int row0 = bw.b * T;
             const uint32_t mf = sm90_smem_u32(&mine_full);
-            sm90_mbar_expect_tx(mf, 2 * F3B_TILE128);
-            sm90_tma_2d(bw.sA, DQ ? &tq : &tk, DQ ? xq : xk, row0 + bw.m0, mf);
-            sm90_tma_2d(bw.sB, DQ ? &td : &tk, DQ ? xq : xv, row0 + bw.m0, mf);
+            sm90_mbar_expect_tx(mf, 2 * OWN);
+            for (int hh = 0; hh < HS / 64; hh++) {
+                sm90_tma_2d(bw.sA + hh * F3B_TILE128, DQ ? &tq : &tk, (DQ ? xq : xk) + 64 * hh, row0 + bw.m0, mf);
+                sm90_tma_2d(bw.sB + hh * F3B_TILE128, DQ ? &td : &tk, (DQ ? xq : xv) + 64 * hh, row0 + bw.m0, mf);
+            }
             for (int i = 0; i < bw.n; i++)
-                f3_bwd_load_stage(full, empty, bw.sR, i, DQ ? &tk : &tq, DQ ? xk : xq, DQ ? &tk : &td, DQ ? xv : xq,
+                f3_bwd_load_stage<HS>(full, empty, bw.sR, i, DQ ? &tk : &tq, DQ ? xk : xq, DQ ? &tk : &td, DQ ? xv : xq,
                                   row0 + (bw.r0 + i) * 64);
         }
     } else {
@@ -710,9 +757,9 @@ f3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         bw.a = bw.sA + (uint32_t)c * 8192u, bw.bo = bw.sB + (uint32_t)c * 8192u;
         bw.row = bw.m0 + c * 64 + warp * 16 + g;
         if constexpr (DQ)
-            f3_bwd_dq(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
+            f3_bwd_dq<HS>(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
         else
-            f3_bwd_dkv(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
+            f3_bwd_dkv<HS>(bw, dqkv, lse, Dvec, T, C, scale, scale_log2);
     }
 #endif
 }
@@ -792,6 +839,28 @@ extern "C" int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int
     return 0;
 }
 
+/* The backward's two wgmma kernels at head size HS on stream st, after the
+ * Dvec kernel: maps q64, q128 over qkv and d64, d128 over dout (boxes
+ * {64, 64} and {64, 128}); buffers as tc_flash_backward_sm90's. */
+template <int HS>
+static void f3_bwd_launch(const CUtensorMap &q64, const CUtensorMap &q128, const CUtensorMap &d64,
+                          const CUtensorMap &d128, bf16 *dqkv, const float *lse, const float *Dvec, int B, int T,
+                          int C, int NH, cudaStream_t st) {
+    const size_t smem = F3BSmem<HS>::SMEM;
+    const float scale = (float)(1.0 / sqrt((double)HS)), scale_log2 = (float)(F3_LOG2E / sqrt((double)HS));
+    dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<false, HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+    f3_bwd_kernel<false, HS><<<grid, F3_THREADS, smem, st>>>(q64, q128, d64, dqkv, lse, Dvec, T, C, NH, scale,
+                                                              scale_log2);
+    LAUNCH_CHECK((f3_bwd_kernel<false, HS>));
+    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<true, HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem));
+    f3_bwd_kernel<true, HS><<<grid, F3_THREADS, smem, st>>>(q128, q64, d128, dqkv, lse, Dvec, T, C, NH, scale,
+                                                             scale_log2);
+    LAUNCH_CHECK((f3_bwd_kernel<true, HS>));
+}
+
 extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *dout, const void *qkv,
                                       const void *out, const float *lse, int B, int T, int C, int NH,
                                       void *stream) {
@@ -799,7 +868,8 @@ extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *do
         fprintf(stderr, "tc_flash_backward_sm90: C = %d is not a positive multiple of NH = %d\n", C, NH);
         exit(1);
     }
-    if (C % 8 != 0 || C / NH != 64) return -1;
+    const int hs = C / NH;
+    if (C % 8 != 0 || (hs != 64 && hs != 128)) return -1;
     const void *ptrs[5] = {dqkv, scratch, dout, qkv, out};
     for (int i = 0; i < 5; i++)
         if ((uintptr_t)ptrs[i] & 15) {
@@ -820,15 +890,7 @@ extern "C" int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *do
     f3_bwd_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(Dvec, (const bf16 *)dout, (const bf16 *)out,
                                                                   B, T, C, NH);
     LAUNCH_CHECK(f3_bwd_dot_kernel);
-    const float scale = (float)(1.0 / sqrt(64.0)), scale_log2 = (float)(F3_LOG2E / sqrt(64.0));
-    dim3 grid((unsigned)(B * NH), (unsigned)((T + F3_BM - 1) / F3_BM));
-    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
-    f3_bwd_kernel<false><<<grid, F3_THREADS, F3B_SMEM, st>>>(q64, q128, d64, (bf16 *)dqkv, lse, Dvec, T, C, NH,
-                                                             scale, scale_log2);
-    LAUNCH_CHECK(f3_bwd_kernel<false>);
-    CUDA_CHECK(cudaFuncSetAttribute(f3_bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F3B_SMEM));
-    f3_bwd_kernel<true><<<grid, F3_THREADS, F3B_SMEM, st>>>(q128, q64, d128, (bf16 *)dqkv, lse, Dvec, T, C, NH,
-                                                            scale, scale_log2);
-    LAUNCH_CHECK(f3_bwd_kernel<true>);
+    if (hs == 64) f3_bwd_launch<64>(q64, q128, d64, d128, (bf16 *)dqkv, lse, Dvec, B, T, C, NH, st);
+    else f3_bwd_launch<128>(q64, q128, d64, d128, (bf16 *)dqkv, lse, Dvec, B, T, C, NH, st);
     return 0;
 }

@@ -1444,8 +1444,8 @@ static size_t attention_floats_bf16(int B, int Tn, int C, int NH, size_t *scratc
 }
 /* TRAIN_ATTN_SM90=1 in the environment: attention on attention_sm90.cu's
  * wgmma kernels where they run (an sm_90a build on an H100/H200): the
- * forward for heads of 64 or 128, the deterministic backward (not
- * --atomic-dq) for heads of 64; attention.cu's elsewhere. Unset or anything
+ * forward and the deterministic backward (not --atomic-dq) for heads of
+ * 64 or 128; attention.cu's elsewhere. Unset or anything
  * else: attention.cu's everywhere. Opt-in until a GPU has run them
  * (bench/NOTES.md, "Third round"). Both forwards write the same lse, which
  * either backward reads. */

@@ -94,6 +94,12 @@ static int check_stages(const Layout *l, const GPTConfig *cfg, char *err, size_t
     return 0;
 }
 
+const char *layout_recompute_flag(RecomputeMode m) {
+    static const char *const flag[] = {[RECOMPUTE_NONE] = "", [RECOMPUTE_GELU] = " --recompute-mode gelu",
+                                       [RECOMPUTE_NORM] = " --recompute-mode norm", [RECOMPUTE_FULL] = " --recompute"};
+    return flag[m];
+}
+
 int layout_infer_mesh(Layout *l, int world, char *err, size_t errlen) {
     if (l->cp < 1 || world % l->cp)
         return safe_fail(err, errlen, "--cp %d does not divide the %d ranks", l->cp, world);

@@ -58,6 +58,10 @@ typedef struct Layout {
     DType dtype;             /* activations and the compute copy of the parameters */
 } Layout;
 
+/* The flag that asks for recompute mode m, with a space before it: "" for
+ * none, " --recompute-mode gelu", " --recompute-mode norm", " --recompute". */
+const char *layout_recompute_flag(RecomputeMode m);
+
 /* The mesh's omitted dimension (a 0 among dp, tp, pp) inferred from the
  * world's ranks over cp (comm_mesh_shape's rule). Returns 0, or -1 with one
  * line in err. */

@@ -325,9 +325,14 @@ void plan_evaluate(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, 
     if (p->mem > c->mem_gb * 1e9) p->why = "does not fit in memory";
 }
 
+/* Fastest first; at an equal step (the time model counts no cost for recomputing GELU or the
+ * norms, memory-bound work it leaves out everywhere), the one that recomputes less, then the
+ * smaller. */
 static int cmp_step(const void *a, const void *b) {
-    double x = ((const PlanResult *)a)->step, y = ((const PlanResult *)b)->step;
-    return (x > y) - (x < y);
+    const PlanResult *p = a, *q = b;
+    if (p->step != q->step) return (p->step > q->step) - (p->step < q->step);
+    if (p->l.recompute != q->l.recompute) return (int)p->l.recompute - (int)q->l.recompute;
+    return (p->mem > q->mem) - (p->mem < q->mem);
 }
 
 /* The layouts of one mesh, dp x cp x tp x pp = c's GPUs, into ps. */
@@ -338,13 +343,13 @@ static void search_mesh(const GPTConfig *cfg, int G, int seq, const PlanCluster 
         if (per % M || (pp == 1 && M > 1 && M != per) || (pp > 1 && M < pp && M != per)) continue;
         for (int z = 0; z <= 3; z++) for (int off = 0; off <= 1; off++)
         for (int sc = PP_NAIVE; sc <= (all_schedules ? PP_ZBH2 : PP_1F1B); sc++) for (int V = 1; V <= 16; V++)
-        for (int rc = 0; rc <= 1; rc++) for (int sp = 0; sp <= (tp > 1); sp++) {
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) for (int sp = 0; sp <= (tp > 1); sp++) {
             if ((pp == 1 && sc != PP_1F1B) || (off && z == 0) || (pp > 1 && z >= 2)) continue;
             /* interleaved: V >= 2 chunks a stage, M a multiple of P, the layers in P x V equal chunks */
             if (sc == PP_INTERLEAVED ? V < 2 || M % pp || cfg->layers % (pp * V) : V > 1) continue;
             Layout l = {.dp = dp, .cp = cp, .tp = tp, .pp = pp, .sp = sp, .dp_mode = DP_ALLREDUCE, .zero = z,
                         .offload = off, .schedule = (PPSchedule)sc, .virtual_chunks = V, .micro_batches = M,
-                        .recompute = rc ? RECOMPUTE_FULL : RECOMPUTE_NONE, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
+                        .recompute = (RecomputeMode)rc, .batch = per / M, .seq = seq, .dtype = c->cpu ? DT_F32 : DT_BF16};
             PlanResult p;
             plan_evaluate(cfg, c, &l, &p);
             int kind = !p.why ? -1 : !strcmp(p.why, "does not fit in memory") ? 0 : 1;
@@ -437,6 +442,9 @@ static void print_layout(const PlanResult *p) {
     const Layout *l = &p->l;
     const PlanRank *w = &p->worst;
     char sched[32], cp[24] = "", ring[40] = "";
+    /* one word each, so that a row's columns stay where readers of it (test_plan.sh) find them */
+    static const char *const recompute[] = {[RECOMPUTE_NONE] = "", [RECOMPUTE_GELU] = " recompute-gelu",
+                                            [RECOMPUTE_NORM] = " recompute-norm", [RECOMPUTE_FULL] = " recompute"};
     snprintf(sched, sizeof sched, l->virtual_chunks > 1 ? "%s V %d" : "%s", pp_schedule_name(l->schedule), l->virtual_chunks);
     if (l->cp > 1) {   /* context parallelism: its ranks and its ring's bytes (nothing when cp is 1) */
         snprintf(cp, sizeof cp, " cp %d", l->cp);
@@ -445,7 +453,7 @@ static void print_layout(const PlanResult *p) {
     printf("  dp %3d%s tp %d pp %3d zero %d%s M %4d b %3d %-5s%s%s | mem %7.2f GB (p %.2f g %.2f o %.2f a %.2f x%d s %.2f t %.2f)"
            " | tp %.3g dp %.3g pp %.3g embed %.3g%s MB | bubble %.3f | step %.4g s | mfu %.1f%%\n",
            l->dp, cp, l->tp, l->pp, l->zero, l->offload ? " offload" : "", l->micro_batches, l->batch, sched,
-           l->recompute ? " recompute" : "", l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
+           recompute[l->recompute], l->sp ? " sp" : "", p->mem / 1e9, w->params / 1e9, w->grads / 1e9,
            w->optim / 1e9, w->acts / 1e9, w->sets, w->scratch / 1e9, w->transient / 1e9,
            rows_sum(w, PLAN_TP_AR, PLAN_TP_RS) / 1e6, rows_sum(w, PLAN_DP_AR, PLAN_DP_AG) / 1e6,
            rows_sum(w, PLAN_PP_SEND, PLAN_PP_RECV) / 1e6, w->bytes[PLAN_EMBED_AR] / 1e6, ring, p->bubble, p->step,
@@ -585,7 +593,7 @@ int plan_main(int argc, char **argv) {
     if (b->l.virtual_chunks > 1) snprintf(virt, sizeof virt, " --virtual %d", b->l.virtual_chunks);
     if (b->l.cp > 1) snprintf(cpf, sizeof cpf, " --cp %d", b->l.cp);
     printf("plan: --dp %d%s --tp %d --pp %d --zero %d --micro-batches %d%s%s%s --schedule %s%s | memory %.2f GB a rank | step %.4g s | mfu %.1f%%\n",
-           b->l.dp, cpf, b->l.tp, b->l.pp, b->l.zero, b->l.micro_batches, b->l.offload ? " --offload" : "", b->l.recompute ? " --recompute" : "",
+           b->l.dp, cpf, b->l.tp, b->l.pp, b->l.zero, b->l.micro_batches, b->l.offload ? " --offload" : "", layout_recompute_flag(b->l.recompute),
            b->l.sp ? " --sp" : "", pp_schedule_name(b->l.schedule), virt, b->mem / 1e9, b->step, 100 * b->mfu);
     plan_search_free(&ps);
     return 0;

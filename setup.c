@@ -236,11 +236,9 @@ static void choose_layout(Run *r, const GPTConfig *cfg) {
     char virt[32] = "", cp[24] = "";
     if (l->virtual_chunks > 1) snprintf(virt, sizeof virt, " --virtual %d", l->virtual_chunks);
     if (l->cp > 1) snprintf(cp, sizeof cp, " --cp %d", l->cp);
-    static const char *const recompute[] = {[RECOMPUTE_NONE] = "", [RECOMPUTE_GELU] = " --recompute-mode gelu",
-                                            [RECOMPUTE_NORM] = " --recompute-mode norm", [RECOMPUTE_FULL] = " --recompute"};
     printf("layout auto: --dp %d%s --tp %d --pp %d --zero %d --micro-batches %d --batch %d%s%s%s --schedule %s%s "
            "(planner: %.3g GB a rank, step %.3g s, on %s)\n", l->dp, cp, l->tp, l->pp, l->zero, l->micro_batches,
-           l->batch, l->offload ? " --offload" : "", recompute[l->recompute], l->sp ? " --sp" : "",
+           l->batch, l->offload ? " --offload" : "", layout_recompute_flag(l->recompute), l->sp ? " --sp" : "",
            pp_schedule_name(l->schedule), virt, b->mem / 1e9, b->step,
            c.cpu ? "CPU ranks" : "GPUs taken for " PLAN_DEFAULT_GPU "s, 8 a node");
     fflush(stdout);

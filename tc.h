@@ -99,9 +99,9 @@ int tc_flash_forward_sm90(void *out, float *lse, const void *qkv, int B, int T, 
                           void *stream);
 
 /* The deterministic backward on Hopper's wgmma (attention_sm90.cu), heads of
- * 64 only: tc_flash_backward's contract with deterministic 1 (the same
- * buffers, scratch of tc_flash_scratch_floats, the same bits every run),
- * from either forward's out and lse. Returns 0, or -1 (nothing written)
+ * 64 and 128 only: tc_flash_backward's contract with deterministic 1 (the
+ * same buffers, scratch of tc_flash_scratch_floats, the same bits every
+ * run), from either forward's out and lse. Returns 0, or -1 (nothing written)
  * where it cannot run: another head size, or as tc_flash_forward_sm90. */
 int tc_flash_backward_sm90(void *dqkv, float *scratch, const void *dout, const void *qkv,
                            const void *out, const float *lse, int B, int T, int C, int NH,

@@ -49,7 +49,8 @@
  * CUDA layouts run, their names ending in "(cpu emulation)". Among them
  * context parallelism's ring on the GPU (cp 2, and cp 2 x tp 2 with sp),
  * in float32 against one CPU rank and in bf16 against one bf16 CPU rank,
- * and on the flash kernels (heads of 32 at cp 2, of 64 at cp 2 and 4);
+ * and on the flash kernels (heads of 32 at cp 2, of 64 at cp 2 and 4), and
+ * one rank on attention_sm90.cu's (heads of 64 and a head of 128);
  * over the emulated NCCL too, in both timings.
  */
 #include <math.h>
@@ -626,5 +627,12 @@ int main(void) {
     bf16_model(&c, &wide, "bf16: one rank, heads of 64 over 160 positions", OUT "/wide_ref.bin", wl, 1, NULL, 4e-3);
     bf16_model(&c, &wide, "bf16: one rank, heads of 64 over 160 positions (for attention_sm90.cu)",
                OUT "/wide_ref90.bin", w90, 1, "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a", 4e-3);
+    /* One head of 128 (128 wide) over the same 160 positions: attention_sm90.cu's
+     * forward and backward at hs 128, as above (about 7 s under the emulation). */
+    Model wide128 = {"--data test/fixtures/ref_tokens.bin --layers 2 --heads 1 --dim 128 --max-seq 256 --vocab 61 --seq 160",
+                     2, 128, 128, 256, 0};
+    static const Bf16Layout w128[] = {{"cuda bf16, a head of 128, attention_sm90.cu: one rank", "--device cuda --batch 2", 1}};
+    bf16_model(&c, &wide128, "bf16: one rank, a head of 128 over 160 positions (for attention_sm90.cu)",
+               OUT "/wide128_ref90.bin", w128, 1, "TRAIN_ATTN_SM90=1 EMU_ARCH=sm_90a", 4e-3);
     return check_done(&c);
 }

@@ -3,7 +3,7 @@
 # (TMA, mbarriers, wgmma with P from registers) under the CPU emulation of an H100
 # (EMU_ARCH=sm_90a): test_flash_emu's "flash sm90" block in the four
 # settings (TMA and wgmma landing early or late, warps up or down), then
-# six bugs planted in a copy of attention_sm90.cu, one at a time, each of
+# seven bugs planted in a copy of attention_sm90.cu, one at a time, each of
 # which the block must catch:
 #   - O not rescaled when the running max grows (the online softmax's
 #     correction dropped): wrong out from the second key tile on;
@@ -24,7 +24,12 @@
 #     issue and stops; a GPU may read either);
 #   - the ping-pong without its first arrival (consumer 1 never lets
 #     consumer 0 take the first window): a hang on a GPU, a deadlock report
-#     here.
+#     here;
+#   - heads of 128 only: in the dK/dV kernel, dK += dS^T Q with Q's
+#     descriptor stepping to the second 64-channel box by an own tile's
+#     box (LBO 16384) instead of a ring tile's (8192), so dK's channels
+#     64..127 are dS^T times dO's first 64 channels (at hs 64 the product
+#     has one box and the LBO is never used).
 # A mutant whose change no longer applies (attention_sm90.cu changed) is a
 # failure too, so the test cannot go stale. Without the emulation's build
 # (no CUDA headers) it prints one SKIP line.
@@ -106,4 +111,8 @@ mutant "backward: dS^T's registers rewritten while the wgmma reading them is in 
 expect='deadlock'
 mutant "ping-pong without its first arrival (a hang on a GPU)" early \
     'if (c == 1) sm90_bar_arrive(F3_BAR + 0, 256);' ''
+expect=
+mutant "backward, hs 128: dK's second 64-channel half read through the wrong box stride" early \
+    'sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, F3B_TILE64, 1024));' \
+    'sm90_wgmma_rs<HS>(dk, pd[kk], sm90_desc(sq + 2048u * kk, F3B_TILE128, 1024));'
 exit $status

@@ -88,6 +88,16 @@ case "$long" in "plan: --dp 1 --cp 8 "*) lc=1;; *) lc=0;; esac
 case "$short" in *" --cp "*) sc=1;; "plan: --dp "*) sc=0;; *) sc=1;; esac
 [ $lc -eq 1 ] && [ $sc -eq 0 ] && ok "--plan chooses cp for a sequence too long without it" "$long; at 1024 tokens: $short" ||
     no "--plan and cp" "524288 tokens: '$long'; 1024 tokens: '$short'"
+# Selective recompute: GPT-2 XL at 4096 tokens, 8 sequences a GPU on 8 H100s: keeping every
+# activation does not fit at one micro-batch, recomputing the GELU does (llm.c's -r 1) and costs
+# no matmul, so the plan takes --recompute-mode gelu, not the whole --recompute nor 8 micro-batches;
+# with one sequence a GPU nothing is recomputed.
+X4="--layers 48 --heads 25 --dim 1600 --vocab 50257 --max-seq 4096 --seq 4096 --cluster h100x8"
+big=$(./train --plan $X4 --global-batch 64 | tail -n 1); one=$(./train --plan $X4 --global-batch 8 | tail -n 1)
+case "$big" in *" --micro-batches 1 --recompute-mode gelu "*) bg=1;; *) bg=0;; esac
+case "$one" in "plan: --dp "*" --recompute"*) og=0;; "plan: --dp "*) og=1;; *) og=0;; esac
+[ $bg -eq 1 ] && [ $og -eq 1 ] && ok "--plan chooses --recompute-mode gelu where keeping everything does not fit" "$big; 1 a GPU: $one" ||
+    no "--plan and --recompute-mode" "64 sequences: '$big'; 8: '$one'"
 C="--layers 4 --heads 1 --dim 8 --vocab 61 --global-batch 1 --ranks 4 --layout auto --plan-layout"
 cpu=$(./train --device cpu $C --max-seq 262144 --seq 262144 | head -n 1)
 few=$(./train --device cpu $C --max-seq 16 --seq 16 | head -n 1)
