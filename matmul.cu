@@ -242,6 +242,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <atomic>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -565,6 +566,14 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + WG_CONSUMER_WARPS * WG_EPI_WARP_BYTES + 1024)
                                                       /* 218112, as WG_SMEM_BYTES */
 #define PP_BAR_MATH 1  /* named barrier PP_BAR_MATH + c: consumer warpgroup c's turn at the math */
+/* The TMA-store epilogue (TS, mm_wg_epilogue_tma): each consumer warpgroup
+ * stages 64 rows x 128 columns of bf16 at a time, two {64 n, 64 m} boxes of
+ * 8 KB in the 128-byte swizzle, in place of the 8 warps' epilogue chunks;
+ * named barrier PP_BAR_EPI + c gathers warpgroup c's 128 threads around it. */
+#define PP_BAR_EPI 3
+#define TS_STAGE_BYTES (2 * WG_BOX_BYTES)            /* 16384 a consumer warpgroup */
+#define PP_TS_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + 2 * TS_STAGE_BYTES + 1024)
+                                                      /* 230400 of the 232448 (227 KB) an SM gives */
 /* TC_AUTO takes the ping-pong kernel when a work item of the cooperative
  * one (a tile, or its part of K under split-K) has at most this many
  * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
@@ -714,6 +723,59 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
         __syncwarp();  /* the next chunk overwrites ep */
     }
 }
+
+/* The TMA-store epilogue of one consumer warpgroup's 128 x 128 tile at
+ * (m0, n0) of D [M][N] bf16, written (not accumulated): d as
+ * mm_wg_pingpong holds it (rows 64h.. in d[64h..]), bias [N] or NULL.
+ * For each 64-row half h: thread 0 of the warpgroup (warp 0, lane 0, the
+ * only one that issues bulk copies) waits until the stores issued from the
+ * staging buffer have read it (wait_group.read 0), the warpgroup meets at
+ * PP_BAR_EPI + c; every thread adds bias to its fragment's pairs, rounds
+ * them to bf16 and writes them into the staging buffer stg (shared address
+ * stg_s; [2 boxes of 64 columns][64 rows][128 bytes], 16-byte chunk index
+ * XOR row % 8: the layout a TMA box lands in, so the store reads it back
+ * as the box), fences the generic proxy's writes against the async
+ * proxy's reads, and meets the others again; thread 0 then issues the
+ * half's boxes (those whose first row and column lie inside D: TMA clips
+ * the rest of a box to the tensor) and commits them as one bulk group.
+ * tmD: D's map, {64 n, 64 m} boxes, 128-byte swizzle. */
+__device__ __forceinline__ void mm_wg_epilogue_tma(const float (&d)[128], unsigned char *stg, uint32_t stg_s,
+                                                   const CUtensorMap *tmD, const bf16 *bias, int M, int N,
+                                                   int m0, int n0, int c, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bool issuer = warp == 0 && lane == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (issuer) sm90_bulk_wait_read<0>();  /* the staging buffer is free again */
+        sm90_bar_sync(PP_BAR_EPI + c, 128);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {  /* columns 8j + 2t, +1: box j / 8, chunk j % 8 of a row */
+            const int col = n0 + 8 * j + 2 * t;
+            float b0 = 0.0f, b1 = 0.0f;
+            if (bias && col < N) {  /* N % 8 == 0 (the map's pitch): col + 1 < N too */
+                b0 = __bfloat162float(bias[col]);
+                b1 = __bfloat162float(bias[col + 1]);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {  /* rows 16 warp + g, + 8 of the half */
+                const int r = 16 * warp + g + 8 * e;
+                const int off = (j >> 3) * WG_BOX_BYTES + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * t;
+                *reinterpret_cast<__nv_bfloat162 *>(stg + off) =
+                    __floats2bfloat162_rn(d[64 * h + 4 * j + 2 * e] + b0, d[64 * h + 4 * j + 2 * e + 1] + b1);
+            }
+        }
+        sm90_fence_proxy_async();
+        sm90_bar_sync(PP_BAR_EPI + c, 128);
+        if (issuer) {
+            const int row = m0 + 64 * h;
+            if (row < M) {
+                sm90_tma_store_2d(tmD, n0, row, stg_s);
+                if (n0 + 64 < N) sm90_tma_store_2d(tmD, n0 + 64, row, stg_s + WG_BOX_BYTES);
+            }
+            sm90_bulk_commit();
+        }
+    }
+}
 #endif
 
 #if SM90_BUILD
@@ -834,6 +896,7 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
  * items in all), and its place: warpgroup c (0, 1), warp, lane and the
  * warp's epilogue chunk ep (after the stages). */
 struct MmWg {
+    const CUtensorMap *tmD;  /* TS: D's store map */
     void *D;
     int d_fp32, accumulate;
     const bf16 *bias;
@@ -845,6 +908,8 @@ struct MmWg {
     int tiles_m, tiles, items, nk;
     int c, warp, lane;
     float *ep;
+    unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
+    uint32_t stg_s;
 };
 
 /* A consumer's wait for ring stage it % STAGES to land; returns the stage.
@@ -935,7 +1000,7 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
  * columns of CL tiles (mm_wg_item), this CTA its rank's, and a stage is
  * freed at both CTAs' empty barriers (mm_wg_release); tmB's k-major box is
  * {64 k, 64 n}, half the tile. */
-template <bool AK, bool BK, int CL = 1>
+template <bool AK, bool BK, int CL = 1, bool TS = false>
 __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float *ep = g.ep;
     const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
@@ -976,6 +1041,10 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         /* the other warpgroup's item j + 1 may take the tensor cores while we store */
         if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
+        if constexpr (TS) {  /* bf16 D written, one part: through TMA */
+            mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0, c, warp, lane);
+            continue;
+        }
         const bool to_d = part == 0;
         void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
         const int dfp = to_d ? g.d_fp32 : 1, acc = to_d ? g.accumulate : 0, vec = to_d ? g.vec_ok : g.vec_w;
@@ -983,6 +1052,9 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + warp * 16, n0, vec, lane);
         mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + 64 + warp * 16, n0, vec, lane);
     }
+    /* TS: the last stores have read the staging buffer before the block's shared memory goes */
+    if constexpr (TS)
+        if (warp == 0 && lane == 0) sm90_bulk_wait_read<0>();
 }
 #endif
 
@@ -997,11 +1069,12 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * (with PP: TC_WGMMA_CLUSTER): launched in clusters of CL CTAs along x,
  * grid CL x min(the clusters that fit, columns of CL tiles x splits), a
  * work item a column (mm_wg_item). */
-template <bool PP, bool AK, bool BK, int CL = 1>
+template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                 int vec_ok, float *work, int splits, int kps, int vec_w) {
+    static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
     constexpr int STAGE_BYTES = PP ? PP_STAGE_BYTES : WG_STAGE_BYTES;
@@ -1040,14 +1113,18 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
                                                       items, kps, nk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
-        MmWg g{D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
+        MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
                tiles_m, tiles, items, nk};
         g.c = wg - 1;
         g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
-        g.ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES +
-                                         (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        /* after the stages: the 8 warps' epilogue chunks, or (TS) the 2
+         * warpgroups' staging buffers, 1024-byte aligned as the swizzle needs */
+        unsigned char *after = mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES;
+        g.ep = reinterpret_cast<float *>(after + (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        g.stg = after + g.c * TS_STAGE_BYTES;
+        g.stg_s = base + STAGES * STAGE_BYTES + g.c * TS_STAGE_BYTES;
         if constexpr (PP)
-            mm_wg_pingpong<AK, BK, CL>(g);
+            mm_wg_pingpong<AK, BK, CL, TS>(g);
         else
             mm_wg_coop<AK, BK>(g);
     }
@@ -1274,12 +1351,20 @@ static int mm_device_caps(cudaStream_t stream) {
                 mm_set_smem(mm_wgmma_kernel<true, true, true>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, true, false>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, false, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES))
+                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, 1, true>, PP_TS_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
             if ((caps & MM_CAP_WGMMA) && mm_set_smem(mm_wgmma_kernel<true, true, true, CL_CTAS>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, true, false, CL_CTAS>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, false, true, CL_CTAS>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS>, PP_SMEM_BYTES) && dev >= 0 &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS, true>, PP_TS_SMEM_BYTES) && dev >= 0 &&
                 dev < MM_MAX_DEVICES)
                 mm_clusters[dev].store(mm_max_clusters(), std::memory_order_relaxed);
         } else {
@@ -1423,6 +1508,12 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, cl > 1 ? 64 : pp ? PP_BN : WG_BN)
                                : sm90_encode_2d(&tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
+    /* TMA stores (ping-pong and cluster kernels): a bf16 D written, not
+     * accumulated, in one part, whose map encodes (D 16-byte aligned, N % 8
+     * == 0); otherwise td stays zero and unused */
+    CUtensorMap td;
+    memset(&td, 0, sizeof td);
+    const bool ts = pp && !d_fp32 && !accumulate && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
     const int grid = (int)(items < slots ? items : slots) * cl;
@@ -1433,27 +1524,29 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     at[0].val.clusterDim.x = CL_CTAS;  /* along M: the CTAs of a cluster share the B tile */
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
-    const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), PP_SMEM_BYTES, stream, at, 1};
-#define WG_GO(AK, BK)                                                                       \
-    do {                                                                                    \
-        if (cl > 1)                                                                         \
-            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS>, ta, tb, D, \
-                                          d_fp32, accumulate, bs, M, N, K, vec_ok, work,    \
-                                          sp->splits, sp->kps, vec_w));                     \
-        else if (pp)                                                                        \
-            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(     \
-                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
-                vec_w);                                                                     \
-        else                                                                                \
-            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(    \
-                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
-                vec_w);                                                                     \
+    const int smem = ts ? PP_TS_SMEM_BYTES : PP_SMEM_BYTES;
+    const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
+    /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
+#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w
+#define WG_GO(AK, BK)                                                                                   \
+    do {                                                                                                \
+        if (cl > 1 && ts)                                                                               \
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS, true>, WG_ARGS)); \
+        else if (cl > 1)                                                                                \
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS>, WG_ARGS));      \
+        else if (ts)                                                                                    \
+            mm_wgmma_kernel<true, AK, BK, 1, true><<<grid, WG_THREADS, smem, stream>>>(WG_ARGS);        \
+        else if (pp)                                                                                    \
+            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, smem, stream>>>(WG_ARGS);                 \
+        else                                                                                            \
+            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(WG_ARGS);       \
     } while (0)
     if (a_kmajor && b_kmajor) WG_GO(true, true);
     else if (a_kmajor) WG_GO(true, false);
     else if (b_kmajor) WG_GO(false, true);
     else WG_GO(false, false);
 #undef WG_GO
+#undef WG_ARGS
     LAUNCH_CHECK(mm_wgmma_kernel);
     return true;
 }

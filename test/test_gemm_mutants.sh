@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of nine bugs planted in a copy of it, one at a time:
+# caught with each of thirteen bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -25,7 +25,15 @@
 #     exit check stops it); the remote arrival sent to a CTA rank outside
 #     the cluster (mapa stops it); a grid that is not a multiple of the
 #     cluster (cudaLaunchKernelEx returns cudaErrorInvalidValue, a GPU
-#     refuses it too, and matmul.cu's check exits with "CUDA error").
+#     refuses it too, and matmul.cu's check exits with "CUDA error");
+#   - in the TMA-store epilogue (the forward's bf16 D, written): the staging
+#     buffer written again before cp.async.bulk.wait_group.read has retired
+#     the stores that read it (under late copies the emulation reads the
+#     buffer only at that wait, so rows of one half land with the other's
+#     values); the store map's row pitch 16 bytes short, or its box 32 rows
+#     instead of 64 (rows land in the wrong place or are never written, and
+#     written outputs start as NaN); in the cluster kernel, each CTA storing
+#     its peer's tile (so the cluster's TMA-store path is shown to run).
 # A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
@@ -151,4 +159,16 @@ mutant "remote arrival at a CTA rank outside the cluster (cluster kernel)" \
 mutant "a grid that is not a multiple of the cluster (cluster launch)" \
     'const int grid = (int)(items < slots ? items : slots) * cl;' \
     'const int grid = (int)(items < slots ? items : slots) * cl + (cl > 1);' cuda 2
+mutant "TMA store: the staging buffer written again before wait_group.read frees it (epilogue)" \
+    'if (issuer) sm90_bulk_wait_read<0>();  /* the staging buffer is free again */' \
+    '/* no wait: the staging buffer is written under the previous stores */' check
+mutant "TMA store: the store map's row pitch 16 bytes short (host)" \
+    'sm90_encode_2d(&td, D, N, M, 64, 64)' \
+    'sm90_encode_2d(&td, D, N - 8, M, 64, 64)' check
+mutant "TMA store: the store map's box 32 rows, not 64 (host)" \
+    'sm90_encode_2d(&td, D, N, M, 64, 64)' \
+    'sm90_encode_2d(&td, D, N, M, 64, 32)' check
+mutant "TMA store: the cluster kernel's CTAs store each other's tile (epilogue)" \
+    'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0,' \
+    'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, CL > 1 ? m0 ^ 128 : m0, n0,' check 2
 exit $status

@@ -156,6 +156,21 @@
  *    waiting on its mbarrier finds every arrival in (the barrier's boxes in
  *    issue order, until the phase's transaction bytes are in: see
  *    "Clusters" for a box beyond them).
+ *  - TMA stores (cp.async.bulk.tensor.2d.global.shared::cta.bulk_group:
+ *    matmul.cu's TMA-store epilogue): box element (r, c), read from the
+ *    shared address src + r * row bytes + 2c through the swizzle as a load
+ *    writes it (src 1024-byte aligned with the swizzle), goes to global
+ *    element (c1 + r, c0 + c), and only where that lies inside the tensor
+ *    (the rest of the box is clipped, as on hardware). commit_group closes
+ *    the issuing thread's uncommitted stores into its next bulk group;
+ *    wait_group.read N retires its groups but the newest N. EMU_CP=early
+ *    does the store when it is issued; late reads the shared memory only
+ *    when wait_group.read retires its group, or when its CTA exits (a
+ *    store in flight at exit completes on hardware), so a staging buffer
+ *    written again before the wait_group.read that frees it stores the new
+ *    values in place of the old: wrong output. fence.proxy.async is
+ *    accepted and does nothing (fibers' stores are visible at once; its
+ *    absence is not detected).
  *  - wgmma.fence, commit_group, wait_group N, mma_async and setmaxnreg are
  *    warpgroup collectives (.sync.aligned): all 128 threads of the
  *    warpgroup must arrive at the same one with the same operands, or the
@@ -318,6 +333,7 @@ struct EmuFiber {
     const void *wait_on;  /* while waiting: the barrier, collective or mbarrier */
     unsigned cl_arrived;  /* barrier.cluster.arrive made so far */
     unsigned cl_waited;   /* barrier.cluster phases it has waited through */
+    int bulk_committed;   /* bulk groups (cp.async.bulk.commit_group) committed so far */
 };
 
 /* The operands and results of one warp collective, per lane. */
@@ -342,6 +358,15 @@ struct EmuTma {
     const CUtensorMap *map;
     int c0, c1;           /* element coordinates: inner, outer */
     uint32_t dst;         /* shared address */
+};
+/* One TMA store (cp.async.bulk.tensor shared -> global) whose shared
+ * memory is not read yet (EMU_CP=late): its issuing thread, and its bulk
+ * group (-1 until that thread commits). */
+struct EmuTmaStore {
+    const CUtensorMap *map;
+    int c0, c1;           /* element coordinates: inner, outer */
+    uint32_t src;         /* shared address of the box */
+    int tid, group;
 };
 /* An mbarrier, found by its shared address. */
 struct EmuMbar {
@@ -422,6 +447,7 @@ struct EmuBlock {
     EmuWarp *warps;
     std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
     std::deque<EmuMbar> mbars;  /* a deque: waiters hold pointers into it across inits */
+    std::vector<EmuTmaStore> stores;  /* TMA stores in flight, issue order (EMU_CP=late) */
     EmuNamedBar nbars[EMU_NAMED_BARS];  /* bar.sync / bar.arrive 1..15 (0 is __syncthreads') */
     EmuCluster *cl;       /* its cluster, and its %cluster_ctarank there */
     int rank;
@@ -753,6 +779,10 @@ void emu_mbar_init(uint32_t bar, uint32_t count);
 void emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);  /* arrive (.expect_tx tx_bytes) */
 void emu_mbar_wait(uint32_t bar, uint32_t parity);
 void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar);
+void emu_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src);
+void emu_bulk_commit(void);
+void emu_bulk_wait_read(int n);  /* cp.async.bulk.wait_group.read n */
+void emu_tma_stores_exit(EmuBlock *b);  /* CTA b exits: its stores in flight complete */
 void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d);
 void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
 void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
@@ -774,6 +804,14 @@ static inline void sm90_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait
 static inline void sm90_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     emu_tma_2d(dst, map, c0, c1, bar);
 }
+static inline void sm90_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    emu_tma_store_2d(map, c0, c1, src);
+}
+static inline void sm90_bulk_commit(void) { emu_bulk_commit(); }
+template <int N> static inline void sm90_bulk_wait_read(void) { emu_bulk_wait_read(N); }
+/* fence.proxy.async: fibers' shared-memory stores are visible at once, so nothing to do
+ * (a missing fence is not detected) */
+static inline void sm90_fence_proxy_async(void) {}
 template <int R> static inline void sm90_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
 template <int R> static inline void sm90_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
 static inline void sm90_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,

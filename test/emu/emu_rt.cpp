@@ -255,6 +255,7 @@ int emu_pick_cluster(EmuBlock *b, EmuBlock **nb) {
  * phase that every thread of this CTA waited through (else, on hardware, the
  * peer may still write its shared memory after it is gone). */
 void emu_cta_exits(EmuBlock *b) {
+    emu_tma_stores_exit(b);
     b->exited = 1;
     unsigned waited = ~0u;
     for (int i = 0; i < b->nthreads; i++) waited = std::min(waited, b->fibers[i].cl_waited);
@@ -739,6 +740,62 @@ void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t b
     emu_tma_into(emu_blk, dst, map, c0, c1, bar);
 }
 
+/* A TMA store of CTA b: box element (r, c) from the shared memory at
+ * src + r * rowbytes + 2 c (swizzled) to global (c1 + r, c0 + c), clipped
+ * to the tensor. */
+static void emu_tma_store_land(const EmuTmaStore &c, const EmuBlock *b) {
+    const EmuTensorMap *t = emu_map(c.map);
+    const uint32_t rowbytes = t->box[0] * 2;
+    unsigned char *base = (unsigned char *)t->base;  /* a store map's tensor is written */
+    for (uint32_t r = 0; r < t->box[1]; r++)
+        for (uint32_t e = 0; e < t->box[0]; e++) {
+            const long long gi = (long long)c.c0 + e, go = (long long)c.c1 + r;
+            if (gi < 0 || go < 0 || (uint64_t)gi >= t->dim[0] || (uint64_t)go >= t->dim[1]) continue;
+            uint32_t a = c.src + r * rowbytes + 2 * e;
+            if (t->swizzle128) a = emu_swizzle128(a);
+            memcpy(base + (uint64_t)go * t->pitch + (uint64_t)gi * 2, b->smem + a, 2);
+        }
+}
+
+void emu_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    EmuBlock *b = emu_blk;
+    const EmuTensorMap *t = emu_map(map);
+    const uint32_t bytes = emu_box_bytes(t);
+    if (src % (t->swizzle128 ? 1024u : 128u))
+        emu_fail("cp.async.bulk.tensor (store): shared address 0x%x not %u-byte aligned", src,
+                 t->swizzle128 ? 1024u : 128u);
+    if ((size_t)src + bytes > b->smem_size)
+        emu_fail("cp.async.bulk.tensor (store): a %u-byte box at 0x%x beyond the %zu bytes of dynamic shared memory",
+                 bytes, src, b->smem_size);
+    const EmuTmaStore c = {map, c0, c1, src, emu_self()->linear, -1};
+    if (b->cp_late) b->stores.push_back(c);
+    else emu_tma_store_land(c, b);
+}
+
+void emu_bulk_commit(void) {
+    EmuFiber *f = emu_self();
+    for (EmuTmaStore &c : emu_blk->stores)
+        if (c.tid == f->linear && c.group < 0) c.group = f->bulk_committed;
+    f->bulk_committed++;
+}
+
+void emu_bulk_wait_read(int n) {
+    EmuBlock *b = emu_blk;
+    EmuFiber *f = emu_self();
+    std::vector<EmuTmaStore> left;
+    for (const EmuTmaStore &c : b->stores) {
+        if (c.tid == f->linear && c.group >= 0 && c.group < f->bulk_committed - n) emu_tma_store_land(c, b);
+        else left.push_back(c);
+    }
+    b->stores.swap(left);
+}
+
+/* CTA b exits: its TMA stores still in flight complete (reading its shared memory as it is now). */
+void emu_tma_stores_exit(EmuBlock *b) {
+    for (const EmuTmaStore &c : b->stores) emu_tma_store_land(c, b);
+    b->stores.clear();
+}
+
 static EmuWarpgroup *emu_my_wg(int op) {
     EmuBlock *b = emu_blk;
     const int t = emu_self()->linear;
@@ -1014,6 +1071,7 @@ void emu_run_grid(dim3 grid, dim3 block, dim3 cluster, size_t smem, const void *
                         g.groups.clear();
                     }
                     b.mbars.clear();
+                    b.stores.clear();
                     memset(b.nbars, 0, sizeof b.nbars);
                     for (int i = 0; i < n; i++) {
                         EmuFiber &f = b.fibers[i];
@@ -1021,7 +1079,7 @@ void emu_run_grid(dim3 grid, dim3 block, dim3 cluster, size_t smem, const void *
                         f.tid = make_uint3((unsigned)i % block.x, (unsigned)i / block.x % block.y,
                                            (unsigned)i / (block.x * block.y));
                         f.linear = i;
-                        f.head = f.ncopies = f.committed = 0;
+                        f.head = f.ncopies = f.committed = f.bulk_committed = 0;
                         f.wait_on = nullptr;
                         f.cl_arrived = f.cl_waited = 0;
                         char *st = emu_stack(r * n + i);
