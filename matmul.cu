@@ -781,20 +781,30 @@ __device__ __forceinline__ void mm_wg_epilogue_tma(const float (&d)[128], unsign
 #if SM90_BUILD
 /* The two wgmma kernels' common parts: the work items' walk, the stage
  * ring's mbarriers and the producer. A block walks items blockIdx.x,
- * blockIdx.x + gridDim.x, ...; item w is tile w % tiles (tiles_m tiles of
- * BM rows fastest, then tiles of BN columns) over the k-blocks of 64
- * [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in all). */
+ * blockIdx.x + gridDim.x, ...; item w is tile w % tiles over the k-blocks
+ * of 64 [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in
+ * all). Tiles go in bands of `group` m-tiles (of BM rows; tiles_m in all):
+ * within a band m fastest, then the BN columns; then the next band (the
+ * last may be narrower). group >= tiles_m is one band: m fastest over all
+ * of M (the header's "Tile order" says which the host takes). */
 struct MmWgItem {
     int m0, n0, part, kb0, kb1;
 };
+/* Tile `tile`'s m-tile and n-tile in the banded order above. */
+__device__ __forceinline__ int2 mm_wg_tile(int tile, int tiles_m, int tiles, int group) {
+    const int tiles_n = tiles / tiles_m, band = tile / (group * tiles_n), first = band * group;
+    const int g = min(group, tiles_m - first), r = tile - first * tiles_n;
+    return make_int2(first + r % g, r / g);
+}
 /* CL > 1 (the cluster kernel): an item is a column of CL tiles along M that
  * share their n-tile, tiles_m counting those columns; CTA `rank` of the
  * cluster takes tile rank of it. */
 template <int BM, int BN, int CL = 1>
-__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk, int rank = 0) {
+__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int group, int kps, int nk,
+                                               int rank = 0) {
     const int tile = item % tiles, part = item / tiles;
-    return MmWgItem{((tile % tiles_m) * CL + rank) * BM, (tile / tiles_m) * BN, part, part * kps,
-                    min(nk, (part + 1) * kps)};
+    const int2 mn = mm_wg_tile(tile, tiles_m, tiles, group);
+    return MmWgItem{(mn.x * CL + rank) * BM, mn.y * BN, part, part * kps, min(nk, (part + 1) * kps)};
 }
 /* Where a walk starts and its stride: a block's (blockIdx.x, gridDim.x), or
  * with clusters (CL > 1) its cluster's, both CTAs of which walk the same items. */
@@ -851,21 +861,19 @@ __device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map,
  * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
  * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
- * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It decodes an item
- * as mm_wg_item does, inline: through mm_wg_item nvcc 13 schedules the
- * kernels differently (the sm_90a code is the same bits this way). */
+ * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It walks the
+ * items as the consumers do (mm_wg_item). */
 template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
                                               uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
-                                              int items, int kps, int nk, int M) {
+                                              int group, int items, int kps, int nk, int M) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
     const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     int it = 0;
     for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>()) {
-        const int tile = item % tiles, part = item / tiles;
-        const int m0 = ((tile % tiles_m) * CL + rank) * BM, n0 = (tile / tiles_m) * BN;
-        const int kb1 = min(nk, (part + 1) * kps);
-        for (int kb = part * kps; kb < kb1; kb++, it++) {
+        const MmWgItem w = mm_wg_item<BM, BN, CL>(item, tiles_m, tiles, group, kps, nk, rank);
+        const int m0 = w.m0, n0 = w.n0;
+        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
             const uint32_t fb = sm90_smem_u32(&full_bar[s]);
@@ -892,7 +900,7 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
 
 /* What a consumer warpgroup of mm_wgmma_kernel holds: the kernel's
  * arguments (its comment), the ring (base: stage s at base + s stage bytes;
- * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, kps, nk;
+ * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, group, kps, nk;
  * items in all), and its place: warpgroup c (0, 1), warp, lane and the
  * warp's epilogue chunk ep (after the stages). */
 struct MmWg {
@@ -905,7 +913,7 @@ struct MmWg {
     int kps, vec_w;
     uint32_t base;
     uint64_t *full_bar, *empty_bar;
-    int tiles_m, tiles, items, nk;
+    int tiles_m, tiles, group, items, nk;
     int c, warp, lane;
     float *ep;
     unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
@@ -951,7 +959,7 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
     float d[128];
     int it = 0;
     for (int item = blockIdx.x; item < g.items; item += gridDim.x) {
-        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk);
         const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
@@ -1008,7 +1016,7 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
     int it = 0, j = 0;
     for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>(), j++) {
-        const MmWgItem w = mm_wg_item<PP_BM, PP_BN, CL>(item, g.tiles_m, g.tiles, g.kps, g.nk, rank);
+        const MmWgItem w = mm_wg_item<PP_BM, PP_BN, CL>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk, rank);
         const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
         if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
             it += kb1 - kb0;
@@ -1068,12 +1076,13 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. CL > 1
  * (with PP: TC_WGMMA_CLUSTER): launched in clusters of CL CTAs along x,
  * grid CL x min(the clusters that fit, columns of CL tiles x splits), a
- * work item a column (mm_wg_item). */
+ * work item a column (mm_wg_item). group (>= 1): m-tiles (CL > 1: columns)
+ * a band of the tile order (mm_wg_item). */
 template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w) {
+                int vec_ok, float *work, int splits, int kps, int vec_w, int group) {
     static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
@@ -1110,11 +1119,11 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
             mm_wg_produce<AK, BK, BM, BN, STAGES, CL>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                      items, kps, nk, M);
+                                                      group, items, kps, nk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
         MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
-               tiles_m, tiles, items, nk};
+               tiles_m, tiles, group, items, nk};
         g.c = wg - 1;
         g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
         /* after the stages: the 8 warps' epilogue chunks, or (TS) the 2
@@ -1494,13 +1503,35 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     LAUNCH_CHECK(mm_mma_kernel);
 }
 
+/* The tile order's band (the header's "Tile order"): of tiles_m m-tiles
+ * (columns, in the cluster kernel) and tiles_n n-tiles, `items` work items
+ * (split-K parts included) over `slots` at once, whose A takes a_bytes
+ * and B b_bytes (each over all its tiles). The m-fastest walk (one band of
+ * tiles_m) reads B once, and A once if it stays in L2 from one wave to the
+ * next, else every wave; bands of G = floor(sqrt(slots)) m-tiles (a wave
+ * then holds about G m-tiles and slots / G n-tiles) read A once, and B once
+ * if it stays in L2 from one band to the next, else every band. Returns
+ * the band with the fewer HBM bytes, m-fastest on a tie. L2: MM_L2_BYTES. */
+#define MM_L2_BYTES 50e6  /* H100 and H200: 50 MB */
+static int mm_band(int tiles_m, int tiles_n, long long items, int slots, double a_bytes, double b_bytes) {
+    int g = 1;
+    while ((g + 1) * (g + 1) <= slots) g++;
+    if (g >= tiles_m || slots < 1) return tiles_m > 0 ? tiles_m : 1;
+    const double waves = (double)((items + slots - 1) / slots), bands = (double)((tiles_m + g - 1) / g);
+    const double mfast = (a_bytes > MM_L2_BYTES ? waves : 1.0) * a_bytes + b_bytes;
+    const double banded = a_bytes + (b_bytes > MM_L2_BYTES ? bands : 1.0) * b_bytes;
+    (void)tiles_n;
+    return banded < mfast ? g : tiles_m;
+}
+
 /* Encodes the maps and launches the ping-pong kernel (pp), its cluster
  * form (pp, cl = CL_CTAS: `slots` clusters at most) or the cooperative one
- * (slots: the SMs); false (nothing launched) when the driver has no
- * tensor-map encoder or refuses a map. */
+ * (slots: the SMs), its tiles in bands of `group` m-tiles (0: mm_band's);
+ * false (nothing launched) when the driver has no tensor-map encoder or
+ * refuses a map. */
 static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
-                            int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
+                            int N, int K, const MmSplit *sp, float *work, int group, cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
@@ -1515,8 +1546,10 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     memset(&td, 0, sizeof td);
     const bool ts = pp && !d_fp32 && !accumulate && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
-    const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
+    const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
+    const long long items = (long long)tiles_m * tiles_n * sp->splits;
     const int grid = (int)(items < slots ? items : slots) * cl;
+    if (group <= 0) group = mm_band(tiles_m, tiles_n, items, slots, 2.0 * M * K, 2.0 * N * K);
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];
@@ -1527,7 +1560,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const int smem = ts ? PP_TS_SMEM_BYTES : PP_SMEM_BYTES;
     const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
     /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
-#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w
+#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group
 #define WG_GO(AK, BK)                                                                                   \
     do {                                                                                                \
         if (cl > 1 && ts)                                                                               \
@@ -1588,9 +1621,9 @@ extern "C" int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void 
     return c.mma_ok ? TC_MMA : TC_SIMPLE;
 }
 
-extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
-                       int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
-                       int K, float *work, size_t work_floats, void *stream) {
+extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A,
+                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                             int K, float *work, size_t work_floats, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
         impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
@@ -1611,7 +1644,7 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
         if (empty) return TC_WGMMA_CLUSTER;
         const MmSplit sp = mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters);
         if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                             M, N, K, &sp, work, st))
+                             M, N, K, &sp, work, group, st))
             return -1;
         if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
         return TC_WGMMA_CLUSTER;
@@ -1624,7 +1657,7 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
         if (c.wg_ok) {
             const MmSplit sp = mm_split_wgmma(pp, c.sms, d_fp32, M, N, K, work_floats);
             if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                                M, N, K, &sp, work, st)) {
+                                M, N, K, &sp, work, group, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
             }
@@ -1646,6 +1679,13 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     /* TC_AUTO with nothing faster: the simple kernel takes any shape. */
     mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
     return TC_SIMPLE;
+}
+
+extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
+                       int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                       int K, float *work, size_t work_floats, void *stream) {
+    return tc_gemm_order(impl, 0, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, work,
+                         work_floats, stream);
 }
 
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,

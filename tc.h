@@ -54,6 +54,16 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
             const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
             size_t work_floats, void *stream);
 
+/* tc_gemm with the wgmma kernels' tile order given (the others ignore it):
+ * their output tiles go in bands of `group` m-tiles (the cluster kernel's:
+ * columns of 2), m fastest within a band, then n, then the next band;
+ * group >= the m-tiles is the m-fastest order, group <= 0 the order
+ * tc_gemm takes (matmul.cu's header, "Tile order"). The order changes no
+ * value, only which SM computes a tile when: for tests and bench. */
+int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
+                  const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
+                  size_t work_floats, void *stream);
+
 /* The implementation tc_gemm with TC_AUTO runs for this product on this
  * device (the arguments as tc_gemm's; nothing is launched but, on a
  * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the

@@ -215,6 +215,32 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     return t->cc_major < 8 ? "the GPU is older than sm_80" : "refused an aligned shape on an sm_80+ GPU";
 }
 
+/* A wgmma kernel's tile order (tc_gemm_order) changes no value: bands of
+ * 1 and 2 m-tiles (n fastest; pairs, with a narrower last band where the
+ * m-tiles are odd) and the m-fastest order (one band of every m-tile) must
+ * each give the bits `got` (tc_gemm's own order, MN_bytes of D), from the
+ * same start d0. */
+static void test_order(Test *t, const Product *p, TcImpl impl, const char *iname, const char *shape,
+                       const void *got, const void *d0, size_t MN_bytes, void *gD, void *gA, void *gB,
+                       void *gbias, int M, int N, int K) {
+    static const int groups[3] = {1, 2, 1 << 30};
+    void *again = xmalloc(MN_bytes);
+    int same = 1, ran = 1;
+    for (int i = 0; i < 3; i++) {
+        dev_from_host(&t->gpu, gD, d0, MN_bytes);
+        ran &= tc_gemm_order(impl, groups[i], gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB, p->b_kmajor,
+                             gbias, M, N, K, NULL, 0, t->gpu.stream) == (int)impl;
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, again, gD, MN_bytes);
+        same &= memcmp(got, again, MN_bytes) == 0;
+    }
+    free(again);
+    char n2[200];
+    snprintf(n2, sizeof n2, "gemm %s %s tile order" GEMM_TAG_FMT, iname, p->name, GEMM_TAG);
+    check(&t->checks, same && ran, n2, "%s: bands of 1, 2 and all m-tiles %s tc_gemm's bits%s", shape,
+          same ? "give" : "DIFFER from", ran ? "" : " (an order did not run the same kernel)");
+}
+
 /* split: pass tc_gemm a work buffer (starting as NaN), as training does for
  * dw, and name the check "... split-k"; each tensor-core implementation
  * must then cut this shape's K into parts where the device has SMs to
@@ -285,6 +311,8 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
                   "%s: ran %s%s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
                   right_impl ? "" : " (not the implementation asked for, or not what tc_gemm_auto says)",
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
+            if (r == (int)impls[ii].impl && (r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER))
+                test_order(t, p, impls[ii].impl, impls[ii].name, shape, got, d0, MN * esz, gD, gA, gB, gbias, M, N, K);
             continue;
         }
         const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of thirteen bugs planted in a copy of it, one at a time:
+# caught with each of fourteen bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -33,7 +33,11 @@
 #     values); the store map's row pitch 16 bytes short, or its box 32 rows
 #     instead of 64 (rows land in the wrong place or are never written, and
 #     written outputs start as NaN); in the cluster kernel, each CTA storing
-#     its peer's tile (so the cluster's TMA-store path is shown to run).
+#     its peer's tile (so the cluster's TMA-store path is shown to run);
+#   - in the tile order (bands of m-tiles): the last band, narrower where
+#     the m-tiles are not a multiple of the band, decoded as a whole one
+#     (tiles past M computed, tiles inside M never: test_gemm's "tile
+#     order" checks, bands of 2 over 3 m-tiles).
 # A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
@@ -171,4 +175,7 @@ mutant "TMA store: the store map's box 32 rows, not 64 (host)" \
 mutant "TMA store: the cluster kernel's CTAs store each other's tile (epilogue)" \
     'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0,' \
     'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, CL > 1 ? m0 ^ 128 : m0, n0,' check 2
+mutant "tile order: a narrower last band decoded as a whole one (walk)" \
+    'return make_int2(first + r % g, r / g);' \
+    'return make_int2(first + r % group, r / group);' check
 exit $status
