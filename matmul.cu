@@ -1505,8 +1505,8 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
 
 /* The tile order's band (the header's "Tile order"): of tiles_m m-tiles
  * (columns, in the cluster kernel) and tiles_n n-tiles, `items` work items
- * (split-K parts included) over `slots` at once, whose A takes a_bytes
- * and B b_bytes (each over all its tiles). The m-fastest walk (one band of
+ * (one split-K part's) over `slots` at once, whose A takes a_bytes and B
+ * b_bytes (the part's slices). The m-fastest walk (one band of
  * tiles_m) reads B once, and A once if it stays in L2 from one wave to the
  * next, else every wave; bands of G = floor(sqrt(slots)) m-tiles (a wave
  * then holds about G m-tiles and slots / G n-tiles) read A once, and B once
@@ -1549,7 +1549,10 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
     const long long items = (long long)tiles_m * tiles_n * sp->splits;
     const int grid = (int)(items < slots ? items : slots) * cl;
-    if (group <= 0) group = mm_band(tiles_m, tiles_n, items, slots, 2.0 * M * K, 2.0 * N * K);
+    /* split-K: part p's tiles are items p tiles .. (p + 1) tiles - 1, each part a K / splits slice of A and B */
+    if (group <= 0)
+        group = mm_band(tiles_m, tiles_n, (long long)tiles_m * tiles_n, slots, 2.0 * M * K / sp->splits,
+                        2.0 * N * K / sp->splits);
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];

@@ -21,7 +21,10 @@
  *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
  *    ping-pong, timed beside it), the ping-pong kernel in clusters of two
  *    CTAs sharing a multicast B tile ("wg-clus", TC_WGMMA_CLUSTER: the next
- *    rung, timed beside it, never TC_AUTO's yet), beside cuBLAS's cublasGemmEx on the same buffers, layouts
+ *    rung, timed beside it, never TC_AUTO's yet), and on the five products
+ *    whose tiles tc_gemm walks in bands (qkv dinp, fc dinp, fcproj fwd,
+ *    head dinp, head dw) ping-pong in the m-fastest order ("wg-mfast",
+ *    tc_gemm_order: the walk before the bands), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
@@ -431,6 +434,10 @@ static void bench_copy(BenchCtx *c) {
  * 2. matmul: tc_gemm beside cuBLAS. */
 
 #define BENCH_CUBLAS_IMPL (-1)
+/* TC_WGMMA with its tiles in the m-fastest order (tc_gemm_order, one band
+ * of every m-tile): row "wg-mfast", beside "wgmma" on the products whose
+ * order tc_gemm bands (bench/NOTES.md, "TMA stores and a tile order") */
+#define BENCH_WG_MFAST_IMPL (-2)
 #define BENCH_GEMM_ROWS 32   /* rows of D checked against the host */
 
 typedef struct {
@@ -445,7 +452,7 @@ typedef struct {
 
 typedef struct {
     const BenchGemm *g;
-    int impl;                       /* a TcImpl, or BENCH_CUBLAS_IMPL */
+    int impl;                       /* a TcImpl, BENCH_CUBLAS_IMPL or BENCH_WG_MFAST_IMPL */
     cublasHandle_t blas;
     cudaStream_t stream;
     int ret;                        /* tc_gemm's last return */
@@ -476,6 +483,10 @@ static void bench_run_gemm(void *arg) {
     BenchGemmRun *r = arg;
     const BenchGemm *g = r->g;
     if (r->impl == BENCH_CUBLAS_IMPL) bench_cublas_gemm(r->blas, g);
+    else if (r->impl == BENCH_WG_MFAST_IMPL)
+        r->ret = tc_gemm_order(TC_WGMMA, 1 << 30, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
+                               g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
+                               (void *)r->stream);
     else
         r->ret = tc_gemm((TcImpl)r->impl, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
                          g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
@@ -545,6 +556,7 @@ static const char *bench_impl_name(int impl) {
     case TC_WGMMA: return "wgmma";
     case TC_WGMMA_COOP: return "wg-coop";
     case TC_WGMMA_CLUSTER: return "wg-clus";
+    case BENCH_WG_MFAST_IMPL: return "wg-mfast";
     default: return "cublas";
     }
 }
@@ -552,13 +564,18 @@ static const char *bench_impl_name(int impl) {
 /* One product: every implementation checked, then timed; cuBLAS first, so
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
-    int impls[6], nimpl = 0;
+    int impls[7], nimpl = 0;
     impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
     impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
     impls[nimpl++] = TC_WGMMA;
     impls[nimpl++] = TC_WGMMA_CLUSTER;  /* ping-pong in clusters, B multicast: beside it */
+    /* the products whose A (or, for head dw, the m-major A) is larger than L2 and read
+     * once a wave in the m-fastest order: ping-pong in that order beside tc_gemm's bands */
+    static const char *const banded[] = {"qkv dinp", "fc dinp", "fcproj fwd", "head dinp", "head dw"};
+    for (size_t i = 0; i < sizeof banded / sizeof *banded; i++)
+        if (!strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
     /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
     const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
                                    DEV_SCRATCH_BYTES / sizeof(float), c->stream);
@@ -574,7 +591,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         char name[64], impl[24];
         /* "wgmma/7": split-K into 7 parts */
         const int parts = impls[j] == BENCH_CUBLAS_IMPL ? 1
-                          : tc_gemm_splits((TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
+                          : tc_gemm_splits(impls[j] == BENCH_WG_MFAST_IMPL ? TC_WGMMA : (TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
                                            g->b_kmajor, g->M, g->N, g->K, r.work_floats, c->stream);
         if (parts > 1) snprintf(impl, sizeof impl, "%s/%d", bench_impl_name(impls[j]), parts);
         else snprintf(impl, sizeof impl, "%s", bench_impl_name(impls[j]));
