@@ -90,7 +90,8 @@
  *     commits, waits until only this group is in flight and then frees the
  *     previous stage, so one group of wgmma always overlaps the next wait.
  *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
- *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
+ *     + gridDim.x, ..., m fastest or in bands of m-tiles (below, "Tile
+ *     order"; neighbouring blocks share the B tile either way); the
  *     producer runs ahead into the next tile while the consumers store, but
  *     the tensor cores idle while both consumer warpgroups store.
  *   - Split-K: dw has a small output and a long K (768 x 768 is 18
@@ -190,6 +191,53 @@
  *     ones. The cluster code is `if constexpr` on CL inside the same
  *     template: the other kernels' sm_90a code is byte for byte what it
  *     was before it (their cubin .text sections compared).
+ *
+ * TMA stores (the ping-pong and cluster kernels, mm_wgmma_kernel<true, AK,
+ *   BK, CL, TS = true>; the same template, `if constexpr` on TS): where D is
+ *   bf16 and written, not accumulated (the forward products: out = inp w^T
+ *   + bias; never split, split-K being float32 only), D's row pitch a
+ *   multiple of 16 bytes and D 16-byte aligned (the tensor map's rules, as
+ *   for the loads), the epilogue (mm_wg_epilogue_tma) stages each 64-row
+ *   half of the tile, bias added and rounded to bf16 in the registers, in a
+ *   16 KB buffer per consumer warpgroup laid out as two {64 n, 64 m} TMA
+ *   boxes with the 128-byte swizzle (bf16x2 stores, conflict-free: the 8
+ *   rows of a fragment's column group land in 8 different 16-byte chunks),
+ *   then after fence.proxy.async and a warpgroup barrier one thread issues
+ *   cp.async.bulk.tensor.2d.global.shared::cta for each box and commits a
+ *   bulk group; it waits (cp.async.bulk.wait_group.read 0) only before the
+ *   buffer is written again (the next half, the next tile) and before the
+ *   kernel ends. TMA clips what lies outside D (rows >= M, columns >= N),
+ *   so partial tiles need no guard; boxes wholly past M or N are not
+ *   issued. What it saves: the consumers' global stores (a 128 x 128 tile
+ *   is 64 16-byte stores a thread after 64 shared-memory round trips
+ *   through the 2.5 KB chunks) become 64 four-byte shared stores a thread
+ *   and one issuing thread, and the warps no longer wait on their stores'
+ *   issue; the bias reads stay (pairs, L1-resident). What it costs: the
+ *   staging buffers, 2 x 16 KB in place of the 8 chunks' 20 KB: 6 stages x
+ *   32 KB + 32 KB + 1 KB alignment = 230400 bytes of the 232448 an SM gives
+ *   a block (PP_TS_SMEM_BYTES), so no stage goes; one block an SM either
+ *   way. Products that read the old D (dinp: D += ...; float32 dw) keep
+ *   mm_wg_epilogue, whose reads ping-pong already hides. ptxas (nvcc 13.0,
+ *   sm_90a): the eight TS instantiations 168 registers at the launch, no
+ *   stack frame, no spills, as the others.
+ *
+ * Tile order (the three wgmma kernels): a persistent block walks items
+ *   blockIdx.x + j gridDim.x, so a wave of `slots` consecutive tiles runs at
+ *   once. In the m-fastest order a wave of GPT-2's 128 m-tiles reads all of
+ *   A and one or two columns of B; where A is larger than L2 (50 MB on
+ *   H100 and H200: qkv dinp 75 MB, fc dinp and fcproj fwd 100 MB, head
+ *   dinp's 1.65 GB logits gradient, head dw's m-major 1.65 GB) every wave
+ *   reads it from HBM again. Bands of G = floor(sqrt(slots)) m-tiles (11 on
+ *   132 SMs; 8 columns on 66 clusters), m fastest within a band, then n,
+ *   then the next band (the "swizzled raster" of published Hopper GEMMs),
+ *   keep a wave to about G m-tiles and slots / G n-tiles, so A is read once
+ *   and B once a band (once in all while B fits L2). mm_band picks, per
+ *   product, the order with the fewer HBM bytes by that model (m-fastest on
+ *   a tie, and where B is the large operand: head fwd's 77 MB weight would
+ *   be read once a band); bench/NOTES.md ("TMA stores and a tile order")
+ *   has the table. The order changes no value (a tile's sums do not depend
+ *   on which SM computes it when): tc_gemm_order takes any band, and
+ *   test_gemm checks bands of 1, 2 and all m-tiles give the same bits.
  *
  * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
  * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
