@@ -1601,6 +1601,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     if (group <= 0)
         group = mm_band(tiles_m, tiles_n, (long long)tiles_m * tiles_n, slots, 2.0 * M * K / sp->splits,
                         2.0 * N * K / sp->splits);
+    if (group > tiles_m) group = tiles_m;  /* one band; group x tiles_n stays within the int tile count */
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];
