@@ -27,7 +27,11 @@
  * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA (ping-pong),
  * TC_WGMMA_COOP (cooperative), TC_WGMMA_CLUSTER (ping-pong in clusters of
  * two CTAs along M sharing a multicast B tile) and TC_AUTO, which must run
- * what tc_gemm_auto says it runs. An
+ * what tc_gemm_auto says it runs. Each wgmma kernel that runs a product
+ * unsplit is run again in three tile orders (tc_gemm_order: bands of 1 and
+ * 2 m-tiles, and the m-fastest order), each of which must give tc_gemm's
+ * bits ("... tile order"); the forward products with N % 8 == 0 go through
+ * the ping-pong and cluster kernels' TMA stores. An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
