@@ -1,5 +1,5 @@
 /* matmul.cu: the bf16 GEMM of the tensor-core path, in three implementations
- * (the third in two schedules).
+ * (the third in two schedules, the second of them also in clusters).
  *
  * One product, D[M,N] = A[M,K] B[K,N] (+ D) (+ bias[N] on every row), bf16
  * operands, float32 accumulation, D written as bf16 or float32 (tc.h has the
@@ -90,7 +90,8 @@
  *     commits, waits until only this group is in flight and then frees the
  *     previous stage, so one group of wgmma always overlaps the next wait.
  *   - Persistent grid: min(#SMs, #tiles) blocks walk the tiles t = blockIdx.x,
- *     + gridDim.x, ..., m fastest (neighbouring blocks share the B tile); the
+ *     + gridDim.x, ..., m fastest or in bands of m-tiles (below, "Tile
+ *     order"; neighbouring blocks share the B tile either way); the
  *     producer runs ahead into the next tile while the consumers store, but
  *     the tensor cores idle while both consumer warpgroups store.
  *   - Split-K: dw has a small output and a long K (768 x 768 is 18
@@ -146,6 +147,98 @@
  *     a 128 x 128 tile reads 64 flops a byte of operand against the
  *     128 x 256 tile's 85, and the two warpgroups no longer share a B tile.
  *
+ * TC_WGMMA_CLUSTER, the ping-pong kernel in clusters of two CTAs along M
+ *   (mm_wgmma_kernel<true, AK, BK, CL_CTAS>; never TC_AUTO's choice until a
+ *   lease has timed it: bench/NOTES.md, "The wgmma GEMM in clusters"), the
+ *   rung that answers the 128 x 128 tile's L2 traffic: two SMs share one B
+ *   tile, so an SM reads 24 KB a k-block from L2 instead of 32.
+ *   - Launch: cudaLaunchKernelEx with cudaLaunchAttributeClusterDimension
+ *     {2, 1, 1}; the grid is twice the clusters that fit the device at
+ *     once (cudaOccupancyMaxActiveClusters, asked once per device) or the
+ *     work items, whichever is fewer.
+ *   - Walk: a work item is a column of two tiles along M that share their
+ *     n-tile (tiles_m counts those columns, ceil(M / 256)); cluster c
+ *     (%clusterid.x) takes items c, c + clusters, ..., and CTA r
+ *     (%cluster_ctarank) of it tile r of each column, its two warpgroups in
+ *     ping-pong as above. Both CTAs walk the same items, so their rings
+ *     stay in step. Where M is not a multiple of 256 the last column's
+ *     second tile lies past M: its CTA loads the first tile's A rows
+ *     instead (no TMA box wholly outside the tensor), takes part in every
+ *     multicast and release, and stores nothing (rows >= M never are).
+ *   - Loads: each CTA's producer loads its own A (16 KB) and half of B, 64
+ *     of its 128 columns (8 KB: a {64 k, 64 n} box, tmB's k-major box here,
+ *     or one {64 n, 64 k}), multicast (.multicast::cluster, mask 0b11) into
+ *     both CTAs' stage at the same offset, completing on each one's full
+ *     barrier; so full[s] still expects 32 KB (its A, its half, the peer's
+ *     half), and the B tile lands in the layout the ping-pong kernel reads.
+ *     Half each, not all from one: the producers issue equal work and the
+ *     code is one path for both ranks.
+ *   - Barriers: empty[s] counts 8 arrivals, this CTA's 4 consumer warps of
+ *     the warpgroup reading stage s and the peer's 4, since either
+ *     producer's multicast overwrites the stage in both CTAs: a warp frees
+ *     a stage at its own barrier and at the peer's (mbarrier.arrive
+ *     .release.cluster on the shared::cluster address from mapa). A
+ *     barrier.cluster arrive + wait follows the mbarriers' init (no peer
+ *     multicasts into, or arrives on, a barrier not yet initialised) and
+ *     ends the kernel (no CTA exits while its peer may still write into its
+ *     shared memory or arrive on its barriers).
+ *   - Shared memory and split-K as the ping-pong kernel (218112 bytes;
+ *     the split plan counts columns over clusters: on GPT-2's products the
+ *     same parts and waves as ping-pong's tiles over SMs). Registers:
+ *     ptxas (nvcc 13.0, -arch=sm_90a -Xptxas -v) gives all four cluster
+ *     instantiations 168 at the launch (the consumers then raise theirs to
+ *     232), no stack frame, no spills, as the ping-pong and cooperative
+ *     ones. The cluster code is `if constexpr` on CL inside the same
+ *     template: the other kernels' sm_90a code is byte for byte what it
+ *     was before it (their cubin .text sections compared).
+ *
+ * TMA stores (the ping-pong and cluster kernels, mm_wgmma_kernel<true, AK,
+ *   BK, CL, TS = true>; the same template, `if constexpr` on TS): where D is
+ *   bf16 and written, not accumulated (the forward products: out = inp w^T
+ *   + bias; never split, split-K being float32 only), D's row pitch a
+ *   multiple of 16 bytes and D 16-byte aligned (the tensor map's rules, as
+ *   for the loads), the epilogue (mm_wg_epilogue_tma) stages each 64-row
+ *   half of the tile, bias added and rounded to bf16 in the registers, in a
+ *   16 KB buffer per consumer warpgroup laid out as two {64 n, 64 m} TMA
+ *   boxes with the 128-byte swizzle (bf16x2 stores, conflict-free: the 8
+ *   rows of a fragment's column group land in 8 different 16-byte chunks),
+ *   then after fence.proxy.async and a warpgroup barrier one thread issues
+ *   cp.async.bulk.tensor.2d.global.shared::cta for each box and commits a
+ *   bulk group; it waits (cp.async.bulk.wait_group.read 0) only before the
+ *   buffer is written again (the next half, the next tile) and before the
+ *   kernel ends. TMA clips what lies outside D (rows >= M, columns >= N),
+ *   so partial tiles need no guard; boxes wholly past M or N are not
+ *   issued. What it saves: the consumers' global stores (a 128 x 128 tile
+ *   is 64 16-byte stores a thread after 64 shared-memory round trips
+ *   through the 2.5 KB chunks) become 64 four-byte shared stores a thread
+ *   and one issuing thread, and the warps no longer wait on their stores'
+ *   issue; the bias reads stay (pairs, L1-resident). What it costs: the
+ *   staging buffers, 2 x 16 KB in place of the 8 chunks' 20 KB: 6 stages x
+ *   32 KB + 32 KB + 1 KB alignment = 230400 bytes of the 232448 an SM gives
+ *   a block (PP_TS_SMEM_BYTES), so no stage goes; one block an SM either
+ *   way. Products that read the old D (dinp: D += ...; float32 dw) keep
+ *   mm_wg_epilogue, whose reads ping-pong already hides. ptxas (nvcc 13.0,
+ *   sm_90a): the eight TS instantiations 168 registers at the launch, no
+ *   stack frame, no spills, as the others.
+ *
+ * Tile order (the three wgmma kernels): a persistent block walks items
+ *   blockIdx.x + j gridDim.x, so a wave of `slots` consecutive tiles runs at
+ *   once. In the m-fastest order a wave of GPT-2's 128 m-tiles reads all of
+ *   A and one or two columns of B; where A is larger than L2 (50 MB on
+ *   H100 and H200: qkv dinp 75 MB, fc dinp and fcproj fwd 100 MB, head
+ *   dinp's 1.65 GB logits gradient, head dw's m-major 1.65 GB) every wave
+ *   reads it from HBM again. Bands of G = floor(sqrt(slots)) m-tiles (11 on
+ *   132 SMs; 8 columns on 66 clusters), m fastest within a band, then n,
+ *   then the next band (the "swizzled raster" of published Hopper GEMMs),
+ *   keep a wave to about G m-tiles and slots / G n-tiles, so A is read once
+ *   and B once a band (once in all while B fits L2). mm_band picks, per
+ *   product, the order with the fewer HBM bytes by that model (m-fastest on
+ *   a tie, and where B is the large operand: head fwd's 77 MB weight would
+ *   be read once a band); bench/NOTES.md ("TMA stores and a tile order")
+ *   has the table. The order changes no value (a tile's sums do not depend
+ *   on which SM computes it when): tc_gemm_order takes any band, and
+ *   test_gemm checks bands of 1, 2 and all m-tiles give the same bits.
+ *
  * Epilogue: each thread holds pairs of adjacent columns (the mma/wgmma
  * accumulator fragment: row lane/4 and lane/4 + 8 of its 16-row slice,
  * columns 2 (lane%4) + {0,1} of each 8-wide group). TC_MMA adds bias, adds
@@ -185,8 +278,10 @@
  *
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
- * run there, and the SM count). Finding out whether the binary holds sm_90a
- * code takes a one-thread probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
+ * run there, and the SM count), and beside it the count of the cluster
+ * kernel's clusters that fit the device (0: it does not run there).
+ * Finding out whether the binary holds sm_90a code takes a one-thread
+ * probe kernel (it writes __CUDA_ARCH_FEAT_SM90_ALL
  * into a __device__ int) and one synchronisation of the caller's stream,
  * once per device per process (so that first call must not be made while
  * the stream is being captured into a CUDA graph); the same first call
@@ -195,6 +290,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <atomic>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -518,10 +614,21 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
 #define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + WG_CONSUMER_WARPS * WG_EPI_WARP_BYTES + 1024)
                                                       /* 218112, as WG_SMEM_BYTES */
 #define PP_BAR_MATH 1  /* named barrier PP_BAR_MATH + c: consumer warpgroup c's turn at the math */
+/* The TMA-store epilogue (TS, mm_wg_epilogue_tma): each consumer warpgroup
+ * stages 64 rows x 128 columns of bf16 at a time, two {64 n, 64 m} boxes of
+ * 8 KB in the 128-byte swizzle, in place of the 8 warps' epilogue chunks;
+ * named barrier PP_BAR_EPI + c gathers warpgroup c's 128 threads around it. */
+#define PP_BAR_EPI 3
+#define TS_STAGE_BYTES (2 * WG_BOX_BYTES)            /* 16384 a consumer warpgroup */
+#define PP_TS_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + 2 * TS_STAGE_BYTES + 1024)
+                                                      /* 230400 of the 232448 (227 KB) an SM gives */
 /* TC_AUTO takes the ping-pong kernel when a work item of the cooperative
  * one (a tile, or its part of K under split-K) has at most this many
  * k-blocks of 64 (the header's TC_AUTO says why), else the cooperative. */
 #define PP_AUTO_MAX_KB 40
+/* The cluster kernel (TC_WGMMA_CLUSTER): the ping-pong kernel in clusters of
+ * CL_CTAS CTAs along M, which share the B tile (one multicast half each). */
+#define CL_CTAS 2
 
 /* SM90_BUILD (sm90.cuh): the sm_90a device code is compiled here; the CPU
  * emulation (test/emu/emu.h, -DMM_EMU_SM90A) builds it for the host too,
@@ -664,21 +771,98 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
         __syncwarp();  /* the next chunk overwrites ep */
     }
 }
+
+/* The TMA-store epilogue of one consumer warpgroup's 128 x 128 tile at
+ * (m0, n0) of D [M][N] bf16, written (not accumulated): d as
+ * mm_wg_pingpong holds it (rows 64h.. in d[64h..]), bias [N] or NULL.
+ * For each 64-row half h: thread 0 of the warpgroup (warp 0, lane 0, the
+ * only one that issues bulk copies) waits until the stores issued from the
+ * staging buffer have read it (wait_group.read 0), the warpgroup meets at
+ * PP_BAR_EPI + c; every thread adds bias to its fragment's pairs, rounds
+ * them to bf16 and writes them into the staging buffer stg (shared address
+ * stg_s; [2 boxes of 64 columns][64 rows][128 bytes], 16-byte chunk index
+ * XOR row % 8: the layout a TMA box lands in, so the store reads it back
+ * as the box), fences the generic proxy's writes against the async
+ * proxy's reads, and meets the others again; thread 0 then issues the
+ * half's boxes (those whose first row and column lie inside D: TMA clips
+ * the rest of a box to the tensor) and commits them as one bulk group.
+ * tmD: D's map, {64 n, 64 m} boxes, 128-byte swizzle. */
+__device__ __forceinline__ void mm_wg_epilogue_tma(const float (&d)[128], unsigned char *stg, uint32_t stg_s,
+                                                   const CUtensorMap *tmD, const bf16 *bias, int M, int N,
+                                                   int m0, int n0, int c, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bool issuer = warp == 0 && lane == 0;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (issuer) sm90_bulk_wait_read<0>();  /* the staging buffer is free again */
+        sm90_bar_sync(PP_BAR_EPI + c, 128);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {  /* columns 8j + 2t, +1: box j / 8, chunk j % 8 of a row */
+            const int col = n0 + 8 * j + 2 * t;
+            float b0 = 0.0f, b1 = 0.0f;
+            if (bias && col < N) {  /* N % 8 == 0 (the map's pitch): col + 1 < N too */
+                b0 = __bfloat162float(bias[col]);
+                b1 = __bfloat162float(bias[col + 1]);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {  /* rows 16 warp + g, + 8 of the half */
+                const int r = 16 * warp + g + 8 * e;
+                const int off = (j >> 3) * WG_BOX_BYTES + r * 128 + (((j & 7) ^ (r & 7)) << 4) + 4 * t;
+                *reinterpret_cast<__nv_bfloat162 *>(stg + off) =
+                    __floats2bfloat162_rn(d[64 * h + 4 * j + 2 * e] + b0, d[64 * h + 4 * j + 2 * e + 1] + b1);
+            }
+        }
+        sm90_fence_proxy_async();
+        sm90_bar_sync(PP_BAR_EPI + c, 128);
+        if (issuer) {
+            const int row = m0 + 64 * h;
+            if (row < M) {
+                sm90_tma_store_2d(tmD, n0, row, stg_s);
+                if (n0 + 64 < N) sm90_tma_store_2d(tmD, n0 + 64, row, stg_s + WG_BOX_BYTES);
+            }
+            sm90_bulk_commit();
+        }
+    }
+}
 #endif
 
 #if SM90_BUILD
 /* The two wgmma kernels' common parts: the work items' walk, the stage
  * ring's mbarriers and the producer. A block walks items blockIdx.x,
- * blockIdx.x + gridDim.x, ...; item w is tile w % tiles (tiles_m tiles of
- * BM rows fastest, then tiles of BN columns) over the k-blocks of 64
- * [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in all). */
+ * blockIdx.x + gridDim.x, ...; item w is tile w % tiles over the k-blocks
+ * of 64 [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in
+ * all). Tiles go in bands of `group` m-tiles (of BM rows; tiles_m in all):
+ * within a band m fastest, then the BN columns; then the next band (the
+ * last may be narrower). group >= tiles_m is one band: m fastest over all
+ * of M (the header's "Tile order" says which the host takes). */
 struct MmWgItem {
     int m0, n0, part, kb0, kb1;
 };
-template <int BM, int BN>
-__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int kps, int nk) {
+/* Tile `tile`'s m-tile and n-tile in the banded order above. */
+__device__ __forceinline__ int2 mm_wg_tile(int tile, int tiles_m, int tiles, int group) {
+    const int tiles_n = tiles / tiles_m, band = tile / (group * tiles_n), first = band * group;
+    const int g = min(group, tiles_m - first), r = tile - first * tiles_n;
+    return make_int2(first + r % g, r / g);
+}
+/* CL > 1 (the cluster kernel): an item is a column of CL tiles along M that
+ * share their n-tile, tiles_m counting those columns; CTA `rank` of the
+ * cluster takes tile rank of it. */
+template <int BM, int BN, int CL = 1>
+__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int group, int kps, int nk,
+                                               int rank = 0) {
     const int tile = item % tiles, part = item / tiles;
-    return MmWgItem{(tile % tiles_m) * BM, (tile / tiles_m) * BN, part, part * kps, min(nk, (part + 1) * kps)};
+    const int2 mn = mm_wg_tile(tile, tiles_m, tiles, group);
+    return MmWgItem{(mn.x * CL + rank) * BM, mn.y * BN, part, part * kps, min(nk, (part + 1) * kps)};
+}
+/* Where a walk starts and its stride: a block's (blockIdx.x, gridDim.x), or
+ * with clusters (CL > 1) its cluster's, both CTAs of which walk the same items. */
+template <int CL> __device__ __forceinline__ int mm_wg_first() {
+    if constexpr (CL > 1) return (int)sm90_clusterid_x();
+    else return (int)blockIdx.x;
+}
+template <int CL> __device__ __forceinline__ int mm_wg_stride() {
+    if constexpr (CL > 1) return (int)sm90_nclusterid_x();
+    else return (int)gridDim.x;
 }
 
 /* Thread 0 initialises the ring's mbarriers: full[s] takes the producer's
@@ -695,9 +879,16 @@ __device__ __forceinline__ void mm_wg_init_bars(uint64_t *full_bar, uint64_t *em
 }
 
 /* A consumer warp frees stage prev (-1: none) once the wgmma that read it
- * is done: lane 0 arrives at its empty barrier, then the warp regroups. */
+ * is done: lane 0 arrives at its empty barrier (CL > 1: and at the peer
+ * CTA's, whose producer multicasts half of B into this stage too), then the
+ * warp regroups. */
+template <int CL = 1>
 __device__ __forceinline__ void mm_wg_release(uint64_t *empty_bar, int prev, int lane) {
-    if (prev >= 0 && lane == 0) sm90_mbar_arrive(sm90_smem_u32(&empty_bar[prev]));
+    if (prev >= 0 && lane == 0) {
+        const uint32_t a = sm90_smem_u32(&empty_bar[prev]);
+        sm90_mbar_arrive(a);
+        if constexpr (CL > 1) sm90_mbar_arrive_cluster(sm90_mapa(a, sm90_cluster_ctarank() ^ 1u));
+    }
     __syncwarp();
 }
 
@@ -718,20 +909,19 @@ __device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map,
  * into the STAGES-stage ring at base (stage s at base + s (A + B bytes): A
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
  * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
- * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It decodes an item
- * as mm_wg_item does, inline: through mm_wg_item nvcc 13 schedules the
- * kernels differently (the sm_90a code is the same bits this way). */
-template <bool AK, bool BK, int BM, int BN, int STAGES>
+ * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It walks the
+ * items as the consumers do (mm_wg_item). */
+template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
                                               uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
-                                              int items, int kps, int nk) {
+                                              int group, int items, int kps, int nk, int M) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
+    const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     int it = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int tile = item % tiles, part = item / tiles;
-        const int m0 = (tile % tiles_m) * BM, n0 = (tile / tiles_m) * BN;
-        const int kb1 = min(nk, (part + 1) * kps);
-        for (int kb = part * kps; kb < kb1; kb++, it++) {
+    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>()) {
+        const MmWgItem w = mm_wg_item<BM, BN, CL>(item, tiles_m, tiles, group, kps, nk, rank);
+        const int m0 = w.m0, n0 = w.n0;
+        for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
             const int s = it % STAGES;
             const uint32_t parity = (uint32_t)(it / STAGES) & 1u;
             const uint32_t fb = sm90_smem_u32(&full_bar[s]);
@@ -739,18 +929,30 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
             sm90_mbar_expect_tx(fb, STAGE_BYTES);
             const uint32_t sa = base + s * STAGE_BYTES, sb = sa + A_BYTES;
             const int k0 = kb * WG_BK;
-            mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
-            mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
+            if constexpr (CL > 1) {
+                /* A: this CTA's rows (a tile past M, the second of an odd
+                 * column's last pair, loads its partner's: never stored);
+                 * B: half `rank` of the shared tile, 64 n (a {64 k, 64 n}
+                 * box, or one {64 n, 64 k}), into both CTAs' stage s */
+                mm_wg_load<AK, BM>(sa, tmA, k0, m0 < M ? m0 : m0 - BM, fb);
+                const int nh = n0 + 64 * rank;
+                sm90_tma_2d_multicast(sb + rank * WG_BOX_BYTES, tmB, BK ? k0 : nh, BK ? nh : k0, fb,
+                                      (uint16_t)((1u << CL) - 1u));
+            } else {
+                mm_wg_load<AK, BM>(sa, tmA, k0, m0, fb);
+                mm_wg_load<BK, BN>(sb, tmB, k0, n0, fb);
+            }
         }
     }
 }
 
 /* What a consumer warpgroup of mm_wgmma_kernel holds: the kernel's
  * arguments (its comment), the ring (base: stage s at base + s stage bytes;
- * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, kps, nk;
+ * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, group, kps, nk;
  * items in all), and its place: warpgroup c (0, 1), warp, lane and the
  * warp's epilogue chunk ep (after the stages). */
 struct MmWg {
+    const CUtensorMap *tmD;  /* TS: D's store map */
     void *D;
     int d_fp32, accumulate;
     const bf16 *bias;
@@ -759,9 +961,11 @@ struct MmWg {
     int kps, vec_w;
     uint32_t base;
     uint64_t *full_bar, *empty_bar;
-    int tiles_m, tiles, items, nk;
+    int tiles_m, tiles, group, items, nk;
     int c, warp, lane;
     float *ep;
+    unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
+    uint32_t stg_s;
 };
 
 /* A consumer's wait for ring stage it % STAGES to land; returns the stage.
@@ -778,19 +982,21 @@ __device__ __forceinline__ int mm_wg_stage_wait(uint64_t *full_bar, int it) {
 /* After a k-block's wgmmas were issued on stage s: commits them, waits for
  * the previous k-block's group and frees its stage prev; returns s, the
  * next prev. */
+template <int CL = 1>
 __device__ __forceinline__ int mm_wg_retire(uint64_t *empty_bar, int prev, int s, int lane) {
     sm90_wgmma_commit();
     sm90_wgmma_wait<1>();
-    mm_wg_release(empty_bar, prev, lane);
+    mm_wg_release<CL>(empty_bar, prev, lane);
     return s;
 }
 
 /* After a tile's last k-block: waits for every wgmma, fences the
  * accumulators d and frees the last stage prev. */
+template <int CL = 1>
 __device__ __forceinline__ void mm_wg_drain(float (&d)[128], uint64_t *empty_bar, int prev, int lane) {
     sm90_wgmma_wait<0>();
     sm90_fence_regs(d);
-    mm_wg_release(empty_bar, prev, lane);
+    mm_wg_release<CL>(empty_bar, prev, lane);
 }
 
 /* mm_wgmma_kernel<false>'s consumers, the cooperative schedule: both
@@ -801,7 +1007,7 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
     float d[128];
     int it = 0;
     for (int item = blockIdx.x; item < g.items; item += gridDim.x) {
-        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk);
         const int m0 = w.m0, n0 = w.n0, part = w.part;
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
@@ -846,15 +1052,19 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
  * j > 0), and the other warpgroup arrives there when its mainloop of item
  * j - 1 is done (only when an item j follows: every arrival is waited
  * for). Same split-K as the cooperative one; tmB's k-major box is {64 k,
- * 128 n}. */
-template <bool AK, bool BK>
+ * 128 n}. CL > 1, the cluster kernel (TC_WGMMA_CLUSTER): the cluster walks
+ * columns of CL tiles (mm_wg_item), this CTA its rank's, and a stage is
+ * freed at both CTAs' empty barriers (mm_wg_release); tmB's k-major box is
+ * {64 k, 64 n}, half the tile. */
+template <bool AK, bool BK, int CL = 1, bool TS = false>
 __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float *ep = g.ep;
     const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
+    const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
     int it = 0, j = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x, j++) {
-        const MmWgItem w = mm_wg_item<PP_BM, PP_BN>(item, g.tiles_m, g.tiles, g.kps, g.nk);
+    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>(), j++) {
+        const MmWgItem w = mm_wg_item<PP_BM, PP_BN, CL>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk, rank);
         const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
         if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
             it += kb1 - kb0;
@@ -881,12 +1091,16 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
                 sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 0>(d, da0, db);
                 sm90_wgmma_m64n128<AK ? 0 : 1, BK ? 0 : 1, 64>(d, da1, db);
             }
-            prev = mm_wg_retire(g.empty_bar, prev, s, lane);
+            prev = mm_wg_retire<CL>(g.empty_bar, prev, s, lane);
         }
-        mm_wg_drain(d, g.empty_bar, prev, lane);
+        mm_wg_drain<CL>(d, g.empty_bar, prev, lane);
         /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-        if (item + (int)gridDim.x < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+        if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
+        if constexpr (TS) {  /* bf16 D written, one part: through TMA */
+            mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0, c, warp, lane);
+            continue;
+        }
         const bool to_d = part == 0;
         void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
         const int dfp = to_d ? g.d_fp32 : 1, acc = to_d ? g.accumulate : 0, vec = to_d ? g.vec_ok : g.vec_w;
@@ -894,6 +1108,9 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + warp * 16, n0, vec, lane);
         mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + 64 + warp * 16, n0, vec, lane);
     }
+    /* TS: the last stores have read the staging buffer before the block's shared memory goes */
+    if constexpr (TS)
+        if (warp == 0 && lane == 0) sm90_bulk_wait_read<0>();
 }
 #endif
 
@@ -904,12 +1121,17 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
  * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
  * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
- * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. */
-template <bool PP, bool AK, bool BK>
+ * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. CL > 1
+ * (with PP: TC_WGMMA_CLUSTER): launched in clusters of CL CTAs along x,
+ * grid CL x min(the clusters that fit, columns of CL tiles x splits), a
+ * work item a column (mm_wg_item). group (>= 1): m-tiles (CL > 1: columns)
+ * a band of the tile order (mm_wg_item). */
+template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w) {
+                const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
+                int vec_ok, float *work, int splits, int kps, int vec_w, int group) {
+    static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
     constexpr int STAGE_BYTES = PP ? PP_STAGE_BYTES : WG_STAGE_BYTES;
@@ -922,35 +1144,51 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
      * two {64 m, 64 k}) then B (16 KB: one {64 k, 128 n} box, or two {64 n,
      * 64 k}). */
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
-    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_m = (M + BM * CL - 1) / (BM * CL);  /* CL > 1: columns of CL tiles */
     const int tiles = tiles_m * ((N + BN - 1) / BN);
     const int items = tiles * splits;
     const int nk = (K + WG_BK - 1) / WG_BK;
     const int wg = threadIdx.x >> 7;
 
-    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's */
-    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 : WG_CONSUMER_WARPS);
-    __syncthreads();
+    /* empty: the consuming warps, both warpgroups' or (ping-pong) one's, of
+     * each CTA of the cluster (CL > 1: every CTA's producer writes B into
+     * this stage) */
+    mm_wg_init_bars<STAGES>(full_bar, empty_bar, PP ? 4 * CL : WG_CONSUMER_WARPS);
+    if constexpr (CL > 1) {
+        /* every CTA's barriers initialised before a peer multicasts or arrives there */
+        sm90_cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
     if (wg == 0) {
         /* Producer: one thread issues every copy; the rest of the warpgroup
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, BM, BN, STAGES>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles, items,
-                                                  kps, nk);
+            mm_wg_produce<AK, BK, BM, BN, STAGES, CL>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
+                                                      group, items, kps, nk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
-        MmWg g{D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
-               tiles_m, tiles, items, nk};
+        MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
+               tiles_m, tiles, group, items, nk};
         g.c = wg - 1;
         g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
-        g.ep = reinterpret_cast<float *>(mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES +
-                                         (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        /* after the stages: the 8 warps' epilogue chunks, or (TS) the 2
+         * warpgroups' staging buffers, 1024-byte aligned as the swizzle needs */
+        unsigned char *after = mm_smem + (base - sm90_smem_u32(mm_smem)) + STAGES * STAGE_BYTES;
+        g.ep = reinterpret_cast<float *>(after + (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
+        g.stg = after + g.c * TS_STAGE_BYTES;
+        g.stg_s = base + STAGES * STAGE_BYTES + g.c * TS_STAGE_BYTES;
         if constexpr (PP)
-            mm_wg_pingpong<AK, BK>(g);
+            mm_wg_pingpong<AK, BK, CL, TS>(g);
         else
             mm_wg_coop<AK, BK>(g);
+    }
+    if constexpr (CL > 1) {
+        /* no CTA exits while its peer may still multicast into its stages
+         * or arrive on its empty barriers */
+        sm90_cluster_sync();
     }
 #endif
 }
@@ -1103,8 +1341,31 @@ __global__ void mm_splitk_sum_kernel(float *D, const float *work, int parts, siz
 #define MM_CAP_SM_SHIFT 8
 
 /* Capability word of each device (see the header): written once, read with
- * acquire; two threads racing on a first call compute the same word. */
+ * acquire; two threads racing on a first call compute the same word. And
+ * the clusters of the cluster kernel that fit each device at once
+ * (cudaOccupancyMaxActiveClusters; 0: it does not run there), stored before
+ * the word. */
 static std::atomic<int> mm_caps[MM_MAX_DEVICES];
+static std::atomic<int> mm_clusters[MM_MAX_DEVICES];
+
+/* How many clusters of CL_CTAS of the cluster kernel can run at once here
+ * (the persistent grid's size), or 0. */
+static int mm_max_clusters() {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL_CTAS;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    /* grid, block, dynamic shared memory, stream, attributes (in order: the
+     * emulation's gridDim macro hides the field names) */
+    cudaLaunchConfig_t cfg = {dim3(CL_CTAS), dim3(WG_THREADS), PP_SMEM_BYTES, 0, at, 1};
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, mm_wgmma_kernel<true, true, true, CL_CTAS>, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
 
 /* Raises the dynamic shared memory limit of kernel f; false when the device
  * has no code for f (or not that much shared memory). */
@@ -1147,8 +1408,22 @@ static int mm_device_caps(cudaStream_t stream) {
                 mm_set_smem(mm_wgmma_kernel<true, true, true>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, true, false>, PP_SMEM_BYTES) &&
                 mm_set_smem(mm_wgmma_kernel<true, false, true>, PP_SMEM_BYTES) &&
-                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES))
+                mm_set_smem(mm_wgmma_kernel<true, false, false>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, 1, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, 1, true>, PP_TS_SMEM_BYTES))
                 caps |= MM_CAP_WGMMA;
+            if ((caps & MM_CAP_WGMMA) && mm_set_smem(mm_wgmma_kernel<true, true, true, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS>, PP_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, true, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, true, false, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, true, CL_CTAS, true>, PP_TS_SMEM_BYTES) &&
+                mm_set_smem(mm_wgmma_kernel<true, false, false, CL_CTAS, true>, PP_TS_SMEM_BYTES) && dev >= 0 &&
+                dev < MM_MAX_DEVICES)
+                mm_clusters[dev].store(mm_max_clusters(), std::memory_order_relaxed);
         } else {
             cudaGetLastError();
         }
@@ -1236,12 +1511,14 @@ static MmSplit mm_split_mma(int sms, int d_fp32, int M, int N, int K, size_t wor
                          2.0 * MM_BM * MM_BN * MM_BK, M, N, work_floats);
 }
 /* pp: the ping-pong kernel, whose two warpgroups take turns at the math:
- * one 128 x 128 tile's k-block at a time an SM. */
-static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K, size_t work_floats) {
-    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
+ * one 128 x 128 tile's k-block at a time an SM. cl: its cluster form
+ * (CL_CTAS tiles along M a work item, `clusters` items at once), else 1. */
+static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K, size_t work_floats,
+                              int cl = 1, int clusters = 0) {
+    const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long tiles = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn);
-    return mm_plan_split(d_fp32, tiles, sms, sms, mm_ceil_div(K, WG_BK), 2.0 * bm * bn * WG_BK, M, N,
-                         work_floats);
+    return mm_plan_split(d_fp32, tiles, cl > 1 ? clusters : sms, sms, mm_ceil_div(K, WG_BK),
+                         2.0 * bm * bn * WG_BK, M, N, work_floats);
 }
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1274,47 +1551,95 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     LAUNCH_CHECK(mm_mma_kernel);
 }
 
-/* Encodes the maps and launches the ping-pong kernel (pp) or the
- * cooperative one; false (nothing launched) when the driver has no
- * tensor-map encoder or refuses a map. */
-static bool mm_launch_wgmma(bool pp, int sms, void *D, int d_fp32, int accumulate, const void *A,
+/* The tile order's band (the header's "Tile order"): of tiles_m m-tiles
+ * (columns, in the cluster kernel) and tiles_n n-tiles, `items` work items
+ * (one split-K part's) over `slots` at once, whose A takes a_bytes and B
+ * b_bytes (the part's slices). The m-fastest walk (one band of
+ * tiles_m) reads B once, and A once if it stays in L2 from one wave to the
+ * next, else every wave; bands of G = floor(sqrt(slots)) m-tiles (a wave
+ * then holds about G m-tiles and slots / G n-tiles) read A once, and B once
+ * if it stays in L2 from one band to the next, else every band. Returns
+ * the band with the fewer HBM bytes, m-fastest on a tie. L2: MM_L2_BYTES. */
+#define MM_L2_BYTES 50e6  /* H100 and H200: 50 MB */
+static int mm_band(int tiles_m, int tiles_n, long long items, int slots, double a_bytes, double b_bytes) {
+    int g = 1;
+    while ((g + 1) * (g + 1) <= slots) g++;
+    if (g >= tiles_m || slots < 1) return tiles_m > 0 ? tiles_m : 1;
+    const double waves = (double)((items + slots - 1) / slots), bands = (double)((tiles_m + g - 1) / g);
+    const double mfast = (a_bytes > MM_L2_BYTES ? waves : 1.0) * a_bytes + b_bytes;
+    const double banded = a_bytes + (b_bytes > MM_L2_BYTES ? bands : 1.0) * b_bytes;
+    (void)tiles_n;
+    return banded < mfast ? g : tiles_m;
+}
+
+/* Encodes the maps and launches the ping-pong kernel (pp), its cluster
+ * form (pp, cl = CL_CTAS: `slots` clusters at most) or the cooperative one
+ * (slots: the SMs), its tiles in bands of `group` m-tiles (0: mm_band's);
+ * false (nothing launched) when the driver has no tensor-map encoder or
+ * refuses a map. */
+static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
-                            int N, int K, const MmSplit *sp, float *work, cudaStream_t stream) {
+                            int N, int K, const MmSplit *sp, float *work, int group, cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
-    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, pp ? PP_BN : WG_BN)
+    /* B k-major: the cluster kernel's CTAs load half the tile each, {64 k, 64 n} */
+    const bool ok_b = b_kmajor ? sm90_encode_2d(&tb, B, K, N, WG_BK, cl > 1 ? 64 : pp ? PP_BN : WG_BN)
                                : sm90_encode_2d(&tb, B, N, K, 64, WG_BK);
     if (!ok_a || !ok_b) return false;
-    const int bm = pp ? PP_BM : WG_BM, bn = pp ? PP_BN : WG_BN;
-    const long long items = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn) * sp->splits;
-    const int grid = (int)(items < sms ? items : sms);
+    /* TMA stores (ping-pong and cluster kernels): a bf16 D written, not
+     * accumulated, in one part, whose map encodes (D 16-byte aligned, N % 8
+     * == 0); otherwise td stays zero and unused */
+    CUtensorMap td;
+    memset(&td, 0, sizeof td);
+    const bool ts = pp && !d_fp32 && !accumulate && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
+    const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
+    const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
+    const long long items = (long long)tiles_m * tiles_n * sp->splits;
+    const int grid = (int)(items < slots ? items : slots) * cl;
+    /* split-K: part p's tiles are items p tiles .. (p + 1) tiles - 1, each part a K / splits slice of A and B */
+    if (group <= 0)
+        group = mm_band(tiles_m, tiles_n, (long long)tiles_m * tiles_n, slots, 2.0 * M * K / sp->splits,
+                        2.0 * N * K / sp->splits);
+    if (group > tiles_m) group = tiles_m;  /* one band; group x tiles_n stays within the int tile count */
     const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
     const bf16 *bs = (const bf16 *)bias;
-#define WG_GO(AK, BK)                                                                       \
-    do {                                                                                    \
-        if (pp)                                                                             \
-            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, PP_SMEM_BYTES, stream>>>(     \
-                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
-                vec_w);                                                                     \
-        else                                                                                \
-            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(    \
-                ta, tb, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, \
-                vec_w);                                                                     \
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL_CTAS;  /* along M: the CTAs of a cluster share the B tile */
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    const int smem = ts ? PP_TS_SMEM_BYTES : PP_SMEM_BYTES;
+    const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
+    /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
+#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group
+#define WG_GO(AK, BK)                                                                                   \
+    do {                                                                                                \
+        if (cl > 1 && ts)                                                                               \
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS, true>, WG_ARGS)); \
+        else if (cl > 1)                                                                                \
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, mm_wgmma_kernel<true, AK, BK, CL_CTAS>, WG_ARGS));      \
+        else if (ts)                                                                                    \
+            mm_wgmma_kernel<true, AK, BK, 1, true><<<grid, WG_THREADS, smem, stream>>>(WG_ARGS);        \
+        else if (pp)                                                                                    \
+            mm_wgmma_kernel<true, AK, BK><<<grid, WG_THREADS, smem, stream>>>(WG_ARGS);                 \
+        else                                                                                            \
+            mm_wgmma_kernel<false, AK, BK><<<grid, WG_THREADS, WG_SMEM_BYTES, stream>>>(WG_ARGS);       \
     } while (0)
     if (a_kmajor && b_kmajor) WG_GO(true, true);
     else if (a_kmajor) WG_GO(true, false);
     else if (b_kmajor) WG_GO(false, true);
     else WG_GO(false, false);
 #undef WG_GO
+#undef WG_ARGS
     LAUNCH_CHECK(mm_wgmma_kernel);
     return true;
 }
 
 /* The device facts tc_gemm decides by: capabilities and SM count. */
 typedef struct MmChoice {
-    bool mma_ok, wg_ok;
-    int sms;
+    bool mma_ok, wg_ok, cl_ok;
+    int sms, clusters;  /* clusters: of the cluster kernel at once */
 } MmChoice;
 
 static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
@@ -1327,6 +1652,10 @@ static MmChoice mm_choice(const void *A, int a_kmajor, const void *B, int b_kmaj
     c.mma_ok = (caps & MM_CAP_MMA) && aligned && mm_ceil_div(N, MM_BN) <= 65535;
     c.wg_ok = (caps & MM_CAP_WGMMA) && aligned && c.sms > 0 &&
               (long long)mm_ceil_div(M, PP_BM) * mm_ceil_div(N, PP_BN) < (1ll << 31);
+    int dev = -1;
+    c.clusters = cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < MM_MAX_DEVICES
+                     ? mm_clusters[dev].load(std::memory_order_relaxed) : 0;
+    c.cl_ok = c.wg_ok && c.clusters > 0;
     return c;
 }
 
@@ -1344,12 +1673,12 @@ extern "C" int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void 
     return c.mma_ok ? TC_MMA : TC_SIMPLE;
 }
 
-extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
-                       int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
-                       int K, float *work, size_t work_floats, void *stream) {
+extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A,
+                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                             int K, float *work, size_t work_floats, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
-        impl != TC_WGMMA_COOP)
+        impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
     if (impl == TC_SIMPLE) {
         if (M > 0 && N > 0)
@@ -1362,6 +1691,16 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     if (!work) work_floats = 0;
     const size_t mn = empty ? 0 : (size_t)M * N;
 
+    if (impl == TC_WGMMA_CLUSTER) {  /* never TC_AUTO's choice (yet): no fallback */
+        if (!c.cl_ok) return -1;
+        if (empty) return TC_WGMMA_CLUSTER;
+        const MmSplit sp = mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters);
+        if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
+                             M, N, K, &sp, work, group, st))
+            return -1;
+        if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
+        return TC_WGMMA_CLUSTER;
+    }
     if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_AUTO) {
         const bool pp = impl == TC_WGMMA ||
                         (impl == TC_AUTO && !empty && mm_auto_pp(c.sms, d_fp32, M, N, K, work_floats));
@@ -1369,8 +1708,8 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
         if (c.wg_ok && empty) return ran;
         if (c.wg_ok) {
             const MmSplit sp = mm_split_wgmma(pp, c.sms, d_fp32, M, N, K, work_floats);
-            if (mm_launch_wgmma(pp, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                                M, N, K, &sp, work, st)) {
+            if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
+                                M, N, K, &sp, work, group, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
             }
@@ -1394,10 +1733,21 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
     return TC_SIMPLE;
 }
 
+extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
+                       int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                       int K, float *work, size_t work_floats, void *stream) {
+    return tc_gemm_order(impl, 0, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, work,
+                         work_floats, stream);
+}
+
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                               int b_kmajor, int M, int N, int K, size_t work_floats, void *stream) {
-    if (M <= 0 || N <= 0 || (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP)) return 1;
+    if (M <= 0 || N <= 0 ||
+        (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER))
+        return 1;
     const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
+    if (impl == TC_WGMMA_CLUSTER)
+        return c.cl_ok ? mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters).splits : 1;
     if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
         return c.wg_ok ? mm_split_wgmma(impl == TC_WGMMA, c.sms, d_fp32, M, N, K, work_floats).splits : 1;
     return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;

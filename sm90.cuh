@@ -1,7 +1,10 @@
 /* sm90.cuh: the Hopper (sm_90a) inline PTX that matmul.cu's wgmma GEMM and
  * attention_sm90.cu's FlashAttention-3 kernels share, written once: mbarriers,
- * TMA 2-D loads, setmaxnreg, named barriers, wgmma (fence, commit, wait and
+ * TMA 2-D loads and stores (with their bulk groups and proxy fence),
+ * setmaxnreg, named barriers, wgmma (fence, commit, wait and
  * the m64nNk16 bf16 -> f32 products, A from shared memory or registers),
+ * the cluster's (multicast TMA, %cluster_ctarank and %clusterid, mapa,
+ * remote mbarrier arrivals, barrier.cluster),
  * the accumulator register fence, and the two plain helpers around them
  * (a shared-memory address, a matrix descriptor), and on the host the
  * TMA tensor map both encode (sm90_encode_2d). The article's section is
@@ -86,6 +89,77 @@ __device__ __forceinline__ void sm90_tma_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
                  "[%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+/* TMA stores (matmul.cu's epilogue of the products that do not read the
+ * old D). One 2-D box from shared memory at src (the map's box, laid out
+ * as a load of it would land: 128-byte swizzled) to `map`'s tensor at
+ * element coordinates (c0 inner, c1 outer); the parts of the box outside
+ * the tensor are not written. Asynchronous: the issuing thread's bulk
+ * group (sm90_bulk_commit) tracks it, and src may be written again only
+ * after sm90_bulk_wait_read retires that group. The threads' generic-proxy
+ * writes of src must be ordered before it by sm90_fence_proxy_async (each
+ * writer) and a barrier. */
+__device__ __forceinline__ void sm90_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+/* Closes this thread's bulk copies issued since the last commit into one bulk group. */
+__device__ __forceinline__ void sm90_bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* Waits until at most N of this thread's bulk groups still read their shared memory. */
+template <int N> __device__ __forceinline__ void sm90_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+/* Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads. */
+__device__ __forceinline__ void sm90_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Clusters (matmul.cu's TC_WGMMA_CLUSTER). The same box into the shared
+ * memory at dst of every CTA of the cluster whose bit is set in cta_mask
+ * (bit r: %cluster_ctarank r), completing its bytes on each one's mbarrier
+ * at bar (dst and bar: this CTA's shared::cta addresses, the same offsets
+ * in each destination). */
+__device__ __forceinline__ void sm90_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                      uint32_t bar, uint16_t cta_mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask) : "memory");
+}
+/* This CTA's rank in its cluster; the cluster's index along x and the
+ * number of clusters along x. */
+__device__ __forceinline__ uint32_t sm90_cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sm90_clusterid_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sm90_nclusterid_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+/* The shared::cluster address of shared::cta address addr in the CTA of rank `rank`. */
+__device__ __forceinline__ uint32_t sm90_mapa(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+/* Arrives (release, cluster scope) at the mbarrier at shared::cluster address addr (sm90_mapa's). */
+__device__ __forceinline__ void sm90_mbar_arrive_cluster(uint32_t addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" :: "r"(addr) : "memory");
+}
+/* barrier.cluster: every thread of the cluster arrives (release), then
+ * waits (acquire) for the others; all of a warp together (.aligned). */
+__device__ __forceinline__ void sm90_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 /* Lowers (dec) or raises (inc) the warpgroup's per-thread register budget to R. */

@@ -24,7 +24,9 @@ typedef enum {
     TC_SIMPLE = 1,  /* one thread an output element, float32 accumulation: the yardstick of the others */
     TC_MMA = 2,     /* mma.sync.m16n8k16 bf16 (sm_80+) */
     TC_WGMMA = 3,   /* wgmma + TMA, two consumer warpgroups in ping-pong (sm_90a builds on an sm_90 device) */
-    TC_WGMMA_COOP = 4 /* the same, both warpgroups on one tile (cooperative): the kernel before ping-pong */
+    TC_WGMMA_COOP = 4, /* the same, both warpgroups on one tile (cooperative): the kernel before ping-pong */
+    TC_WGMMA_CLUSTER = 5 /* TC_WGMMA in clusters of 2 CTAs along M, the B tile multicast by TMA to both
+                            (sm_90a; never TC_AUTO's choice until a lease has timed it) */
 } TcImpl;
 
 /* D[M,N] = A[M,K] B[K,N] (+ D when accumulate) (+ bias[N] on every row when
@@ -52,6 +54,16 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
             const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
             size_t work_floats, void *stream);
 
+/* tc_gemm with the wgmma kernels' tile order given (the others ignore it):
+ * their output tiles go in bands of `group` m-tiles (the cluster kernel's:
+ * columns of 2), m fastest within a band, then n, then the next band;
+ * group >= the m-tiles is the m-fastest order, group <= 0 the order
+ * tc_gemm takes (matmul.cu's header, "Tile order"). The order changes no
+ * value, only which SM computes a tile when: for tests and bench. */
+int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
+                  const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
+                  size_t work_floats, void *stream);
+
 /* The implementation tc_gemm with TC_AUTO runs for this product on this
  * device (the arguments as tc_gemm's; nothing is launched but, on a
  * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the
@@ -59,7 +71,7 @@ int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A, int
 int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_kmajor, int M, int N,
                  int K, size_t work_floats, void *stream);
 
-/* How many parts tc_gemm with this implementation (TC_MMA, TC_WGMMA or TC_WGMMA_COOP; 1 for
+/* How many parts tc_gemm with this implementation (TC_MMA or a TC_WGMMA*; 1 for
  * the others, or when it would not run) cuts K into for this product. */
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);

@@ -19,7 +19,12 @@
  *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync, with
  *    wgmma in ping-pong ("wgmma", TC_WGMMA: what training runs on sm_90a)
  *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
- *    ping-pong, timed beside it), beside cuBLAS's cublasGemmEx on the same buffers, layouts
+ *    ping-pong, timed beside it), the ping-pong kernel in clusters of two
+ *    CTAs sharing a multicast B tile ("wg-clus", TC_WGMMA_CLUSTER: the next
+ *    rung, timed beside it, never TC_AUTO's yet), and on the five products
+ *    whose tiles tc_gemm walks in bands (qkv dinp, fc dinp, fcproj fwd,
+ *    head dinp, head dw) ping-pong in the m-fastest order ("wg-mfast",
+ *    tc_gemm_order: the walk before the bands), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
@@ -285,8 +290,9 @@ static double bench_err(const void *got, const void *ref, size_t n, DType dt) {
  * The context: devices, timing, and what the targets need. No globals. */
 
 /* BENCH_T_WGMMA: the wgmma kernel TC_AUTO runs on each product (training's);
- * BENCH_T_PP, BENCH_T_COOP: each wgmma kernel on every product */
-enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_T_PP = 4, BENCH_NTARGETS = 5 };
+ * BENCH_T_PP, BENCH_T_COOP, BENCH_T_CLUS: each wgmma kernel on every product */
+enum { BENCH_T_MMA = 0, BENCH_T_WGMMA = 1, BENCH_T_MEM = 2, BENCH_T_COOP = 3, BENCH_T_PP = 4, BENCH_T_CLUS = 5,
+       BENCH_NTARGETS = 6 };
 /* A training step's phases, for the step's kernel sum */
 enum { BENCH_P_FWD, BENCH_P_BWD, BENCH_P_REDUCE, BENCH_P_NORM, BENCH_P_OPT, BENCH_NPHASES };
 static const char *const bench_phase_name[BENCH_NPHASES] = {"forward", "backward", "reduction", "norm", "optimizer"};
@@ -428,6 +434,10 @@ static void bench_copy(BenchCtx *c) {
  * 2. matmul: tc_gemm beside cuBLAS. */
 
 #define BENCH_CUBLAS_IMPL (-1)
+/* TC_WGMMA with its tiles in the m-fastest order (tc_gemm_order, one band
+ * of every m-tile): row "wg-mfast", beside "wgmma" on the products whose
+ * order tc_gemm bands (bench/NOTES.md, "TMA stores and a tile order") */
+#define BENCH_WG_MFAST_IMPL (-2)
 #define BENCH_GEMM_ROWS 32   /* rows of D checked against the host */
 
 typedef struct {
@@ -442,7 +452,7 @@ typedef struct {
 
 typedef struct {
     const BenchGemm *g;
-    int impl;                       /* a TcImpl, or BENCH_CUBLAS_IMPL */
+    int impl;                       /* a TcImpl, BENCH_CUBLAS_IMPL or BENCH_WG_MFAST_IMPL */
     cublasHandle_t blas;
     cudaStream_t stream;
     int ret;                        /* tc_gemm's last return */
@@ -473,6 +483,10 @@ static void bench_run_gemm(void *arg) {
     BenchGemmRun *r = arg;
     const BenchGemm *g = r->g;
     if (r->impl == BENCH_CUBLAS_IMPL) bench_cublas_gemm(r->blas, g);
+    else if (r->impl == BENCH_WG_MFAST_IMPL)
+        r->ret = tc_gemm_order(TC_WGMMA, 1 << 30, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
+                               g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
+                               (void *)r->stream);
     else
         r->ret = tc_gemm((TcImpl)r->impl, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
                          g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
@@ -541,6 +555,8 @@ static const char *bench_impl_name(int impl) {
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
     case TC_WGMMA_COOP: return "wg-coop";
+    case TC_WGMMA_CLUSTER: return "wg-clus";
+    case BENCH_WG_MFAST_IMPL: return "wg-mfast";
     default: return "cublas";
     }
 }
@@ -548,12 +564,18 @@ static const char *bench_impl_name(int impl) {
 /* One product: every implementation checked, then timed; cuBLAS first, so
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
-    int impls[5], nimpl = 0;
+    int impls[7], nimpl = 0;
     impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
     impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
     impls[nimpl++] = TC_WGMMA;
+    impls[nimpl++] = TC_WGMMA_CLUSTER;  /* ping-pong in clusters, B multicast: beside it */
+    /* the products whose A (or, for head dw, the m-major A) is larger than L2 and read
+     * once a wave in the m-fastest order: ping-pong in that order beside tc_gemm's bands */
+    static const char *const banded[] = {"qkv dinp", "fc dinp", "fcproj fwd", "head dinp", "head dw"};
+    for (size_t i = 0; i < sizeof banded / sizeof *banded; i++)
+        if (!strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
     /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
     const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
                                    DEV_SCRATCH_BYTES / sizeof(float), c->stream);
@@ -569,7 +591,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         char name[64], impl[24];
         /* "wgmma/7": split-K into 7 parts */
         const int parts = impls[j] == BENCH_CUBLAS_IMPL ? 1
-                          : tc_gemm_splits((TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
+                          : tc_gemm_splits(impls[j] == BENCH_WG_MFAST_IMPL ? TC_WGMMA : (TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
                                            g->b_kmajor, g->M, g->N, g->K, r.work_floats, c->stream);
         if (parts > 1) snprintf(impl, sizeof impl, "%s/%d", bench_impl_name(impls[j]), parts);
         else snprintf(impl, sizeof impl, "%s", bench_impl_name(impls[j]));
@@ -600,6 +622,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
         if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_PP, g->label, pct);
         if (impls[j] == TC_WGMMA_COOP) bench_target_row(c, BENCH_T_COOP, g->label, pct);
+        if (impls[j] == TC_WGMMA_CLUSTER) bench_target_row(c, BENCH_T_CLUS, g->label, pct);
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
@@ -1518,6 +1541,9 @@ static void bench_targets(const BenchCtx *c, int only) {
         if (c->nrows[BENCH_T_COOP])
             printf("(wgmma cooperative, the kernel before ping-pong, on every product: worst %.1f%% of cuBLAS (%s))\n",
                    c->worst[BENCH_T_COOP], c->worst_name[BENCH_T_COOP]);
+        if (c->nrows[BENCH_T_CLUS])
+            printf("(wgmma ping-pong in clusters of 2, B multicast, on every product: worst %.1f%% of cuBLAS (%s))\n",
+                   c->worst[BENCH_T_CLUS], c->worst_name[BENCH_T_CLUS]);
         if (c->nrows[BENCH_T_MMA])
             printf("(mma.sync, for other cards: worst %.1f%% of cuBLAS (%s); no target)\n", c->worst[BENCH_T_MMA],
                    c->worst_name[BENCH_T_MMA]);

@@ -11,8 +11,9 @@
  * shapes: M=37 N=77 K=45 (multiples of nothing: the tensor-core kernels must
  * refuse every product, TC_AUTO must fall back), M=37 N=77 K=48 (the
  * forward's contiguous dimension K is aligned, so the tensor-core kernels run
- * it with partial tiles and an odd N: the scalar epilogue), M=200 N=136 K=72
- * (aligned, but no dimension a multiple of a tile), and GPT-2's fc layer
+ * it with partial tiles and an odd N: the scalar epilogue), M=328 N=136 K=72
+ * (aligned, but no dimension a multiple of a tile; 3 tiles of 128 rows, the
+ * last partial: an odd count), and GPT-2's fc layer
  * M=1024 N=3072 K=768.
  *
  * Inputs are uniform in [-1, 1) rounded to bf16; the reference is computed
@@ -24,8 +25,13 @@
  * outputs start from random values, so a kernel that overwrites fails.
  *
  * Each product runs through TC_SIMPLE, TC_MMA, TC_WGMMA (ping-pong),
- * TC_WGMMA_COOP (cooperative) and TC_AUTO, which must run what
- * tc_gemm_auto says it runs. An
+ * TC_WGMMA_COOP (cooperative), TC_WGMMA_CLUSTER (ping-pong in clusters of
+ * two CTAs along M sharing a multicast B tile) and TC_AUTO, which must run
+ * what tc_gemm_auto says it runs. Each wgmma kernel that runs a product
+ * unsplit is run again in three tile orders (tc_gemm_order: bands of 1 and
+ * 2 m-tiles, and the m-fastest order), each of which must give tc_gemm's
+ * bits ("... tile order"); the forward products with N % 8 == 0 go through
+ * the ping-pong and cluster kernels' TMA stores. An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
@@ -42,7 +48,14 @@
  * its 4-stage pipeline; TC_WGMMA_COOP: 2 x 2 tiles of 128 x 256, 5 k-blocks
  * of 64, the last half outside K, so the stages' phases wrap; TC_WGMMA: 2 x
  * 3 tiles of 128 x 128, which with EMU_SMS=1 or 3 one block walks in turns
- * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages).
+ * of its two consumer warpgroups, 30 or 10 k-blocks through its 6 stages;
+ * TC_WGMMA_CLUSTER: 3 columns of 2 tiles, which with EMU_SMS=3 one cluster
+ * walks (1 SM: refused, SKIP: a cluster of 2 needs 2 SMs)). Its odd
+ * cases: M=37 and the split-K shapes have one m-tile, so the cluster's
+ * second CTA computes a tile wholly past M (stores nothing) and still
+ * multicasts its half of B and releases the peer's stages; M=328's three
+ * m-tiles make a whole pair and a pair whose second tile is past M, after
+ * a partial first (rows 256-327).
  */
 #include <math.h>
 #include <stdint.h>
@@ -64,7 +77,8 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #include "tc.h"
 #endif
 
-static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm auto", "bias_grad"};
+static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm wgmma-cluster",
+                               "gemm auto", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -116,9 +130,10 @@ static const Product products[NPRODUCTS] = {
     {"bias+accumulate", 1, 0, 1, 1, 0}, /* nor this: bias and the old D in one epilogue */
 };
 
-#define NIMPLS 5
+#define NIMPLS 6
 static const struct { TcImpl impl; const char *name; } impls[NIMPLS] = {
-    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"}, {TC_AUTO, "auto"},
+    {TC_SIMPLE, "simple"}, {TC_MMA, "mma"}, {TC_WGMMA, "wgmma"}, {TC_WGMMA_COOP, "wgmma-coop"},
+    {TC_WGMMA_CLUSTER, "wgmma-cluster"}, {TC_AUTO, "auto"},
 };
 
 static const char *impl_name(int r) {
@@ -127,6 +142,7 @@ static const char *impl_name(int r) {
     case TC_MMA: return "mma";
     case TC_WGMMA: return "wgmma";
     case TC_WGMMA_COOP: return "wgmma-coop";
+    case TC_WGMMA_CLUSTER: return "wgmma-cluster";
     case TC_AUTO: return "auto";
     default: return "none (-1)";
     }
@@ -193,12 +209,40 @@ static const char *refusal(const Test *t, TcImpl impl, const Product *p, int M, 
     int aligned = (p->a_kmajor ? K : M) % 8 == 0 && (p->b_kmajor ? K : N) % 8 == 0;
     *expected = 1;
     if (!aligned) return "a contiguous dimension is not a multiple of 8 elements (16-byte rows for cp.async / TMA)";
-    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
+    if (impl == TC_WGMMA_CLUSTER && t->cc_major == 9 && t->sms < 2)
+        return "a cluster of 2 CTAs (one an SM) needs 2 SMs; this device has 1";
+    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP || impl == TC_WGMMA_CLUSTER)
         return t->cc_major == 9 ? "no sm_90a kernels in this build (needs -gencode "
                                   "arch=compute_90a,code=sm_90a), or the driver has no tensor-map encoder"
                                 : "the GPU is not sm_90";
     *expected = t->cc_major < 8;
     return t->cc_major < 8 ? "the GPU is older than sm_80" : "refused an aligned shape on an sm_80+ GPU";
+}
+
+/* A wgmma kernel's tile order (tc_gemm_order) changes no value: bands of
+ * 1 and 2 m-tiles (n fastest; pairs, with a narrower last band where the
+ * m-tiles are odd) and the m-fastest order (one band of every m-tile) must
+ * each give the bits `got` (tc_gemm's own order, MN_bytes of D), from the
+ * same start d0. */
+static void test_order(Test *t, const Product *p, TcImpl impl, const char *iname, const char *shape,
+                       const void *got, const void *d0, size_t MN_bytes, void *gD, void *gA, void *gB,
+                       void *gbias, int M, int N, int K) {
+    static const int groups[3] = {1, 2, 1 << 30};
+    void *again = xmalloc(MN_bytes);
+    int same = 1, ran = 1;
+    for (int i = 0; i < 3; i++) {
+        dev_from_host(&t->gpu, gD, d0, MN_bytes);
+        ran &= tc_gemm_order(impl, groups[i], gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB, p->b_kmajor,
+                             gbias, M, N, K, NULL, 0, t->gpu.stream) == (int)impl;
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, again, gD, MN_bytes);
+        same &= memcmp(got, again, MN_bytes) == 0;
+    }
+    free(again);
+    char n2[200];
+    snprintf(n2, sizeof n2, "gemm %s %s tile order" GEMM_TAG_FMT, iname, p->name, GEMM_TAG);
+    check(&t->checks, same && ran, n2, "%s: bands of 1, 2 and all m-tiles %s tc_gemm's bits%s", shape,
+          same ? "give" : "DIFFER from", ran ? "" : " (an order did not run the same kernel)");
 }
 
 /* split: pass tc_gemm a work buffer (starting as NaN), as training does for
@@ -271,9 +315,11 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
                   "%s: ran %s%s, max rel err %.2e over %zu values%s (tol %.0e)", shape, impl_name(r),
                   right_impl ? "" : " (not the implementation asked for, or not what tc_gemm_auto says)",
                   err, (size_t)((M + step - 1) / step) * N, step > 1 ? " (every 5th row)" : "", tol);
+            if (r == (int)impls[ii].impl && (r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER))
+                test_order(t, p, impls[ii].impl, impls[ii].name, shape, got, d0, MN * esz, gD, gA, gB, gbias, M, N, K);
             continue;
         }
-        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP;
+        const int tcore = r == TC_MMA || r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER;
         const int parts = tc_gemm_splits((TcImpl)r, p->d_fp32, gA, p->a_kmajor, gB, p->b_kmajor,
                                          M, N, K, WORK_FLOATS, t->gpu.stream);
         /* again from the same start: the parts are added in a fixed order */
@@ -379,7 +425,7 @@ int main(void) {
     static const int shapes[4][3] = {
         {37, 77, 45},      /* multiples of nothing: every tensor-core product refused */
         {37, 77, 48},      /* forward aligned on K: partial tiles, odd N, scalar epilogue */
-        {200, 136, 72},    /* aligned, no dimension a tile multiple */
+        {328, 136, 72},    /* aligned, no dimension a tile multiple, 3 m-tiles */
 #ifdef GEMM_EMU
         {256, 384, 288},   /* under emulation: 2 x 3 tiles, 9 k-tiles */
 #else

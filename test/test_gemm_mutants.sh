@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
-# under the CPU emulation must be caught with each of five bugs planted in a
-# copy of it, one at a time:
+# and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
+# caught with each of fourteen bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -14,15 +14,40 @@
 #     value still right, so only the emulation's check can show it); a
 #     warpgroup arriving at its own barrier instead of the other's (a hang
 #     on hardware); an arrival after the block's last item, which nobody
-#     waits for (left open when the block ends).
+#     waits for (left open when the block ends);
+#   - in the cluster kernel: the remote release dropped (each consumer warp
+#     arrives twice at its own CTA's empty barrier instead of once there and
+#     once at the peer's, so a CTA frees a stage on its own consumers alone
+#     and its producer's multicast of B overwrites the peer's copy of the
+#     stage while the peer still reads it: NaN under late copies, a FAIL);
+#     the barrier.cluster before exit removed (a CTA may exit while its peer
+#     still multicasts into it or arrives on its barriers: the emulation's
+#     exit check stops it); the remote arrival sent to a CTA rank outside
+#     the cluster (mapa stops it); a grid that is not a multiple of the
+#     cluster (cudaLaunchKernelEx returns cudaErrorInvalidValue, a GPU
+#     refuses it too, and matmul.cu's check exits with "CUDA error");
+#   - in the TMA-store epilogue (the forward's bf16 D, written): the staging
+#     buffer written again before cp.async.bulk.wait_group.read has retired
+#     the stores that read it (under late copies the emulation reads the
+#     buffer only at that wait, so rows of one half land with the other's
+#     values); the store map's row pitch 16 bytes short, or its box 32 rows
+#     instead of 64 (rows land in the wrong place or are never written, and
+#     written outputs start as NaN); in the cluster kernel, each CTA storing
+#     its peer's tile (so the cluster's TMA-store path is shown to run);
+#   - in the tile order (bands of m-tiles): the last band, narrower where
+#     the m-tiles are not a multiple of the band, decoded as a whole one
+#     (tiles past M computed, tiles inside M never: test_gemm's "tile
+#     order" checks, bands of 2 over 3 m-tiles).
 # A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
 # barrier ..."), since the numbers stay right. Each mutant is test/test_gemm.c
 # linked with the mutated matmul.cu through test/emu/emu_transform, run on
 # an emulated sm_90a with one SM (one block walks every tile, so both
-# warpgroups take turns), copies landing late. The unmutated source runs
-# the same way first and must pass. A mutant that no longer applies (matmul.cu
+# warpgroups take turns), copies landing late; the cluster mutants with two
+# SMs (one cluster of two CTAs walks every column of tiles; one SM cannot
+# hold a cluster, and TC_WGMMA_CLUSTER refuses it). The unmutated source
+# runs both ways first and must pass. A mutant that no longer applies (matmul.cu
 # changed) is a failure too, so the test cannot go stale.
 cd "$(dirname "$0")/.." || exit 2
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -43,9 +68,9 @@ build() {
     ${CC:-gcc} -O1 -std=gnu11 -fopenmp -DUSE_CUDA -DGEMM_EMU -I. -I"$CUDA_HOME/include" -w -o "$D/test_gemm_mutant" \
         test/test_gemm.c "$D/matmul_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++
 }
-# run LOG: the built test on an emulated sm_90a with one SM; $rc, $nfail
+# run LOG SMS: the built test on an emulated sm_90a with SMS SMs; $rc, $nfail
 run() {
-    EMU_ARCH=sm_90a EMU_SMS=1 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
+    EMU_ARCH=sm_90a EMU_SMS=$2 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
     rc=$?
     nfail=$(grep -c '^FAIL ' "$1")
 }
@@ -54,14 +79,18 @@ if ! build matmul.cu > "$D/build.log" 2>&1; then
     echo "FAIL gemm mutants: the unmutated matmul.cu did not build: $(tail -n 1 "$D/build.log")"
     exit 1
 fi
-run "$D/ref.log"
-if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
-    echo "FAIL gemm mutants: the unmutated matmul.cu failed (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref.log" | cut -c1-200)"
-    exit 1
-fi
-echo "PASS gemm mutants: the unmutated kernel passes the same run ($(grep -c '^PASS ' "$D/ref.log") checks)"
+for sms in 1 2; do
+    run "$D/ref.log" $sms
+    if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
+        echo "FAIL gemm mutants: the unmutated matmul.cu failed with $sms SM(s) (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref.log" | cut -c1-200)"
+        exit 1
+    fi
+    echo "PASS gemm mutants: the unmutated kernels pass the same run with $sms SM(s) ($(grep -c '^PASS ' "$D/ref.log") checks)"
+done
 
-mutant() {   # mutant NAME OLD NEW EXPECT: EXPECT is check (a FAIL line or a stop) or emu (the emulation's message about a named barrier)
+# mutant NAME OLD NEW EXPECT [SMS]: EXPECT is check (a FAIL line or a stop), emu (the emulation's message
+# about a named barrier), cluster (its message about the cluster) or cuda (matmul.cu's "CUDA error" exit)
+mutant() {
     python3 - "$2" "$3" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; status=1; return; }
 import sys
 s = open("matmul.cu").read()
@@ -72,7 +101,7 @@ PY
     if ! build "$D/matmul.cu" > "$D/build.log" 2>&1; then
         echo "FAIL gemm mutant $1: did not build: $(tail -n 1 "$D/build.log")"; status=1; return
     fi
-    run "$D/run.log"
+    run "$D/run.log" "${5:-1}"
     said=$(grep -m1 '^emu: ' "$D/run.log" | cut -c1-220)
     first=$(grep -m1 '^FAIL ' "$D/run.log" | cut -c6- | cut -c1-160)
     if [ "$4" = emu ]; then
@@ -80,6 +109,21 @@ PY
             echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
         else
             echo "FAIL gemm mutant $1: the emulation did not stop it at a named barrier (exit $rc, $nfail FAIL lines${said:+, said: $said})"
+            status=1
+        fi
+    elif [ "$4" = cluster ]; then
+        if [ "$rc" -ne 0 ] && echo "$said" | grep -q -e 'cluster'; then
+            echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
+        else
+            echo "FAIL gemm mutant $1: the emulation did not stop it with a message about the cluster (exit $rc, $nfail FAIL lines${said:+, said: $said})"
+            status=1
+        fi
+    elif [ "$4" = cuda ]; then
+        cuda=$(grep -m1 '^CUDA error: ' "$D/run.log" | cut -c1-220)
+        if [ "$rc" -ne 0 ] && [ -n "$cuda" ]; then
+            echo "PASS gemm mutant $1: the launch was refused (exit $rc): $cuda"
+        else
+            echo "FAIL gemm mutant $1: no launch error (exit $rc, $nfail FAIL lines${said:+, said: $said})"
             status=1
         fi
     elif [ "$nfail" -gt 0 ]; then
@@ -104,6 +148,34 @@ mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers
     'sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
     'sm90_bar_arrive(PP_BAR_MATH + c, 256);' emu
 mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
-    'if (item + (int)gridDim.x < items) sm90_bar_arrive(' \
+    'if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(' \
     'if (item < items) sm90_bar_arrive(' emu
+mutant "remote release dropped: a CTA frees a stage on its own consumers alone (cluster kernel)" \
+    'sm90_mbar_arrive_cluster(sm90_mapa(a, sm90_cluster_ctarank() ^ 1u));' \
+    'sm90_mbar_arrive(a);' check 2
+mutant "no barrier.cluster before exit (cluster kernel)" \
+    '         * or arrive on its empty barriers */
+        sm90_cluster_sync();' \
+    '         * or arrive on its empty barriers */' cluster 2
+mutant "remote arrival at a CTA rank outside the cluster (cluster kernel)" \
+    'sm90_mapa(a, sm90_cluster_ctarank() ^ 1u)' \
+    'sm90_mapa(a, sm90_cluster_ctarank() + 2u)' cluster 2
+mutant "a grid that is not a multiple of the cluster (cluster launch)" \
+    'const int grid = (int)(items < slots ? items : slots) * cl;' \
+    'const int grid = (int)(items < slots ? items : slots) * cl + (cl > 1);' cuda 2
+mutant "TMA store: the staging buffer written again before wait_group.read frees it (epilogue)" \
+    'if (issuer) sm90_bulk_wait_read<0>();  /* the staging buffer is free again */' \
+    '/* no wait: the staging buffer is written under the previous stores */' check
+mutant "TMA store: the store map's row pitch 16 bytes short (host)" \
+    'sm90_encode_2d(&td, D, N, M, 64, 64)' \
+    'sm90_encode_2d(&td, D, N - 8, M, 64, 64)' check
+mutant "TMA store: the store map's box 32 rows, not 64 (host)" \
+    'sm90_encode_2d(&td, D, N, M, 64, 64)' \
+    'sm90_encode_2d(&td, D, N, M, 64, 32)' check
+mutant "TMA store: the cluster kernel's CTAs store each other's tile (epilogue)" \
+    'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0,' \
+    'mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, CL > 1 ? m0 ^ 128 : m0, n0,' check 2
+mutant "tile order: a narrower last band decoded as a whole one (walk)" \
+    'return make_int2(first + r % g, r / g);' \
+    'return make_int2(first + r % group, r / group);' check
 exit $status

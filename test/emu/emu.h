@@ -153,7 +153,24 @@
  *    asks 128, the emulation asks more so that a box's rows start the
  *    pattern, as matmul.cu's layout assumes). EMU_CP=early lands the box as
  *    it is issued; late fills it with 0xFF (NaN) and lands it when a thread
- *    waiting on its mbarrier finds every arrival in.
+ *    waiting on its mbarrier finds every arrival in (the barrier's boxes in
+ *    issue order, until the phase's transaction bytes are in: see
+ *    "Clusters" for a box beyond them).
+ *  - TMA stores (cp.async.bulk.tensor.2d.global.shared::cta.bulk_group:
+ *    matmul.cu's TMA-store epilogue): box element (r, c), read from the
+ *    shared address src + r * row bytes + 2c through the swizzle as a load
+ *    writes it (src 1024-byte aligned with the swizzle), goes to global
+ *    element (c1 + r, c0 + c), and only where that lies inside the tensor
+ *    (the rest of the box is clipped, as on hardware). commit_group closes
+ *    the issuing thread's uncommitted stores into its next bulk group;
+ *    wait_group.read N retires its groups but the newest N. EMU_CP=early
+ *    does the store when it is issued; late reads the shared memory only
+ *    when wait_group.read retires its group, or when its CTA exits (a
+ *    store in flight at exit completes on hardware), so a staging buffer
+ *    written again before the wait_group.read that frees it stores the new
+ *    values in place of the old: wrong output. fence.proxy.async is
+ *    accepted and does nothing (fibers' stores are visible at once; its
+ *    absence is not detected).
  *  - wgmma.fence, commit_group, wait_group N, mma_async and setmaxnreg are
  *    warpgroup collectives (.sync.aligned): all 128 threads of the
  *    warpgroup must arrive at the same one with the same operands, or the
@@ -188,6 +205,44 @@
  *    instructions are .aligned); a block ending with a phase open (an
  *    arrival nobody waited for); a bar.sync nobody completes is a
  *    deadlock, reported with the count of threads at named barriers.
+ *  - Clusters (matmul.cu's TC_WGMMA_CLUSTER): cudaLaunchKernelEx (a macro
+ *    here for emu_launch_kernel_ex) with cudaLaunchAttributeClusterDimension;
+ *    a grid that is not a multiple of the cluster, or a cluster of more than
+ *    8, returns cudaErrorInvalidValue and launches nothing (a launch error
+ *    either way on a GPU; its exact code is not checked there); a cluster larger
+ *    than the SM count stops the program (it could never be resident).
+ *    cudaOccupancyMaxActiveClusters answers SMs / cluster size. The CTAs of
+ *    one cluster run together: their fibers are scheduled as one larger
+ *    block's (warp-greedy inside a CTA; when every fiber of a CTA waits, the
+ *    next CTA's first runnable one), each CTA with its own dynamic shared
+ *    memory, mbarriers, named barriers and warpgroups; a deadlock is
+ *    reported for the cluster. %cluster_ctarank is x fastest within the
+ *    cluster; %clusterid.x and %nclusterid.x follow. mapa gives a
+ *    shared::cluster address (rank + 1 in bits 24-27; a rank outside the
+ *    cluster stops the program); mbarrier.arrive on one arrives at that
+ *    CTA's barrier and wakes its waiters. The multicast TMA writes the box
+ *    into each masked CTA's shared memory at the same offset and completes
+ *    its bytes on each one's mbarrier at the same offset (a mask naming a
+ *    CTA outside the cluster stops the program); with EMU_CP=late each copy
+ *    is NaN at issue and lands as any box does: a thread waiting on that
+ *    CTA's barrier with every arrival in lands its boxes in issue order
+ *    until the phase's bytes are in (a box beyond them, a peer's copy for
+ *    the stage's next round, stays in flight for the next phase), so a
+ *    multicast into a stage the peer still reads gives it NaN.
+ *    barrier.cluster.arrive / wait: every thread of the cluster arrives
+ *    (an arrive twice without a wait, or a wait without an arrive, stops
+ *    the program), a wait returns once its phase is complete. The exit
+ *    rule: a CTA exits when its last thread returns; a multicast into it
+ *    or an arrival on its barriers after that stops the program, and so
+ *    does its exit unless every peer's remote operation into it came before
+ *    that peer's arrival at a barrier.cluster phase that every thread of
+ *    the exiting CTA waited through (on hardware the peer could still write
+ *    into shared memory that is gone). Static __shared__ objects are one
+ *    per OS thread (above), so the CTAs of a cluster share them: their
+ *    shared addresses are the same in every CTA, which the mbarriers (found
+ *    by address, their state kept apart per CTA) need; data a cluster
+ *    kernel keeps in static shared memory would be shared wrongly (the
+ *    GEMM keeps only its mbarriers there).
  *
  * What it cannot catch.
  *  - Real data races and memory ordering inside a kernel: fibers see every
@@ -276,6 +331,9 @@ struct EmuFiber {
     int ncopies, cap, head;
     int committed;        /* groups committed so far */
     const void *wait_on;  /* while waiting: the barrier, collective or mbarrier */
+    unsigned cl_arrived;  /* barrier.cluster.arrive made so far */
+    unsigned cl_waited;   /* barrier.cluster phases it has waited through */
+    int bulk_committed;   /* bulk groups (cp.async.bulk.commit_group) committed so far */
 };
 
 /* The operands and results of one warp collective, per lane. */
@@ -300,6 +358,15 @@ struct EmuTma {
     const CUtensorMap *map;
     int c0, c1;           /* element coordinates: inner, outer */
     uint32_t dst;         /* shared address */
+};
+/* One TMA store (cp.async.bulk.tensor shared -> global) whose shared
+ * memory is not read yet (EMU_CP=late): its issuing thread, and its bulk
+ * group (-1 until that thread commits). */
+struct EmuTmaStore {
+    const CUtensorMap *map;
+    int c0, c1;           /* element coordinates: inner, outer */
+    uint32_t src;         /* shared address of the box */
+    int tid, group;
 };
 /* An mbarrier, found by its shared address. */
 struct EmuMbar {
@@ -337,11 +404,34 @@ struct EmuNamedBar {
     unsigned phase;
     uint32_t lanes[32];   /* per warp of the block: its lanes arrived in this phase */
 };
-enum { EMU_NAMED_BARS = 16, EMU_MAX_STATICS = 64 };
+enum { EMU_NAMED_BARS = 16, EMU_MAX_STATICS = 64, EMU_MAX_CLUSTER = 8 };
 /* Shared addresses given to static __shared__ objects (which the emulation
  * keeps outside the dynamic window): EMU_STATIC_BASE + 16 i for the i-th
- * object __cvta_generic_to_shared was asked about in this block. */
+ * object __cvta_generic_to_shared was asked about in this cluster (the same
+ * address in each of its CTAs: a static object is one per OS thread here). */
 #define EMU_STATIC_BASE 0x40000000u
+/* A shared::cluster address (mapa's): a shared::cta address with (rank + 1)
+ * in bits 24-27 naming the CTA of the cluster; bits 24-27 zero name the
+ * CTA that uses it, as a shared::cta address does on hardware. */
+#define EMU_CLUSTER_SHIFT 24
+#define EMU_CLUSTER_MASK (0xFu << EMU_CLUSTER_SHIFT)
+
+struct EmuBlock;
+/* The CTAs of one cluster (a launch without the cluster attribute: clusters
+ * of one), run together: their fibers are scheduled as one larger block's,
+ * each CTA with its own shared memory, mbarriers and named barriers.
+ * barrier.cluster: `arrived` threads in the current phase of nthreads,
+ * `phase` phases completed. */
+struct EmuCluster {
+    int size;               /* CTAs */
+    dim3 dim;               /* cluster dimensions in CTAs */
+    EmuBlock *ctas;         /* [size], by %cluster_ctarank */
+    int nthreads;           /* threads of all its CTAs */
+    int arrived;
+    unsigned phase;
+    const void *statics[EMU_MAX_STATICS];
+    int nstatics;
+};
 
 struct EmuBlock {
     int nthreads, nwarps;
@@ -357,9 +447,14 @@ struct EmuBlock {
     EmuWarp *warps;
     std::vector<EmuWarpgroup> *wgs;  /* nthreads / 128 of them */
     std::deque<EmuMbar> mbars;  /* a deque: waiters hold pointers into it across inits */
+    std::vector<EmuTmaStore> stores;  /* TMA stores in flight, issue order (EMU_CP=late) */
     EmuNamedBar nbars[EMU_NAMED_BARS];  /* bar.sync / bar.arrive 1..15 (0 is __syncthreads') */
-    const void *statics[EMU_MAX_STATICS];
-    int nstatics;
+    EmuCluster *cl;       /* its cluster, and its %cluster_ctarank there */
+    int rank;
+    int exited;           /* every thread has returned */
+    unsigned remote_need; /* barrier.cluster phases it must wait through before it exits: peers wrote
+                             into it (multicast) or arrived on its mbarriers before their arrival at
+                             phase remote_need - 1 */
 };
 
 extern thread_local EmuBlock *emu_blk;
@@ -377,8 +472,9 @@ void emu_warp_complete(EmuWarp *w, int op);    /* the last lane: compute the col
 void emu_syncthreads(void);
 void emu_cp_land(EmuFiber *f, int upto_group); /* lands copies of groups < upto_group */
 void emu_cp_queue(EmuFiber *f, const EmuCopy &c);
-void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const char *name,
+void emu_run_grid(dim3 grid, dim3 block, dim3 cluster, size_t smem, const void *kernel, const char *name,
                   void (*body)(void *), void *ctx);
+cudaError_t emu_cluster_check(dim3 grid, dim3 cluster); /* a cluster launch's dimensions: cudaSuccess or the error */
 extern "C" const char *emu_describe(void);  /* the settings, for test names */
 
 static inline EmuFiber *emu_self(void) { return &emu_blk->fibers[emu_blk->cur]; }
@@ -550,7 +646,7 @@ static inline void mm_mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
  * K % emu_config(cfg)(args). */
 
 struct EmuConfig {
-    dim3 grid, block;
+    dim3 grid, block, cluster;  /* cluster: (1, 1, 1) but for cudaLaunchKernelEx's attribute */
     size_t smem;
     cudaStream_t stream;
     const char *kernel;   /* the launch's kernel as written (emu_transform), for messages */
@@ -593,7 +689,7 @@ template <class... P> struct EmuKernelOp : EmuStreamOp {
     EmuKernelOp(void (*k)(P...), const std::tuple<P...> &a, const EmuConfig &c) : kernel(k), args(a), cfg(c) {}
     bool step() override {
         auto body = [this]() { std::apply(kernel, args); };
-        emu_run_grid(cfg.grid, cfg.block, cfg.smem, (const void *)kernel, name.c_str(), &emu_invoke<decltype(body)>,
+        emu_run_grid(cfg.grid, cfg.block, cfg.cluster, cfg.smem, (const void *)kernel, name.c_str(), &emu_invoke<decltype(body)>,
                      &body);
         return true;
     }
@@ -629,6 +725,34 @@ static void operator%(typename EmuNonDeduced<void (*)(A...)>::type kernel, const
     emu_launch(kernel, call, __PRETTY_FUNCTION__);
 }
 
+/* cudaLaunchKernelEx (cuda_runtime.h's C++ form, which the macro below
+ * replaces in the .cu files): the configuration's grid, block, dynamic
+ * shared memory and stream, and of its attributes only the cluster
+ * dimension (any other stops the program: not emulated). A grid that is
+ * not a multiple of the cluster, or a cluster of more than 8 CTAs, returns
+ * cudaErrorInvalidValue and launches nothing (a GPU refuses the launch too;
+ * which code it returns is not checked on one). */
+#pragma push_macro("gridDim")
+#pragma push_macro("blockDim")
+#undef gridDim
+#undef blockDim
+template <class... P, class... A>
+static cudaError_t emu_launch_kernel_ex(const cudaLaunchConfig_t *c, void (*kernel)(P...), A &&...a) {
+    EmuConfigCall cfg = emu_config(nullptr, c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream);
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        if (c->attrs[i].id != cudaLaunchAttributeClusterDimension)
+            emu_fail("cudaLaunchKernelEx: launch attribute %d is not emulated", (int)c->attrs[i].id);
+        cfg.cluster = dim3(c->attrs[i].val.clusterDim.x, c->attrs[i].val.clusterDim.y, c->attrs[i].val.clusterDim.z);
+    }
+    const cudaError_t e = emu_cluster_check(cfg.grid, cfg.cluster);
+    if (e != cudaSuccess) return e;
+    emu_launch(kernel, cfg(a...), __PRETTY_FUNCTION__);
+    return cudaSuccess;
+}
+#pragma pop_macro("blockDim")
+#pragma pop_macro("gridDim")
+#define cudaLaunchKernelEx emu_launch_kernel_ex
+
 /* ---------------------------------------------------------------------------
  * PTX of sm_90a: sm90.cuh's wrappers (sm90_*; mbarrier, TMA
  * (cp.async.bulk.tensor), setmaxnreg, named barriers, wgmma), by their names
@@ -655,11 +779,22 @@ void emu_mbar_init(uint32_t bar, uint32_t count);
 void emu_mbar_arrive(uint32_t bar, uint32_t tx_bytes);  /* arrive (.expect_tx tx_bytes) */
 void emu_mbar_wait(uint32_t bar, uint32_t parity);
 void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar);
+void emu_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src);
+void emu_bulk_commit(void);
+void emu_bulk_wait_read(int n);  /* cp.async.bulk.wait_group.read n */
+void emu_tma_stores_exit(EmuBlock *b);  /* CTA b exits: its stores in flight complete */
 void emu_wg_collective(int op, uint64_t a, uint64_t b, float *d);
 void emu_wgmma(uint64_t da, uint64_t db, int ta, int tb, int n, float *d);
 void emu_wgmma_rs(const uint32_t *a, uint64_t db, int tb, int n, float *d);
 bool emu_wgmma_rs_run(const EmuWgmma &op);  /* emu_wgmma_run's hook: true when op was one of these */
 void emu_named_bar(int id, int count, int sync);  /* bar.sync (sync 1) or bar.arrive (0) */
+/* Clusters (the header's "Clusters"). */
+void emu_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar, uint16_t mask);
+uint32_t emu_mapa(uint32_t addr, uint32_t rank);
+void emu_mbar_arrive_cluster(uint32_t addr);  /* mbarrier.arrive on a shared::cluster address */
+void emu_cluster_arrive(void);
+void emu_cluster_wait(void);
+static inline uint32_t emu_cluster_ctarank(void) { return (uint32_t)emu_blk->rank; }
 
 static inline void sm90_mbar_init(uint32_t bar, uint32_t count) { emu_mbar_init(bar, count); }
 static inline void sm90_mbar_init_fence(void) {}
@@ -669,8 +804,29 @@ static inline void sm90_mbar_wait(uint32_t bar, uint32_t parity) { emu_mbar_wait
 static inline void sm90_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     emu_tma_2d(dst, map, c0, c1, bar);
 }
+static inline void sm90_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    emu_tma_store_2d(map, c0, c1, src);
+}
+static inline void sm90_bulk_commit(void) { emu_bulk_commit(); }
+template <int N> static inline void sm90_bulk_wait_read(void) { emu_bulk_wait_read(N); }
+/* fence.proxy.async: fibers' shared-memory stores are visible at once, so nothing to do
+ * (a missing fence is not detected) */
+static inline void sm90_fence_proxy_async(void) {}
 template <int R> static inline void sm90_setmaxnreg_dec(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 0, nullptr); }
 template <int R> static inline void sm90_setmaxnreg_inc(void) { emu_wg_collective(EMU_WG_SETMAXNREG, R, 1, nullptr); }
+static inline void sm90_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                         uint16_t mask) {
+    emu_tma_2d_multicast(dst, map, c0, c1, bar, mask);
+}
+static inline uint32_t sm90_cluster_ctarank(void) { return emu_cluster_ctarank(); }
+static inline uint32_t sm90_clusterid_x(void) { return emu_blk->block_idx.x / emu_blk->cl->dim.x; }
+static inline uint32_t sm90_nclusterid_x(void) { return emu_blk->grid_dim.x / emu_blk->cl->dim.x; }
+static inline uint32_t sm90_mapa(uint32_t addr, uint32_t rank) { return emu_mapa(addr, rank); }
+static inline void sm90_mbar_arrive_cluster(uint32_t addr) { emu_mbar_arrive_cluster(addr); }
+static inline void sm90_cluster_sync(void) {
+    emu_cluster_arrive();
+    emu_cluster_wait();
+}
 static inline void sm90_bar_sync(int id, int count) { emu_named_bar(id, count, 1); }
 static inline void sm90_bar_arrive(int id, int count) { emu_named_bar(id, count, 0); }
 static inline void sm90_wgmma_fence(void) { emu_wg_collective(EMU_WG_FENCE, 0, 0, nullptr); }

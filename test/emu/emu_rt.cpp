@@ -1,7 +1,9 @@
 /* test/emu/emu_rt.cpp: the runtime of the CPU emulation (emu.h): fibers and
  * their switch, the warp-greedy scheduler, barriers, the warp collectives'
  * arithmetic (ldmatrix, mma.sync, shuffles), cp.async landing, sm_90a's
- * mbarriers, TMA and wgmma, the grid launch, and the CUDA runtime calls
+ * mbarriers, TMA and wgmma, clusters (their CTAs run together: multicast
+ * TMA, remote mbarrier arrivals, barrier.cluster, the exit rule), the grid
+ * launch, and the CUDA runtime calls
  * the .cu files and comm.c's NCCL backend make (with the driver's
  * cuTensorMapEncodeTiled): devices, asynchronous streams with their
  * timings and race detector (emu_stream.h; see "Devices, streams, events
@@ -176,13 +178,17 @@ void emu_ensure_stacks(int n) {
 /* ---------------------------------------------------------------------------
  * Scheduling. */
 
-void emu_switch_to(int next) {
+/* From the running fiber to fiber `next` of CTA nb (the running one's, or
+ * another CTA of its cluster). */
+void emu_switch_fiber(EmuBlock *nb, int next) {
     EmuBlock *b = emu_blk;
     const int from = b->cur;
-    if (next == from) return;
-    b->cur = next;
-    emu_switch(&b->fibers[from].sp, b->fibers[next].sp);
+    if (nb == b && next == from) return;
+    nb->cur = next;
+    emu_blk = nb;
+    emu_switch(&b->fibers[from].sp, nb->fibers[next].sp);
 }
+void emu_switch_to(int next) { emu_switch_fiber(emu_blk, next); }
 
 /* The first runnable fiber by warp order (after a barrier), or -1. */
 int emu_first_runnable(EmuBlock *b) {
@@ -206,20 +212,58 @@ int emu_pick(EmuBlock *b) {
     }
     return emu_first_runnable(b);
 }
-
-[[noreturn]] void emu_deadlock(EmuBlock *b) {
-    int waiting = 0, done = 0, mbar = 0, named = 0;
-    for (int i = 0; i < b->nthreads; i++) {
-        const EmuFiber &f = b->fibers[i];
-        waiting += f.state == EMU_WAIT;
-        done += f.state == EMU_DONE;
-        for (const EmuMbar &m : b->mbars) mbar += f.state == EMU_WAIT && f.wait_on == &m;
-        for (const EmuNamedBar &nb : b->nbars) named += f.state == EMU_WAIT && f.wait_on == &nb;
+/* As emu_pick, and when every fiber of b waits, the first runnable of the
+ * cluster's next CTAs (rank order, from b's next); *nb gets its CTA. */
+int emu_pick_cluster(EmuBlock *b, EmuBlock **nb) {
+    *nb = b;
+    const int i = emu_pick(b);
+    if (i >= 0) return i;
+    for (int k = 1; k < b->cl->size; k++) {
+        EmuBlock *p = &b->cl->ctas[(b->rank + k) % b->cl->size];
+        const int j = emu_first_runnable(p);
+        if (j >= 0) {
+            *nb = p;
+            return j;
+        }
     }
-    emu_fail("deadlock in block (%u,%u,%u): %d threads wait (%d at __syncthreads, %d on an mbarrier "
-             "phase that never completes, %d at a named barrier (bar.sync) short of its count), %d "
-             "returned; a barrier or collective some threads never reach, or an mbarrier nobody arrives at",
-             b->block_idx.x, b->block_idx.y, b->block_idx.z, waiting, b->barrier_arrived, mbar, named, done);
+    return -1;
+}
+
+[[noreturn]] void emu_deadlock(EmuBlock *blk) {
+    int waiting = 0, done = 0, mbar = 0, named = 0, cluster = 0, sync = 0;
+    for (int r = 0; r < blk->cl->size; r++) {
+        const EmuBlock *b = &blk->cl->ctas[r];
+        sync += b->barrier_arrived;
+        for (int i = 0; i < b->nthreads; i++) {
+            const EmuFiber &f = b->fibers[i];
+            waiting += f.state == EMU_WAIT;
+            done += f.state == EMU_DONE;
+            cluster += f.state == EMU_WAIT && f.wait_on == b->cl;
+            for (const EmuMbar &m : b->mbars) mbar += f.state == EMU_WAIT && f.wait_on == &m;
+            for (const EmuNamedBar &nb : b->nbars) named += f.state == EMU_WAIT && f.wait_on == &nb;
+        }
+    }
+    emu_fail("deadlock in block (%u,%u,%u)%s: %d threads wait (%d at __syncthreads, %d on an mbarrier "
+             "phase that never completes, %d at a named barrier (bar.sync) short of its count, %d at "
+             "barrier.cluster.wait), %d returned; a barrier or collective some threads never reach, or an "
+             "mbarrier nobody arrives at", blk->block_idx.x, blk->block_idx.y, blk->block_idx.z,
+             blk->cl->size > 1 ? " and its cluster" : "", waiting, sync, mbar, named, cluster, done);
+}
+
+/* A CTA whose last thread returns: peers that multicast into it or arrived
+ * on its mbarriers must have done so before an arrival at a barrier.cluster
+ * phase that every thread of this CTA waited through (else, on hardware, the
+ * peer may still write its shared memory after it is gone). */
+void emu_cta_exits(EmuBlock *b) {
+    emu_tma_stores_exit(b);
+    b->exited = 1;
+    unsigned waited = ~0u;
+    for (int i = 0; i < b->nthreads; i++) waited = std::min(waited, b->fibers[i].cl_waited);
+    if (b->remote_need > waited)
+        emu_fail("CTA %d of its cluster exits after waiting through %u barrier.cluster phase(s), but a peer "
+                 "CTA multicast into its shared memory or arrived on its mbarriers before arriving at phase "
+                 "%u: nothing orders those writes before the exit (a barrier.cluster.arrive + wait before "
+                 "the kernel ends is missing)", b->rank, waited, b->remote_need - 1);
 }
 
 /* Called on a fiber's own stack when its kernel returns: pick another
@@ -229,14 +273,20 @@ int emu_pick(EmuBlock *b) {
     EmuFiber *f = &b->fibers[b->cur];
     f->state = EMU_DONE;
     f->head = f->ncopies = 0;  /* copies never waited for are dropped */
-    int next = emu_pick(b);
+    bool all = true;
+    for (int i = 0; i < b->nthreads && all; i++) all = b->fibers[i].state == EMU_DONE;
+    if (all) emu_cta_exits(b);
+    EmuBlock *nb;
+    int next = emu_pick_cluster(b, &nb);
     void *dummy;
     if (next >= 0) {
-        b->cur = next;
-        emu_switch(&dummy, b->fibers[next].sp);
+        nb->cur = next;
+        emu_blk = nb;
+        emu_switch(&dummy, nb->fibers[next].sp);
     } else {
-        for (int i = 0; i < b->nthreads; i++)
-            if (b->fibers[i].state != EMU_DONE) emu_deadlock(b);
+        for (int r = 0; r < b->cl->size; r++)
+            for (int i = 0; i < b->cl->ctas[r].nthreads; i++)
+                if (b->cl->ctas[r].fibers[i].state != EMU_DONE) emu_deadlock(b);
         emu_switch(&dummy, emu_ts.main_sp);
     }
     __builtin_unreachable();
@@ -338,16 +388,18 @@ void emu_wait(const void *on) {
     EmuBlock *b = emu_blk;
     b->fibers[b->cur].state = EMU_WAIT;
     b->fibers[b->cur].wait_on = on;
-    const int next = emu_pick(b);
+    EmuBlock *nb;
+    const int next = emu_pick_cluster(b, &nb);
     if (next < 0) emu_deadlock(b);
-    emu_switch_to(next);
+    emu_switch_fiber(nb, next);
 }
 
-void emu_wake(const void *on) {
-    EmuBlock *b = emu_blk;
+/* Wakes every fiber of CTA b waiting on `on`. */
+static void emu_wake_in(EmuBlock *b, const void *on) {
     for (int i = 0; i < b->nthreads; i++)
         if (b->fibers[i].state == EMU_WAIT && b->fibers[i].wait_on == on) b->fibers[i].state = EMU_RUN;
 }
+void emu_wake(const void *on) { emu_wake_in(emu_blk, on); }
 
 void emu_warp_complete(EmuWarp *w, int op) {
     EmuBlock *b = emu_blk;
@@ -422,7 +474,7 @@ extern "C" const char *emu_describe(void) {
  * wgmma (see emu.h's header for the rules each follows). */
 
 uint32_t emu_static_shared(const void *p) {
-    EmuBlock *b = emu_blk;
+    EmuCluster *b = emu_blk->cl;
     for (int i = 0; i < b->nstatics; i++)
         if (b->statics[i] == p) return EMU_STATIC_BASE + 16u * (uint32_t)i;
     if (b->nstatics == EMU_MAX_STATICS) emu_fail("more than %d static __shared__ addresses taken", EMU_MAX_STATICS);
@@ -437,20 +489,24 @@ namespace {
  * eight rows (bits 7-9). */
 inline uint32_t emu_swizzle128(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
 
-EmuMbar *emu_mbar_find(uint32_t bar, const char *what) {
-    for (EmuMbar &m : emu_blk->mbars)
+/* The mbarrier at shared address bar of CTA b (the running one by default). */
+EmuMbar *emu_mbar_find(uint32_t bar, const char *what, EmuBlock *b = emu_blk) {
+    for (EmuMbar &m : b->mbars)
         if (m.addr == bar) return &m;
-    emu_fail("%s: no mbarrier initialised at shared address 0x%x", what, bar);
+    emu_fail("%s: no mbarrier initialised at shared address 0x%x%s", what, bar,
+             b == emu_blk ? "" : " of the peer CTA");
 }
 
 /* A phase completes when every arrival is in and every transaction byte
- * has landed; its waiters are woken to look again either way. */
-void emu_mbar_update(EmuMbar *m) {
+ * has landed (a peer's multicast may complete its bytes before the local
+ * expect_tx: the count goes below zero meanwhile, as on hardware); its
+ * waiters (in CTA b) are woken to look again either way. */
+void emu_mbar_update(EmuMbar *m, EmuBlock *b = emu_blk) {
     if (m->pending == 0 && m->tx == 0) {
         m->phase++;
         m->pending = m->expected;
     }
-    emu_wake(m);
+    emu_wake_in(b, m);
 }
 
 /* The tensor map as the emulated cuTensorMapEncodeTiled stores it in the
@@ -476,10 +532,9 @@ uint32_t emu_box_bytes(const EmuTensorMap *t) { return t->box[0] * t->box[1] * 2
 /* Moves one box into shared memory: element (r, c) of the box, global
  * (c1 + r, c0 + c) or zero outside the tensor, to dst + r * rowbytes + 2 c,
  * swizzled. */
-void emu_tma_land(const EmuTma &c) {
+void emu_tma_land(const EmuTma &c, unsigned char *sm) {
     const EmuTensorMap *t = emu_map(c.map);
     const uint32_t rowbytes = t->box[0] * 2;
-    unsigned char *sm = emu_blk->smem;
     for (uint32_t r = 0; r < t->box[1]; r++)
         for (uint32_t e = 0; e < t->box[0]; e++) {
             const long long gi = (long long)c.c0 + e, go = (long long)c.c1 + r;
@@ -642,12 +697,16 @@ void emu_mbar_wait(uint32_t bar, uint32_t parity) {
         EmuMbar *m = emu_mbar_find(bar, "mbarrier.try_wait");
         if ((m->phase & 1u) != (parity & 1u)) return;
         if (m->pending == 0 && !m->inflight.empty()) {
-            std::vector<EmuTma> land;
-            land.swap(m->inflight);
-            for (const EmuTma &c : land) {
-                emu_tma_land(c);
-                m->tx -= emu_box_bytes(emu_map(c.map));
+            /* in issue order, until the phase's bytes are in: a box issued
+             * beyond them (a peer's multicast for the stage's next round)
+             * stays in flight for the next phase */
+            size_t i = 0;
+            while (i < m->inflight.size() && (i == 0 || m->tx != 0)) {
+                emu_tma_land(m->inflight[i], emu_blk->smem);
+                m->tx -= emu_box_bytes(emu_map(m->inflight[i].map));
+                i++;
             }
+            m->inflight.erase(m->inflight.begin(), m->inflight.begin() + (long)i);
             emu_mbar_update(m);
             continue;
         }
@@ -655,10 +714,11 @@ void emu_mbar_wait(uint32_t bar, uint32_t parity) {
     }
 }
 
-void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    EmuBlock *b = emu_blk;
+/* One box into CTA b's shared memory at dst, its bytes completed on b's
+ * mbarrier at bar (the running CTA's own, or a multicast's target). */
+static void emu_tma_into(EmuBlock *b, uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     const EmuTensorMap *t = emu_map(map);
-    EmuMbar *m = emu_mbar_find(bar, "cp.async.bulk.tensor");
+    EmuMbar *m = emu_mbar_find(bar, "cp.async.bulk.tensor", b);
     const uint32_t bytes = emu_box_bytes(t);
     if (dst % (t->swizzle128 ? 1024u : 128u))
         emu_fail("cp.async.bulk.tensor: shared address 0x%x not %u-byte aligned", dst, t->swizzle128 ? 1024u : 128u);
@@ -669,11 +729,71 @@ void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t b
     if (b->cp_late) {
         memset(b->smem + dst, 0xFF, bytes);  /* in flight: NaN until it lands */
         m->inflight.push_back(c);
+        emu_wake_in(b, m);  /* a waiter that found every arrival in lands it (a peer's multicast may come last) */
     } else {
-        emu_tma_land(c);
+        emu_tma_land(c, b->smem);
         m->tx -= bytes;
-        emu_mbar_update(m);
+        emu_mbar_update(m, b);
     }
+}
+void emu_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    emu_tma_into(emu_blk, dst, map, c0, c1, bar);
+}
+
+/* A TMA store of CTA b: box element (r, c) from the shared memory at
+ * src + r * rowbytes + 2 c (swizzled) to global (c1 + r, c0 + c), clipped
+ * to the tensor. */
+static void emu_tma_store_land(const EmuTmaStore &c, const EmuBlock *b) {
+    const EmuTensorMap *t = emu_map(c.map);
+    const uint32_t rowbytes = t->box[0] * 2;
+    unsigned char *base = (unsigned char *)t->base;  /* a store map's tensor is written */
+    for (uint32_t r = 0; r < t->box[1]; r++)
+        for (uint32_t e = 0; e < t->box[0]; e++) {
+            const long long gi = (long long)c.c0 + e, go = (long long)c.c1 + r;
+            if (gi < 0 || go < 0 || (uint64_t)gi >= t->dim[0] || (uint64_t)go >= t->dim[1]) continue;
+            uint32_t a = c.src + r * rowbytes + 2 * e;
+            if (t->swizzle128) a = emu_swizzle128(a);
+            memcpy(base + (uint64_t)go * t->pitch + (uint64_t)gi * 2, b->smem + a, 2);
+        }
+}
+
+void emu_tma_store_2d(const CUtensorMap *map, int c0, int c1, uint32_t src) {
+    EmuBlock *b = emu_blk;
+    const EmuTensorMap *t = emu_map(map);
+    const uint32_t bytes = emu_box_bytes(t);
+    if (src % (t->swizzle128 ? 1024u : 128u))
+        emu_fail("cp.async.bulk.tensor (store): shared address 0x%x not %u-byte aligned", src,
+                 t->swizzle128 ? 1024u : 128u);
+    if ((size_t)src + bytes > b->smem_size)
+        emu_fail("cp.async.bulk.tensor (store): a %u-byte box at 0x%x beyond the %zu bytes of dynamic shared memory",
+                 bytes, src, b->smem_size);
+    const EmuTmaStore c = {map, c0, c1, src, emu_self()->linear, -1};
+    if (b->cp_late) b->stores.push_back(c);
+    else emu_tma_store_land(c, b);
+}
+
+void emu_bulk_commit(void) {
+    EmuFiber *f = emu_self();
+    for (EmuTmaStore &c : emu_blk->stores)
+        if (c.tid == f->linear && c.group < 0) c.group = f->bulk_committed;
+    f->bulk_committed++;
+}
+
+void emu_bulk_wait_read(int n) {
+    EmuBlock *b = emu_blk;
+    EmuFiber *f = emu_self();
+    std::vector<EmuTmaStore> left;
+    for (const EmuTmaStore &c : b->stores) {
+        if (c.tid == f->linear && c.group >= 0 && c.group < f->bulk_committed - n) emu_tma_store_land(c, b);
+        else left.push_back(c);
+    }
+    b->stores.swap(left);
+}
+
+/* CTA b exits: its TMA stores still in flight complete (reading its shared memory as it is now). */
+void emu_tma_stores_exit(EmuBlock *b) {
+    for (const EmuTmaStore &c : b->stores) emu_tma_store_land(c, b);
+    b->stores.clear();
 }
 
 static EmuWarpgroup *emu_my_wg(int op) {
@@ -764,6 +884,101 @@ void emu_named_bar(int id, int count, int sync) {
 }
 
 /* ---------------------------------------------------------------------------
+ * Clusters (emu.h's header, "Clusters"): multicast TMA, mapa and remote
+ * mbarrier arrivals, barrier.cluster, and the exit rule. */
+
+/* Before the running thread writes into CTA t's shared memory or arrives on
+ * its mbarrier (t another CTA of its cluster): t must still run, and it must
+ * not exit before waiting through the barrier.cluster phase this thread
+ * arrives at next (emu_cta_exits checks that). */
+static void emu_remote_op(EmuBlock *t, const char *what) {
+    if (t == emu_blk) return;
+    if (t->exited)
+        emu_fail("%s into CTA %d of the cluster, which has exited: on hardware a write into the shared memory "
+                 "of a CTA that is gone (its exit was not held back by a barrier.cluster after the peer's last "
+                 "remote operation)", what, t->rank);
+    t->remote_need = std::max(t->remote_need, emu_self()->cl_arrived + 1);
+}
+
+void emu_tma_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar, uint16_t mask) {
+    EmuCluster *cl = emu_blk->cl;
+    if (mask == 0 || (mask >> cl->size) != 0)
+        emu_fail("cp.async.bulk.tensor .multicast::cluster: cta mask 0x%x names CTAs outside the cluster of %d",
+                 mask, cl->size);
+    for (int r = 0; r < cl->size; r++)
+        if (mask >> r & 1) {
+            emu_remote_op(&cl->ctas[r], "cp.async.bulk.tensor .multicast::cluster");
+            emu_tma_into(&cl->ctas[r], dst, map, c0, c1, bar);
+        }
+}
+
+uint32_t emu_mapa(uint32_t addr, uint32_t rank) {
+    const EmuCluster *cl = emu_blk->cl;
+    if (rank >= (uint32_t)cl->size) emu_fail("mapa: CTA rank %u outside the cluster of %d", rank, cl->size);
+    if (addr & EMU_CLUSTER_MASK) emu_fail("mapa: 0x%x is already a shared::cluster address of another CTA", addr);
+    return addr | (rank + 1) << EMU_CLUSTER_SHIFT;
+}
+
+void emu_mbar_arrive_cluster(uint32_t addr) {
+    EmuCluster *cl = emu_blk->cl;
+    const uint32_t r = addr >> EMU_CLUSTER_SHIFT & 0xF, bar = addr & ~EMU_CLUSTER_MASK;
+    if (r > (uint32_t)cl->size)
+        emu_fail("mbarrier.arrive.shared::cluster at 0x%x: CTA rank %u outside the cluster of %d", addr, r - 1,
+                 cl->size);
+    EmuBlock *t = r ? &cl->ctas[r - 1] : emu_blk;
+    emu_remote_op(t, "mbarrier.arrive.shared::cluster");
+    EmuMbar *m = emu_mbar_find(bar, "mbarrier.arrive.shared::cluster", t);
+    if (m->pending == 0) emu_fail("mbarrier.arrive.shared::cluster at 0x%x: no arrival pending", addr);
+    m->pending--;
+    emu_mbar_update(m, t);
+}
+
+/* barrier.cluster.arrive / wait: every thread of every CTA of the cluster
+ * arrives, then waits for that phase; an arrive twice without a wait, or a
+ * wait without an arrive, stops the program (the PTX ISA leaves them
+ * undefined). */
+void emu_cluster_arrive(void) {
+    EmuCluster *cl = emu_blk->cl;
+    EmuFiber *f = emu_self();
+    if (f->cl_arrived != f->cl_waited)
+        emu_fail("barrier.cluster.arrive a second time without a barrier.cluster.wait between");
+    f->cl_arrived++;
+    if (++cl->arrived < cl->nthreads) return;
+    cl->arrived = 0;
+    cl->phase++;
+    for (int r = 0; r < cl->size; r++) emu_wake_in(&cl->ctas[r], cl);
+}
+void emu_cluster_wait(void) {
+    EmuCluster *cl = emu_blk->cl;
+    EmuFiber *f = emu_self();
+    if (f->cl_arrived == f->cl_waited) emu_fail("barrier.cluster.wait without a barrier.cluster.arrive before it");
+    while (cl->phase < f->cl_arrived) emu_wait(cl);
+    emu_self()->cl_waited = f->cl_arrived;
+}
+
+cudaError_t emu_cluster_check(dim3 grid, dim3 cluster) {
+    const unsigned long long n = (unsigned long long)cluster.x * cluster.y * cluster.z;
+    if (n == 0 || n > EMU_MAX_CLUSTER || grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z)
+        return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+/* As many clusters of the configuration's size as fit the device at once:
+ * one CTA an SM (the GEMM's 218 KB of shared memory), so SMs / size; 0 where
+ * a cluster is larger than the device. */
+cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *, const cudaLaunchConfig_t *c) {
+    emu_settings();
+    dim3 cl(1, 1, 1);
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == cudaLaunchAttributeClusterDimension)
+            cl = dim3(c->attrs[i].val.clusterDim.x, c->attrs[i].val.clusterDim.y, c->attrs[i].val.clusterDim.z);
+    const unsigned size = cl.x * cl.y * cl.z;
+    if (size == 0 || size > EMU_MAX_CLUSTER) return cudaErrorInvalidValue;
+    *n = emu_ts.sms / (int)size;
+    return cudaSuccess;
+}
+
+/* ---------------------------------------------------------------------------
  * The emulated device's per-kernel dynamic shared memory limits
  * (cudaFuncSetAttribute), the one piece of state outside the scheduler. */
 
@@ -772,13 +987,21 @@ std::mutex emu_attr_lock;
 std::map<const void *, int> emu_smem_limit;
 }  // namespace
 
-void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const char *name,
+/* Runs the grid, a cluster at a time (a launch without clusters: clusters
+ * of one CTA): the CTAs of a cluster start together, their fibers scheduled
+ * as one larger block's (emu_pick_cluster), each CTA with its own shared
+ * memory, mbarriers, named barriers, warps and warpgroups; the cluster's
+ * statics table and barrier.cluster are shared. */
+void emu_run_grid(dim3 grid, dim3 block, dim3 cluster, size_t smem, const void *kernel, const char *name,
                   void (*body)(void *), void *ctx) {
     emu_settings();
     const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
     if (nt == 0 || nt > 1024 || block.z > 64) emu_fail("launch of %s: block %ux%ux%u", name, block.x, block.y, block.z);
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u)
         emu_fail("launch of %s: grid %ux%ux%u", name, grid.x, grid.y, grid.z);
+    if (emu_cluster_check(grid, cluster) != cudaSuccess)
+        emu_fail("launch of %s: grid %ux%ux%u in clusters of %ux%ux%u", name, grid.x, grid.y, grid.z, cluster.x,
+                 cluster.y, cluster.z);
     size_t limit = EMU_SMEM_DEFAULT;
     {
         std::lock_guard<std::mutex> g(emu_attr_lock);
@@ -791,79 +1014,114 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const void *kernel, const 
     if (emu_blk) emu_fail("a kernel launched from inside a kernel");
 
     const int n = (int)nt, nwarps = (n + 31) / 32;
-    emu_ensure_stacks(n);
-    std::vector<EmuFiber> fibers((size_t)n);
-    std::vector<EmuWarp> warps((size_t)nwarps);
-    std::vector<EmuWarpgroup> wgs((size_t)(n % 128 ? 0 : n / 128));
-    std::vector<unsigned char> sm(smem + EMU_SMEM_GUARD);
-    EmuBlock b{};
-    b.nthreads = n;
-    b.nwarps = nwarps;
-    b.fibers = fibers.data();
-    b.warps = warps.data();
-    b.wgs = &wgs;
-    b.smem = sm.data();
-    b.smem_size = smem;
-    b.grid_dim = grid;
-    b.block_dim = block;
-    b.cp_late = emu_ts.cp_late;
-    b.order_down = emu_ts.order_down;
+    const int csize = (int)(cluster.x * cluster.y * cluster.z);
+    if (csize > emu_ts.sms)
+        emu_fail("launch of %s: clusters of %d CTAs on a device of %d SMs (they cannot run together)", name, csize,
+                 emu_ts.sms);
+    emu_ensure_stacks(n * csize);
+    std::vector<std::vector<EmuFiber>> fibers((size_t)csize, std::vector<EmuFiber>((size_t)n));
+    std::vector<std::vector<EmuWarp>> warps((size_t)csize, std::vector<EmuWarp>((size_t)nwarps));
+    std::vector<std::vector<EmuWarpgroup>> wgs((size_t)csize, std::vector<EmuWarpgroup>((size_t)(n % 128 ? 0 : n / 128)));
+    std::vector<std::vector<unsigned char>> sm((size_t)csize, std::vector<unsigned char>(smem + EMU_SMEM_GUARD));
+    std::vector<EmuBlock> blocks((size_t)csize);
+    EmuCluster cl{};
+    cl.size = csize;
+    cl.dim = cluster;
+    cl.ctas = blocks.data();
+    cl.nthreads = n * csize;
+    for (int r = 0; r < csize; r++) {
+        EmuBlock &b = blocks[(size_t)r];
+        b.nthreads = n;
+        b.nwarps = nwarps;
+        b.fibers = fibers[(size_t)r].data();
+        b.warps = warps[(size_t)r].data();
+        b.wgs = &wgs[(size_t)r];
+        b.smem = sm[(size_t)r].data();
+        b.smem_size = smem;
+        b.grid_dim = grid;
+        b.block_dim = block;
+        b.cp_late = emu_ts.cp_late;
+        b.order_down = emu_ts.order_down;
+        b.cl = &cl;
+        b.rank = r;
+    }
     emu_body_fn = body;
     emu_body_ctx = ctx;
 
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                b.block_idx = make_uint3(bx, by, bz);
-                b.barrier_arrived = 0;
-                memset(sm.data(), 0xFF, sm.size());  /* uninitialised shared memory: NaN */
-                for (auto &w : warps) w.arrived = 0;
-                for (auto &g : wgs) {
-                    g.arrived = 0;
-                    g.open.clear();
-                    g.groups.clear();
+    for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
+        for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
+            for (unsigned cx = 0; cx < grid.x; cx += cluster.x) {
+                cl.arrived = 0;
+                cl.phase = 0;
+                cl.nstatics = 0;
+                for (int r = 0; r < csize; r++) {
+                    EmuBlock &b = blocks[(size_t)r];
+                    /* %cluster_ctarank: x fastest within the cluster */
+                    b.block_idx = make_uint3(cx + (unsigned)r % cluster.x, cy + (unsigned)r / cluster.x % cluster.y,
+                                             cz + (unsigned)r / (cluster.x * cluster.y));
+                    b.barrier_arrived = 0;
+                    b.exited = 0;
+                    b.remote_need = 0;
+                    b.cur = 0;
+                    memset(sm[(size_t)r].data(), 0xFF, sm[(size_t)r].size());  /* uninitialised shared memory: NaN */
+                    for (auto &w : warps[(size_t)r]) w.arrived = 0;
+                    for (auto &g : wgs[(size_t)r]) {
+                        g.arrived = 0;
+                        g.open.clear();
+                        g.groups.clear();
+                    }
+                    b.mbars.clear();
+                    b.stores.clear();
+                    memset(b.nbars, 0, sizeof b.nbars);
+                    for (int i = 0; i < n; i++) {
+                        EmuFiber &f = b.fibers[i];
+                        f.state = EMU_RUN;
+                        f.tid = make_uint3((unsigned)i % block.x, (unsigned)i / block.x % block.y,
+                                           (unsigned)i / (block.x * block.y));
+                        f.linear = i;
+                        f.head = f.ncopies = f.committed = f.bulk_committed = 0;
+                        f.wait_on = nullptr;
+                        f.cl_arrived = f.cl_waited = 0;
+                        char *st = emu_stack(r * n + i);
+                        memcpy(st, &EMU_CANARY, sizeof EMU_CANARY);
+                        f.sp = emu_stack_init(st, EMU_STACK);
+                    }
                 }
-                b.mbars.clear();
-                memset(b.nbars, 0, sizeof b.nbars);
-                b.nstatics = 0;
-                for (int i = 0; i < n; i++) {
-                    EmuFiber &f = fibers[(size_t)i];
-                    f.state = EMU_RUN;
-                    f.tid = make_uint3((unsigned)i % block.x, (unsigned)i / block.x % block.y,
-                                       (unsigned)i / (block.x * block.y));
-                    f.linear = i;
-                    f.head = f.ncopies = f.committed = 0;
-                    f.wait_on = nullptr;
-                    char *st = emu_stack(i);
-                    memcpy(st, &EMU_CANARY, sizeof EMU_CANARY);
-                    f.sp = emu_stack_init(st, EMU_STACK);
-                }
-                emu_blk = &b;
-                b.cur = emu_first_runnable(&b);
-                emu_switch(&emu_ts.main_sp, fibers[(size_t)b.cur].sp);
-                for (const auto &m : b.mbars)
-                    if (!m.inflight.empty())
-                        emu_fail("launch of %s, block (%u,%u,%u): it ended with %zu TMA copies in flight on the "
-                                 "mbarrier at 0x%x (never waited for)", name, bx, by, bz, m.inflight.size(), m.addr);
-                for (int id = 1; id < EMU_NAMED_BARS; id++)
-                    if (b.nbars[id].arrived)
-                        emu_fail("launch of %s, block (%u,%u,%u): it ended with %d threads arrived at named barrier "
-                                 "%d (count %d), a phase nobody completed: an arrival never waited for",
-                                 name, bx, by, bz, b.nbars[id].arrived, id, b.nbars[id].count);
-                for (size_t g = 0; g < wgs.size(); g++)
-                    if (!wgs[g].open.empty() || !wgs[g].groups.empty())
-                        emu_fail("launch of %s, block (%u,%u,%u): warpgroup %zu ended with wgmma in flight "
-                                 "(no wgmma.wait_group 0 after the last)", name, bx, by, bz, g);
+                EmuBlock &b0 = blocks[0];
+                emu_blk = &b0;
+                b0.cur = emu_first_runnable(&b0);
+                emu_switch(&emu_ts.main_sp, b0.fibers[b0.cur].sp);
                 emu_blk = nullptr;
-                for (int i = 0; i < n; i++)
-                    if (memcmp(emu_stack(i), &EMU_CANARY, sizeof EMU_CANARY))
-                        emu_fail("launch of %s: thread %d overflowed its %zu-byte fiber stack", name, i, EMU_STACK);
-                for (size_t i = smem; i < sm.size(); i++)
-                    if (sm[i] != 0xFF)
-                        emu_fail("launch of %s, block (%u,%u,%u): a store past the %zu bytes of dynamic shared memory",
-                                 name, bx, by, bz, smem);
+                if (cl.arrived)
+                    emu_fail("launch of %s, cluster at block (%u,%u,%u): it ended with %d threads arrived at a "
+                             "barrier.cluster phase nobody completed", name, cx, cy, cz, cl.arrived);
+                for (int r = 0; r < csize; r++) {
+                    EmuBlock &b = blocks[(size_t)r];
+                    const unsigned bx = b.block_idx.x, by = b.block_idx.y, bz = b.block_idx.z;
+                    for (const auto &m : b.mbars)
+                        if (!m.inflight.empty())
+                            emu_fail("launch of %s, block (%u,%u,%u): it ended with %zu TMA copies in flight on the "
+                                     "mbarrier at 0x%x (never waited for)", name, bx, by, bz, m.inflight.size(), m.addr);
+                    for (int id = 1; id < EMU_NAMED_BARS; id++)
+                        if (b.nbars[id].arrived)
+                            emu_fail("launch of %s, block (%u,%u,%u): it ended with %d threads arrived at named barrier "
+                                     "%d (count %d), a phase nobody completed: an arrival never waited for",
+                                     name, bx, by, bz, b.nbars[id].arrived, id, b.nbars[id].count);
+                    for (size_t g = 0; g < wgs[(size_t)r].size(); g++)
+                        if (!wgs[(size_t)r][g].open.empty() || !wgs[(size_t)r][g].groups.empty())
+                            emu_fail("launch of %s, block (%u,%u,%u): warpgroup %zu ended with wgmma in flight "
+                                     "(no wgmma.wait_group 0 after the last)", name, bx, by, bz, g);
+                    for (int i = 0; i < n; i++)
+                        if (memcmp(emu_stack(r * n + i), &EMU_CANARY, sizeof EMU_CANARY))
+                            emu_fail("launch of %s: thread %d overflowed its %zu-byte fiber stack", name, i, EMU_STACK);
+                    for (size_t i = smem; i < sm[(size_t)r].size(); i++)
+                        if (sm[(size_t)r][i] != 0xFF)
+                            emu_fail("launch of %s, block (%u,%u,%u): a store past the %zu bytes of dynamic shared "
+                                     "memory", name, bx, by, bz, smem);
+                }
             }
-    for (auto &f : fibers) free(f.copies);
+    for (auto &v : fibers)
+        for (auto &f : v) free(f.copies);
 }
 
 /* ---------------------------------------------------------------------------
@@ -882,7 +1140,9 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "not emulated"; }
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorInvalidValue ? "invalid argument" : "not emulated";
+}
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     emu_settings();
     switch (a) {
