@@ -108,6 +108,7 @@ int dp_build(DP *dp, const Layout *l, double bucket_mb, GPT *m, Comm *c, CommMes
     CommGroup *g = &mesh->dp_group;
     memset(dp, 0, sizeof *dp);
     dp->norm_e = -1;   /* the first step's norm finds its grid first */
+    dp->norm_acc = dev_alloc(m->dev, sizeof *dp->norm_acc);
     dp->mode = l->dp_mode;
     dp->zero = l->zero;
     dp->bucket_mb = bucket_mb;
@@ -153,6 +154,7 @@ int dp_build(DP *dp, const Layout *l, double bucket_mb, GPT *m, Comm *c, CommMes
 
 void dp_free(DP *dp) {
     zero_free(&dp->z);
+    if (dp->norm_acc) dev_free(dp->dev, dp->norm_acc, sizeof *dp->norm_acc);
     if (dp->stage) dev_free(dp->dev, dp->stage, dp->stage_n * sizeof(float));
     memset(&dp->m->hooks, 0, sizeof dp->m->hooks);
     free(dp->buckets);
@@ -179,26 +181,28 @@ void dp_micro_batch(DP *dp, int last) {
         dp->pending[i] = dp->buckets[i].unit_hi - dp->buckets[i].unit_lo + 1;
 }
 
-/* One pass of the norm over what this rank holds (zero_norm's contract):
- * with DP_PS only the master has the summed gradients, the others nothing;
- * with ZeRO each element is owned by exactly one dp rank. */
-static int norm_pass(void *ctx, const NormGrid *g, double acc[3]) {
+/* The runs of the norm on this rank (zero_norm_runs' contract): with
+ * DP_PS only the master has the summed gradients, the others nothing; with
+ * ZeRO each element is owned by exactly one dp rank. */
+static void norm_runs(void *ctx, OptimNormVisit *visit, void *arg) {
     DP *dp = ctx;
-    if (dp->mode == DP_PS && dp->rank != 0) return 0;
-    if (dp->zero) return zero_owned_norm(&dp->z, g, acc);
-    return zero_norm(&dp->z, dp->m->grads, 0, dp->m->num_params, g, acc);
+    if (dp->mode == DP_PS && dp->rank != 0) return;
+    if (dp->zero) zero_owned_norm_runs(&dp->z, visit, arg);
+    else zero_norm_runs(&dp->z, dp->m->grads, 0, dp->m->num_params, visit, arg);
 }
 
-/* Combines n int32s over the ranks that hold parts of the gradients: the
- * master's to its dp group (DP_PS), every owner's (ZeRO), nothing over dp
- * when each dp rank holds them all; then over tp and pp. */
+/* Combines n int32s (on the Dev) over the ranks that hold parts of the
+ * gradients: the master's to its dp group (DP_PS), every owner's (ZeRO),
+ * nothing over dp when each dp rank holds them all; then over tp and pp.
+ * On GPUs each waits for the one before on the device, not on the host. */
 static void norm_reduce(void *ctx, int32_t *x, int n, int max) {
     DP *dp = ctx;
+    Dev *d = dp->dev;
     CommRed op = max ? COMM_MAX : COMM_SUM;
-    if (dp->mode == DP_PS) comm_broadcast(dp->g, NULL, x, n, COMM_I32, 0);
-    else if (dp->zero) comm_all_reduce(dp->g, NULL, x, n, COMM_I32, op);
-    if (dp->tp) comm_all_reduce(dp->tp, NULL, x, n, COMM_I32, op);
-    if (dp->pp) comm_all_reduce(dp->pp, NULL, x, n, COMM_I32, op);
+    if (dp->mode == DP_PS) comm_op_wait(comm_broadcast(dp->g, d, x, n, COMM_I32, 0), d);
+    else if (dp->zero) comm_op_wait(comm_all_reduce(dp->g, d, x, n, COMM_I32, op), d);
+    if (dp->tp) comm_op_wait(comm_all_reduce(dp->tp, d, x, n, COMM_I32, op), d);
+    if (dp->pp) comm_op_wait(comm_all_reduce(dp->pp, d, x, n, COMM_I32, op), d);
 }
 
 /* The global gradient norm: each distinct gradient element counted once,
@@ -206,7 +210,8 @@ static void norm_reduce(void *ctx, int32_t *x, int n, int max) {
  * with the same bits on every layout (optim.h, "The gradient norm"), on a
  * grid guessed from the last step's. */
 static double global_norm(DP *dp) {
-    return optim_norm(&dp->norm_e, gpt_total_params(&dp->m->cfg), norm_pass, norm_reduce, dp);
+    return optim_norm(dp->dev, dp->norm_acc, &dp->norm_e, gpt_total_params(&dp->m->cfg), norm_runs,
+                      norm_reduce, dp);
 }
 
 /* The tied embedding: the first stage's wte and the last stage's copy got
@@ -225,6 +230,7 @@ double dp_step_end(DP *dp, float lr) {
     zero_finish_reductions(&dp->z);
     comm_wait(dp->comm, dp->dev);
     tie_embedding(dp);
+    zero_offload_grads_down(&dp->z);   /* with offload: down under the norm, one wait for both */
     double norm = global_norm(dp);
     zero_update(&dp->z, lr, optim_clip_scale(dp->z.opt, norm));
     return norm;

@@ -47,6 +47,7 @@ typedef struct DP {
     float *stage;              /* ps rank 0: [largest bucket] received gradients */
     size_t stage_n;
     int norm_e;                /* the last step's largest gradient exponent, the next grid's guess (-1: none) */
+    NormAcc *norm_acc;         /* the norm's working state, on dev (optim_norm) */
 } DP;
 
 /* Sets up data parallelism over the mesh's dp group for model m (built

@@ -1968,46 +1968,35 @@ static double reduce_to_host(Dev *d, const float *x, size_t n, int squares) {
 static double sumsq(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 1); }
 static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x, n, 0); }
 
-/* The gradient norm's two passes (ops.c's cpu_exp_max and cpu_sumsq_grid,
- * optim.h "The gradient norm"): the same bits as the CPU's, since each
- * element's parts depend on it and the grid alone and every sum of parts,
- * the block's and the host's, is exact. */
+/* The gradient norm's steps on a NormAcc in device memory (ops.c's
+ * cpu_norm_add, cpu_norm_redo and cpu_norm_pack; optim.h, "The gradient
+ * norm"), nothing read back: optim_norm reads the result once. The same
+ * bits as the CPU's: each element's parts depend on it and the grid alone,
+ * and every sum of parts is a whole number of units below 2^50, exact in
+ * double in any order, so each block adds its sums to the NormAcc with
+ * atomics. (Where a guessed grid proves wrong its sums may round; they are
+ * never used.) */
+enum { NORM_EXP = 0, NORM_ADD = 1, NORM_REDO = 2 };
 
-// partials [gridDim.x] = per-block largest biased exponent of x [n] (as a float, exact)
-__global__ void exp_max_kernel(float *partials, const float *x, size_t n) {
-    __shared__ float shared_f[32];
-    unsigned e = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
-    float b = block_max((float)e, shared_f);
-    if (threadIdx.x == 0) partials[blockIdx.x] = b;
-}
-
-static int exp_max(Dev *d, const float *x, size_t n) {
-    if (!n) return 0;
-    unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
-    if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
-    float *partials = (float *)d->scratch;
-    exp_max_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n);
-    LAUNCH_CHECK(exp_max_kernel);
-    float host[SUM_BLOCKS];
-    cuda_copy_d2h(host, partials, blocks * sizeof(float), d->stream);  // waits for the stream
-    int e = 0;
-    for (unsigned i = 0; i < blocks; i++) e = host[i] > e ? (int)host[i] : e;
-    return e;
-}
-
-// partials [4, gridDim.x] = per-block sums of the parts of x^2 * g.scale (x [n]),
-// then the block's largest biased exponent (exact as a double)
-__global__ void sumsq_grid_kernel(double *partials, const float *x, size_t n, NormGrid g) {
+// NORM_EXP: a->e = max(a->e, the largest biased exponent of x [n]); NORM_ADD: that, and
+// a->s[k] += part k of x^2 on g summed over x; NORM_REDO: a->r[k] += the same on the grid of
+// a->e (everyone's exponent by now) where it is not guess (nor 255), else nothing
+__global__ void norm_kernel(NormAcc *a, const float *x, size_t n, NormGrid g, int mode, int guess) {
     __shared__ double shared_d[32];
     __shared__ float shared_f[32];
+    double *sums = a->s;
+    if (mode == NORM_REDO) {
+        const int e = a->e;                   // the same for every thread: the block returns whole
+        if (e == guess || e == 255) return;
+        g = norm_grid_at(e, g.bits);
+        sums = a->r;
+    }
     double s0 = 0, s1 = 0, s2 = 0;
     unsigned e = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
+        if (mode == NORM_EXP) continue;
         double y = (double)x[i] * x[i] * g.scale;
         double p0 = (y + g.c[0]) - g.c[0];
         y -= p0;
@@ -2017,32 +2006,54 @@ __global__ void sumsq_grid_kernel(double *partials, const float *x, size_t n, No
         s1 += p1;
         s2 += (y + g.c[2]) - g.c[2];
     }
-    s0 = block_sum(s0, shared_d);
-    s1 = block_sum(s1, shared_d);
-    s2 = block_sum(s2, shared_d);
     float b = block_max((float)e, shared_f);
+    if (mode != NORM_EXP) {
+        s0 = block_sum(s0, shared_d);
+        s1 = block_sum(s1, shared_d);
+        s2 = block_sum(s2, shared_d);
+    }
     if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s0;
-        partials[gridDim.x + blockIdx.x] = s1;
-        partials[2 * gridDim.x + blockIdx.x] = s2;
-        partials[3 * gridDim.x + blockIdx.x] = b;
+        if (mode != NORM_REDO) atomicMax(&a->e, (int)b);
+        if (mode != NORM_EXP) {
+            atomicAdd(&sums[0], s0);
+            atomicAdd(&sums[1], s1);
+            atomicAdd(&sums[2], s2);
+        }
     }
 }
 
-static int sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]) {
-    if (!n) return 0;
+// a->limbs = the sums of a->e's grid (a->s where a->e is guess, else a->r) as limbs, 0 for 255
+__global__ void norm_pack_kernel(NormAcc *a, int guess, int bits) {
+    const int e = a->e;
+    if (e == 255) {
+        for (int k = 0; k < NORM_LIMBS; k++) a->limbs[k] = 0;
+        return;
+    }
+    const NormGrid g = norm_grid_at(e, bits);
+    norm_pack_limbs(e == guess ? a->s : a->r, &g, a->limbs);
+}
+
+static void norm_launch(Dev *d, NormAcc *a, const float *x, size_t n, NormGrid g, int mode, int guess) {
+    if (!n) return;
     unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
     if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
-    double *partials = (double *)d->scratch;
-    sumsq_grid_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(partials, x, n, *g);
-    LAUNCH_CHECK(sumsq_grid_kernel);
-    double host[4 * SUM_BLOCKS];
-    cuda_copy_d2h(host, partials, 4 * blocks * sizeof(double), d->stream);  // waits for the stream
-    for (int k = 0; k < 3; k++)
-        for (unsigned i = 0; i < blocks; i++) acc[k] += host[k * blocks + i];
-    int e = 0;
-    for (unsigned i = 0; i < blocks; i++) e = host[3 * blocks + i] > e ? (int)host[3 * blocks + i] : e;
-    return e;
+    norm_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(a, x, n, g, mode, guess);
+    LAUNCH_CHECK(norm_kernel);
+}
+
+static void norm_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g) {
+    norm_launch(d, a, x, n, g ? *g : NormGrid{}, g ? NORM_ADD : NORM_EXP, 0);
+}
+
+static void norm_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits) {
+    NormGrid g{};
+    g.bits = bits;
+    norm_launch(d, a, x, n, g, NORM_REDO, guess);
+}
+
+static void norm_pack(Dev *d, NormAcc *a, int guess, int bits) {
+    norm_pack_kernel<<<1, 1, 0, STREAM(d)>>>(a, guess, bits);
+    LAUNCH_CHECK(norm_pack_kernel);
 }
 
 /* ---------------------------------------------------------------------------
@@ -2309,8 +2320,9 @@ extern "C" const Ops cuda_ops = {
     .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
-    .exp_max = exp_max,
-    .sumsq_grid = sumsq_grid,
+    .norm_add = norm_add,
+    .norm_redo = norm_redo,
+    .norm_pack = norm_pack,
 };
 
 extern "C" const Ops cuda_bf16_ops = {
@@ -2340,6 +2352,7 @@ extern "C" const Ops cuda_bf16_ops = {
     .adamw_segs = adamw_segs,
     .sumsq = sumsq,
     .sum = sum,
-    .exp_max = exp_max,
-    .sumsq_grid = sumsq_grid,
+    .norm_add = norm_add,
+    .norm_redo = norm_redo,
+    .norm_pack = norm_pack,
 };

@@ -670,6 +670,25 @@ int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double a
     return (int)(t.e >> 23);
 }
 
+/* The Ops steps of the norm on the CPU: the NormAcc is in host memory. */
+void cpu_norm_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g) {
+    int e = g ? cpu_sumsq_grid(d, x, n, g, a->s) : cpu_exp_max(d, x, n);
+    if (e > a->e) a->e = e;
+}
+
+void cpu_norm_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits) {
+    if (a->e == guess || a->e == 255) return;
+    const NormGrid g = norm_grid_at(a->e, bits);
+    cpu_sumsq_grid(d, x, n, &g, a->r);
+}
+
+void cpu_norm_pack(Dev *d, NormAcc *a, int guess, int bits) {
+    (void)d;
+    const NormGrid g = norm_grid_at(a->e, bits);
+    if (a->e == 255) memset(a->limbs, 0, sizeof a->limbs);
+    else norm_pack_limbs(a->e == guess ? a->s : a->r, &g, a->limbs);
+}
+
 /* ---------------------------------------------------------------------------
  * The float32 table. The Ops contract types activations as void * (they are
  * bf16 in the bf16 tables); here they are floats, so each entry is the
@@ -783,8 +802,9 @@ const Ops cpu_ops = {
     .adamw_segs = cpu_adamw_segs,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
-    .exp_max = cpu_exp_max,
-    .sumsq_grid = cpu_sumsq_grid,
+    .norm_add = cpu_norm_add,
+    .norm_redo = cpu_norm_redo,
+    .norm_pack = cpu_norm_pack,
 };
 
 #endif

@@ -215,6 +215,7 @@ const Ops cpu_bf16_ops = {
     .adamw_segs = cpu_adamw_segs,
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
-    .exp_max = cpu_exp_max,
-    .sumsq_grid = cpu_sumsq_grid,
+    .norm_add = cpu_norm_add,
+    .norm_redo = cpu_norm_redo,
+    .norm_pack = cpu_norm_pack,
 };

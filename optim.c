@@ -5,6 +5,7 @@
  * stages (zero.c) shard the state this file keeps whole.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,25 +26,11 @@ float optim_clip_scale(const OptConfig *o, double norm) {
 
 NormGrid optim_norm_grid(int e, size_t n) {
     int b = 1;
-    while (b < 63 && (n >> b)) b++;               /* n < 2^b */
-    NormGrid g = {.bits = 50 - b < 4 ? 4 : 50 - b};  /* n x 2^bits < 2^50 */
-    if (e < 1) e = 1;                             /* |x| < 2^(e-126), x^2 < 2^(2e-252) */
-    g.scale = ldexp(1.0, g.bits - (2 * e - 252)); /* x^2 * scale < 2^bits */
-    for (int k = 0; k < 3; k++) g.c[k] = ldexp(1.5, 52 - k * g.bits);
-    return g;
+    while (b < 63 && (n >> b)) b++;                   /* n < 2^b */
+    return norm_grid_at(e, 50 - b < 4 ? 4 : 50 - b);  /* n x 2^bits < 2^50 */
 }
 
-void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM_NORM_LIMBS]) {
-    for (int k = 0; k < 3; k++) {
-        int64_t v = (int64_t)ldexp(acc[k], k * g->bits);   /* whole units, |v| < 2^50 */
-        for (int j = 0; j < 3; j++) limbs[4 * k + j] = (int32_t)((uint64_t)v >> (16 * j) & 0xffff);
-        /* the rest, floor(v / 2^48) in -4..3: shifted while non-negative (>> of a
-         * negative int is implementation-defined) */
-        limbs[4 * k + 3] = (int32_t)(((v + ((int64_t)1 << 50)) >> 48) - 4);
-    }
-}
-
-double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *g) {
+double optim_norm_unpack(const int32_t limbs[NORM_LIMBS], const NormGrid *g) {
     double s = 0;
     for (int k = 2; k >= 0; k--) {
         int64_t v = 0;
@@ -53,24 +40,44 @@ double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *
     return s / g->scale;
 }
 
-double optim_norm(int *guess, size_t n, OptimNormPass *pass, OptimNormReduce *reduce, void *ctx) {
-    /* Every rank takes the same branch: the guess and the exponent found
-     * (after the max over ranks) are the same on all of them. */
-    int g0 = *guess;
-    NormGrid g = optim_norm_grid(g0, n);
-    double acc[3] = {0, 0, 0};
-    int32_t e = pass(ctx, g0 >= 0 ? &g : NULL, acc), limbs[OPTIM_NORM_LIMBS];
-    reduce(ctx, &e, 1, 1);
-    *guess = e;
-    if (e == 255) return NAN;   /* an Inf or NaN gradient somewhere */
-    if (e != g0) {              /* no guess, or a wrong one: again on the right grid */
-        g = optim_norm_grid(e, n);
-        acc[0] = acc[1] = acc[2] = 0;
-        pass(ctx, &g, acc);
-    }
-    optim_norm_pack(acc, &g, limbs);
-    reduce(ctx, limbs, OPTIM_NORM_LIMBS, 0);
-    return sqrt(optim_norm_unpack(limbs, &g));
+/* One pass's visit of a run: the first adds on the guessed grid, the
+ * second redoes on the found one where the device says so. */
+typedef struct NormVisit {
+    Dev *d;
+    NormAcc *acc;
+    const NormGrid *g;   /* the guessed grid; NULL: no guess, exponents only */
+    int guess, bits, redo;
+} NormVisit;
+
+static void norm_visit(void *arg, const float *x, size_t n) {
+    NormVisit *v = arg;
+    if (v->redo) v->d->ops->norm_redo(v->d, v->acc, x, n, v->guess, v->bits);
+    else v->d->ops->norm_add(v->d, v->acc, x, n, v->g);
+}
+
+_Static_assert(offsetof(NormAcc, limbs) == offsetof(NormAcc, e) + sizeof(int32_t),
+               "optim_norm reads NormAcc's e and limbs back in one copy");
+
+double optim_norm(Dev *d, NormAcc *acc, int *guess, size_t n, OptimNormRuns *runs,
+                  OptimNormReduce *reduce, void *ctx) {
+    /* Every rank takes the same steps: what differs with the guess's truth
+     * is decided from the combined exponent, the same on all of them. */
+    const int g0 = *guess;
+    const NormGrid g = optim_norm_grid(g0, n);
+    NormVisit v = {d, acc, g0 >= 0 ? &g : NULL, g0, g.bits, 0};
+    dev_zero(d, acc, sizeof *acc);
+    runs(ctx, norm_visit, &v);                 /* exponents, and the sums on the guessed grid */
+    reduce(ctx, &acc->e, 1, 1);                /* everyone's largest exponent */
+    v.redo = 1;
+    runs(ctx, norm_visit, &v);                 /* again on its grid, where the guess was wrong */
+    d->ops->norm_pack(d, acc, g0, g.bits);
+    reduce(ctx, acc->limbs, NORM_LIMBS, 0);
+    int32_t out[1 + NORM_LIMBS];               /* e, then the limbs: contiguous in NormAcc */
+    dev_to_host(d, out, &acc->e, sizeof out);  /* the host's one wait */
+    *guess = out[0];
+    if (out[0] == 255) return NAN;             /* an Inf or NaN gradient somewhere */
+    const NormGrid ge = optim_norm_grid(out[0], n);
+    return sqrt(optim_norm_unpack(out + 1, &ge));
 }
 
 void adam_build(Adam *a, Dev *dev, size_t n) {

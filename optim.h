@@ -42,38 +42,47 @@ float optim_clip_scale(const OptConfig *o, double norm);
  * shards in another. Instead, in two passes over the gradients each rank
  * holds (dp.c's global_norm): the largest exponent over all ranks (an int32
  * max), which fixes a grid; each square is cut into three parts on that
- * grid (Ops.sumsq_grid), whose sums are whole numbers of units, exact in
- * double in any order; a rank's three sums travel as OPTIM_NORM_LIMBS int32
+ * grid (Ops.norm_add), whose sums are whole numbers of units, exact in
+ * double in any order; a rank's three sums travel as NORM_LIMBS int32
  * limbs, whose all-reduce is exact too (a low limb is below 2^16, so their
  * int32 sums hold for up to 32,768 ranks). What the grid drops lies 69 bits
  * (124M elements; fewer for more) below the largest square. The grid pass
  * finds the largest exponent as well, so optim_norm guesses the grid from
  * the last step's exponent and sums on it in the first pass; only when the
  * exponent found differs (the first step, or the largest gradient crossing
- * a power of 2) does it read the gradients again. The bits are those of the
- * two passes either way. */
-#define OPTIM_NORM_LIMBS 12   /* 3 parts x 4 limbs of 16 bits */
+ * a power of 2) is a second pass's work done. The bits are those of the two
+ * passes either way.
+ *
+ * On a GPU all of it stays on the device (tensor.h, NormAcc): the passes
+ * add into the rank's NormAcc, its exponent and limbs are combined over
+ * the ranks there, and the device, not the host, decides whether the
+ * second pass reads the gradients (norm_redo's kernels return at once
+ * where the guess held). The host reads back once, the exponent and the
+ * limbs together: a training step's one wait (main.c). */
+#define OPTIM_NORM_LIMBS NORM_LIMBS
 
 /* The grid for e, the largest biased float exponent (0..254) among all the
  * n gradient elements the norm counts (every rank's). */
 NormGrid optim_norm_grid(int e, size_t n);
-/* A rank's part sums acc (on grid g) as limbs whose int32 sums over ranks
- * are the sums of the parts. */
-void optim_norm_pack(const double acc[3], const NormGrid *g, int32_t limbs[OPTIM_NORM_LIMBS]);
 /* The sum of squares from the limbs summed over every rank. */
-double optim_norm_unpack(const int32_t limbs[OPTIM_NORM_LIMBS], const NormGrid *g);
+double optim_norm_unpack(const int32_t limbs[NORM_LIMBS], const NormGrid *g);
 
-/* How a rank reads its gradients for the norm: adds their squares' parts on
- * grid g to acc (g NULL: none) and returns their largest biased exponent. */
-typedef int OptimNormPass(void *ctx, const NormGrid *g, double acc[3]);
-/* How it combines n int32s with the other ranks holding gradients: their
- * largest (max 1) or their sum (max 0). */
+/* What optim_norm calls for each run of gradients (float32, on the Dev)
+ * a rank counts, with the arg it was given. */
+typedef void OptimNormVisit(void *arg, const float *x, size_t n);
+/* How a rank walks its runs: visit(arg, x, n) for each, in any order. */
+typedef void OptimNormRuns(void *ctx, OptimNormVisit *visit, void *arg);
+/* How it combines n int32s in the Dev's memory with the other ranks holding
+ * gradients: their largest (max 1) or their sum (max 0), the Dev's later
+ * work ordered after it, the host not waiting. */
 typedef void OptimNormReduce(void *ctx, int32_t *x, int n, int max);
 /* The global gradient norm of n elements in all (NAN when one is Inf or
- * NaN), with a grid guessed from *guess, the last call's exponent (-1 for
- * none), which it updates: one pass where the guess holds, else two. The
- * same bits on every rank and layout. */
-double optim_norm(int *guess, size_t n, OptimNormPass *pass, OptimNormReduce *reduce, void *ctx);
+ * NaN), on d with acc (d's memory) as its working state, with a grid
+ * guessed from *guess, the last call's exponent (-1 for none), which it
+ * updates. The host waits once, for the result. The same bits on every
+ * rank and layout. */
+double optim_norm(Dev *d, NormAcc *acc, int *guess, size_t n, OptimNormRuns *runs,
+                  OptimNormReduce *reduce, void *ctx);
 
 void adam_build(Adam *a, Dev *dev, size_t n);
 void adam_free(Adam *a);

@@ -145,18 +145,17 @@ void score_evaluate(Run *r, RunLog *log, int step) {
 
 /* On a GPU the step's loss stays on the device until the norm's read-back
  * (tensor.h, dev_loss_*): its mean over the micro-batches, averaged over
- * the dp x cp group there too (score_share_loss's arithmetic, on the device),
- * queued for the host. */
+ * the dp x cp group and sent from the last stage to the others there too
+ * (score_share_loss's arithmetic, on the device), queued for the host. */
 void score_loss_queue(Run *r, int M) {
     float *mean = dev_loss_finish(&r->dev, M);
     if (r->mesh.dp_group.size > 1)
         comm_op_wait(comm_all_reduce(&r->mesh.dp_group, &r->dev, mean, 1, COMM_F32, COMM_AVG), &r->dev);
+    if (r->mesh.pp > 1)
+        comm_op_wait(comm_broadcast(&r->mesh.pp_group, &r->dev, mean, 1, COMM_F32, r->mesh.pp - 1), &r->dev);
     dev_loss_queue(&r->dev);
 }
 
 double score_loss_read(Run *r) {
-    if (r->mesh.dp_group.size == 1 && r->mesh.pp == 1) return dev_loss_read(&r->dev, 0);
-    float l = (float)dev_loss_read(&r->dev, 1);
-    if (r->mesh.pp > 1) comm_broadcast(&r->mesh.pp_group, NULL, &l, 1, COMM_F32, r->mesh.pp - 1);
-    return l;
+    return dev_loss_read(&r->dev, r->mesh.dp_group.size > 1 || r->mesh.pp > 1);
 }

@@ -18,6 +18,7 @@
 #ifndef TENSOR_H
 #define TENSOR_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,6 +68,47 @@ typedef struct NormGrid {
     double scale, c[3];
     int bits;
 } NormGrid;
+
+/* The gradient norm's working state on a rank, where its gradients live
+ * (device memory on a GPU), so that the passes, the combining over ranks
+ * and the choice between the guessed grid and the found one all happen
+ * there and the host reads back once (optim_norm; optim.h, "The gradient
+ * norm"). Zeroed before each norm. */
+#define NORM_LIMBS 12   /* 3 parts x 4 limbs of 16 bits */
+typedef struct NormAcc {
+    double s[3];               /* the parts' sums on the guessed grid (pass 1) */
+    double r[3];               /* on the found exponent's grid (pass 2, when the guess was wrong) */
+    int32_t e;                 /* the largest biased exponent: this rank's, then, combined, everyone's */
+    int32_t limbs[NORM_LIMBS]; /* s or r as limbs (Ops.norm_pack), then summed over the ranks */
+} NormAcc;
+
+#ifdef __CUDACC__
+#define NORM_HD __host__ __device__
+#else
+#define NORM_HD
+#endif
+/* The grid for e, the largest biased exponent (0..254) of the elements
+ * counted, bits from their number (optim_norm_grid): x^2 * scale < 2^bits
+ * for every |x| < 2^(e-126). One definition for the host and the kernels. */
+static inline NORM_HD NormGrid norm_grid_at(int e, int bits) {
+    NormGrid g;
+    g.bits = bits;
+    if (e < 1) e = 1;
+    g.scale = ldexp(1.0, bits - (2 * e - 252));
+    for (int k = 0; k < 3; k++) g.c[k] = ldexp(1.5, 52 - k * bits);
+    return g;
+}
+/* Sums s on grid g as limbs whose int32 sums over ranks are the sums of
+ * the parts: each part in whole units (|v| < 2^50), three limbs of 16 bits
+ * and the rest, floor(v / 2^48) in -4..3, shifted while non-negative (>> of
+ * a negative integer is implementation-defined). */
+static inline NORM_HD void norm_pack_limbs(const double s[3], const NormGrid *g, int32_t limbs[NORM_LIMBS]) {
+    for (int k = 0; k < 3; k++) {
+        int64_t v = (int64_t)ldexp(s[k], k * g->bits);
+        for (int j = 0; j < 3; j++) limbs[4 * k + j] = (int32_t)((uint64_t)v >> (16 * j) & 0xffff);
+        limbs[4 * k + 3] = (int32_t)(((v + ((int64_t)1 << 50)) >> 48) - 4);
+    }
+}
 
 /* A Dev's scratch: reductions' partials, the optimizer's segment table, and
  * split-K's parts of a weight gradient (tc.h: GPT-2 small's 768 x 768 in 7
@@ -203,13 +245,19 @@ struct Ops {
      * returned to the host. */
     double (*sumsq)(Dev *d, const float *x, size_t n);
     double (*sum)(Dev *d, const float *x, size_t n);
-    /* The global gradient norm's passes (optim.h, "The gradient norm"):
-     * the largest biased exponent (0..255) among x[n]'s floats, 255 when
-     * one is Inf or NaN, 0 when n is 0; then acc[k] += the sum over x[n]
-     * of part k of x^2 on grid g, exact, so any order gives the same bits,
-     * returning that largest exponent too (what checks a guessed grid). */
-    int (*exp_max)(Dev *d, const float *x, size_t n);
-    int (*sumsq_grid)(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
+    /* The global gradient norm's steps (optim.h, "The gradient norm"), on
+     * a NormAcc in the op's device memory, nothing read back. norm_add:
+     * a->e = max(a->e, the largest biased exponent (0..255, 255 for an
+     * Inf or NaN) among x[n]'s floats), and with a grid g, a->s[k] += the
+     * sum over x[n] of part k of x^2 on g, exact, so any order gives the
+     * same bits. norm_redo, once a->e holds every rank's exponent: where it
+     * differs from guess (the exponent g was made for) and is not 255,
+     * a->r[k] += the same sums on the grid of a->e (norm_grid_at(a->e,
+     * bits)); else nothing. norm_pack: a->limbs = the sums of that grid
+     * (a->s when a->e is guess, else a->r) as limbs, zero for 255. */
+    void (*norm_add)(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g);
+    void (*norm_redo)(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits);
+    void (*norm_pack)(Dev *d, NormAcc *a, int guess, int bits);
 };
 
 extern const Ops cpu_ops;        /* ops.c: the float32 reference */

@@ -156,57 +156,48 @@ void zero_free(Zero *z) {
 
 /* ---- gradients ---------------------------------------------------------- */
 
-typedef struct NormPass {
+typedef struct NormRuns {
     const Zero *z;
     const float *grads;
     size_t offset;
-    const NormGrid *g;   /* NULL: the exponent alone */
-    double *acc;
-    int e;               /* the largest exponent so far */
-    size_t run_off, run_n;   /* counted elements not yet read, in one run */
-} NormPass;
+    OptimNormVisit *visit;
+    void *arg;
+    size_t run_off, run_n;   /* counted elements not yet visited, in one run */
+} NormRuns;
 
-/* Reads the pending run: one call for as many tensors as lie end to end
- * (all of them on one rank without tp), so a GPU reads its partials back
- * once a pass, not once a tensor. The sums are exact: runs change no bit. */
-static void norm_flush(NormPass *q) {
+/* Visits the pending run: one visit for as many tensors as lie end to end
+ * (all of them on one rank without tp), so a GPU launches once a run, not
+ * once a tensor. The sums are exact: runs change no bit. */
+static void norm_flush(NormRuns *q) {
     if (!q->run_n) return;
-    Dev *d = q->z->dev;
-    const float *x = q->grads + (q->run_off - q->offset);
-    int e = q->g ? d->ops->sumsq_grid(d, x, q->run_n, q->g, q->acc) : d->ops->exp_max(d, x, q->run_n);
-    if (e > q->e) q->e = e;
+    q->visit(q->arg, q->grads + (q->run_off - q->offset), q->run_n);
     q->run_n = 0;
 }
 
 static void norm_segment(void *ctx, size_t off, size_t n, int tensor) {
-    NormPass *q = ctx;
+    NormRuns *q = ctx;
     if (!layout_counts(q->z->m, tensor)) return;   /* a tp replica, or the tied wte's second copy */
     if (q->run_n && off != q->run_off + q->run_n) norm_flush(q);
     if (!q->run_n) q->run_off = off;
     q->run_n += n;
 }
 
-int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
-              double acc[3]) {
-    NormPass q = {z, grads, offset, g, acc, 0, 0, 0};
+void zero_norm_runs(const Zero *z, const float *grads, size_t offset, size_t count, OptimNormVisit *visit,
+                    void *arg) {
+    NormRuns q = {z, grads, offset, visit, arg, 0, 0};
     gpt_segments(z->m, offset, count, norm_segment, &q);
     norm_flush(&q);
-    return q.e;
 }
 
 float *zero_owned_grads(Zero *z, const ZeroBucket *b) {
     return z->grad_shard ? z->grad_shard + b->state_off : z->m->grads + b->off + b->own_off;
 }
 
-int zero_owned_norm(Zero *z, const NormGrid *g, double acc[3]) {
-    int e = 0;
+void zero_owned_norm_runs(Zero *z, OptimNormVisit *visit, void *arg) {
     for (int i = 0; i < z->nbuckets; i++) {
         ZeroBucket *b = &z->buckets[i];
-        if (!b->own_n) continue;
-        int be = zero_norm(z, zero_owned_grads(z, b), b->off + b->own_off, b->own_n, g, acc);
-        if (be > e) e = be;
+        if (b->own_n) zero_norm_runs(z, zero_owned_grads(z, b), b->off + b->own_off, b->own_n, visit, arg);
     }
-    return e;
 }
 
 float *zero_grads_acquire(Zero *z, int u) {
@@ -264,21 +255,27 @@ static void sync_params(Zero *z) {
 
 void zero_params_sync(Zero *z) { sync_params(z); }
 
-/* ZeRO-Offload's step: every owned gradient comes down at once (pinned
- * host memory, one wait), then AdamW runs on the host bucket by bucket and
- * each bucket's parameters go up while the next one's AdamW runs. Nothing
- * waits for the copies up on the host: the master weights are written again
- * only after the next step's gradients came down on the same stream, and
- * what reads the parameters on the GPU is ordered after them (the compute
- * stream itself; the communication streams through their event on it). */
-static void offload_update(Zero *z, float lr, float grad_scale) {
-    GPT *m = z->m;
+void zero_offload_grads_down(Zero *z) {
+    if (!z->offload) return;
     for (int i = 0; i < z->nbuckets; i++) {
         ZeroBucket *b = &z->buckets[i];
         if (b->own_n)
             dev_to_host_async(z->dev, z->host_grads + b->state_off, zero_owned_grads(z, b),
                               b->own_n * sizeof(float));
     }
+}
+
+/* ZeRO-Offload's step: every owned gradient came down at once
+ * (zero_offload_grads_down, into pinned host memory, queued before the
+ * norm, whose read-back waits for it: nothing is left for dev_sync to wait
+ * for), then AdamW runs on the host bucket by bucket and each bucket's
+ * parameters go up while the next one's AdamW runs. Nothing waits for the
+ * copies up on the host: the master weights are written again only after
+ * the next step's gradients came down on the same stream, and what reads
+ * the parameters on the GPU is ordered after them (the compute stream
+ * itself; the communication streams through their event on it). */
+static void offload_update(Zero *z, float lr, float grad_scale) {
+    GPT *m = z->m;
     dev_sync(z->dev);
     for (int i = 0; i < z->nbuckets; i++) {
         ZeroBucket *b = &z->buckets[i];

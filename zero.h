@@ -97,16 +97,19 @@ void zero_layout(Zero *z, ZeroBucket *buckets, int nbuckets, const int *unit_buc
 int zero_build(Zero *z, char *err, size_t errlen);
 void zero_free(Zero *z);
 
-/* One pass of the gradient norm (optim.h, "The gradient norm") over
+/* The runs of the gradient norm (optim.h, "The gradient norm") in
  * grads[k] = gradient of element offset + k, k < count, counting a tensor
  * every tp rank holds whole only on tp rank 0, and the tied wte only on the
- * first stage: returns the largest biased exponent among them (Ops exp_max)
- * and, g not NULL, adds their squares' parts on grid g to acc (Ops
- * sumsq_grid, which finds that exponent in the same read).
- * zero_owned_norm: the same over this rank's owned gradients. */
-int zero_norm(const Zero *z, const float *grads, size_t offset, size_t count, const NormGrid *g,
-              double acc[3]);
-int zero_owned_norm(Zero *z, const NormGrid *g, double acc[3]);
+ * first stage: visit(arg, x, n) for each run of counted elements that lie
+ * end to end. zero_owned_norm_runs: the same over this rank's owned
+ * gradients, bucket by bucket. */
+void zero_norm_runs(const Zero *z, const float *grads, size_t offset, size_t count, OptimNormVisit *visit,
+                    void *arg);
+void zero_owned_norm_runs(Zero *z, OptimNormVisit *visit, void *arg);
+/* ZeRO-Offload: queues every owned gradient's copy down to pinned host
+ * memory, not waiting (the norm's read-back after it does); zero_update's
+ * host AdamW reads them. Nothing without offload. */
+void zero_offload_grads_down(Zero *z);
 /* Where the owned gradients of bucket b are after its reduction. */
 float *zero_owned_grads(Zero *z, const ZeroBucket *b);
 

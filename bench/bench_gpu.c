@@ -78,7 +78,7 @@
  * micro-batch of B x T on one GPU) adds its median time times the calls a
  * step makes (gpt.c: per layer four linears, attention, two layernorms, GELU;
  * the head, the embedding and the loss once) to its phase: forward,
- * backward, gradient reduction (none on one GPU), the norm (sumsq_grid, not
+ * backward, gradient reduction (none on one GPU), the norm (norm_kernel, not
  * a row here: n/a), the optimizer (adamw_segs). The matmuls count the
  * time of the wgmma kernel TC_AUTO picks (tc_gemm_auto) where one ran
  * (sm_90), else mma.sync's. The sum
@@ -1517,7 +1517,7 @@ static void bench_step(const BenchCtx *c) {
         double mm = wgmma ? c->step_wgmma[p] : c->step_mma[p], ms = c->step_ms[p] + mm;
         sum += ms;
         if (p == BENCH_P_REDUCE) printf("%-10s %10s %10s   (none on one GPU)\n", bench_phase_name[p], "0", "-");
-        else if (p == BENCH_P_NORM) printf("%-10s %10s %10s   (sumsq_grid: no row; counted in the remainder)\n",
+        else if (p == BENCH_P_NORM) printf("%-10s %10s %10s   (norm_kernel: no row; counted in the remainder)\n",
                                            bench_phase_name[p], "n/a", "-");
         else printf("%-10s %10.3f %10.3f\n", bench_phase_name[p], ms, mm);
     }

@@ -189,7 +189,7 @@ fi
 # the step accounted for: train's measured step beside the sum of its kernels' own times. Where
 # ncu is, those are measured: every kernel of train's step 3 (its NVTX range "step 3"), one
 # metric (gpu__time_duration), each kernel put in its phase in launch order: forward up to
-# the loss (crossentropy), then backward; the norm's passes (exp_max, sumsq_grid), AdamW, and
+# the loss (crossentropy), then backward; the norm's steps (norm_kernel, norm_pack_kernel), AdamW, and
 # NCCL's kernels (the gradient reduction) by name. Else bench_gpu's rows times their calls a
 # step (B 16 only).
 echo
@@ -209,7 +209,7 @@ if command -v ncu > /dev/null 2>&1 && [ -z "$SKIP_STEP_PROFILE" ]; then
             gsub(/[",]/, "", v); gsub(/"/, "", unit)
             ns = v * (unit == "second" ? 1e9 : unit == "msecond" ? 1e6 : unit == "usecond" ? 1e3 : 1)
             if (name ~ /nccl/) p = "reduction"
-            else if (name ~ /exp_max|sumsq_grid/) p = "norm"
+            else if (name ~ /norm_kernel|norm_pack_kernel/) p = "norm"
             else if (name ~ /adamw/) p = "optimizer"
             else p = seen_loss ? "backward" : "forward"
             if (name ~ /crossentropy|xent/) seen_loss = 1

@@ -394,7 +394,7 @@ static void op_run(Bench *b, const Row *r) {
     case K_ENCODER_BWD:
         cpu_encoder_backward(d, g + b->off[GPT_WTE], g + b->off[GPT_WPE], b->dx, b->tokens, s->B, s->T, C);
         break;
-    case K_NORM_EXP:  /* dp.c's global_norm through zero_norm: on one rank, one call a pass over all */
+    case K_NORM_EXP:  /* dp.c's global_norm through zero_norm_runs: on one rank, one run a pass over all */
         b->norm_e = cpu_exp_max(d, b->grads, s->params);
         break;
     case K_NORM_GRID: {

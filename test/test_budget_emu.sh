@@ -8,31 +8,40 @@
 # synchronizations"): each call that made the host wait for device work it
 # had not waited for (cudaStreamSynchronize, cudaEventSynchronize, a copy to
 # or from pageable memory, cudaFree...) and each allocation, named.
-# Layouts: one rank, and 2-rank DDP over the emulated NCCL (one emulated GPU
-# a rank), fp32 and bf16; one rank with two micro-batches; and both with
-# streams late (EMU_STREAMS). (ZeRO, tp and pp still wait more: the norm's
-# sums are combined over their groups through host memory, a read-back per
-# owned run, and pp broadcasts the loss from the host: 5 to 7 a step.) Asserted from the second step on: no allocation, and at most one
-# blocking synchronization a step (the loss and the norm read back together).
-# Then the check is shown to catch two deliberate bugs patched into a scratch
-# copy of main.c's train_step (test/emu/scratch.sh): a dev_sync between the
-# backward and the optimizer (one more blocking read-back a step), and a
-# device buffer allocated and freed inside every step.
+# Layouts: one rank; and on 2 ranks over the emulated NCCL (one emulated GPU
+# a rank) DDP, the parameter server, ZeRO-1, 2, 3 and 3 with offload, tp
+# with sp, a 1F1B pipeline, cp; fp32 and bf16; one rank with two
+# micro-batches; and with streams late (EMU_STREAMS). Asserted from the
+# second step on: no allocation, and at most one blocking synchronization a
+# step (the loss and the norm read back together; with ZeRO-Offload the
+# gradients' copy down comes with them); and on the first step, whose norm
+# always takes its second pass (no exponent to guess from yet), one read-back
+# from the device (the pass is decided on the device, optim_norm).
+# Then the check is shown to catch three deliberate bugs patched into a
+# scratch copy (test/emu/scratch.sh): a dev_sync between the backward and the
+# optimizer in main.c's train_step (one more blocking read-back a step), a
+# device buffer allocated and freed inside every step, and optim_norm reading
+# the combined exponent back to decide the second pass on the host (caught
+# on a 2-rank ZeRO-1 layout).
 cd "$(dirname "$0")/.." || exit 2
 SCRATCH=budget
 . test/emu/scratch.sh
 MODEL="--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 32 --max-seq 16 --vocab 61 --seq 8 --steps 4 --device cuda --no-self-test"
 # The budget, issue 42's: one blocking synchronization a step after the
-# first, the gradient norm's read-back before the clip (zero_norm's
-# sumsq_grid), which brings the step's loss with it (main.c's loss_queue:
-# the loss summed on the device, dev_loss_*, averaged over dp there too).
-# What went, each a wait a step (one rank: 7 before): the three uploads of a
-# micro-batch's tokens, embedding plan and targets (dev_from_host goes
-# through pinned staging), the loss's own read-back (ops->sum), AdamW's
-# segment table (kept on the device), the end of the step (run_train's
-# dev_sync); with DDP also the loss's all-reduce staged through the host (2).
-SYNCS_1=1
-SYNCS_DDP=1
+# first, the gradient norm's read-back before the clip (optim_norm: its
+# exponent and limbs, combined over the ranks on the device), which brings
+# the step's loss with it (score_loss_queue: the loss summed on the device,
+# dev_loss_*, averaged over dp and sent from the last stage there too).
+# What went, each a wait a step (one rank: 7 before 2026-11-27; 5 to 9 on
+# the other layouts before 2026-11-28): the three uploads of a micro-batch's
+# tokens, embedding plan and targets (dev_from_host goes through pinned
+# staging), the loss's own read-back (ops->sum), AdamW's segment table (kept
+# on the device), the end of the step (run_train's dev_sync); the loss's
+# all-reduce and pp broadcast staged through the host; the norm's read-back
+# of each run's partials (ZeRO: each owned bucket; tp: each run between
+# replicated tensors), its exponent and limbs combined through host memory,
+# and the host's decision on its second pass.
+SYNCS=1
 
 # check LOG LABEL SYNCS RANKS: the step lines of every rank in LOG against the
 # budget; prints PASS or FAIL lines, returns 1 on a FAIL.
@@ -45,7 +54,7 @@ check() {
             if (st > 1 && s > worst_s) worst_s = s
             if (st > 1 && al > worst_a) worst_a = al
             if (st > 1 && (s > syncs || al > 0) && !bad) { bad = 1; what = $0 }
-            if (st == 1) { first_s = s; first_a = al }
+            if (st == 1) { first_s = s; first_a = al; d2h = gsub(/D2H/, "D2H"); if (d2h > 1 && !bad) { bad = 1; what = "step 1: " d2h " read-backs: " $0 } }
         }
         END {
             lines = 0
@@ -55,10 +64,10 @@ check() {
                 exit 1
             }
             if (bad) {
-                printf "FAIL budget %s: over the budget (at most %d blocking synchronizations, no allocation, a step after the first): %s\n", label, syncs, what
+                printf "FAIL budget %s: over the budget (at most %d blocking synchronizations, no allocation, a step after the first; one read-back in the first): %s\n", label, syncs, what
                 exit 1
             }
-            printf "PASS budget %s: steps 2-%d: at most %d blocking synchronizations a step (budget %d), %d allocations (step 1: %d and %d)\n", label, steps, worst_s, syncs, worst_a, first_s, first_a
+            printf "PASS budget %s: steps 2-%d: at most %d blocking synchronizations a step (budget %d), %d allocations (step 1: %d and %d, one read-back)\n", label, steps, worst_s, syncs, worst_a, first_s, first_a
         }' "$1"
 }
 
@@ -78,32 +87,43 @@ budget() {
     rc=$?
 }
 
+# row LABEL RANKS FLAGS...: one budget run, counted
+row() {
+    label=$1 ranks=$2
+    shift 2
+    budget "$label" $SYNCS "$ranks" "$@"
+    cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
+}
 for dt in fp32 bf16; do
-    budget "one rank, $dt" $SYNCS_1 1 --batch 4 --dtype $dt
-    cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
-    budget "ddp 2, $dt" $SYNCS_DDP 2 --ranks 2 --batch 2 --dtype $dt
-    cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
+    row "one rank, $dt" 1 --batch 4 --dtype $dt
+    row "ddp 2, $dt" 2 --ranks 2 --batch 2 --dtype $dt
 done
+row "ps 2, fp32" 2 --ranks 2 --dp-mode ps --batch 2 --dtype fp32
+row "zero-1 2, bf16" 2 --ranks 2 --zero 1 --batch 2 --dtype bf16
+row "zero-2 2, fp32" 2 --ranks 2 --zero 2 --batch 2 --dtype fp32
+row "zero-3 2 with offload, bf16" 2 --ranks 2 --zero 3 --offload --batch 2 --dtype bf16
+row "tp 2 with sp, bf16" 2 --ranks 2 --tp 2 --sp --batch 4 --dtype bf16
+row "pp 2 (1F1B, 2 micro-batches), fp32" 2 --ranks 2 --pp 2 --schedule 1f1b --batch 4 --micro-batches 2 --dtype fp32
+row "cp 2, bf16" 2 --ranks 2 --cp 2 --batch 4 --dtype bf16
 # two micro-batches (the loss added up on the device over both), and the streams late (the
 # compute stream runs only when the host waits, the communication streams only when waited
 # for: the host as far ahead of the device as it can be)
-budget "one rank, 2 micro-batches, fp32" $SYNCS_1 1 --batch 2 --micro-batches 2 --dtype fp32
-cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
-WHEN=first-late budget "one rank, bf16, compute stream late" $SYNCS_1 1 --batch 4 --dtype bf16
-cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
-WHEN=rest-late budget "ddp 2, bf16, communication streams late" $SYNCS_DDP 2 --ranks 2 --batch 2 --dtype bf16
-cat "$S/check.out"; [ $rc -eq 0 ] && pass=$((pass + 1)) || fail=$((fail + 1))
+row "one rank, 2 micro-batches, fp32" 1 --batch 2 --micro-batches 2 --dtype fp32
+WHEN=first-late row "one rank, bf16, compute stream late" 1 --batch 4 --dtype bf16
+WHEN=rest-late row "ddp 2, bf16, communication streams late" 2 --ranks 2 --batch 2 --dtype bf16
+WHEN=rest-late row "zero-3 2, fp32, communication streams late" 2 --ranks 2 --zero 3 --batch 2 --dtype fp32
+WHEN=first-late row "pp 2, bf16, compute stream late" 2 --ranks 2 --pp 2 --batch 4 --micro-batches 2 --dtype bf16
 
 # The deliberate bugs: each must be caught (a FAIL from check, naming the call).
-# caught NAME WANT: after a patch and a rebuild, the one-rank run must fail the
-# check with WANT in its line.
+# caught NAME WANT LABEL RANKS FLAGS: after a patch and a rebuild, the run of
+# the layout FLAGS (one string) on RANKS must fail the check with WANT in its line.
 caught() {
     if ! rebuild; then
         echo "FAIL budget: could not rebuild with $1: $(grep -m1 error "$S/build.log")"
         fail=$((fail + 1))
         return
     fi
-    budget "one rank, fp32, $1" $SYNCS_1 1 --batch 4 --dtype fp32
+    budget "$3, $1" $SYNCS $4 $5 --dtype fp32
     if [ $rc -ne 0 ] && grep -q "$2" "$S/check.out"; then
         echo "PASS budget: $1 is caught: $(cut -c1-200 "$S/check.out")"
         pass=$((pass + 1))
@@ -115,16 +135,26 @@ caught() {
 cp "$S/main.c" "$S/main.c.orig"
 if patch_in main.c '    *lr = optim_lr(&a->opt, step);' '    dev_sync(&r->dev);
     *lr = optim_lr(&a->opt, step);'; then
-    caught "a dev_sync between backward and the optimizer" "cudaStreamSynchronize(stream 1, after"
+    caught "a dev_sync between backward and the optimizer" "cudaStreamSynchronize(stream 1, after" \
+        "one rank" 1 "--batch 4"
 else
     echo "FAIL budget: could not patch main.c (train_step changed?)"; fail=$((fail + 1))
 fi
 cp "$S/main.c.orig" "$S/main.c"
 if patch_in main.c '    dp_step_begin(&r->dp);' '    dev_free(&r->dev, dev_alloc(&r->dev, 4096), 4096);
     dp_step_begin(&r->dp);'; then
-    caught "a buffer allocated and freed inside each step" "cudaMalloc(4096 bytes)"
+    caught "a buffer allocated and freed inside each step" "cudaMalloc(4096 bytes)" "one rank" 1 "--batch 4"
 else
     echo "FAIL budget: could not patch main.c (train_step changed?)"; fail=$((fail + 1))
+fi
+cp "$S/main.c.orig" "$S/main.c"
+if patch_in optim.c '    v.redo = 1;' '    int32_t e_host;
+    dev_to_host(d, &e_host, &acc->e, sizeof e_host);   /* the second pass decided on the host */
+    v.redo = 1;'; then
+    caught "the norm's exponent read back before its second pass" "cudaMemcpyAsync(D2H, 4 bytes)" \
+        "zero-1 2" 2 "--ranks 2 --zero 1 --batch 2"
+else
+    echo "FAIL budget: could not patch optim.c (optim_norm changed?)"; fail=$((fail + 1))
 fi
 echo "budget (cpu emulation): $pass passed, $fail failed"
 rm -rf "$S"

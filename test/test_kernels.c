@@ -507,6 +507,49 @@ static void test_adamw_segs(Test *t) {
     free(param); free(grad); free(m); free(v);
 }
 
+/* One norm's steps on both tables over x [n] (g_x on the GPU), as
+ * optim_norm takes them, x seen as two runs: the exponents alone (no
+ * guess), then with a guess right and one wrong (3 binades low, so its
+ * first pass's sums round and only e, r and the limbs must agree), each
+ * followed by the redo and the pack (any grid will do: 20 bits a part).
+ * Checks the GPU's NormAcc has the CPU's bits. */
+static void test_norm_steps(Test *t, const char *shape, const float *x, const float *g_x, size_t n) {
+    Dev *c = &t->cpu, *g = &t->gpu;
+    NormAcc want, got, *g_acc = dev_alloc(g, sizeof *g_acc);
+    size_t h = n / 2;
+    memset(&want, 0, sizeof want);
+    for (int k = 0; k < 2; k++) cpu_ops.norm_add(c, &want, x + k * h, k ? n - h : h, NULL);
+    const int e = want.e;
+    const int guesses[3] = {-1, e, e - 3};
+    int ok = 1;
+    char what[256] = "";
+    for (int i = 0; i < 3; i++) {
+        const NormGrid grid = norm_grid_at(guesses[i], 20);
+        const NormGrid *gp = guesses[i] < 0 ? NULL : &grid;
+        memset(&want, 0, sizeof want);
+        dev_zero(g, g_acc, sizeof *g_acc);
+        for (int k = 0; k < 2; k++) {
+            cpu_ops.norm_add(c, &want, x + k * h, k ? n - h : h, gp);
+            g->ops->norm_add(g, g_acc, g_x + k * h, k ? n - h : h, gp);
+        }
+        for (int k = 0; k < 2; k++) {   /* one rank: its exponent is everyone's */
+            cpu_ops.norm_redo(c, &want, x + k * h, k ? n - h : h, guesses[i], 20);
+            g->ops->norm_redo(g, g_acc, g_x + k * h, k ? n - h : h, guesses[i], 20);
+        }
+        cpu_ops.norm_pack(c, &want, guesses[i], 20);
+        g->ops->norm_pack(g, g_acc, guesses[i], 20);
+        dev_to_host(g, &got, g_acc, sizeof got);
+        int same = got.e == want.e && !memcmp(got.r, want.r, sizeof got.r) &&
+                   !memcmp(got.limbs, want.limbs, sizeof got.limbs) &&
+                   (guesses[i] != e || e == 255 || !memcmp(got.s, want.s, sizeof got.s));
+        ok &= same;
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s guess %d: e %d (cpu %d), limb0 %d (cpu %d)",
+                 i ? ";" : "", guesses[i], got.e, want.e, got.limbs[0], want.limbs[0]);
+    }
+    check(&t->checks, ok, tagged("norm_add/redo/pack"), "%s: %s", shape, what);
+    gpu_drop(t, g_acc, sizeof *g_acc);
+}
+
 /* Sums in double against a double host loop. The GPU adds in another order,
  * so the error is measured against the sum of |terms|, about 1e-16 * log n
  * of it; 1e-12 leaves room and still catches a float accumulation (1e-7). */
@@ -530,21 +573,15 @@ static void test_sums(Test *t, size_t n) {
     double e_sumsq = fabs(got_sumsq - sumsq) / (sumsq > 0 ? sumsq : 1);
     check(&t->checks, e_sum <= 1e-12, tagged("sum"), "%s: %.10g vs host %.10g, err %.1e of sum|x|", shape, got_sum, sum, e_sum);
     check(&t->checks, e_sumsq <= 1e-12, tagged("sumsq"), "%s: %.10g vs host %.10g, rel err %.1e", shape, got_sumsq, sumsq, e_sumsq);
-    /* the gradient norm's passes: the CPU's bits (optim.h, "The gradient norm") */
+    /* the gradient norm's steps: the CPU's bits (optim.h, "The gradient norm") */
     if (n) x[n / 3] = -1e3f;   /* the largest exponent in the middle of a block */
     dev_from_host(&t->gpu, g_x, x, n * 4);
-    int e = cpu_ops.exp_max(NULL, x, n), got_e = t->gpu.ops->exp_max(&t->gpu, g_x, n);
-    /* any grid will do (this test links no optim.o): 20 bits a part, the
-     * largest square just below 2^20 units */
-    NormGrid grid = {.scale = ldexp(1.0, 20 - (2 * e - 252)), .bits = 20,
-                     .c = {ldexp(1.5, 52), ldexp(1.5, 32), ldexp(1.5, 12)}};
-    double want_acc[3] = {0, 0, 0}, got_acc[3] = {0, 0, 0};
-    int want_ge = cpu_ops.sumsq_grid(NULL, x, n, &grid, want_acc);
-    int got_ge = t->gpu.ops->sumsq_grid(&t->gpu, g_x, n, &grid, got_acc);   /* finds the exponent too */
-    check(&t->checks, got_e == e && got_ge == e && want_ge == e && !memcmp(got_acc, want_acc, sizeof got_acc),
-          tagged("sumsq_grid"), "%s: exponent %d, %d in the grid pass (cpu %d, %d), parts %.17g %.17g %.17g"
-          " (cpu %.17g %.17g %.17g)", shape, got_e, got_ge, e, want_ge,
-          got_acc[0], got_acc[1], got_acc[2], want_acc[0], want_acc[1], want_acc[2]);
+    test_norm_steps(t, shape, x, g_x, n);
+    if (n) {   /* an Inf: exponent 255, and nothing summed or packed */
+        x[n / 2] = INFINITY;
+        dev_from_host(&t->gpu, g_x, x, n * 4);
+        test_norm_steps(t, shape, x, g_x, n);
+    }
     gpu_drop(t, g_x, n * 4);
     free(x);
 }
@@ -571,10 +608,11 @@ static void test_zero_sizes(Test *t) {
     o->xent_combine(g, NULL, NULL, NULL, 0, 3);
     o->xent_grad(g, NULL, NULL, NULL, 0, 8, 8, 8, 1.0f);
     o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
-    double acc[3] = {0, 0, 0};
-    NormGrid grid = {.scale = 1, .bits = 20, .c = {ldexp(1.5, 52), ldexp(1.5, 32), ldexp(1.5, 12)}};
-    int ge = o->sumsq_grid(g, NULL, 0, &grid, acc);
-    double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0) + o->exp_max(g, NULL, 0) + ge + acc[0] + acc[1] + acc[2];
+    NormGrid grid = norm_grid_at(1, 20);
+    o->norm_add(g, NULL, NULL, 0, &grid);   /* NULL: an acc touched would fault */
+    o->norm_add(g, NULL, NULL, 0, NULL);
+    o->norm_redo(g, NULL, NULL, 0, 1, 20);
+    double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
     dev_sync(g);
     check(&t->checks, s == 0.0, tagged("zero sizes"), "every op with n = 0 or N = 0 returned, sums %g", s);
 }
@@ -916,7 +954,7 @@ static void test16_rest(Test *t, Dev *c16, size_t n, int N, int V, int Vp, int C
 
 static const char *groups[] = {
     "encoder", "layernorm", "matmul", "attention", "gelu/add/accumulate",
-    "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq/sumsq_grid", "zero sizes",
+    "crossentropy", "xent_stats/combine/grad", "adamw", "sum/sumsq/norm_add/redo/pack", "zero sizes",
     "bf16 layernorm", "bf16 matmul", "bf16 attention", "bf16 elementwise/encoder/cross-entropy",
 };
 

@@ -70,7 +70,8 @@
  *    it. Static __shared__ variables become function-static thread_local
  *    objects (zero at first, not garbage; outside the ldmatrix/cp.async
  *    window).
- *  - atomicAdd(float): a plain add (blocks run one at a time).
+ *  - atomicAdd(float, double), atomicMax(int): plain arithmetic (blocks run
+ *    one at a time).
  *  - Launches: K<<<grid, block, smem, stream>>>(args) converts the
  *    arguments to K's parameter types, as a launch does; a kernel template
  *    whose template arguments the launch deduces from the arguments
@@ -542,6 +543,16 @@ static inline unsigned long long max(unsigned long long a, unsigned long long b)
 static inline float atomicAdd(float *p, float v) {
     const float old = *p;
     *p = old + v;
+    return old;
+}
+static inline double atomicAdd(double *p, double v) {
+    const double old = *p;
+    *p = old + v;
+    return old;
+}
+static inline int atomicMax(int *p, int v) {
+    const int old = *p;
+    *p = old > v ? old : v;
     return old;
 }
 /* cuda_runtime.h declares these overloads (a kernel, a __device__ symbol) for
