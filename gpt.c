@@ -205,6 +205,14 @@ void gpt_build(GPT *m, const GPTConfig *cfg, Dev *dev, const GPTShard *s) {
 
 void gpt_params_changed(GPT *m) { m->epoch++; }
 
+void gpt_params_cast(GPT *m) {
+    m->epoch++;
+    for (int u = 0; u < m->nunits; u++) {
+        m->lp_epoch[u] = m->epoch;
+        m->lp_src[u] = m->uparams[u];
+    }
+}
+
 void gpt_units_default(GPT *m) {
     for (int u = 0; u < m->nunits; u++) {
         size_t uo, un;

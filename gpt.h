@@ -321,6 +321,9 @@ void gpt_init_random(GPT *m, uint64_t seed);
 /* Says the float32 parameters changed (an optimizer step, a load): the bf16
  * compute copy of each unit is remade at its next acquire. */
 void gpt_params_changed(GPT *m);
+/* The same, where every parameter's bf16 copy in m->lp was written with
+ * its new value (zero_update's AdamW): no unit recasts at its next use. */
+void gpt_params_cast(GPT *m);
 
 /* A set sized for the largest chunk, with the head's buffers when m has
  * the head (gpt_acts_build_part: when with_head, for the sets of a stage

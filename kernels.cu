@@ -1812,6 +1812,7 @@ struct AdamSegDev {
     size_t n;
     float wd;
     unsigned first_block;  // this segment's first block in the launch
+    bf16 *lp;              // [n] the bf16 compute copy, or NULL
 };
 
 // segs [nsegs] in device memory; one block a chunk of a segment
@@ -1836,9 +1837,11 @@ __global__ void adamw_segs_kernel(const AdamSegDev *segs, int nsegs, float lr, f
         float p = s.param[i] * (1.0f - lr * s.wd);
         float mi = beta1 * s.m[i] + (1.0f - beta1) * g;
         float vi = beta2 * s.v[i] + (1.0f - beta2) * g * g;
-        s.param[i] = p - step * mi / (sqrtf(vi) * rbc2 + eps);
+        p -= step * mi / (sqrtf(vi) * rbc2 + eps);
+        s.param[i] = p;
         s.m[i] = mi;
         s.v[i] = vi;
+        if (s.lp) st(s.lp, i, p);   // Ops.cast's rounding: the copy the next use would make
     }
 }
 
@@ -1854,7 +1857,7 @@ static void adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float b
         for (int k = k0; k < k1; k++) {
             if (!segs[k].n) continue;
             host[n] = {segs[k].param, segs[k].grad, segs[k].m, segs[k].v, segs[k].n, segs[k].wd,
-                       (unsigned)blocks};
+                       (unsigned)blocks, (bf16 *)segs[k].lp};
             blocks += ceil_div(segs[k].n, ADAM_CHUNK);
             n++;
         }

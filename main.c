@@ -236,7 +236,6 @@ static double train_step(Run *r, int step, double *norm, float *lr) {
     *lr = optim_lr(&a->opt, step);
     trace_begin(r->trace, "optimizer", "optimizer");
     *norm = dp_step_end(&r->dp, *lr);
-    gpt_params_changed(&r->model);  /* the bf16 copy is remade at each unit's next use */
     trace_end(r->trace);
     return gpu ? score_loss_read(r) : score_share_loss(r, loss);
 }

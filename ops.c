@@ -770,9 +770,15 @@ static void t_xent_grad(Dev *d, void *logits, const float *lse, const int *targe
 
 void cpu_adamw_segs(Dev *d, const AdamSeg *segs, int nsegs, float lr, float beta1, float beta2,
                     float eps, float bc1, float bc2, float grad_scale) {
-    for (int k = 0; k < nsegs; k++)
-        cpu_adamw(d, segs[k].param, segs[k].grad, segs[k].m, segs[k].v, segs[k].n, lr, beta1, beta2,
-                  eps, segs[k].wd, bc1, bc2, grad_scale);
+    for (int k = 0; k < nsegs; k++) {
+        const AdamSeg *s = &segs[k];
+        cpu_adamw(d, s->param, s->grad, s->m, s->v, s->n, lr, beta1, beta2, eps, s->wd, bc1, bc2, grad_scale);
+        uint16_t *lp = s->lp;   /* [n] bf16, or NULL */
+        if (lp) {
+            #pragma omp parallel for
+            for (size_t i = 0; i < s->n; i++) lp[i] = bf16_from_f32(s->param[i]);
+        }
+    }
 }
 
 const Ops cpu_ops = {

@@ -99,6 +99,7 @@ typedef struct AdamStep {
     Adam *a;
     size_t state;
     float *param;
+    uint16_t *lp;   /* param's bf16 copy, or NULL */
     const float *grad;
     size_t offset;
 } AdamStep;
@@ -114,17 +115,17 @@ static void adam_segment(void *ctx, size_t off, size_t n, int tensor) {
         if (!a->segs) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
     }
     a->segs[a->nsegs++] = (AdamSeg){s->param + k, s->grad + k, a->m + st, a->v + st, n,
-                                    gpt_tensor_decays(tensor) ? a->o->wd : 0.0f};
+                                    gpt_tensor_decays(tensor) ? a->o->wd : 0.0f, s->lp ? s->lp + k : NULL};
 }
 
 void adam_begin(Adam *a) { a->t++; }
 
-void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
+void adam_update(Adam *a, size_t state, const GPT *m, float *param, void *lp, const float *grad,
                  size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale) {
     a->o = o;
     a->lr = lr;
     a->grad_scale = grad_scale;
-    AdamStep s = {a, state, param, grad, offset};
+    AdamStep s = {a, state, param, lp, grad, offset};
     gpt_segments(m, offset, count, adam_segment, &s);
 }
 

@@ -92,10 +92,11 @@ void adam_begin(Adam *a);
 
 /* AdamW on the elements [offset, offset + count) of m's layout, whose
  * moments sit at a->m[state + k]: param[k] and grad[k] hold element
- * offset + k (a shard, or the whole model with offset 0). Gradients are
+ * offset + k (a shard, or the whole model with offset 0); lp, when not
+ * NULL, is param's bf16 compute copy, written too (AdamSeg). Gradients are
  * multiplied by grad_scale; weight decay only on the 2-D weights, wherever
  * the range cuts the tensors. */
-void adam_update(Adam *a, size_t state, const GPT *m, float *param, const float *grad,
+void adam_update(Adam *a, size_t state, const GPT *m, float *param, void *lp, const float *grad,
                  size_t offset, size_t count, const OptConfig *o, float lr, float grad_scale);
 /* Runs every piece adam_update gathered since the last flush (one launch on
  * a GPU); their buffers must stay where they are until then. Every update

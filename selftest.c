@@ -448,7 +448,7 @@ static int test_optimizer(Selftest *s) {
     size_t off = 0;
     for (int k = 0; k < NS; k++) {
         float wdk = k % 2 ? 0.0f : wd;
-        segs[k] = (AdamSeg){g_p + off, g_g + off, g_m + off, g_v + off, sizes[k], wdk};
+        segs[k] = (AdamSeg){g_p + off, g_g + off, g_m + off, g_v + off, sizes[k], wdk, NULL};
         R->adamw(CPU, p + off, g + off, m + off, v + off, sizes[k], lr, b1, b2, eps, wdk,
                  0.19f, 0.0975f, scale);  /* step 2 */
         off += sizes[k];

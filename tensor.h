@@ -50,13 +50,17 @@ static inline const char *dt_name(DType t) { return t == DT_BF16 ? "bf16" : "fp3
 typedef struct Ops Ops;
 
 /* One piece of an optimizer step: n float32 elements of param, grad, m, v
- * (each pointer at the piece's first element), with weight decay wd. */
+ * (each pointer at the piece's first element), with weight decay wd; lp,
+ * when not NULL, the piece's bf16 compute copy [n], which gets the new
+ * values rounded as Ops.cast rounds (the copy the next use would make:
+ * llm.c's AdamW kernel writes it likewise). */
 typedef struct AdamSeg {
     float *param;
     const float *grad;
     float *m, *v;
     size_t n;
     float wd;
+    void *lp;
 } AdamSeg;
 
 /* The fixed grid of the gradient norm's sum of squares (optim_norm_grid):

@@ -282,29 +282,41 @@ static void offload_update(Zero *z, float lr, float grad_scale) {
         if (!b->own_n) continue;
         float *param = z->param_shard ? z->param_shard + b->state_off : m->params + b->off + b->own_off;
         float *hg = z->host_grads + b->state_off, *hp = z->host_master + b->state_off;
-        adam_update(&z->adam, b->state_off, m, hp, hg, b->off + b->own_off, b->own_n, z->opt, lr, grad_scale);
+        adam_update(&z->adam, b->state_off, m, hp, NULL, hg, b->off + b->own_off, b->own_n, z->opt, lr, grad_scale);
         adam_flush(&z->adam);  /* on the host, before the copy up */
         dev_from_host_async(z->dev, param, hp, b->own_n * sizeof(float));
     }
 }
 
+/* Under mixed precision, where this rank updates its whole model (no
+ * ZeRO sharding, no parameter server, no offload), AdamW writes the bf16
+ * compute copy as it goes (one pass over the parameters less a step: the
+ * cast at each unit's next use), and the model is told its copy is fresh;
+ * elsewhere the copy is remade at the next use. */
 void zero_update(Zero *z, float lr, float grad_scale) {
     GPT *m = z->m;
     if (z->stage == 3) zero_prefetch_drop(z);
     adam_begin(&z->adam);
+    size_t cast = 0;   /* elements whose bf16 copy AdamW wrote */
     if (z->offload) {
         offload_update(z, lr, grad_scale);
     } else {
+        const int fuse = m->lp && z->owners == ZERO_ALL && !z->param_shard;
         for (int i = 0; i < z->nbuckets; i++) {
             ZeroBucket *b = &z->buckets[i];
             if (!b->own_n) continue;
-            float *param = z->param_shard ? z->param_shard + b->state_off : m->params + b->off + b->own_off;
-            adam_update(&z->adam, b->state_off, m, param, zero_owned_grads(z, b), b->off + b->own_off,
-                        b->own_n, z->opt, lr, grad_scale);
+            size_t off = b->off + b->own_off;
+            float *param = z->param_shard ? z->param_shard + b->state_off : m->params + off;
+            void *lp = fuse ? (char *)m->lp + off * m->esz : NULL;
+            adam_update(&z->adam, b->state_off, m, param, lp, zero_owned_grads(z, b), off, b->own_n, z->opt, lr,
+                        grad_scale);
+            cast += fuse ? b->own_n : 0;
         }
         adam_flush(&z->adam);  /* every owned piece of every bucket, one launch */
     }
     sync_params(z);
+    if (cast == m->num_params) gpt_params_cast(m);
+    else gpt_params_changed(m);
 }
 
 /* ---- ZeRO-3: parameters gathered around their use -------------------------

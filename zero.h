@@ -123,7 +123,9 @@ void zero_reduce_bucket(Zero *z, ZeroBucket *b, float *grads);
 /* Completes every deferred add (before the gradients are read). */
 void zero_finish_reductions(Zero *z);
 
-/* AdamW on the owned elements, then parameters back on every rank. */
+/* AdamW on the owned elements, then parameters back on every rank; tells
+ * m its parameters changed (gpt_params_changed, or gpt_params_cast where
+ * AdamW wrote the bf16 copy of all of them). */
 void zero_update(Zero *z, float lr, float grad_scale);
 /* Parameters back on every rank from their owners' masters, as after an
  * update (checkpoint.c, after loading what each rank owns). Collective. */

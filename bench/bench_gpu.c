@@ -1166,7 +1166,9 @@ static void bench_run_adamw(void *arg) {
 }
 /* The same update through adamw_segs, what train calls: one launch over the
  * step's pieces, here GPT-2's 148 tensors a layer at a time in llm.c's order
- * (weight decay 0.1 on the matrices, 0 on biases and LayerNorm weights). */
+ * (weight decay 0.1 on the matrices, 0 on biases and LayerNorm weights),
+ * writing the bf16 copy of the parameters (p[4]) as train's one-GPU step
+ * does (zero_update). */
 static void bench_run_adamw_segs(void *arg) {
     BenchMemArgs *x = arg;
     enum { L = 12, KINDS = 16 };
@@ -1182,7 +1184,8 @@ static void bench_run_adamw_segs(void *arg) {
     for (int k = 0; k < KINDS; k++)
         for (int r = 0; r < (per_layer[k] ? L : 1); r++) {
             segs[ns++] = (AdamSeg){(float *)x->p[0] + off, (const float *)x->p[1] + off, (float *)x->p[2] + off,
-                                   (float *)x->p[3] + off, size[k], matrix[k] ? 0.1f : 0.0f};
+                                   (float *)x->p[3] + off, size[k], matrix[k] ? 0.1f : 0.0f,
+                                   x->ops->dtype == DT_BF16 ? (uint16_t *)x->p[4] + off : NULL};
             off += size[k];
         }
     if (off != x->n) {
@@ -1446,6 +1449,10 @@ static void bench_memory(BenchCtx *c) {
         BENCH_BUF(F, nparams, -0.1f, 0.1f, 1);     /* m [n] */
         BENCH_BUF(F, nparams, 0, 0.01f, 1);        /* v [n] */
         k->other_bytes = 28.0 * nparams;
+        if (segs) {
+            BENCH_BUF(A, nparams, -1, 1, 0);       /* the bf16 copy [n], written (test_kernels checks it) */
+            k->act_elems = (double)nparams;
+        }
     }
 
     /* encoder_forward: read tokens N ints, wte rows N*C, wpe T*C (act, each wpe row once); write out N*C */

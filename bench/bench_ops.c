@@ -164,7 +164,7 @@ static void add_seg(void *ctx, size_t off, size_t n, int tensor) {
         if (!b->segs) { fprintf(stderr, "bench_ops: out of memory\n"); exit(2); }
     }
     b->segs[b->nsegs++] = (AdamSeg){b->params + off, b->grads + off, b->m + off, b->v + off, n,
-                                    gpt_tensor_decays(tensor) ? 0.1f : 0.0f};
+                                    gpt_tensor_decays(tensor) ? 0.1f : 0.0f, NULL};
 }
 
 /* The model's parameters and gradients in gpt.c's layout (gpt_build, one

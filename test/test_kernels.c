@@ -487,11 +487,15 @@ static void test_adamw_segs(Test *t) {
     for (size_t i = 0; i < total; i++) v[i] = fabsf(v[i]);
     float *g_param = gpu_put(t, param, total * 4), *g_grad = gpu_put(t, grad, total * 4);
     float *g_m = gpu_put(t, m, total * 4), *g_v = gpu_put(t, v, total * 4);
+    uint16_t *lp = malloc(total * 2);   /* [total] the bf16 copies: the even segments' */
+    for (size_t i = 0; i < total; i++) lp[i] = 0xffff;   /* a NaN: what no segment may write */
+    uint16_t *g_lp = gpu_put(t, lp, total * 2);
     AdamSeg segs[NS];
     size_t off = 0;
     for (int k = 0; k < NS; k++) {
         float wd = k % 2 ? 0.0f : 0.1f;
-        segs[k] = (AdamSeg){g_param + off, g_grad + off, g_m + off, g_v + off, sizes[k], wd};
+        segs[k] = (AdamSeg){g_param + off, g_grad + off, g_m + off, g_v + off, sizes[k], wd,
+                            k % 2 ? NULL : g_lp + off};
         cpu_ops.adamw(&t->cpu, param + off, grad + off, m + off, v + off, sizes[k], 1e-3f, 0.9f,
                       0.95f, 1e-8f, wd, 0.1f, 0.05f, 0.5f);
         off += sizes[k];
@@ -502,9 +506,27 @@ static void test_adamw_segs(Test *t) {
     compare_gpu(t, "adamw_segs", "param", shape, g_param, param, total);
     compare_gpu(t, "adamw_segs", "m", shape, g_m, m, total);
     compare_gpu(t, "adamw_segs", "v", shape, g_v, v, total);
+    /* the bf16 copies: the even segments' the GPU's new parameters as Ops.cast rounds them (the
+     * CPU's bf16_from_f32), the odd segments' untouched */
+    float *got = malloc(total * 4);
+    dev_to_host(&t->gpu, got, g_param, total * 4);
+    dev_to_host(&t->gpu, lp, g_lp, total * 2);
+    size_t bad = 0, first = total;
+    off = 0;
+    for (int k = 0; k < NS; k++) {
+        for (size_t i = off; i < off + sizes[k]; i++) {
+            uint16_t want = k % 2 ? 0xffff : bf16_from_f32(got[i]);
+            if (lp[i] != want && !bad++) first = i;
+        }
+        off += sizes[k];
+    }
+    check(&t->checks, bad == 0, tagged("adamw_segs bf16 copy"), "%s: %zu of %zu elements differ (first %zd)",
+          shape, bad, total, bad ? (ssize_t)first : (ssize_t)-1);
+    free(got);
+    gpu_drop(t, g_lp, total * 2);
     gpu_drop(t, g_param, total * 4); gpu_drop(t, g_grad, total * 4);
     gpu_drop(t, g_m, total * 4); gpu_drop(t, g_v, total * 4);
-    free(param); free(grad); free(m); free(v);
+    free(param); free(grad); free(m); free(v); free(lp);
 }
 
 /* One norm's steps on both tables over x [n] (g_x on the GPU), as
