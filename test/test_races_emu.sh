@@ -90,11 +90,11 @@ bug offload "offload's copy up not waited for by the all-gather" comm_nccl.c \
     first-late race --ranks 2 --batch 4 --zero 1 --offload
 
 bug orders "two communicators in opposite orders" dp.c \
-    '    if (dp->pp) comm_all_reduce(dp->pp, NULL, x, n, COMM_I32, op);' \
+    '    if (dp->pp) comm_op_wait(comm_all_reduce(dp->pp, d, x, n, COMM_I32, op), d);' \
     '    if (dp->pp) {   /* the first stage sums over the world first, the last stage last */
         float z = 0;
         if (dp->m->has_embed) comm_all_reduce(&dp->comm->world, NULL, &z, 1, COMM_F32, COMM_SUM);
-        comm_all_reduce(dp->pp, NULL, x, n, COMM_I32, op);
+        comm_op_wait(comm_all_reduce(dp->pp, d, x, n, COMM_I32, op), d);
         if (!dp->m->has_embed) comm_all_reduce(&dp->comm->world, NULL, &z, 1, COMM_F32, COMM_SUM);
     }' \
     eager nccl --ranks 2 --pp 2 --batch 2 --micro-batches 2
