@@ -255,6 +255,59 @@
  * others to the caller's work buffer, and one more kernel adds them to D in
  * part order: deterministic. How many parts: mm_plan_split, below.
  *
+ * Stream-K (the three wgmma kernels, float32 D only): the same plan's other
+ *   form, for products whose tiles (split-K parts included) leave the last
+ *   wave part-empty. With W walkers (blocks; the cluster kernel's
+ *   clusters) and `tiles` tiles of nk k-blocks: the tiles of the full
+ *   waves, dp = floor(tiles / W) W of them, go whole as usual (tile order
+ *   unchanged, tiles 0 .. dp - 1); the other left = tiles - dp tiles'
+ *   left x nk (tile, k-block) pairs, counted tile by tile, are cut into W
+ *   shares of L = ceil(left nk / W), walker b taking pairs [b L, (b + 1) L)
+ *   after its whole tiles: a segment of each tile its share meets
+ *   (mm_wg_walk). This is the Stream-K paper's "data-parallel + one stream-K
+ *   wave" hybrid rather than every pair shared out (each walker a 1 / W of
+ *   all of them): the full waves' tiles then stay whole, with no part to
+ *   store or add, and the fix-up touches only the last wave's tiles
+ *   (left x 128 x 128 of D, not all of M x N, which is why it can pay
+ *   where split-K's sum did not); the cost is the same L-long last wave.
+ *   A segment that starts a tile (k-block 0) is that tile's part 0 and
+ *   goes to D as split-K's part 0 does (bias, the old D); a segment that
+ *   starts inside a tile can only be a walker's first, so walker b's is
+ *   stored plain float32 in work slot b - 1, a [BM CL][BN] tile: the
+ *   work buffer needs (walkers - 1) tiles, 131 x 64 KB = 8.6 MB for
+ *   ping-pong at 132 SMs (17 MB cooperative: 128 x 256 tiles), against
+ *   split-K's (splits - 1) M N (28 MB at fc dw's 4 parts); tc_gemm's
+ *   training callers give 32 MB. Then mm_streamk_fixup_kernel adds, for
+ *   each last-wave tile met by walkers b0 .. b1, the parts of b0 + 1 ..
+ *   b1 in walker order into D: D = (D + P(b0)) + ((P(b0+1) + P(b0+2)) +
+ *   ... + P(b1)), as split-K's sum does with its parts. The order is the
+ *   plan's (tiles, W, nk, the band), never the timing: the same bits
+ *   every run and at any SM count that gives the same plan; no atomics,
+ *   no waiting between CTAs (the fix-up is a second kernel, stream-
+ *   ordered), so no co-residency is assumed. tc_gemm_streamk (tc.h) forces
+ *   it with any W, for the tests.
+ *   When (mm_plan_split): the model prices it as dp / W waves of nk plus L
+ *   k-blocks, plus the fix-up's traffic at split-K's price (the parts read
+ *   plus the shared tiles' D read and written, whole tiles counted), plus
+ *   its launch (about 2 us, priced as 6.7 MB) where split-K's best
+ *   launches no sum of its own; it is taken where that is less than the
+ *   best split-K. On GPT-2 124M at 132 SMs (bench/NOTES.md, "Stream-K for
+ *   the last wave", has the table), ping-pong: fc dw and fcproj dw (144
+ *   tiles; split-K 4 parts = 576 items, 5 waves of 64 = 320 k-blocks + a
+ *   47 MB sum, 376 by the model) become one whole wave of 256 + 12 tiles'
+ *   3072 k-blocks over 128 walkers of 24 = 280 k-blocks + a 9.7 MB
+ *   fix-up, 292 (0.78x); qkv dw (108 tiles, one part: 256 k-blocks, 24
+ *   SMs idle) 132 walkers of 210 + 22.7 MB, 245 with the launch (0.96x);
+ *   attproj dw (7 parts, 96.5) 132 of 70 + 13.2 MB, 86 (0.89x);
+ *   cooperative (TC_AUTO's on qkv, fc and fcproj dw): qkv dw 141 -> 124
+ *   (0.88x), fc and fcproj dw 195 -> 161 (0.83x); head dw (2358 tiles,
+ *   17.9 waves) keeps one part on every kernel (stream-K's last wave saves
+ *   6 of 4608 k-blocks, less than its fix-up). The bf16 products never
+ *   take it (their last waves hold 0.2-3% of the work, and D would need a
+ *   float32 part; the header's split-K rule). TC_AUTO's choice between
+ *   the two kernels reads the cooperative plan's longest item, a whole
+ *   tile where tiles are done whole, else L: unchanged on GPT-2.
+ *
  * TC_AUTO: on sm_90a, TC_WGMMA (ping-pong) when a work item of the
  * cooperative kernel (its tile, or its part of K under split-K) has at most
  * 40 k-blocks of 64 (PP_AUTO_MAX_KB), else TC_WGMMA_COOP: a time model of
@@ -1547,7 +1600,8 @@ static int mm_vec_ok(const void *D, int d_fp32, const void *bias, int N) {
  * form (the header's "Stream-K", mm_plan_streamk): dp / slots waves of whole
  * tiles, then L k-blocks a walker, plus its fix-up's traffic at the same
  * price; it is taken only where that is less than the best split-K's (a
- * tie keeps split-K). */
+ * tie keeps split-K; its fix-up's launch counts where split-K's best
+ * launches no sum). */
 typedef struct MmSplit {
     int splits, kps;  /* parts, and k-blocks in each (the last may have fewer); stream-K: 1, and the
                          longest work item's k-blocks */
@@ -1584,6 +1638,9 @@ static bool mm_plan_streamk(long long tiles, int W, int nk, double slot_floats, 
     return true;
 }
 
+/* A kernel launch's gap on the stream, about 2 us, as bytes at 3.35 TB/s. */
+#define MM_LAUNCH_BYTES 6.7e6
+
 static MmSplit mm_plan_split(int d_fp32, long long tiles, int slots, int sms, int nkb,
                              double flops_kb, int M, int N, size_t work_floats, int tm = 0, int tn = 0) {
     MmSplit best = {1, nkb, 0, 0, 0};
@@ -1603,10 +1660,12 @@ static MmSplit mm_plan_split(int d_fp32, long long tiles, int slots, int sms, in
             best.kps = kps;
         }
     }
+    /* stream-K: its fix-up's launch counts where split-K's choice has no sum kernel to launch */
     MmSplit sk;
     double fix;
     if (tm > 0 && mm_plan_streamk(tiles, slots, nkb, (double)tm * tn, work_floats, &sk, &fix) &&
-        (double)(sk.sk_dp / slots) * nkb + sk.sk_len + fix * 4 / bytes_kb < best_t)
+        (double)(sk.sk_dp / slots) * nkb + sk.sk_len + (fix * 4 + (best.splits == 1 ? MM_LAUNCH_BYTES : 0)) / bytes_kb <
+            best_t)
         best = sk;
     return best;
 }

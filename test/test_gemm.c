@@ -603,20 +603,21 @@ int main(void) {
     test_gemm(&t, &products[2], 768, 768, 16384, 1);
 #endif
     /* Stream-K where the plan takes it (133 tiles of 128 x 128, 67 columns
-     * of the cluster's: one wave and one tile), then forced: one tile of
+     * of the cluster's: one wave and one tile; 16 k-blocks: the last tile's
+     * over 16 walkers), then forced: one tile of
      * every kernel (M, N under a tile, K 9.6 k-blocks: walkers of 5, 4, 3,
      * 2 and 1 k-blocks; 1 walker is refused), and 3 m-tiles (the last
      * partial) of every kernel, tiles of the full waves whole, bands of 2
      * (the last one narrower) and m-fastest; the fp32 forward (bias, D
      * written) held to the reference. */
-    test_gemm(&t, &products[2], 17024, 8, 128, 3);
+    test_gemm(&t, &products[2], 17024, 8, 1024, 3);
     for (int si = 0; si < 3; si++) {
         /* 328 x 136 is 6 tiles (ping-pong), 3 (cooperative), 4 (columns of the cluster's): the first
          * count leaves whole tiles, a full wave, before the last */
         static const int one_tile[6] = {1, 2, 3, 4, 7, 13};
         static const int three[3][5] = {{4, 5, 7, 9, 11}, {2, 4, 5, 7, 11}, {3, 5, 6, 7, 11}};
         for (int w = 0; w < 6; w++) test_streamk(&t, &products[2], 104, 72, 616, si, one_tile[w], 1);
-        for (int w = 0; w < 5; w++) test_streamk(&t, &products[2], 328, 136, 1000, si, three[si][w], w % 2 ? 2 : 1 << 30);
+        for (int w = 0; w < 5; w++) test_streamk(&t, &products[2], 328, 136, 1000, si, three[si][w], w % 2 ? 1 << 30 : 2);
         test_streamk(&t, &products[3], 328, 136, 1000, si, three[si][0], 2);
     }
 
