@@ -307,6 +307,11 @@
  *   float32 part; the header's split-K rule). TC_AUTO's choice between
  *   the two kernels reads the cooperative plan's longest item, a whole
  *   tile where tiles are done whole, else L: unchanged on GPT-2.
+ *   ptxas (nvcc 13.0, sm_90a): all twenty mm_wgmma_kernel instantiations
+ *   still 168 registers at the launch, no stack frame, no spills (the
+ *   TMA-store ones walk without the stream-K branch, mm_wg_walk's SK
+ *   false: with it two of them spilled 4 bytes); mm_streamk_fixup_kernel
+ *   32 registers.
  *
  * TC_AUTO: on sm_90a, TC_WGMMA (ping-pong) when a work item of the
  * cooperative kernel (its tile, or its part of K under split-K) has at most
@@ -912,11 +917,13 @@ struct MmWgWalk {
 };
 /* Walker b of W: its j-th item into w (CL > 1: an item is a column of CL
  * tiles along M that share their n-tile, tiles_m counting those columns;
- * CTA `rank` of the cluster takes tile rank of it); false past its last. */
-template <int BM, int BN, int CL = 1>
+ * CTA `rank` of the cluster takes tile rank of it); false past its last.
+ * SK false (the TMA-store kernels: bf16 D, never split): split-K's walk
+ * only, whatever sk_len says (the host passes 0 there). */
+template <int BM, int BN, int CL = 1, bool SK = true>
 __device__ __forceinline__ bool mm_wg_walk(const MmWgWalk &k, int b, int W, int j, int rank, MmWgItem &w) {
     int tile, part, kb0, kb1;
-    if (k.sk_len == 0) {
+    if (!SK || k.sk_len == 0) {
         const long long item = b + (long long)j * W;
         if (item >= k.items) return false;
         tile = (int)(item % k.tiles);
@@ -1001,14 +1008,14 @@ __device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map,
  * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
  * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It walks the
  * items as the consumers do (mm_wg_walk). */
-template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1>
+template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1, bool SK = true>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
                                               uint64_t *empty_bar, uint32_t base, const MmWgWalk &walk, int M) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
     const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     int it = 0;
     MmWgItem w;
-    for (int j = 0; mm_wg_walk<BM, BN, CL>(walk, mm_wg_first<CL>(), mm_wg_stride<CL>(), j, rank, w); j++) {
+    for (int j = 0; mm_wg_walk<BM, BN, CL, SK>(walk, mm_wg_first<CL>(), mm_wg_stride<CL>(), j, rank, w); j++) {
         const int m0 = w.m0, n0 = w.n0;
         for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
             const int s = it % STAGES;
@@ -1168,7 +1175,7 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
     int it = 0;
     MmWgItem w, next;
-    for (int j = 0; mm_wg_walk<PP_BM, PP_BN, CL>(g.walk, b, W, j, rank, w); j++) {
+    for (int j = 0; mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j, rank, w); j++) {
         const int m0 = w.m0, n0 = w.n0, kb0 = w.kb0, kb1 = w.kb1;
         if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
             it += kb1 - kb0;
@@ -1199,7 +1206,8 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         }
         mm_wg_drain<CL>(d, g.empty_bar, prev, lane);
         /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-        if (mm_wg_walk<PP_BM, PP_BN, CL>(g.walk, b, W, j + 1, rank, next)) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+        if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j + 1, rank, next))
+            sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
         if constexpr (TS) {  /* bf16 D written, one part: through TMA */
             mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0, c, warp, lane);
@@ -1270,7 +1278,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, BM, BN, STAGES, CL>(&tmA, &tmB, full_bar, empty_bar, base, walk, M);
+            mm_wg_produce<AK, BK, BM, BN, STAGES, CL, !TS>(&tmA, &tmB, full_bar, empty_bar, base, walk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
         MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, vec_w, base, full_bar, empty_bar, walk};

@@ -31,7 +31,10 @@
  * unsplit is run again in three tile orders (tc_gemm_order: bands of 1 and
  * 2 m-tiles, and the m-fastest order), each of which must give tc_gemm's
  * bits ("... tile order"); the forward products with N % 8 == 0 go through
- * the ping-pong and cluster kernels' TMA stores. An
+ * the ping-pong and cluster kernels' TMA stores. Stream-K (the float32 D's
+ * last wave shared out by k-blocks) runs where the plan takes it ("stream-K
+ * chosen") and forced through tc_gemm_streamk on every wgmma kernel, its
+ * bits checked against the walkers' parts computed apart (test_streamk). An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.

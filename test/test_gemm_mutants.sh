@@ -158,8 +158,8 @@ mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers
     'sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
     'sm90_bar_arrive(PP_BAR_MATH + c, 256);' emu
 mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
-    'if (mm_wg_walk<PP_BM, PP_BN, CL>(g.walk, b, W, j + 1, rank, next)) sm90_bar_arrive(' \
-    'if (mm_wg_walk<PP_BM, PP_BN, CL>(g.walk, b, W, j, rank, next)) sm90_bar_arrive(' emu
+    'if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j + 1, rank, next))' \
+    'if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j, rank, next))' emu
 mutant "remote release dropped: a CTA frees a stage on its own consumers alone (cluster kernel)" \
     'sm90_mbar_arrive_cluster(sm90_mapa(a, sm90_cluster_ctarank() ^ 1u));' \
     'sm90_mbar_arrive(a);' check 2
