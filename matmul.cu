@@ -255,6 +255,64 @@
  * others to the caller's work buffer, and one more kernel adds them to D in
  * part order: deterministic. How many parts: mm_plan_split, below.
  *
+ * Stream-K (the three wgmma kernels, float32 D only): the same plan's other
+ *   form, for products whose tiles (split-K parts included) leave the last
+ *   wave part-empty. With W walkers (blocks; the cluster kernel's
+ *   clusters) and `tiles` tiles of nk k-blocks: the tiles of the full
+ *   waves, dp = floor(tiles / W) W of them, go whole as usual (tile order
+ *   unchanged, tiles 0 .. dp - 1); the other left = tiles - dp tiles'
+ *   left x nk (tile, k-block) pairs, counted tile by tile, are cut into W
+ *   shares of L = ceil(left nk / W), walker b taking pairs [b L, (b + 1) L)
+ *   after its whole tiles: a segment of each tile its share meets
+ *   (mm_wg_walk). This is the Stream-K paper's "data-parallel + one stream-K
+ *   wave" hybrid rather than every pair shared out (each walker a 1 / W of
+ *   all of them): the full waves' tiles then stay whole, with no part to
+ *   store or add, and the fix-up touches only the last wave's tiles
+ *   (left x 128 x 128 of D, not all of M x N, which is why it can pay
+ *   where split-K's sum did not); the cost is the same L-long last wave.
+ *   A segment that starts a tile (k-block 0) is that tile's part 0 and
+ *   goes to D as split-K's part 0 does (bias, the old D); a segment that
+ *   starts inside a tile can only be a walker's first, so walker b's is
+ *   stored plain float32 in work slot b - 1, a [BM CL][BN] tile: the
+ *   work buffer needs (walkers - 1) tiles, 131 x 64 KB = 8.6 MB for
+ *   ping-pong at 132 SMs (17 MB cooperative: 128 x 256 tiles), against
+ *   split-K's (splits - 1) M N (28 MB at fc dw's 4 parts); tc_gemm's
+ *   training callers give 32 MB. Then mm_streamk_fixup_kernel adds, for
+ *   each last-wave tile met by walkers b0 .. b1, the parts of b0 + 1 ..
+ *   b1 in walker order into D: D = (D + P(b0)) + ((P(b0+1) + P(b0+2)) +
+ *   ... + P(b1)), as split-K's sum does with its parts. The order is the
+ *   plan's (tiles, W, nk, the band), never the timing: the same bits
+ *   every run and at any SM count that gives the same plan; no atomics,
+ *   no waiting between CTAs (the fix-up is a second kernel, stream-
+ *   ordered), so no co-residency is assumed. tc_gemm_streamk (tc.h) forces
+ *   it with any W, for the tests.
+ *   When (mm_plan_split): the model prices it as dp / W waves of nk plus L
+ *   k-blocks, plus the fix-up's traffic at split-K's price (the parts read
+ *   plus the shared tiles' D read and written, whole tiles counted), plus
+ *   its launch (about 2 us, priced as 6.7 MB) where split-K's best
+ *   launches no sum of its own; it is taken where that is less than the
+ *   best split-K. On GPT-2 124M at 132 SMs (bench/NOTES.md, "Stream-K for
+ *   the last wave", has the table), ping-pong: fc dw and fcproj dw (144
+ *   tiles; split-K 4 parts = 576 items, 5 waves of 64 = 320 k-blocks + a
+ *   47 MB sum, 376 by the model) become one whole wave of 256 + 12 tiles'
+ *   3072 k-blocks over 128 walkers of 24 = 280 k-blocks + a 9.7 MB
+ *   fix-up, 292 (0.78x); qkv dw (108 tiles, one part: 256 k-blocks, 24
+ *   SMs idle) 132 walkers of 210 + 22.7 MB, 245 with the launch (0.96x);
+ *   attproj dw (7 parts, 96.5) 132 of 70 + 13.2 MB, 86 (0.89x);
+ *   cooperative (TC_AUTO's on qkv, fc and fcproj dw): qkv dw 141 -> 124
+ *   (0.88x), fc and fcproj dw 195 -> 161 (0.83x); head dw (2358 tiles,
+ *   17.9 waves) keeps one part on every kernel (stream-K's last wave saves
+ *   6 of 4608 k-blocks, less than its fix-up). The bf16 products never
+ *   take it (their last waves hold 0.2-3% of the work, and D would need a
+ *   float32 part; the header's split-K rule). TC_AUTO's choice between
+ *   the two kernels reads the cooperative plan's longest item, a whole
+ *   tile where tiles are done whole, else L: unchanged on GPT-2.
+ *   ptxas (nvcc 13.0, sm_90a): all twenty mm_wgmma_kernel instantiations
+ *   still 168 registers at the launch, no stack frame, no spills (the
+ *   TMA-store ones walk without the stream-K branch, mm_wg_walk's SK
+ *   false: with it two of them spilled 4 bytes); mm_streamk_fixup_kernel
+ *   32 registers.
+ *
  * TC_AUTO: on sm_90a, TC_WGMMA (ping-pong) when a work item of the
  * cooperative kernel (its tile, or its part of K under split-K) has at most
  * 40 k-blocks of 64 (PP_AUTO_MAX_KB), else TC_WGMMA_COOP: a time model of
@@ -826,33 +884,72 @@ __device__ __forceinline__ void mm_wg_epilogue_tma(const float (&d)[128], unsign
 }
 #endif
 
-#if SM90_BUILD
-/* The two wgmma kernels' common parts: the work items' walk, the stage
- * ring's mbarriers and the producer. A block walks items blockIdx.x,
- * blockIdx.x + gridDim.x, ...; item w is tile w % tiles over the k-blocks
- * of 64 [kb0, kb1) of part w / tiles (split-K, kps k-blocks a part, nk in
- * all). Tiles go in bands of `group` m-tiles (of BM rows; tiles_m in all):
- * within a band m fastest, then the BN columns; then the next band (the
- * last may be narrower). group >= tiles_m is one band: m fastest over all
- * of M (the header's "Tile order" says which the host takes). */
-struct MmWgItem {
-    int m0, n0, part, kb0, kb1;
-};
-/* Tile `tile`'s m-tile and n-tile in the banded order above. */
+/* The wgmma kernels' tile order: tile `tile` (of `tiles`, tiles_m m-tiles
+ * of BM rows, or with clusters columns of CL tiles) at m-tile .x, n-tile .y:
+ * bands of `group` m-tiles, m fastest within a band, then the BN columns,
+ * then the next band (the last may be narrower). group >= tiles_m is one
+ * band: m fastest over all of M (the header's "Tile order" says which the
+ * host takes). Outside SM90_BUILD too: stream-K's fix-up decodes it. */
 __device__ __forceinline__ int2 mm_wg_tile(int tile, int tiles_m, int tiles, int group) {
     const int tiles_n = tiles / tiles_m, band = tile / (group * tiles_n), first = band * group;
     const int g = min(group, tiles_m - first), r = tile - first * tiles_n;
     return make_int2(first + r % g, r / g);
 }
-/* CL > 1 (the cluster kernel): an item is a column of CL tiles along M that
- * share their n-tile, tiles_m counting those columns; CTA `rank` of the
- * cluster takes tile rank of it. */
-template <int BM, int BN, int CL = 1>
-__device__ __forceinline__ MmWgItem mm_wg_item(int item, int tiles_m, int tiles, int group, int kps, int nk,
-                                               int rank = 0) {
-    const int tile = item % tiles, part = item / tiles;
-    const int2 mn = mm_wg_tile(tile, tiles_m, tiles, group);
-    return MmWgItem{(mn.x * CL + rank) * BM, mn.y * BN, part, part * kps, min(nk, (part + 1) * kps)};
+
+#if SM90_BUILD
+/* The two wgmma kernels' common parts: the work items' walk, the stage
+ * ring's mbarriers and the producer. Walker b (a block, or with clusters a
+ * cluster) of W walks its items j = 0, 1, ... (mm_wg_walk):
+ *   split-K (sk_len 0): item w = b + j W < items, tile w % tiles over the
+ *     k-blocks of 64 [kb0, kb1) of part w / tiles (kps k-blocks a part, nk
+ *     in all);
+ *   stream-K (sk_len > 0): first the tiles b, b + W, ... below sk_dp whole
+ *     (part 0), then its share [b L, (b + 1) L) (L = sk_len) of the
+ *     (tile, k-block) pairs of the tiles from sk_dp on, counted tile by
+ *     tile: a segment of each tile it meets. A segment that starts a tile
+ *     is part 0 (to D); one that starts inside a tile is only ever a
+ *     walker's first, and is part b (to work slot b - 1). */
+struct MmWgItem {
+    int m0, n0, part, kb0, kb1;
+};
+struct MmWgWalk {
+    int tiles_m, tiles, group, items, kps, nk, sk_dp, sk_len;
+};
+/* Walker b of W: its j-th item into w (CL > 1: an item is a column of CL
+ * tiles along M that share their n-tile, tiles_m counting those columns;
+ * CTA `rank` of the cluster takes tile rank of it); false past its last.
+ * SK false (the TMA-store kernels: bf16 D, never split): split-K's walk
+ * only, whatever sk_len says (the host passes 0 there). */
+template <int BM, int BN, int CL = 1, bool SK = true>
+__device__ __forceinline__ bool mm_wg_walk(const MmWgWalk &k, int b, int W, int j, int rank, MmWgItem &w) {
+    int tile, part, kb0, kb1;
+    if (!SK || k.sk_len == 0) {
+        const long long item = b + (long long)j * W;
+        if (item >= k.items) return false;
+        tile = (int)(item % k.tiles);
+        part = (int)(item / k.tiles);
+        kb0 = part * k.kps;
+        kb1 = min(k.nk, kb0 + k.kps);
+    } else {
+        const int ndp = b < k.sk_dp ? (k.sk_dp - 1 - b) / W + 1 : 0;
+        if (j < ndp) {
+            tile = b + j * W;
+            part = kb0 = 0;
+            kb1 = k.nk;
+        } else {
+            const long long g0 = (long long)b * k.sk_len;
+            const long long g1 = min(g0 + k.sk_len, (long long)(k.tiles - k.sk_dp) * k.nk);
+            const long long t = g0 / k.nk + (j - ndp), t0 = t * k.nk;
+            if (g0 >= g1 || t0 >= g1) return false;
+            kb0 = (int)max(g0 - t0, 0ll);
+            kb1 = (int)min(g1 - t0, (long long)k.nk);
+            tile = k.sk_dp + (int)t;
+            part = kb0 == 0 ? 0 : b;
+        }
+    }
+    const int2 mn = mm_wg_tile(tile, k.tiles_m, k.tiles, k.group);
+    w = MmWgItem{(mn.x * CL + rank) * BM, mn.y * BN, part, kb0, kb1};
+    return true;
 }
 /* Where a walk starts and its stride: a block's (blockIdx.x, gridDim.x), or
  * with clusters (CL > 1) its cluster's, both CTAs of which walk the same items. */
@@ -910,16 +1007,15 @@ __device__ __forceinline__ void mm_wg_load(uint32_t dst, const CUtensorMap *map,
  * BM x 64 then B BN x 64, bf16), waiting for the stage's empty barrier and
  * completing its full one. A k-major (AK) is one {64 k, BM m} box, m-major
  * BM / 64 {64 m, 64 k} boxes; B likewise with BK and BN. It walks the
- * items as the consumers do (mm_wg_item). */
-template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1>
+ * items as the consumers do (mm_wg_walk). */
+template <bool AK, bool BK, int BM, int BN, int STAGES, int CL = 1, bool SK = true>
 __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUtensorMap *tmB, uint64_t *full_bar,
-                                              uint64_t *empty_bar, uint32_t base, int tiles_m, int tiles,
-                                              int group, int items, int kps, int nk, int M) {
+                                              uint64_t *empty_bar, uint32_t base, const MmWgWalk &walk, int M) {
     constexpr int A_BYTES = BM * WG_BK * 2, STAGE_BYTES = A_BYTES + BN * WG_BK * 2;
     const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
     int it = 0;
-    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>()) {
-        const MmWgItem w = mm_wg_item<BM, BN, CL>(item, tiles_m, tiles, group, kps, nk, rank);
+    MmWgItem w;
+    for (int j = 0; mm_wg_walk<BM, BN, CL, SK>(walk, mm_wg_first<CL>(), mm_wg_stride<CL>(), j, rank, w); j++) {
         const int m0 = w.m0, n0 = w.n0;
         for (int kb = w.kb0; kb < w.kb1; kb++, it++) {
             const int s = it % STAGES;
@@ -948,9 +1044,8 @@ __device__ __forceinline__ void mm_wg_produce(const CUtensorMap *tmA, const CUte
 
 /* What a consumer warpgroup of mm_wgmma_kernel holds: the kernel's
  * arguments (its comment), the ring (base: stage s at base + s stage bytes;
- * full_bar, empty_bar), the walk (mm_wg_item's tiles_m, tiles, group, kps, nk;
- * items in all), and its place: warpgroup c (0, 1), warp, lane and the
- * warp's epilogue chunk ep (after the stages). */
+ * full_bar, empty_bar), the walk (mm_wg_walk's), and its place: warpgroup
+ * c (0, 1), warp, lane and the warp's epilogue chunk ep (after the stages). */
 struct MmWg {
     const CUtensorMap *tmD;  /* TS: D's store map */
     void *D;
@@ -958,15 +1053,34 @@ struct MmWg {
     const bf16 *bias;
     int M, N, vec_ok;
     float *work;
-    int kps, vec_w;
+    int vec_w;
     uint32_t base;
     uint64_t *full_bar, *empty_bar;
-    int tiles_m, tiles, group, items, nk;
+    MmWgWalk walk;
     int c, warp, lane;
     float *ep;
     unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
     uint32_t stg_s;
 };
+
+/* Where item w's tile goes: part 0 to D (with bias, the old D when
+ * accumulating, vec_ok); the others plain float32 to work: split-K's part
+ * p to work [p - 1][M][N] at the tile's place, stream-K's part b (a
+ * walker's first segment) to work slot b - 1, a [TM][TN] tile (TM = BM CL,
+ * TN = BN; vec_w says which the host checked), this CTA's rows from
+ * slot_row. */
+struct MmWgOut {
+    void *p;
+    int fp32, acc, M, N, m0, n0, vec;
+    const bf16 *bias;
+};
+template <int TM, int TN>
+__device__ __forceinline__ MmWgOut mm_wg_out(const MmWg &g, const MmWgItem &w, int slot_row) {
+    if (w.part == 0) return MmWgOut{g.D, g.d_fp32, g.accumulate, g.M, g.N, w.m0, w.n0, g.vec_ok, g.bias};
+    if (g.walk.sk_len)
+        return MmWgOut{g.work + (size_t)(w.part - 1) * TM * TN, 1, 0, TM, TN, slot_row, 0, g.vec_w, NULL};
+    return MmWgOut{g.work + (size_t)(w.part - 1) * g.M * g.N, 1, 0, g.M, g.N, w.m0, w.n0, g.vec_w, NULL};
+}
 
 /* A consumer's wait for ring stage it % STAGES to land; returns the stage.
  * The lanes leave the spin together before the .aligned wgmma. */
@@ -1006,9 +1120,8 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
     const int c = g.c, warp = g.warp, lane = g.lane;
     float d[128];
     int it = 0;
-    for (int item = blockIdx.x; item < g.items; item += gridDim.x) {
-        const MmWgItem w = mm_wg_item<WG_BM, WG_BN>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk);
-        const int m0 = w.m0, n0 = w.n0, part = w.part;
+    MmWgItem w;
+    for (int j = 0; mm_wg_walk<WG_BM, WG_BN>(g.walk, blockIdx.x, gridDim.x, j, 0, w); j++) {
 #pragma unroll
         for (int i = 0; i < 128; i++) d[i] = 0.0f;
         int prev = -1;  /* stage whose wgmma may still be reading */
@@ -1018,23 +1131,20 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
             const uint32_t sb = g.base + s * WG_STAGE_BYTES + WG_A_BYTES;
             sm90_wgmma_fence();
 #pragma unroll
-            for (int j = 0; j < WG_BK / 16; j++) {
-                const uint64_t da = AK ? sm90_desc(sa + 32 * j, 16, 1024)
-                                       : sm90_desc(sa + 2048 * j, WG_BOX_BYTES, 1024);
-                const uint64_t db = BK ? sm90_desc(sb + 32 * j, 16, 1024)
-                                       : sm90_desc(sb + 2048 * j, WG_BOX_BYTES, 1024);
+            for (int k16 = 0; k16 < WG_BK / 16; k16++) {
+                const uint64_t da = AK ? sm90_desc(sa + 32 * k16, 16, 1024)
+                                       : sm90_desc(sa + 2048 * k16, WG_BOX_BYTES, 1024);
+                const uint64_t db = BK ? sm90_desc(sb + 32 * k16, 16, 1024)
+                                       : sm90_desc(sb + 2048 * k16, WG_BOX_BYTES, 1024);
                 sm90_wgmma_m64n256<AK ? 0 : 1, BK ? 0 : 1>(d, da, db);
             }
             prev = mm_wg_retire(g.empty_bar, prev, s, lane);
         }
         mm_wg_drain(d, g.empty_bar, prev, lane);
 
-        /* Part 0 into D; the others, plain float32, to work. */
-        const bool to_d = part == 0;
-        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
-        mm_wg_epilogue<8, 0, false>(d, g.ep, out, to_d ? g.d_fp32 : 1, to_d ? g.accumulate : 0,
-                       to_d ? g.bias : NULL, g.M, g.N, m0 + c * 64 + warp * 16, n0,
-                       to_d ? g.vec_ok : g.vec_w, lane);
+        const MmWgOut o = mm_wg_out<WG_BM, WG_BN>(g, w, 0);
+        mm_wg_epilogue<8, 0, false>(d, g.ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + c * 64 + warp * 16,
+                                    o.n0, o.vec, lane);
     }
 }
 
@@ -1053,19 +1163,20 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
  * j - 1 is done (only when an item j follows: every arrival is waited
  * for). Same split-K as the cooperative one; tmB's k-major box is {64 k,
  * 128 n}. CL > 1, the cluster kernel (TC_WGMMA_CLUSTER): the cluster walks
- * columns of CL tiles (mm_wg_item), this CTA its rank's, and a stage is
+ * columns of CL tiles (mm_wg_walk), this CTA its rank's, and a stage is
  * freed at both CTAs' empty barriers (mm_wg_release); tmB's k-major box is
  * {64 k, 64 n}, half the tile. */
 template <bool AK, bool BK, int CL = 1, bool TS = false>
 __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
     float *ep = g.ep;
-    const int items = g.items, c = g.c, lane = g.lane, warp = g.warp;
+    const int c = g.c, lane = g.lane, warp = g.warp;
     const int rank = CL > 1 ? (int)sm90_cluster_ctarank() : 0;
+    const int b = mm_wg_first<CL>(), W = mm_wg_stride<CL>();
     float d[128];  /* rows 0-63 of the tile in d[0..63], rows 64-127 in d[64..127] */
-    int it = 0, j = 0;
-    for (int item = mm_wg_first<CL>(); item < items; item += mm_wg_stride<CL>(), j++) {
-        const MmWgItem w = mm_wg_item<PP_BM, PP_BN, CL>(item, g.tiles_m, g.tiles, g.group, g.kps, g.nk, rank);
-        const int m0 = w.m0, n0 = w.n0, part = w.part, kb0 = w.kb0, kb1 = w.kb1;
+    int it = 0;
+    MmWgItem w, next;
+    for (int j = 0; mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j, rank, w); j++) {
+        const int m0 = w.m0, n0 = w.n0, kb0 = w.kb0, kb1 = w.kb1;
         if ((j & 1) != c) {  /* the other warpgroup's tile: its stages, not ours */
             it += kb1 - kb0;
             continue;
@@ -1095,18 +1206,17 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         }
         mm_wg_drain<CL>(d, g.empty_bar, prev, lane);
         /* the other warpgroup's item j + 1 may take the tensor cores while we store */
-        if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
+        if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j + 1, rank, next))
+            sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);
 
         if constexpr (TS) {  /* bf16 D written, one part: through TMA */
             mm_wg_epilogue_tma(d, g.stg, g.stg_s, g.tmD, g.bias, g.M, g.N, m0, n0, c, warp, lane);
             continue;
         }
-        const bool to_d = part == 0;
-        void *out = to_d ? g.D : (void *)(g.work + (size_t)(part - 1) * g.M * g.N);
-        const int dfp = to_d ? g.d_fp32 : 1, acc = to_d ? g.accumulate : 0, vec = to_d ? g.vec_ok : g.vec_w;
-        const bf16 *bs = to_d ? g.bias : NULL;
-        mm_wg_epilogue<4, 0, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + warp * 16, n0, vec, lane);
-        mm_wg_epilogue<4, 64, true>(d, ep, out, dfp, acc, bs, g.M, g.N, m0 + 64 + warp * 16, n0, vec, lane);
+        const MmWgOut o = mm_wg_out<PP_BM * CL, PP_BN>(g, w, rank * PP_BM);
+        mm_wg_epilogue<4, 0, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + warp * 16, o.n0, o.vec, lane);
+        mm_wg_epilogue<4, 64, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + 64 + warp * 16, o.n0, o.vec,
+                                    lane);
     }
     /* TS: the last stores have read the staging buffer before the block's shared memory goes */
     if constexpr (TS)
@@ -1118,19 +1228,22 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * schedule (mm_wg_pingpong), otherwise the cooperative one (mm_wg_coop).
  * D [M][N]; A [M][K] (AK) or [K][M], through tmA; B [N][K] (BK) or [K][N],
  * through tmB; bias [N] or NULL. Grid min(#SMs, #tiles x splits), 384
- * threads, WG_SMEM_BYTES dynamic. Work item w is tile w % tiles over the
- * k-blocks [p kps, (p + 1) kps) of part p = w / tiles (split-K, see the
- * header); part p > 0 goes to work [splits - 1][M][N], part 0 to D; vec_ok
- * and vec_w: D and work take mm_wg_epilogue's 16-byte pieces. CL > 1
- * (with PP: TC_WGMMA_CLUSTER): launched in clusters of CL CTAs along x,
- * grid CL x min(the clusters that fit, columns of CL tiles x splits), a
- * work item a column (mm_wg_item). group (>= 1): m-tiles (CL > 1: columns)
- * a band of the tile order (mm_wg_item). */
+ * threads, WG_SMEM_BYTES dynamic. The walk (mm_wg_walk): split-K (sk_len
+ * 0), work item w is tile w % tiles over the k-blocks [p kps, (p + 1) kps)
+ * of part p = w / tiles; part p > 0 goes to work [splits - 1][M][N], part 0
+ * to D. Stream-K (sk_len > 0, splits 1; grid: the plan's walkers): tiles
+ * below sk_dp whole, then each walker's sk_len (tile, k-block) pairs of
+ * the rest; a segment that starts inside a tile goes to work slot b - 1
+ * ([BM CL][BN] floats), the others to D. vec_ok and vec_w: D and work take
+ * mm_wg_epilogue's 16-byte pieces. CL > 1 (with PP: TC_WGMMA_CLUSTER):
+ * launched in clusters of CL CTAs along x, grid CL x min(the clusters that
+ * fit, columns of CL tiles x splits), a work item a column. group (>= 1):
+ * m-tiles (CL > 1: columns) a band of the tile order (mm_wg_tile). */
 template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w, int group) {
+                int vec_ok, float *work, int splits, int kps, int vec_w, int group, int sk_dp, int sk_len) {
     static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
@@ -1146,8 +1259,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
     const uint32_t base = (sm90_smem_u32(mm_smem) + 1023u) & ~1023u;
     const int tiles_m = (M + BM * CL - 1) / (BM * CL);  /* CL > 1: columns of CL tiles */
     const int tiles = tiles_m * ((N + BN - 1) / BN);
-    const int items = tiles * splits;
-    const int nk = (K + WG_BK - 1) / WG_BK;
+    const MmWgWalk walk{tiles_m, tiles, group, tiles * splits, kps, (K + WG_BK - 1) / WG_BK, sk_dp, sk_len};
     const int wg = threadIdx.x >> 7;
 
     /* empty: the consuming warps, both warpgroups' or (ping-pong) one's, of
@@ -1166,12 +1278,10 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
          * only gives its registers back. */
         sm90_setmaxnreg_dec<40>();
         if (threadIdx.x == 0)
-            mm_wg_produce<AK, BK, BM, BN, STAGES, CL>(&tmA, &tmB, full_bar, empty_bar, base, tiles_m, tiles,
-                                                      group, items, kps, nk, M);
+            mm_wg_produce<AK, BK, BM, BN, STAGES, CL, !TS>(&tmA, &tmB, full_bar, empty_bar, base, walk, M);
     } else {
         sm90_setmaxnreg_inc<232>();
-        MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, kps, vec_w, base, full_bar, empty_bar,
-               tiles_m, tiles, group, items, nk};
+        MmWg g{&tmD, D, d_fp32, accumulate, bias, M, N, vec_ok, work, vec_w, base, full_bar, empty_bar, walk};
         g.c = wg - 1;
         g.warp = (threadIdx.x >> 5) & 3, g.lane = threadIdx.x & 31;
         /* after the stages: the 8 warps' epilogue chunks, or (TS) the 2
@@ -1332,6 +1442,32 @@ __global__ void mm_splitk_sum_kernel(float *D, const float *work, int parts, siz
 }
 
 /* ---------------------------------------------------------------------------
+ * Stream-K's fix-up (the header's "Stream-K"): D [M][N] += the parts in
+ * work [walkers - 1][TM][TN] of every tile from sk_dp on that more than one
+ * walker shared, in walker order (the first walker's part is already in
+ * D): the same order every run, no atomics. Tile sk_dp + x (blockIdx.x)
+ * covers pairs [x nk, (x + 1) nk) of the walkers' shares of L: walkers b0
+ * = x nk / L to b1 = ((x + 1) nk - 1) / L, whose parts b0 + 1 .. b1 sit
+ * in slots b0 .. b1 - 1. Its place: mm_wg_tile's (tiles_m, tiles, group)
+ * in units of TM x TN. Grid (tiles past sk_dp, y), 256 threads. */
+__global__ void mm_streamk_fixup_kernel(float *D, const float *work, int M, int N, int TM, int TN, int tiles_m,
+                                        int tiles, int group, int sk_dp, int nk, int L) {
+    const long long g0 = (long long)blockIdx.x * nk;
+    const int b0 = (int)(g0 / L), b1 = (int)((g0 + nk - 1) / L);
+    if (b1 == b0) return;  /* one walker's: whole in D already */
+    const int2 mn = mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, group);
+    const int m0 = mn.x * TM, n0 = mn.y * TN, area = TM * TN;
+    for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < area; e += gridDim.y * blockDim.x) {
+        const int r = e / TN, c = e - r * TN;
+        if (m0 + r >= M || n0 + c >= N) continue;
+        const float *p = work + (size_t)b0 * area + e;
+        float s = p[0];
+        for (int b = b0 + 1; b < b1; b++) s += p[(size_t)(b - b0) * area];
+        D[(size_t)(m0 + r) * N + n0 + c] += s;
+    }
+}
+
+/* ---------------------------------------------------------------------------
  * Host side. */
 
 #define MM_MAX_DEVICES 64
@@ -1466,14 +1602,56 @@ static int mm_vec_ok(const void *D, int d_fp32, const void *bias, int N) {
  * blocks that run at once) plus the sum's traffic, (splits + 1) M N 4 bytes,
  * priced at 0.4 byte per flop of one SM's k-block (H100: 3.35 TB/s against
  * 989 TFLOP/s over 132 SMs; A100: 2 TB/s against 312 over 108). Ties go to
- * fewer parts. A prediction: bench/NOTES.md holds what to check. */
+ * fewer parts. A prediction: bench/NOTES.md holds what to check.
+ *
+ * The wgmma kernels (tm > 0: their tile, tm x tn) also weigh the stream-K
+ * form (the header's "Stream-K", mm_plan_streamk): dp / slots waves of whole
+ * tiles, then L k-blocks a walker, plus its fix-up's traffic at the same
+ * price; it is taken only where that is less than the best split-K's (a
+ * tie keeps split-K; its fix-up's launch counts where split-K's best
+ * launches no sum). */
 typedef struct MmSplit {
-    int splits, kps;  /* parts, and k-blocks in each (the last may have fewer) */
+    int splits, kps;  /* parts, and k-blocks in each (the last may have fewer); stream-K: 1, and the
+                         longest work item's k-blocks */
+    int sk_len, sk_dp, sk_walkers;  /* stream-K (sk_len > 0): k-blocks a walker's share, the tiles done
+                                       whole first, walkers launched; 0, 0, 0 otherwise */
 } MmSplit;
 
+/* Stream-K over W walkers for `tiles` tiles of nk k-blocks each (slot_floats
+ * a tile's work slot): the tiles of the full waves, floor(tiles / W) W,
+ * whole; the rest's left x nk (tile, k-block) pairs cut into walkers' shares
+ * of L = ceil(left nk / W). Into sp; *fix: the floats its fix-up moves
+ * (the parts it reads, and the shared tiles' D read and written, whole
+ * tiles counted). false where it does not apply: tiles a multiple of W (no
+ * last wave to fill), or fewer than walkers - 1 slots in work_floats. */
+static bool mm_plan_streamk(long long tiles, int W, int nk, double slot_floats, size_t work_floats, MmSplit *sp,
+                            double *fix) {
+    if (W < 1 || nk < 1 || tiles < 1) return false;
+    const long long dpw = tiles / W, left = tiles - dpw * W;
+    if (left == 0) return false;
+    const long long total = left * nk, L = (total + W - 1) / W, walkers = (total + L - 1) / L;
+    if (L >= (1ll << 31) || (double)(walkers - 1) * slot_floats > (double)work_floats) return false;
+    long long parts = 0, shared = 0;
+    for (long long x = 0; x < left; x++) {
+        const long long b0 = x * nk / L, b1 = ((x + 1) * nk - 1) / L;
+        parts += b1 - b0;
+        shared += b1 > b0;
+    }
+    sp->splits = 1;
+    sp->kps = dpw > 0 ? nk : (int)(L < nk ? L : nk);
+    sp->sk_len = (int)L;
+    sp->sk_dp = (int)(dpw * W);
+    sp->sk_walkers = dpw > 0 ? W : (int)walkers;
+    *fix = (double)(parts + 2 * shared) * slot_floats;
+    return true;
+}
+
+/* A kernel launch's gap on the stream, about 2 us, as bytes at 3.35 TB/s. */
+#define MM_LAUNCH_BYTES 6.7e6
+
 static MmSplit mm_plan_split(int d_fp32, long long tiles, int slots, int sms, int nkb,
-                             double flops_kb, int M, int N, size_t work_floats) {
-    MmSplit best = {1, nkb};
+                             double flops_kb, int M, int N, size_t work_floats, int tm = 0, int tn = 0) {
+    MmSplit best = {1, nkb, 0, 0, 0};
     const double mn = (double)M * N;
     if (!d_fp32 || nkb < 2 || slots < 1 || mn <= 0) return best;
     const double bytes_kb = 0.4 * flops_kb * slots / sms;
@@ -1490,6 +1668,13 @@ static MmSplit mm_plan_split(int d_fp32, long long tiles, int slots, int sms, in
             best.kps = kps;
         }
     }
+    /* stream-K: its fix-up's launch counts where split-K's choice has no sum kernel to launch */
+    MmSplit sk;
+    double fix;
+    if (tm > 0 && mm_plan_streamk(tiles, slots, nkb, (double)tm * tn, work_floats, &sk, &fix) &&
+        (double)(sk.sk_dp / slots) * nkb + sk.sk_len + (fix * 4 + (best.splits == 1 ? MM_LAUNCH_BYTES : 0)) / bytes_kb <
+            best_t)
+        best = sk;
     return best;
 }
 
@@ -1518,7 +1703,7 @@ static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K,
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const long long tiles = (long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn);
     return mm_plan_split(d_fp32, tiles, cl > 1 ? clusters : sms, sms, mm_ceil_div(K, WG_BK),
-                         2.0 * bm * bn * WG_BK, M, N, work_floats);
+                         2.0 * bm * bn * WG_BK, M, N, work_floats, bm, bn);
 }
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
@@ -1596,13 +1781,15 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
     const long long items = (long long)tiles_m * tiles_n * sp->splits;
-    const int grid = (int)(items < slots ? items : slots) * cl;
+    /* stream-K: the plan's walkers (blocks, or clusters) */
+    const int grid = (sp->sk_len ? sp->sk_walkers : (int)(items < slots ? items : slots)) * cl;
     /* split-K: part p's tiles are items p tiles .. (p + 1) tiles - 1, each part a K / splits slice of A and B */
     if (group <= 0)
         group = mm_band(tiles_m, tiles_n, (long long)tiles_m * tiles_n, slots, 2.0 * M * K / sp->splits,
                         2.0 * N * K / sp->splits);
     if (group > tiles_m) group = tiles_m;  /* one band; group x tiles_n stays within the int tile count */
-    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, N);
+    /* work: split-K's [splits - 1][M][N], or stream-K's slots of [bm][bn] */
+    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, sp->sk_len ? bn : N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -1612,7 +1799,8 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const int smem = ts ? PP_TS_SMEM_BYTES : PP_SMEM_BYTES;
     const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
     /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
-#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group
+#define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group, \
+                sp->sk_dp, sp->sk_len
 #define WG_GO(AK, BK)                                                                                   \
     do {                                                                                                \
         if (cl > 1 && ts)                                                                               \
@@ -1633,6 +1821,13 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
 #undef WG_GO
 #undef WG_ARGS
     LAUNCH_CHECK(mm_wgmma_kernel);
+    if (sp->sk_len) {  /* the shared tiles' parts into D, in walker order */
+        const int left = tiles_m * tiles_n - sp->sk_dp;
+        mm_streamk_fixup_kernel<<<dim3((unsigned)left, 8), 256, 0, stream>>>(
+            (float *)D, work, M, N, bm, bn, tiles_m, tiles_m * tiles_n, group, sp->sk_dp, mm_ceil_div(K, WG_BK),
+            sp->sk_len);
+        LAUNCH_CHECK(mm_streamk_fixup_kernel);
+    }
     return true;
 }
 
@@ -1673,10 +1868,25 @@ extern "C" int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void 
     return c.mma_ok ? TC_MMA : TC_SIMPLE;
 }
 
-extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A,
-                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
-                             int K, float *work, size_t work_floats, void *stream) {
-    cudaStream_t st = (cudaStream_t)stream;
+/* A wgmma kernel's plan into sp: mm_split_wgmma's, or with force > 0 (the
+ * stream-K hook) stream-K over `force` walkers, whatever the model says;
+ * false where a forced plan does not apply (mm_plan_streamk, or D bf16). */
+static bool mm_wg_plan(bool pp, int cl, const MmChoice *c, int force, int d_fp32, int M, int N, int K,
+                       size_t work_floats, MmSplit *sp) {
+    if (force <= 0) {
+        *sp = mm_split_wgmma(pp, c->sms, d_fp32, M, N, K, work_floats, cl, c->clusters);
+        return true;
+    }
+    const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
+    double fix;
+    return d_fp32 && mm_plan_streamk((long long)mm_ceil_div(M, bm) * mm_ceil_div(N, bn), force, mm_ceil_div(K, WG_BK),
+                                     (double)bm * bn, work_floats, sp, &fix);
+}
+
+/* tc_gemm_order, and with sk_force > 0 (a wgmma impl only) tc_gemm_streamk. */
+static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, int accumulate, const void *A,
+                   int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
+                   size_t work_floats, cudaStream_t st) {
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
         impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
@@ -1694,7 +1904,8 @@ extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int ac
     if (impl == TC_WGMMA_CLUSTER) {  /* never TC_AUTO's choice (yet): no fallback */
         if (!c.cl_ok) return -1;
         if (empty) return TC_WGMMA_CLUSTER;
-        const MmSplit sp = mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters);
+        MmSplit sp;
+        if (!mm_wg_plan(true, CL_CTAS, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
         if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
                              M, N, K, &sp, work, group, st))
             return -1;
@@ -1707,7 +1918,8 @@ extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int ac
         const int ran = pp ? TC_WGMMA : TC_WGMMA_COOP;
         if (c.wg_ok && empty) return ran;
         if (c.wg_ok) {
-            const MmSplit sp = mm_split_wgmma(pp, c.sms, d_fp32, M, N, K, work_floats);
+            MmSplit sp;
+            if (!mm_wg_plan(pp, 1, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
             if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
                                 M, N, K, &sp, work, group, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
@@ -1733,6 +1945,23 @@ extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int ac
     return TC_SIMPLE;
 }
 
+extern "C" int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, const void *A,
+                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
+                             int K, float *work, size_t work_floats, void *stream) {
+    return mm_gemm(impl, group, 0, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, work, work_floats,
+                   (cudaStream_t)stream);
+}
+
+extern "C" int tc_gemm_streamk(TcImpl impl, int walkers, int group, void *D, int d_fp32, int accumulate,
+                               const void *A, int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
+                               int N, int K, float *work, size_t work_floats, void *stream) {
+    if ((impl != TC_WGMMA && impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER) || walkers < 1 || M <= 0 ||
+        N <= 0 || !work)
+        return -1;
+    return mm_gemm(impl, group, walkers, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, work,
+                   work_floats, (cudaStream_t)stream);
+}
+
 extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const void *A,
                        int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N,
                        int K, float *work, size_t work_floats, void *stream) {
@@ -1746,10 +1975,13 @@ extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmaj
         (impl != TC_MMA && impl != TC_WGMMA && impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER))
         return 1;
     const MmChoice c = mm_choice(A, a_kmajor, B, b_kmajor, M, N, K, (cudaStream_t)stream);
-    if (impl == TC_WGMMA_CLUSTER)
-        return c.cl_ok ? mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters).splits : 1;
-    if (impl == TC_WGMMA || impl == TC_WGMMA_COOP)
-        return c.wg_ok ? mm_split_wgmma(impl == TC_WGMMA, c.sms, d_fp32, M, N, K, work_floats).splits : 1;
+    /* stream-K: 0 */
+    MmSplit sp = {1, 1, 0, 0, 0};
+    if (impl == TC_WGMMA_CLUSTER && c.cl_ok)
+        sp = mm_split_wgmma(true, c.sms, d_fp32, M, N, K, work_floats, CL_CTAS, c.clusters);
+    if ((impl == TC_WGMMA || impl == TC_WGMMA_COOP) && c.wg_ok)
+        sp = mm_split_wgmma(impl == TC_WGMMA, c.sms, d_fp32, M, N, K, work_floats);
+    if (impl != TC_MMA) return sp.sk_len ? 0 : sp.splits;
     return c.mma_ok ? mm_split_mma(c.sms, d_fp32, M, N, K, work_floats).splits : 1;
 }
 

@@ -72,10 +72,23 @@ int tc_gemm_auto(int d_fp32, const void *A, int a_kmajor, const void *B, int b_k
                  int K, size_t work_floats, void *stream);
 
 /* How many parts tc_gemm with this implementation (TC_MMA or a TC_WGMMA*; 1 for
- * the others, or when it would not run) cuts K into for this product. */
+ * the others, or when it would not run) cuts K into for this product; 0
+ * where a TC_WGMMA* runs it stream-K (matmul.cu's header, "Stream-K"). */
 int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,
                    int b_kmajor, int M, int N, int K, size_t work_floats, void *stream);
 
+/* tc_gemm with a wgmma kernel (TC_WGMMA, TC_WGMMA_COOP, TC_WGMMA_CLUSTER) in
+ * the stream-K form over `walkers` blocks (the cluster kernel: clusters),
+ * whether or not its plan would take it, the tiles in bands of `group` as
+ * tc_gemm_order's: the tiles of the full waves whole, the rest's k-blocks
+ * shared out evenly, the shared tiles' parts summed into D in a fixed
+ * order. For tests. Returns impl, or -1 (nothing written) where it cannot
+ * run: as tc_gemm, D bf16, no work, the tiles a multiple of walkers, or
+ * fewer than walkers - 1 tiles of room in work (128 x 128 floats a tile;
+ * TC_WGMMA_COOP 128 x 256, TC_WGMMA_CLUSTER 256 x 128). */
+int tc_gemm_streamk(TcImpl impl, int walkers, int group, void *D, int d_fp32, int accumulate, const void *A,
+                    int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
+                    size_t work_floats, void *stream);
 /* dbias[N] += sum over m of dout[M][N] (dout bf16, or float32 when dout_fp32;
  * dbias float32), the same bits every run. work [work_floats] (may be NULL):
  * scratch for the sums of chunks of rows, ceil(M / 128) x N floats, which

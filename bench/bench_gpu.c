@@ -589,11 +589,12 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         BenchGemmRun r = {g, impls[j], c->blas, c->stream, 0, (float *)c->gpu->scratch,
                           DEV_SCRATCH_BYTES / sizeof(float)};
         char name[64], impl[24];
-        /* "wgmma/7": split-K into 7 parts */
+        /* "wgmma/7": split-K into 7 parts; "wgmma/sk": stream-K (tc_gemm_splits 0) */
         const int parts = impls[j] == BENCH_CUBLAS_IMPL ? 1
                           : tc_gemm_splits(impls[j] == BENCH_WG_MFAST_IMPL ? TC_WGMMA : (TcImpl)impls[j], g->d_fp32, g->A, g->a_kmajor, g->B,
                                            g->b_kmajor, g->M, g->N, g->K, r.work_floats, c->stream);
-        if (parts > 1) snprintf(impl, sizeof impl, "%s/%d", bench_impl_name(impls[j]), parts);
+        if (parts == 0) snprintf(impl, sizeof impl, "%s/sk", bench_impl_name(impls[j]));
+        else if (parts > 1) snprintf(impl, sizeof impl, "%s/%d", bench_impl_name(impls[j]), parts);
         else snprintf(impl, sizeof impl, "%s", bench_impl_name(impls[j]));
         snprintf(name, sizeof name, "%.31s %s", g->label, impl);
         double err = bench_gemm_check(c, &r, rows, prod, impls[j] != BENCH_CUBLAS_IMPL);

@@ -31,7 +31,10 @@
  * unsplit is run again in three tile orders (tc_gemm_order: bands of 1 and
  * 2 m-tiles, and the m-fastest order), each of which must give tc_gemm's
  * bits ("... tile order"); the forward products with N % 8 == 0 go through
- * the ping-pong and cluster kernels' TMA stores. An
+ * the ping-pong and cluster kernels' TMA stores. Stream-K (the float32 D's
+ * last wave shared out by k-blocks) runs where the plan takes it ("stream-K
+ * chosen") and forced through tc_gemm_streamk on every wgmma kernel, its
+ * bits checked against the walkers' parts computed apart (test_streamk). An
  * explicit implementation that returns -1 prints SKIP with the reason (and
  * FAILs if it wrote anything anyway); TC_MMA refusing an aligned shape on an
  * sm_80+ GPU is a FAIL, since it must take those.
@@ -247,10 +250,13 @@ static void test_order(Test *t, const Product *p, TcImpl impl, const char *iname
 
 /* split: pass tc_gemm a work buffer (starting as NaN), as training does for
  * dw, and name the check "... split-k"; each tensor-core implementation
- * must then cut this shape's K into parts where the device has SMs to
- * spare (16 or more here), and two runs must give the same bits. split 2
- * also puts D one element past an allocation's start ("split-k odd D"), so
- * no pair or float4 of it is aligned: the scalar stores and sum. */
+ * must then cut this shape's K into parts (or, a wgmma kernel, run it
+ * stream-K) where the device has SMs to spare (16 or more here), and two
+ * runs must give the same bits. split 2 also puts D one element past an
+ * allocation's start ("split-k odd D"), so no pair or float4 of it is
+ * aligned: the scalar stores and sum. split 3 ("stream-K chosen"): a shape
+ * whose tiles overfill one wave of 132 by one, where each wgmma kernel's
+ * plan must take stream-K on a device of 132 SMs. */
 static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split) {
     char shape[96];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
@@ -284,7 +290,7 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
     for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s %s%s" GEMM_TAG_FMT, impls[ii].name, p->name,
-                 split == 2 ? " split-k odd D" : split ? " split-k" : "", GEMM_TAG);
+                 split == 3 ? " stream-K chosen" : split == 2 ? " split-k odd D" : split ? " split-k" : "", GEMM_TAG);
         dev_from_host(&t->gpu, gD, d0, MN * esz);
         int r = tc_gemm(impls[ii].impl, gD, p->d_fp32, p->accumulate, gA, p->a_kmajor, gB,
                         p->b_kmajor, gbias, M, N, K, work, split ? WORK_FLOATS : 0, t->gpu.stream);
@@ -331,11 +337,16 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
         dev_to_host(&t->gpu, again, gD, MN * esz);
         const int same = memcmp(got, again, MN * esz) == 0;
         free(again);
-        const int split_ok = !tcore || t->sms < 16 || parts > 1;
+        const int wg = r == TC_WGMMA || r == TC_WGMMA_COOP || r == TC_WGMMA_CLUSTER;
+        const int split_ok = split == 3 ? !wg || t->sms != 132 || parts == 0 : !tcore || t->sms < 16 || parts != 1;
+        char how[48];
+        if (parts == 0) snprintf(how, sizeof how, "stream-K");
+        else snprintf(how, sizeof how, "%d part%s of K", parts, parts == 1 ? "" : "s");
         check(&t->checks, right_impl && err <= tol && same && split_ok, name,
-              "%s: ran %s in %d part%s of K%s, max rel err %.2e over %zu values (tol %.0e), two runs %s",
-              shape, impl_name(r), parts, parts == 1 ? "" : "s",
-              split_ok ? "" : " (a tensor-core kernel with SMs to spare must split)", err,
+              "%s: ran %s in %s%s, max rel err %.2e over %zu values (tol %.0e), two runs %s",
+              shape, impl_name(r), how,
+              split_ok ? "" : split == 3 ? " (a wgmma kernel on 132 SMs must take stream-K here)"
+                                         : " (a tensor-core kernel with SMs to spare must split)", err,
               (size_t)((M + step - 1) / step) * N, tol, same ? "bitwise equal" : "differ");
     }
 
@@ -345,6 +356,158 @@ static void test_gemm(Test *t, const Product *p, int M, int N, int K, int split)
     dev_free(&t->gpu, gD_alloc, MN * esz + dpad);
     if (work) dev_free(&t->gpu, work, WORK_FLOATS * sizeof(float));
     free(A); free(B); free(bias); free(d0); free(got); free(ref);
+}
+
+/* ---------------------------------------------------------------------------
+ * Stream-K (tc_gemm_streamk; matmul.cu's header, "Stream-K"): a wgmma
+ * kernel forced into the stream-K form over W walkers, tiles in bands of
+ * `group`. Its plan, restated here from the contract: tiles / W full waves
+ * of whole tiles first (tiles 0 .. dp - 1 of the banded order), then the
+ * other left = tiles - dp tiles' left x nk (tile, k-block) pairs in shares
+ * of L = ceil(left nk / W), walker b the pairs [b L, (b + 1) L); tile x of
+ * them is met by walkers b0 = x nk / L .. b1 = ((x + 1) nk - 1) / L, and
+ * its value is (D0 + P(b0)) + ((P(b0 + 1) + P(b0 + 2)) + ... + P(b1)), P(b)
+ * the float32 product over walker b's k-blocks of the tile.
+ *
+ * On the dw product (A [K][M], B [K][N]: a range of k-blocks is a pointer
+ * offset) each P is computed apart, by the same kernel on that slice of K
+ * (its k-blocks from zero, as the walker's), and the result must be that
+ * expression's bits exactly: so a part dropped, summed twice or out of
+ * order, or a walker's range off by a block, cannot pass. Tiles done whole
+ * must be the plain run's bits. Every product is also held to the float64
+ * reference, and run twice for the same bits. W for which the tiles are a
+ * multiple (no last wave) must be refused. */
+
+static const struct { TcImpl impl; const char *name; int tm, tn; } sk_impls[3] = {
+    {TC_WGMMA, "wgmma", 128, 128}, {TC_WGMMA_COOP, "wgmma-coop", 128, 256}, {TC_WGMMA_CLUSTER, "wgmma-cluster", 256, 128},
+};
+
+/* Tile t of tiles_m x tiles_n in bands of `group` m-tiles (tc_gemm_order's walk) at (*mt, *nt). */
+static void band_tile(int t, int tiles_m, int tiles_n, int group, int *mt, int *nt) {
+    if (group > tiles_m) group = tiles_m;
+    const int first = t / (group * tiles_n) * group, r = t - first * tiles_n;
+    const int g = group < tiles_m - first ? group : tiles_m - first;
+    *mt = first + r % g;
+    *nt = r / g;
+}
+
+/* The dw product over k-blocks [kb0, kb1) of K into a new host [M][N] (impl's kernel, no work: one part). */
+static float *slice_product(Test *t, TcImpl impl, const void *gA, const void *gB, int M, int N, int K, int kb0,
+                            int kb1, int *ran) {
+    const size_t MN = (size_t)M * N;
+    const int k0 = kb0 * 64, k1 = kb1 * 64 < K ? kb1 * 64 : K;
+    float *gS = dev_alloc(&t->gpu, MN * 4), *S = xmalloc(MN * 4);
+    *ran = tc_gemm(impl, gS, 1, 0, (const char *)gA + (size_t)k0 * M * 2, 0, (const char *)gB + (size_t)k0 * N * 2,
+                   0, NULL, M, N, k1 - k0, NULL, 0, t->gpu.stream) == (int)impl;
+    dev_sync(&t->gpu);
+    dev_to_host(&t->gpu, S, gS, MN * 4);
+    dev_free(&t->gpu, gS, MN * 4);
+    return S;
+}
+
+static void test_streamk(Test *t, const Product *p, int M, int N, int K, int si, int W, int group) {
+    const TcImpl impl = sk_impls[si].impl;
+    const int tiles_m = (M + sk_impls[si].tm - 1) / sk_impls[si].tm, tiles_n = (N + sk_impls[si].tn - 1) / sk_impls[si].tn;
+    const int tiles = tiles_m * tiles_n, nk = (K + 63) / 64, exact = p->d_fp32 && p->accumulate && !p->a_kmajor;
+    const int dp = tiles / W * W, left = tiles - dp;
+    const long long L = left ? ((long long)left * nk + W - 1) / W : 0;
+    char name[200], shape[96];
+    snprintf(name, sizeof name, "gemm %s %s stream-K, %d walker%s, bands of %d" GEMM_TAG_FMT, sk_impls[si].name,
+             p->name, W, W == 1 ? "" : "s", group, GEMM_TAG);
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, N, K);
+    const size_t MN = (size_t)M * N;
+    uint16_t *A = host_bf16(t, (size_t)M * K), *B = host_bf16(t, (size_t)K * N);
+    uint16_t *bias = p->bias ? host_bf16(t, N) : NULL;
+    float *d0 = xmalloc(MN * 4), *got = xmalloc(MN * 4), *again = xmalloc(MN * 4), *whole = xmalloc(MN * 4);
+    for (size_t i = 0; i < MN; i++) d0[i] = p->accumulate ? urand(t) : NAN;
+    double *ref = reference(p, A, B, bias, p->accumulate ? d0 : NULL, M, N, K, 1);
+    void *gA = gpu_put(t, A, (size_t)M * K * 2), *gB = gpu_put(t, B, (size_t)K * N * 2);
+    void *gbias = bias ? gpu_put(t, bias, (size_t)N * 2) : NULL;
+    float *gD = dev_alloc(&t->gpu, MN * 4), *work = xmalloc(WORK_FLOATS * 4);
+    memset(work, 0xFF, WORK_FLOATS * 4);  /* NaN: a slot read but never written shows */
+    float *gwork = gpu_put(t, work, WORK_FLOATS * 4);
+    free(work);
+
+    /* the plain run: what the tiles done whole must give, and whether the kernel runs here */
+    dev_from_host(&t->gpu, gD, d0, MN * 4);
+    const int plain = tc_gemm(impl, gD, 1, p->accumulate, gA, p->a_kmajor, gB, p->b_kmajor, gbias, M, N, K, NULL, 0,
+                              t->gpu.stream);
+    dev_sync(&t->gpu);
+    dev_to_host(&t->gpu, whole, gD, MN * 4);
+    int r[2] = {-1, -1};
+    for (int run = 0; run < 2 && plain == (int)impl; run++) {
+        dev_from_host(&t->gpu, gD, d0, MN * 4);
+        r[run] = tc_gemm_streamk(impl, W, group, gD, 1, p->accumulate, gA, p->a_kmajor, gB, p->b_kmajor, gbias, M, N,
+                                 K, gwork, WORK_FLOATS, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, run ? again : got, gD, MN * 4);
+    }
+    if (plain != (int)impl) {
+        int expected;
+        char line[320];
+        snprintf(line, sizeof line, "%s: the kernel returned -1: %s", shape, refusal(t, impl, p, M, N, K, &expected));
+        if (expected) check_skip(&t->checks, name, line);
+        else check(&t->checks, 0, name, "%s", line);
+    } else if (left == 0) {
+        check(&t->checks, r[0] == -1 && memcmp(got, d0, MN * 4) == 0, name,
+              "%s: %d tile%s, a multiple of %d walker%s: %s", shape, tiles, tiles == 1 ? "" : "s", W, W == 1 ? "" : "s",
+              r[0] == -1 && memcmp(got, d0, MN * 4) == 0 ? "refused, nothing written" : "not refused, or D written");
+    } else {
+        /* the expected bits, tile by tile of the last wave, from the walkers' parts computed apart */
+        float *expect = xmalloc(MN * 4);
+        memcpy(expect, whole, MN * 4);
+        int slices_ok = 1, parts_summed = 0;
+        for (int x = 0; exact && x < left; x++) {
+            const int b0 = (int)((long long)x * nk / L), b1 = (int)(((long long)(x + 1) * nk - 1) / L);
+            float *P[64];
+            if (b1 - b0 >= 64) { slices_ok = 0; break; }
+            for (int b = b0; b <= b1; b++) {
+                const long long lo = b * L - (long long)x * nk, hi = (b + 1) * L - (long long)x * nk;
+                int ran;
+                P[b - b0] = slice_product(t, impl, gA, gB, M, N, K, lo > 0 ? (int)lo : 0, hi < nk ? (int)hi : nk, &ran);
+                slices_ok &= ran;
+            }
+            parts_summed += b1 - b0;
+            int mt, nt;
+            band_tile(dp + x, tiles_m, tiles_n, group, &mt, &nt);
+            for (int m = mt * sk_impls[si].tm; m < M && m < (mt + 1) * sk_impls[si].tm; m++)
+                for (int n = nt * sk_impls[si].tn; n < N && n < (nt + 1) * sk_impls[si].tn; n++) {
+                    const size_t i = (size_t)m * N + n;
+                    float v = d0[i] + P[0][i];
+                    if (b1 > b0) {
+                        float sum = P[1][i];
+                        for (int b = b0 + 2; b <= b1; b++) sum += P[b - b0][i];
+                        v += sum;
+                    }
+                    expect[i] = v;
+                }
+            for (int b = b0; b <= b1; b++) free(P[b - b0]);
+        }
+        double diff = 0.0, scale = 1e-6;
+        for (size_t i = 0; i < MN; i++) {
+            const double e = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]);
+            if (e > diff) diff = e;
+            if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+        }
+        const double err = diff / scale;
+        const int same = memcmp(got, again, MN * 4) == 0, bits = !exact || memcmp(got, expect, MN * 4) == 0;
+        char how[160] = "";
+        if (exact)
+            snprintf(how, sizeof how, "; bits against the walkers' parts computed apart on slices of K, %d added in "
+                     "walker order after the first: %s", parts_summed, !slices_ok ? "a slice did not run" : bits ? "equal" : "DIFFER");
+        check(&t->checks, r[0] == (int)impl && r[1] == (int)impl && err <= TOL_FP32 && same && bits && slices_ok, name,
+              "%s: %d tile%s, %d whole, %d tile%s %d k-blocks over %d walkers of %lld%s; max rel err %.2e (tol %.0e), "
+              "two runs %s%s",
+              shape, tiles, tiles == 1 ? "" : "s", dp, left, left == 1 ? "'s" : "s'", left * nk, W, L, r[0] == (int)impl ? "" : " (tc_gemm_streamk refused)", err,
+              TOL_FP32, same ? "bitwise equal" : "differ", how);
+        free(expect);
+    }
+    dev_free(&t->gpu, gA, (size_t)M * K * 2);
+    dev_free(&t->gpu, gB, (size_t)K * N * 2);
+    if (gbias) dev_free(&t->gpu, gbias, (size_t)N * 2);
+    dev_free(&t->gpu, gD, MN * 4);
+    dev_free(&t->gpu, gwork, WORK_FLOATS * 4);
+    free(A); free(B); free(bias); free(d0); free(got); free(again); free(whole); free(ref);
 }
 
 /* ---------------------------------------------------------------------------
@@ -442,6 +605,24 @@ int main(void) {
 #ifndef GEMM_EMU
     test_gemm(&t, &products[2], 768, 768, 16384, 1);
 #endif
+    /* Stream-K where the plan takes it (133 tiles of 128 x 128, 67 columns
+     * of the cluster's: one wave and one tile; 16 k-blocks: the last tile's
+     * over 16 walkers), then forced: one tile of
+     * every kernel (M, N under a tile, K 9.6 k-blocks: walkers of 5, 4, 3,
+     * 2 and 1 k-blocks; 1 walker is refused), and 3 m-tiles (the last
+     * partial) of every kernel, tiles of the full waves whole, bands of 2
+     * (the last one narrower) and m-fastest; the fp32 forward (bias, D
+     * written) held to the reference. */
+    test_gemm(&t, &products[2], 17024, 8, 1024, 3);
+    for (int si = 0; si < 3; si++) {
+        /* 328 x 136 is 6 tiles (ping-pong), 3 (cooperative), 4 (columns of the cluster's): the first
+         * count leaves whole tiles, a full wave, before the last */
+        static const int one_tile[6] = {1, 2, 3, 4, 7, 13};
+        static const int three[3][5] = {{4, 5, 7, 9, 11}, {2, 4, 5, 7, 11}, {3, 5, 6, 7, 11}};
+        for (int w = 0; w < 6; w++) test_streamk(&t, &products[2], 104, 72, 616, si, one_tile[w], 1);
+        for (int w = 0; w < 5; w++) test_streamk(&t, &products[2], 328, 136, 1000, si, three[si][w], w % 2 ? 1 << 30 : 2);
+        test_streamk(&t, &products[3], 328, 136, 1000, si, three[si][0], 2);
+    }
 
     for (int fp32 = 0; fp32 < 2; fp32++) {
         test_bias_grad(&t, 37, 77, fp32);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of fourteen bugs planted in a copy of it, one at a time:
+# caught with each of twenty bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -37,7 +37,17 @@
 #   - in the tile order (bands of m-tiles): the last band, narrower where
 #     the m-tiles are not a multiple of the band, decoded as a whole one
 #     (tiles past M computed, tiles inside M never: test_gemm's "tile
-#     order" checks, bands of 2 over 3 m-tiles).
+#     order" checks, bands of 2 over 3 m-tiles);
+#   - in stream-K (the float32 D's last wave shared out by k-blocks, a
+#     fix-up kernel adding the shared tiles' parts in walker order): a
+#     shared tile's last part dropped; its first part in work added twice;
+#     the parts added last to first (the same bits every run, but not the
+#     plan's order: test_gemm's stream-K checks compare the bits against
+#     the walkers' parts computed apart and added in walker order); a
+#     walker's k-blocks running one past its share (a block counted twice);
+#     a segment that starts inside a tile sent to D (overwriting the part
+#     that started it); the fix-up finding its tiles in the m-fastest order
+#     while the walk went in bands of 2 (the last wave's tiles differ).
 # A kernel bug must make test_gemm print a FAIL (or the emulation stop); a
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
@@ -139,8 +149,8 @@ mutant "ring position without the other warpgroup's k-blocks (kernel)" \
             continue;' \
     'continue;' check
 mutant "rows 64-127 stored from rows 0-63's accumulators (kernel)" \
-    'mm_wg_epilogue<4, 64, true>(d, ep, out,' \
-    'mm_wg_epilogue<4, 0, true>(d, ep, out,' check
+    'mm_wg_epilogue<4, 64, true>(d, ep, o.p,' \
+    'mm_wg_epilogue<4, 0, true>(d, ep, o.p,' check
 mutant "bar.sync count 128 against bar.arrive's 256 (named barriers)" \
     'sm90_bar_sync(PP_BAR_MATH + c, 256);' \
     'sm90_bar_sync(PP_BAR_MATH + c, 128);' emu
@@ -148,8 +158,8 @@ mutant "bar.arrive at its own barrier, not the other warpgroup's (named barriers
     'sm90_bar_arrive(PP_BAR_MATH + (1 - c), 256);' \
     'sm90_bar_arrive(PP_BAR_MATH + c, 256);' emu
 mutant "bar.arrive after the block's last item too, never waited for (named barriers)" \
-    'if (item + mm_wg_stride<CL>() < items) sm90_bar_arrive(' \
-    'if (item < items) sm90_bar_arrive(' emu
+    'if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j + 1, rank, next))' \
+    'if (mm_wg_walk<PP_BM, PP_BN, CL, !TS>(g.walk, b, W, j, rank, next))' emu
 mutant "remote release dropped: a CTA frees a stage on its own consumers alone (cluster kernel)" \
     'sm90_mbar_arrive_cluster(sm90_mapa(a, sm90_cluster_ctarank() ^ 1u));' \
     'sm90_mbar_arrive(a);' check 2
@@ -161,8 +171,8 @@ mutant "remote arrival at a CTA rank outside the cluster (cluster kernel)" \
     'sm90_mapa(a, sm90_cluster_ctarank() ^ 1u)' \
     'sm90_mapa(a, sm90_cluster_ctarank() + 2u)' cluster 2
 mutant "a grid that is not a multiple of the cluster (cluster launch)" \
-    'const int grid = (int)(items < slots ? items : slots) * cl;' \
-    'const int grid = (int)(items < slots ? items : slots) * cl + (cl > 1);' cuda 2
+    'const int grid = (sp->sk_len ? sp->sk_walkers : (int)(items < slots ? items : slots)) * cl;' \
+    'const int grid = (sp->sk_len ? sp->sk_walkers : (int)(items < slots ? items : slots)) * cl + (cl > 1);' cuda 2
 mutant "TMA store: the staging buffer written again before wait_group.read frees it (epilogue)" \
     'if (issuer) sm90_bulk_wait_read<0>();  /* the staging buffer is free again */' \
     '/* no wait: the staging buffer is written under the previous stores */' check
@@ -178,4 +188,24 @@ mutant "TMA store: the cluster kernel's CTAs store each other's tile (epilogue)"
 mutant "tile order: a narrower last band decoded as a whole one (walk)" \
     'return make_int2(first + r % g, r / g);' \
     'return make_int2(first + r % group, r / group);' check
+mutant "stream-K: a shared tile's last part dropped (fix-up)" \
+    'for (int b = b0 + 1; b < b1; b++) s +=' \
+    'for (int b = b0 + 1; b < b1 - 1; b++) s +=' check
+mutant "stream-K: a shared tile's first part in work summed twice (fix-up)" \
+    'for (int b = b0 + 1; b < b1; b++) s +=' \
+    'for (int b = b0; b < b1; b++) s +=' check
+mutant "stream-K: the parts summed last to first, not in walker order (fix-up)" \
+    'float s = p[0];
+        for (int b = b0 + 1; b < b1; b++) s += p[(size_t)(b - b0) * area];' \
+    'float s = p[(size_t)(b1 - 1 - b0) * area];
+        for (int b = b1 - 2; b >= b0; b--) s += p[(size_t)(b - b0) * area];' check
+mutant "stream-K: a walker's k-blocks one past its share's end (walk)" \
+    'kb1 = (int)min(g1 - t0, (long long)k.nk);' \
+    'kb1 = (int)min(g1 - t0 + 1, (long long)k.nk);' check
+mutant "stream-K: a segment that starts inside a tile sent to D, not work (walk)" \
+    'part = kb0 == 0 ? 0 : b;' \
+    'part = 0;' check
+mutant "stream-K: the fix-up's tiles decoded m-fastest, not in the walk's bands (fix-up)" \
+    'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, group)' \
+    'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, tiles_m)' check
 exit $status
