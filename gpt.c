@@ -757,9 +757,12 @@ static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerD
     LayerActs L = layer_acts(m, a, j);
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dres3 = tp_g_backward(m, dl->fcproj, m->dx, N);
-    tp_row_backward(m, m->dfchg, dw->fcprojw, dw->fcprojb, dres3, L.fchg, w.fcprojw, N, Fl, C);
-    dev_zero(d, dl->fch, (size_t)N * Fl * m->esz);
-    o->gelu_backward(d, dl->fch, L.fch, m->dfchg, (size_t)N * Fl);
+    if (dw->fcprojw || dw->fcprojb)
+        tp_row_backward(m, NULL, dw->fcprojw, dw->fcprojb, dres3, L.fchg, w.fcprojw, N, Fl, C);
+    /* fcproj's input gradient through GELU's backward in one op (the
+     * product local to the rank, as the row-parallel linear's is; m->dfchg
+     * its scratch where the table runs the two ops) */
+    o->matmul_backward_gelu(d, dl->fch, m->dfchg, dres3, w.fcprojw, L.fch, N, Fl, C);
     tp_column_backward(m, dl->ln2_full, dw->fcw, dw->fcb, dl->fch, L.ln2, w.fcw, N, C, Fl);
     tp_layernorm_backward(m, m->dx, dl->ln2_full, dl->ln2, L.res2, w.ln2w, dw->ln2w, dw->ln2b, L.ln2_mean,
                           L.ln2_rstd, N);

@@ -38,6 +38,7 @@ extern "C" {
 #include "tensor.h"
 #include "tc.h"
 }
+#include "gelu.cuh"
 
 #include "cuda_check.cuh"
 
@@ -1482,16 +1483,7 @@ static void attention_backward_bf16(Dev *d, void *dqkv, float *scratch, const vo
  * vectors where the count and the pointers allow, one element a step
  * otherwise. */
 
-#define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
-
-__device__ __forceinline__ float gelu_f(float x) {
-    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad(float x) {
-    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;  // tanh' without cosh, which overflows
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-}
+/* gelu_f, gelu_grad: gelu.cuh (matmul.cu's fused epilogue shares them). */
 
 /* One elementwise map over n elements: out[i] = f(a[i], b[i], out[i]).
  * F is a functor with float operator()(float a, float b, float old). A and
@@ -1569,6 +1561,26 @@ template <typename T>
 static void gelu_backward(Dev *d, void *dinp, const void *inp, const void *dout, size_t n) {
     map(d, (T *)dinp, (const T *)inp, (const T *)dout, n, GeluBackF(), true);
 }
+/* Ops.matmul_backward_gelu. bf16: one tc_gemm_gelu_back, tmp untouched
+ * (the product, rounded, goes through GELU's derivative in the epilogue;
+ * the bits of matmul_backward_bf16 into a zeroed tmp then gelu_backward
+ * into a zeroed dfch). float32: the two ops, as the specification runs
+ * them (ops.c's ops_matmul_backward_gelu_seq, whose steps these are). */
+static void matmul_backward_gelu_bf16(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                      const void *fch, int N, int C, int OC) {
+    if (N <= 0 || C <= 0) return;
+    /* OC 0 too: the simple kernel's empty sum, gelu'(fch) * 0 as the two ops give */
+    tc_gemm_gelu_back(TC_AUTO, dfch, dout, 1, w, 0, fch, N, C, OC, d->stream);
+}
+static void matmul_backward_gelu_f32(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                     const void *fch, int N, int C, int OC) {
+    const size_t n = (size_t)N * C;
+    dev_zero(d, tmp, n * sizeof(float));
+    matmul_backward_f32(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);
+    dev_zero(d, dfch, n * sizeof(float));
+    gelu_backward<float>(d, dfch, fch, tmp, n);
+}
+
 template <typename T>
 static void add(Dev *d, void *out, const void *a, const void *b, size_t n) {
     map(d, (T *)out, (const T *)a, (const T *)b, n, AddF(), false);
@@ -2306,6 +2318,7 @@ extern "C" const Ops cuda_ops = {
     .add_layernorm_forward = add_layernorm_forward<float>,
     .matmul_forward = matmul_forward_f32,
     .matmul_backward = matmul_backward_f32,
+    .matmul_backward_gelu = matmul_backward_gelu_f32,
     .attention_forward = attention_forward_f32,
     .attention_backward = attention_backward_f32,
     .attention_floats = attention_floats_f32,
@@ -2338,6 +2351,7 @@ extern "C" const Ops cuda_bf16_ops = {
     .add_layernorm_forward = add_layernorm_forward<bf16>,
     .matmul_forward = matmul_forward_bf16,
     .matmul_backward = matmul_backward_bf16,
+    .matmul_backward_gelu = matmul_backward_gelu_bf16,
     .attention_forward = attention_forward_bf16,
     .attention_backward = attention_backward_bf16,
     .attention_floats = attention_floats_bf16,

@@ -358,6 +358,7 @@ extern "C" {
 #include "tc.h"
 }
 #include "sm90.cuh"
+#include "gelu.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -365,16 +366,28 @@ typedef __nv_bfloat16 bf16;
 
 static int mm_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* The GELU-backward epilogue's element (tc_gemm_gelu_back): v, the
+ * product's float32 sum, rounded to bf16 as the plain product's store into
+ * a zeroed D rounds it (0 + v), widened, times gelu'(pre), added to 0 as
+ * kernels.cu's gelu_backward adds into its zeroed dinp: the caller rounds
+ * the result to bf16 once. The bits of the two passes it replaces. */
+__device__ __forceinline__ float mm_gelu_back(float v, bf16 pre) {
+    const float g = __bfloat162float(__float2bfloat16_rn(v + 0.0f));
+    return 0.0f + gelu_grad(__bfloat162float(pre)) * g;
+}
+
 /* ---------------------------------------------------------------------------
  * The shared epilogue: one thread's pair (row, col), (row, col + 1), col even.
  * D [M][N] bf16 or float32; bias [N] bf16 or NULL. pair_ok: N is even and D
  * is 4-byte (bf16) / 8-byte (float32) aligned, so the pair is one aligned
  * vector. An accumulating store reads the old D; a plain one never does
- * (D may start as NaN). */
+ * (D may start as NaN). gpre [M][N] bf16 or NULL: the GELU-backward
+ * epilogue (D bf16, written, no bias; mm_gelu_back), gpre's element at
+ * D's place the pre-activation. */
 
 __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, const bf16 *bias,
                                           int M, int N, int row, int col, float v0, float v1,
-                                          int pair_ok) {
+                                          int pair_ok, const bf16 *gpre = nullptr) {
     if (row >= M || col >= N) return;
     const bool two = col + 1 < N;
     if (bias) {
@@ -398,6 +411,10 @@ __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, c
         }
     } else {
         bf16 *p = (bf16 *)D + i;
+        if (gpre) {
+            v0 = mm_gelu_back(v0, gpre[i]);
+            if (two) v1 = mm_gelu_back(v1, gpre[i + 1]);
+        }
         if (two && pair_ok) {
             if (accumulate) {
                 float2 old = __bfloat1622float2(*(const __nv_bfloat162 *)p);
@@ -415,11 +432,12 @@ __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, c
 /* ---------------------------------------------------------------------------
  * TC_SIMPLE: one thread an output element. Block 32 (n) x 8 (m); the grid
  * strides over m so any M fits gridDim.y.
- * D [M][N]; A [M][K] (a_kmajor) or [K][M]; B [N][K] (b_kmajor) or [K][N]. */
+ * D [M][N]; A [M][K] (a_kmajor) or [K][M]; B [N][K] (b_kmajor) or [K][N];
+ * gpre [M][N] or NULL (mm_store2's). */
 
 __global__ void mm_simple_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, int a_kmajor,
                                  const bf16 *B, int b_kmajor, const bf16 *bias, int M, int N,
-                                 int K) {
+                                 int K, const bf16 *gpre) {
     const int n = blockIdx.x * 32 + threadIdx.x;
     if (n >= N) return;
     for (int m = blockIdx.y * 8 + threadIdx.y; m < M; m += gridDim.y * 8) {
@@ -436,6 +454,7 @@ __global__ void mm_simple_kernel(void *D, int d_fp32, int accumulate, const bf16
             *p = accumulate ? *p + acc : acc;
         } else {
             bf16 *p = (bf16 *)D + i;
+            if (gpre) acc = mm_gelu_back(acc, gpre[i]);
             *p = __float2bfloat16_rn(accumulate ? __bfloat162float(*p) + acc : acc);
         }
     }
@@ -557,7 +576,7 @@ template <bool AK, bool BK>
 __global__ void __launch_bounds__(MM_THREADS, 2)
 mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
               const bf16 *bias, int M, int N, int K, int pair_ok, float *work, int kps,
-              int pair_w) {
+              int pair_w, const bf16 *gpre) {
     extern __shared__ __align__(16) unsigned char mm_smem[];
     const uint32_t smem = sm90_smem_u32(mm_smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -625,6 +644,7 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
         accumulate = 0;
         bias = NULL;
         pair_ok = pair_w;
+        gpre = NULL;
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -634,9 +654,9 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + wn * 32 + nt * 8 + 2 * t;
             mm_store2(out, d_fp32, accumulate, bias, M, N, row, col, acc[mt][nt][0],
-                      acc[mt][nt][1], pair_ok);
+                      acc[mt][nt][1], pair_ok, gpre);
             mm_store2(out, d_fp32, accumulate, bias, M, N, row + 8, col, acc[mt][nt][2],
-                      acc[mt][nt][3], pair_ok);
+                      acc[mt][nt][3], pair_ok, gpre);
         }
     }
 }
@@ -715,11 +735,15 @@ __global__ void mm_probe_kernel() {
  * memory, so a chunk waits for one round trip to memory; without (the
  * cooperative kernel's, as measured), each piece's read follows the
  * previous piece's store (the compiler cannot tell they never alias): 2
- * round trips a chunk in bf16, 4 in float32. The same values either way. */
+ * round trips a chunk in bf16, 4 in float32. The same values either way.
+ * gpre [M][N] bf16 or NULL: the GELU-backward epilogue (D bf16, written,
+ * no bias; mm_gelu_back), its 16-byte pieces read where an accumulating
+ * store reads the old D's (vec: gpre aligned as D). */
 template <int NCH, int OFF, bool PRE>
 __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep, void *D, int d_fp32,
                                                int accumulate, const bf16 *bias, int M, int N,
-                                               int row0, int n0, int vec, int lane) {
+                                               int row0, int n0, int vec, int lane,
+                                               const bf16 *gpre = nullptr) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ch = 0; ch < NCH; ch++) {
@@ -737,9 +761,9 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 const int col = n0 + ch * 32 + (d_fp32 ? (v & 7) * 4 : (v & 3) * 8);
                 if (!vec || row >= M || col + w > N) continue;
                 const size_t at = (size_t)row * N + col;
-                if (accumulate)
+                if (accumulate || gpre)  /* gpre: D bf16, never accumulated */
                     old_v[i] = d_fp32 ? *reinterpret_cast<const uint4 *>((const float *)D + at)
-                                      : *reinterpret_cast<const uint4 *>((const bf16 *)D + at);
+                                      : *reinterpret_cast<const uint4 *>((gpre ? gpre : (const bf16 *)D) + at);
                 if (bias && d_fp32) {
                     const uint2 b2 = *reinterpret_cast<const uint2 *>(bias + col);
                     bias_v[i] = make_uint4(b2.x, b2.y, 0, 0);
@@ -814,6 +838,12 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                             x[2 * k + 1] += of.y;
                         }
                     }
+                    if (gpre) {
+                        const uint4 pb = PRE ? old_v[i] : *reinterpret_cast<const uint4 *>(gpre + (size_t)row * N + col);
+                        const bf16 *pe = reinterpret_cast<const bf16 *>(&pb);
+#pragma unroll
+                        for (int k = 0; k < 8; k++) x[k] = mm_gelu_back(x[k], pe[k]);
+                    }
                     uint4 out;
                     __nv_bfloat162 *w2 = reinterpret_cast<__nv_bfloat162 *>(&out);
 #pragma unroll
@@ -822,7 +852,7 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
                 } else {
 #pragma unroll
                     for (int k = 0; k < 4; k++)
-                        mm_store2(D, 0, accumulate, bias, M, N, row, col + 2 * k, x[2 * k], x[2 * k + 1], 0);
+                        mm_store2(D, 0, accumulate, bias, M, N, row, col + 2 * k, x[2 * k], x[2 * k + 1], 0, gpre);
                 }
             }
         }
@@ -1061,6 +1091,7 @@ struct MmWg {
     float *ep;
     unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
     uint32_t stg_s;
+    const bf16 *gpre;    /* [M][N] or NULL: the GELU-backward epilogue's pre-activation */
 };
 
 /* Where item w's tile goes: part 0 to D (with bias, the old D when
@@ -1072,14 +1103,15 @@ struct MmWg {
 struct MmWgOut {
     void *p;
     int fp32, acc, M, N, m0, n0, vec;
-    const bf16 *bias;
+    const bf16 *bias, *gpre;
 };
 template <int TM, int TN>
 __device__ __forceinline__ MmWgOut mm_wg_out(const MmWg &g, const MmWgItem &w, int slot_row) {
-    if (w.part == 0) return MmWgOut{g.D, g.d_fp32, g.accumulate, g.M, g.N, w.m0, w.n0, g.vec_ok, g.bias};
+    if (w.part == 0)
+        return MmWgOut{g.D, g.d_fp32, g.accumulate, g.M, g.N, w.m0, w.n0, g.vec_ok, g.bias, g.gpre};
     if (g.walk.sk_len)
-        return MmWgOut{g.work + (size_t)(w.part - 1) * TM * TN, 1, 0, TM, TN, slot_row, 0, g.vec_w, NULL};
-    return MmWgOut{g.work + (size_t)(w.part - 1) * g.M * g.N, 1, 0, g.M, g.N, w.m0, w.n0, g.vec_w, NULL};
+        return MmWgOut{g.work + (size_t)(w.part - 1) * TM * TN, 1, 0, TM, TN, slot_row, 0, g.vec_w, NULL, NULL};
+    return MmWgOut{g.work + (size_t)(w.part - 1) * g.M * g.N, 1, 0, g.M, g.N, w.m0, w.n0, g.vec_w, NULL, NULL};
 }
 
 /* A consumer's wait for ring stage it % STAGES to land; returns the stage.
@@ -1144,7 +1176,7 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
 
         const MmWgOut o = mm_wg_out<WG_BM, WG_BN>(g, w, 0);
         mm_wg_epilogue<8, 0, false>(d, g.ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + c * 64 + warp * 16,
-                                    o.n0, o.vec, lane);
+                                    o.n0, o.vec, lane, o.gpre);
     }
 }
 
@@ -1214,9 +1246,10 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
             continue;
         }
         const MmWgOut o = mm_wg_out<PP_BM * CL, PP_BN>(g, w, rank * PP_BM);
-        mm_wg_epilogue<4, 0, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + warp * 16, o.n0, o.vec, lane);
+        mm_wg_epilogue<4, 0, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + warp * 16, o.n0, o.vec, lane,
+                                   o.gpre);
         mm_wg_epilogue<4, 64, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + 64 + warp * 16, o.n0, o.vec,
-                                    lane);
+                                    lane, o.gpre);
     }
     /* TS: the last stores have read the staging buffer before the block's shared memory goes */
     if constexpr (TS)
@@ -1238,12 +1271,14 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * mm_wg_epilogue's 16-byte pieces. CL > 1 (with PP: TC_WGMMA_CLUSTER):
  * launched in clusters of CL CTAs along x, grid CL x min(the clusters that
  * fit, columns of CL tiles x splits), a work item a column. group (>= 1):
- * m-tiles (CL > 1: columns) a band of the tile order (mm_wg_tile). */
+ * m-tiles (CL > 1: columns) a band of the tile order (mm_wg_tile). gpre
+ * [M][N] or NULL: the GELU-backward epilogue (mm_wg_epilogue's; never TS). */
 template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
-                int vec_ok, float *work, int splits, int kps, int vec_w, int group, int sk_dp, int sk_len) {
+                int vec_ok, float *work, int splits, int kps, int vec_w, int group, int sk_dp, int sk_len,
+                const bf16 *gpre) {
     static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
@@ -1290,6 +1325,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         g.ep = reinterpret_cast<float *>(after + (g.c * 4 + g.warp) * WG_EPI_WARP_BYTES);
         g.stg = after + g.c * TS_STAGE_BYTES;
         g.stg_s = base + STAGES * STAGE_BYTES + g.c * TS_STAGE_BYTES;
+        g.gpre = gpre;
         if constexpr (PP)
             mm_wg_pingpong<AK, BK, CL, TS>(g);
         else
@@ -1708,18 +1744,19 @@ static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K,
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                              const void *B, int b_kmajor, const void *bias, int M, int N, int K,
-                             cudaStream_t stream) {
+                             const void *gpre, cudaStream_t stream) {
     const int gy = mm_ceil_div(M, 8);
     dim3 grid((unsigned)mm_ceil_div(N, 32), (unsigned)(gy < 65535 ? gy : 65535));
     mm_simple_kernel<<<grid, dim3(32, 8), 0, stream>>>(D, d_fp32, accumulate, (const bf16 *)A,
                                                        a_kmajor, (const bf16 *)B, b_kmajor,
-                                                       (const bf16 *)bias, M, N, K);
+                                                       (const bf16 *)bias, M, N, K,
+                                                       (const bf16 *)gpre);
     LAUNCH_CHECK(mm_simple_kernel);
 }
 
 static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                           const void *B, int b_kmajor, const void *bias, int M, int N, int K,
-                          const MmSplit *sp, float *work, cudaStream_t stream) {
+                          const MmSplit *sp, float *work, const void *gpre, cudaStream_t stream) {
     dim3 grid((unsigned)mm_ceil_div(M, MM_BM), (unsigned)mm_ceil_div(N, MM_BN), (unsigned)sp->splits);
     const int pair_ok = mm_pair_ok(D, d_fp32, N), pair_w = mm_pair_ok(work, 1, N);
     const bf16 *a = (const bf16 *)A, *b = (const bf16 *)B, *bs = (const bf16 *)bias;
@@ -1727,7 +1764,8 @@ static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, in
     mm_mma_kernel<AK, BK><<<grid, MM_THREADS, MM_SMEM_BYTES, stream>>>(D, d_fp32, accumulate, \
                                                                        a, b, bs, M, N, K,     \
                                                                        pair_ok, work,         \
-                                                                       sp->kps, pair_w)
+                                                                       sp->kps, pair_w,       \
+                                                                       (const bf16 *)gpre)
     if (a_kmajor && b_kmajor) MM_GO(true, true);
     else if (a_kmajor) MM_GO(true, false);
     else if (b_kmajor) MM_GO(false, true);
@@ -1764,7 +1802,8 @@ static int mm_band(int tiles_m, int tiles_n, long long items, int slots, double 
  * refuses a map. */
 static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
-                            int N, int K, const MmSplit *sp, float *work, int group, cudaStream_t stream) {
+                            int N, int K, const MmSplit *sp, float *work, int group, const void *gpre,
+                            cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
@@ -1774,10 +1813,12 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     if (!ok_a || !ok_b) return false;
     /* TMA stores (ping-pong and cluster kernels): a bf16 D written, not
      * accumulated, in one part, whose map encodes (D 16-byte aligned, N % 8
-     * == 0); otherwise td stays zero and unused */
+     * == 0), without the GELU-backward epilogue (it reads gpre where an
+     * accumulating store reads D: mm_wg_epilogue's PRE hides that);
+     * otherwise td stays zero and unused */
     CUtensorMap td;
     memset(&td, 0, sizeof td);
-    const bool ts = pp && !d_fp32 && !accumulate && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
+    const bool ts = pp && !d_fp32 && !accumulate && !gpre && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
     const long long items = (long long)tiles_m * tiles_n * sp->splits;
@@ -1789,7 +1830,8 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
                         2.0 * N * K / sp->splits);
     if (group > tiles_m) group = tiles_m;  /* one band; group x tiles_n stays within the int tile count */
     /* work: split-K's [splits - 1][M][N], or stream-K's slots of [bm][bn] */
-    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N), vec_w = mm_vec_ok(work, 1, NULL, sp->sk_len ? bn : N);
+    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N) && ((uintptr_t)gpre & 15) == 0,
+              vec_w = mm_vec_ok(work, 1, NULL, sp->sk_len ? bn : N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -1800,7 +1842,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
     /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
 #define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group, \
-                sp->sk_dp, sp->sk_len
+                sp->sk_dp, sp->sk_len, (const bf16 *)gpre
 #define WG_GO(AK, BK)                                                                                   \
     do {                                                                                                \
         if (cl > 1 && ts)                                                                               \
@@ -1883,16 +1925,17 @@ static bool mm_wg_plan(bool pp, int cl, const MmChoice *c, int force, int d_fp32
                                      (double)bm * bn, work_floats, sp, &fix);
 }
 
-/* tc_gemm_order, and with sk_force > 0 (a wgmma impl only) tc_gemm_streamk. */
+/* tc_gemm_order, with sk_force > 0 (a wgmma impl only) tc_gemm_streamk,
+ * with gpre (D bf16, written, no bias) tc_gemm_gelu_back. */
 static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, int accumulate, const void *A,
                    int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
-                   size_t work_floats, cudaStream_t st) {
+                   size_t work_floats, cudaStream_t st, const void *gpre = nullptr) {
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
         impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
     if (impl == TC_SIMPLE) {
         if (M > 0 && N > 0)
-            mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+            mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, st);
         return TC_SIMPLE;
     }
     if ((M <= 0 || N <= 0) && impl == TC_AUTO) return TC_SIMPLE;  /* nothing to write */
@@ -1907,7 +1950,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
         MmSplit sp;
         if (!mm_wg_plan(true, CL_CTAS, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
         if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                             M, N, K, &sp, work, group, st))
+                             M, N, K, &sp, work, group, gpre, st))
             return -1;
         if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
         return TC_WGMMA_CLUSTER;
@@ -1921,7 +1964,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
             MmSplit sp;
             if (!mm_wg_plan(pp, 1, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
             if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                                M, N, K, &sp, work, group, st)) {
+                                M, N, K, &sp, work, group, gpre, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
             }
@@ -1933,7 +1976,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
             if (!empty) {
                 const MmSplit sp = mm_split_mma(c.sms, d_fp32, M, N, K, work_floats);
                 mm_launch_mma(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, &sp,
-                              work, st);
+                              work, gpre, st);
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
             }
             return TC_MMA;
@@ -1941,7 +1984,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
         if (impl == TC_MMA) return -1;
     }
     /* TC_AUTO with nothing faster: the simple kernel takes any shape. */
-    mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, st);
+    mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, st);
     return TC_SIMPLE;
 }
 
@@ -1967,6 +2010,12 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
                        int K, float *work, size_t work_floats, void *stream) {
     return tc_gemm_order(impl, 0, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, work,
                          work_floats, stream);
+}
+
+extern "C" int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmajor, const void *B, int b_kmajor,
+                                 const void *pre, int M, int N, int K, void *stream) {
+    if (!pre) return -1;
+    return mm_gemm(impl, 0, 0, D, 0, 0, A, a_kmajor, B, b_kmajor, NULL, M, N, K, NULL, 0, (cudaStream_t)stream, pre);
 }
 
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,

@@ -740,6 +740,18 @@ size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats)
     if (scratch_floats) *scratch_floats = n;
     return n;
 }
+void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                  const void *fch, int N, int C, int OC) {
+    size_t n = (size_t)N * C, bytes = n * dt_size(o->dtype);
+    dev_zero(d, tmp, bytes);
+    o->matmul_backward(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);
+    dev_zero(d, dfch, bytes);
+    o->gelu_backward(d, dfch, fch, tmp, n);
+}
+static void t_matmul_backward_gelu(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                   const void *fch, int N, int C, int OC) {
+    ops_matmul_backward_gelu_seq(&cpu_ops, d, dfch, tmp, dout, w, fch, N, C, OC);
+}
 static void t_gelu_forward(Dev *d, void *out, const void *inp, size_t n) {
     cpu_gelu_forward(d, out, inp, n);
 }
@@ -791,6 +803,7 @@ const Ops cpu_ops = {
     .add_layernorm_forward = t_add_layernorm_forward,
     .matmul_forward = t_matmul_forward,
     .matmul_backward = t_matmul_backward,
+    .matmul_backward_gelu = t_matmul_backward_gelu,
     .attention_forward = t_attention_forward,
     .attention_backward = t_attention_backward,
     .attention_floats = cpu_attention_floats,

@@ -40,6 +40,11 @@ void cpu_attention_backward_naive(Dev *d, float *dqkv, float *datt, const float 
                                   const float *qkv, const float *att, int B, int T, int C, int NH);
 void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH);
+/* Ops.matmul_backward_gelu as the two ops of table o in sequence (tensor.h
+ * has the contract): the specification of the fused forms, and the entry
+ * of the tables without one. */
+void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                  const void *fch, int N, int C, int OC);
 void cpu_gelu_forward(Dev *d, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(Dev *d, float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_add(Dev *d, float *out, const float *a, const float *b, size_t n);

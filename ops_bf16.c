@@ -133,6 +133,11 @@ static void b_attention_backward(Dev *d, void *dqkv, float *scratch, const void 
     free(fg); free(fq);
 }
 
+static void b_matmul_backward_gelu(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                   const void *fch, int N, int C, int OC) {
+    ops_matmul_backward_gelu_seq(&cpu_bf16_ops, d, dfch, tmp, dout, w, fch, N, C, OC);
+}
+
 static void b_gelu_forward(Dev *d, void *out, const void *inp, size_t n) {
     float *fx = wide(inp, n), *fo = malloc(n * sizeof(float) + 1);
     cpu_gelu_forward(d, fo, fx, n);
@@ -198,6 +203,7 @@ const Ops cpu_bf16_ops = {
     .add_layernorm_forward = b_add_layernorm_forward,
     .matmul_forward = b_matmul_forward,
     .matmul_backward = b_matmul_backward,
+    .matmul_backward_gelu = b_matmul_backward_gelu,
     .attention_forward = b_attention_forward,
     .attention_backward = b_attention_backward,
     .attention_floats = cpu_attention_floats,

@@ -64,6 +64,19 @@ int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, c
                   const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
                   size_t work_floats, void *stream);
 
+/* The MLP's fcproj input gradient fused with GELU's backward: D[M,N] bf16
+ * written (not accumulated) with, element by element,
+ *   bf16( 0 + gelu'(pre) * float(bf16(0 + (A B)[m][n])) ),
+ * pre [M][N] bf16 (GELU's input, fc's output) at D's place: the bits of
+ * tc_gemm into a zeroed bf16 D (accumulate 1, no bias) followed by
+ * kernels.cu's gelu_backward into a zeroed buffer, in one pass that never
+ * writes the product (A, B and the implementations as tc_gemm's; no
+ * split, bf16 D being never split). TC_AUTO runs what tc_gemm would for
+ * that product, with the plain epilogue (mm_wg_epilogue) where it would
+ * store through TMA. Returns as tc_gemm; -1 with pre NULL. */
+int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmajor, const void *B, int b_kmajor,
+                      const void *pre, int M, int N, int K, void *stream);
+
 /* The implementation tc_gemm with TC_AUTO runs for this product on this
  * device (the arguments as tc_gemm's; nothing is launched but, on a
  * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the

@@ -187,6 +187,18 @@ struct Ops {
      * is the split backward of the zero-bubble schedules. */
     void (*matmul_backward)(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                             const void *inp, const void *w, int N, int C, int OC);
+    /* The MLP's fcproj input gradient through GELU's backward, in one op:
+     * dfch[N,C] (written) = gelu'(fch) * (dout[N,OC] @ w[OC,C]), fch [N,C]
+     * GELU's input. The bits are those of the two ops in sequence
+     * (ops_matmul_backward_gelu_seq, what the CPU tables run): tmp zeroed,
+     * matmul_backward(tmp, NULL, NULL, dout, NULL, w), dfch zeroed,
+     * gelu_backward(dfch, fch, tmp): the product rounded to the dtype, then
+     * the derivative's product rounded once. tmp [N,C] of the dtype: scratch
+     * that the op may overwrite (the CUDA bf16 table's fused GEMM epilogue
+     * never touches it). The weights' and bias's gradients stay
+     * matmul_backward's (dinp NULL). */
+    void (*matmul_backward_gelu)(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+                                 const void *fch, int N, int C, int OC);
     /* Causal self-attention. qkv [B,T,3C] holds q, k, v at channel offsets
      * 0, C, 2C; head h uses channels [h*hs, (h+1)*hs), hs = C/NH;
      * out [B,T,C] = softmax(q.k / sqrt(hs)) over t2 <= t, times v, heads

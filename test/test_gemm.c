@@ -81,7 +81,7 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #endif
 
 static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm wgmma-cluster",
-                               "gemm auto", "bias_grad"};
+                               "gemm auto", "gemm dinp+gelu'", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -511,6 +511,104 @@ static void test_streamk(Test *t, const Product *p, int M, int N, int K, int si,
 }
 
 /* ---------------------------------------------------------------------------
+ * The GELU-backward epilogue (tc_gemm_gelu_back): fcproj's input gradient
+ * D [M][N] = gelu'(pre) * (A B), A [M][K] k-major (dout), B [K][N] (w), pre
+ * [M][N] bf16 uniform in [-4, 4) (GELU's curved part and its tails). The
+ * specification is the two passes it replaces: the same implementation's
+ * plain product into a zeroed bf16 D (tc_gemm, accumulate), then GELU's
+ * backward into a zeroed buffer, here on the host in float from the
+ * product's bf16: bf16(0 + gelu'(pre) * prod), gelu' kernels.cu's
+ * expression (gelu.cuh) uncontracted, as the emulation's host compiler
+ * builds it. Under the emulation the device's tanhf is this host's, so the
+ * fused output must be those bits exactly; on a GPU (CUDA's tanhf, within
+ * 2 ulp, and nvcc's contractions) within 1e-2 of the largest value, the
+ * bits there being test_kernels' check (the fused op against the two ops
+ * on the GPU). Written output starts as NaN; the implementation that runs
+ * must be the one the plain product ran (TC_AUTO's choice unchanged). odd:
+ * D and pre one element past an allocation's start (no pair or 16-byte
+ * piece aligned: the scalar epilogue on every kernel). */
+
+__attribute__((optimize("fp-contract=off")))
+static float host_gelu_grad(float x) {
+    const float s = 0.7978845608028654f;
+    float th = tanhf(s * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+__attribute__((optimize("fp-contract=off")))
+static uint16_t host_gelu_back(uint16_t pre, uint16_t prod) {
+    return bf16_from_f32(0.0f + host_gelu_grad(bf16_to_f32(pre)) * bf16_to_f32(prod));
+}
+
+static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, odd ? ", D and pre unaligned" : "");
+    const size_t MN = (size_t)M * N, pad = odd ? 2 : 0;
+    uint16_t *A = host_bf16(t, (size_t)M * K), *B = host_bf16(t, (size_t)K * N), *pre = xmalloc(MN * 2);
+    for (size_t i = 0; i < MN; i++) pre[i] = bf16_from_f32(4.0f * urand(t));
+    uint16_t *zero = xmalloc(MN * 2), *nan = xmalloc(MN * 2), *prod = xmalloc(MN * 2), *got = xmalloc(MN * 2),
+             *spec = xmalloc(MN * 2);
+    memset(zero, 0, MN * 2);
+    memset(nan, 0xFF, MN * 2);
+    void *gA = gpu_put(t, A, (size_t)M * K * 2), *gB = gpu_put(t, B, (size_t)K * N * 2);
+    char *gpre_alloc = dev_alloc(&t->gpu, MN * 2 + pad), *gD_alloc = dev_alloc(&t->gpu, MN * 2 + pad);
+    void *gpre = gpre_alloc + pad, *gD = gD_alloc + pad;
+    dev_from_host(&t->gpu, gpre, pre, MN * 2);
+    for (int ii = 0; ii < NIMPLS; ii++) {
+        char name[160];
+        snprintf(name, sizeof name, "gemm %s dinp+gelu'" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
+        dev_from_host(&t->gpu, gD, zero, MN * 2);
+        const int plain = tc_gemm(impls[ii].impl, gD, 0, 1, gA, 1, gB, 0, NULL, M, N, K, NULL, 0, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, prod, gD, MN * 2);
+        dev_from_host(&t->gpu, gD, nan, MN * 2);
+        const int r = tc_gemm_gelu_back(impls[ii].impl, gD, gA, 1, gB, 0, gpre, M, N, K, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, got, gD, MN * 2);
+        if (plain == -1) {
+            int expected;
+            const char *why = refusal(t, impls[ii].impl, &products[1], M, N, K, &expected);
+            const int untouched = memcmp(got, nan, MN * 2) == 0;
+            char line[320];
+            snprintf(line, sizeof line, "%s: returned %d (the plain product -1: %s)%s", shape, r, why,
+                     untouched ? "" : ", but wrote the output");
+            if (r == -1 && untouched && expected) check_skip(&t->checks, name, line);
+            else check(&t->checks, 0, name, "%s", line);
+            continue;
+        }
+        size_t differ = 0;
+        double diff = 0.0, scale = 1e-6;
+        for (size_t i = 0; i < MN; i++) {
+            spec[i] = host_gelu_back(pre[i], prod[i]);
+            differ += got[i] != spec[i];
+            const double g = bf16_to_f32(got[i]), e = isnan(g) ? INFINITY : fabs(g - bf16_to_f32(spec[i]));
+            if (e > diff) diff = e;
+            if (fabs(bf16_to_f32(spec[i])) > scale) scale = fabs(bf16_to_f32(spec[i]));
+        }
+#ifdef GEMM_EMU
+        const int ok = differ == 0;
+#else
+        const int ok = diff / scale <= TOL_BF16;
+#endif
+        check(&t->checks, ok && r == plain, name,
+              "%s: ran %s%s; %zu of %zu values differ in their bits from the plain product then gelu' "
+              "(max rel err %.2e; %s)", shape, impl_name(r), r == plain ? "" : " (not what the plain product ran)",
+              differ, MN, diff / scale,
+#ifdef GEMM_EMU
+              "the bits must be equal"
+#else
+              "tol 1e-2 on a GPU"
+#endif
+              );
+    }
+    dev_free(&t->gpu, gA, (size_t)M * K * 2);
+    dev_free(&t->gpu, gB, (size_t)K * N * 2);
+    dev_free(&t->gpu, gpre_alloc, MN * 2 + pad);
+    dev_free(&t->gpu, gD_alloc, MN * 2 + pad);
+    free(A); free(B); free(pre); free(zero); free(nan); free(prod); free(got); free(spec);
+}
+
+/* ---------------------------------------------------------------------------
  * Bias gradient: dbias[N] += column sums of dout [M][N], dout bf16 (the bf16
  * table's) or float32 (the fp32 table's), without a work buffer (a block a
  * 32 columns over all rows) and with one (chunks of 128 rows in parallel,
@@ -623,6 +721,20 @@ int main(void) {
         for (int w = 0; w < 5; w++) test_streamk(&t, &products[2], 328, 136, 1000, si, three[si][w], w % 2 ? 1 << 30 : 2);
         test_streamk(&t, &products[3], 328, 136, 1000, si, three[si][0], 2);
     }
+
+    /* The GELU-backward epilogue: unaligned N (every tensor-core kernel
+     * refuses, TC_AUTO falls back), partial tiles in M and N (N % 8 == 0, not
+     * a multiple of 128), the emulation's / GPT-2's fcproj dinp shape
+     * (N = C, K = 4C), and the scalar epilogue (D, pre unaligned). */
+    test_gelu_back(&t, 37, 77, 48, 0);
+    test_gelu_back(&t, 328, 136, 72, 0);
+    test_gelu_back(&t, 130, 40, 64, 0);
+#ifdef GEMM_EMU
+    test_gelu_back(&t, 256, 384, 288, 0);
+#else
+    test_gelu_back(&t, 1024, 768, 3072, 0);
+#endif
+    test_gelu_back(&t, 328, 136, 72, 1);
 
     for (int fp32 = 0; fp32 < 2; fp32++) {
         test_bias_grad(&t, 37, 77, fp32);
