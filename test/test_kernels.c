@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "tensor.h"
+#include "ops.h"
 #include "check.h"
 
 #ifdef KERNELS_EMU
@@ -278,6 +279,14 @@ static void test_matmul(Test *t, int N, int C, int OC, int with_optional) {
     if (dinp) compare_gpu(t, "matmul_backward", "dinp", shape, g_dinp, dinp, NC);
     compare_gpu(t, "matmul_backward", "dw", shape, g_dw, dw, OCC);
     if (dbias) compare_gpu(t, "matmul_backward", "dbias", shape, g_dbias, dbias, OC);
+    /* fcproj's input gradient through GELU's backward (fch [N,C] GELU's input; dfch written) */
+    float *fch = host_rand(t, NC, 4.0f), *dfch = host_nan(NC), *tmp = host_nan(NC);
+    float *g_fch = gpu_put(t, fch, NC * 4), *g_dfch = gpu_put(t, dfch, NC * 4), *g_tmp = gpu_put(t, tmp, NC * 4);
+    cpu_ops.matmul_backward_gelu(&t->cpu, dfch, tmp, dout, w, fch, N, C, OC);
+    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    compare_gpu(t, "matmul_backward_gelu", "dfch", shape, g_dfch, dfch, NC);
+    gpu_drop(t, g_fch, NC * 4); gpu_drop(t, g_dfch, NC * 4); gpu_drop(t, g_tmp, NC * 4);
+    free(fch); free(dfch); free(tmp);
 
     gpu_drop(t, g_inp, NC * 4); gpu_drop(t, g_w, OCC * 4); gpu_drop(t, g_out, NO * 4);
     gpu_drop(t, g_bias, OC * 4); gpu_drop(t, g_dout, NO * 4); gpu_drop(t, g_dw, OCC * 4);
@@ -856,6 +865,32 @@ static void test16_matmul(Test *t, Dev *c16, int N, int C, int OC) {
     compare16(t, "matmul_backward", "dinp", shape, g_dinp, dinp, NC);
     compare16f(t, "matmul_backward", "dw", shape, g_dw, dw, OCC);
     compare16f(t, "matmul_backward", "dbias", shape, g_dbias, dbias, OC);
+    /* fcproj's input gradient through GELU's backward: against the CPU bf16
+     * table (its own tanh: bf16's bound), and against the two ops of this
+     * table in sequence on the device (ops_matmul_backward_gelu_seq: the
+     * product into a zeroed buffer, then gelu_backward), bit for bit: the
+     * fused epilogue's promise */
+    uint16_t *fch = h16_rand(t, NC, 4.0f), *dfch = h16_nan(NC), *tmp = h16_nan(NC);
+    void *g_fch = gpu_put(t, fch, NC * 2), *g_dfch = gpu_put(t, dfch, NC * 2), *g_tmp = gpu_put(t, tmp, NC * 2);
+    void *g_seq = gpu_put(t, dfch, NC * 2);
+    c16->ops->matmul_backward_gelu(c16, dfch, tmp, dout, w, fch, N, C, OC);
+    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    compare16(t, "matmul_backward_gelu", "dfch", shape, g_dfch, dfch, NC);
+    uint16_t *fused = xmalloc(NC * 2), *seq = xmalloc(NC * 2), *tmp_after = xmalloc(NC * 2);
+    dev_to_host(&t->gpu, fused, g_dfch, NC * 2);
+    dev_to_host(&t->gpu, tmp_after, g_tmp, NC * 2);
+    ops_matmul_backward_gelu_seq(t->gpu.ops, &t->gpu, g_seq, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    dev_to_host(&t->gpu, seq, g_seq, NC * 2);
+    size_t differ = 0;
+    for (size_t i = 0; i < NC; i++) differ += fused[i] != seq[i];
+    uint16_t *nan16 = h16_nan(NC);
+    const int tmp_kept = memcmp(tmp_after, nan16, NC * 2) == 0;  /* g_tmp started as these NaNs */
+    free(nan16);
+    check(&t->checks, differ == 0 && tmp_kept, tagged("bf16 matmul_backward_gelu bits"),
+          "%s: %zu of %zu values differ from matmul_backward into zeros then gelu_backward on the device "
+          "(must be 0); the scratch %s", shape, differ, NC, tmp_kept ? "untouched" : "WRITTEN (the fused form never writes it)");
+    gpu_drop(t, g_fch, NC * 2); gpu_drop(t, g_dfch, NC * 2); gpu_drop(t, g_tmp, NC * 2); gpu_drop(t, g_seq, NC * 2);
+    free(fch); free(dfch); free(tmp); free(fused); free(seq); free(tmp_after);
     gpu_drop(t, g_inp, NC * 2); gpu_drop(t, g_w, OCC * 2); gpu_drop(t, g_bias, OC * 2); gpu_drop(t, g_out, NO * 2);
     gpu_drop(t, g_dout, NO * 2); gpu_drop(t, g_dinp, NC * 2); gpu_drop(t, g_dw, OCC * 4); gpu_drop(t, g_dbias, OC * 4);
     free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(dbias);
