@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of twenty bugs planted in a copy of it, one at a time:
+# caught with each of twenty-three bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -38,6 +38,12 @@
 #     the m-tiles are not a multiple of the band, decoded as a whole one
 #     (tiles past M computed, tiles inside M never: test_gemm's "tile
 #     order" checks, bands of 2 over 3 m-tiles);
+#   - in the GELU-backward epilogue (fcproj's input gradient times gelu'
+#     of fch, tc_gemm_gelu_back): the derivative applied to the unrounded
+#     accumulator (the bits of the two passes lost: test_gemm's
+#     "dinp+gelu'" checks compare bits); fch read from the next row; the
+#     fused product sent through the TMA-store epilogue, which knows no
+#     GELU;
 #   - in stream-K (the float32 D's last wave shared out by k-blocks, a
 #     fix-up kernel adding the shared tiles' parts in walker order): a
 #     shared tile's last part dropped; its first part in work added twice;
@@ -208,4 +214,13 @@ mutant "stream-K: a segment that starts inside a tile sent to D, not work (walk)
 mutant "stream-K: the fix-up's tiles decoded m-fastest, not in the walk's bands (fix-up)" \
     'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, group)' \
     'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, tiles_m)' check
+mutant "GELU backward: the derivative times the unrounded accumulator, not its bf16 (epilogue)" \
+    'const float g = __bfloat162float(__float2bfloat16_rn(v + 0.0f));' \
+    'const float g = v + 0.0f;' check
+mutant "GELU backward: the derivative read from the next row of fch (ping-pong epilogue's reads)" \
+    '(gpre ? gpre : (const bf16 *)D) + at)' \
+    '(gpre ? gpre + (size_t)((row ^ 1) - row) * N : (const bf16 *)D) + at)' check
+mutant "GELU backward: the fused product stored through TMA, whose epilogue has no GELU (host)" \
+    'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' \
+    'const bool ts = pp && !d_fp32 && !accumulate &&' check
 exit $status
