@@ -221,6 +221,28 @@
  *   sm_90a): the eight TS instantiations 168 registers at the launch, no
  *   stack frame, no spills, as the others.
  *
+ * The GELU-backward epilogue (tc_gemm_gelu_back; every kernel, gpre
+ *   non-NULL): fcproj's input gradient goes straight through GELU's
+ *   derivative, D = bf16(0 + gelu'(pre) * float(bf16(0 + sum))), pre the
+ *   bf16 pre-activation (fc's output) at D's place. It replaces three
+ *   passes of the MLP's backward (the product's store of GELU's output
+ *   gradient into a zeroed buffer, zeroing the gradient of fc's output,
+ *   kernels.cu's gelu_backward) with their bits: the sum is rounded to bf16
+ *   as the plain store into zeros rounds it (mm_gelu_back), widened, and
+ *   put through gelu.cuh's gelu_grad, the same expression kernels.cu's
+ *   elementwise pass compiles, plus the 0 that pass adds from its zeroed
+ *   buffer (it only turns a -0 into +0), then rounded once. In the
+ *   epilogues pre is read where an accumulating store reads the old D
+ *   (mm_wg_epilogue's PRE issue, 16-byte pieces when vec; mm_store2's
+ *   pairs and scalars), so the product costs what today's accumulating
+ *   dinp costs (read 2 bytes, write 2 an element) and the elementwise
+ *   pass (read 4, read + write 2) is gone. Never TMA stores (the TS
+ *   epilogue is the written forward's; the fused product takes the
+ *   ping-pong kernel's vector epilogue, whose reads ping-pong hides, as
+ *   dinp does today); never split (bf16 D). TC_AUTO picks the kernel as
+ *   for the plain dinp. ptxas (nvcc 13.0, sm_90a -Xptxas -v): see
+ *   bench/NOTES.md, "GELU's derivative in fcproj dinp's epilogue".
+ *
  * Tile order (the three wgmma kernels): a persistent block walks items
  *   blockIdx.x + j gridDim.x, so a wave of `slots` consecutive tiles runs at
  *   once. In the m-fastest order a wave of GPT-2's 128 m-tiles reads all of

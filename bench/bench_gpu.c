@@ -448,6 +448,9 @@ typedef struct {
     const void *D0;                 /* device: D's initial value [M][N] (random) */
     const uint16_t *hA, *hB, *hbias;/* host copies of A, B, bias */
     const void *hD0;                /* host copy of D0 */
+    const void *gpre;               /* device [M][N] bf16 or NULL: the GELU-backward epilogue's pre-activation
+                                     * (tc_gemm_gelu_back: D written, gelu'(pre) times the product) */
+    const uint16_t *hgpre;          /* its host copy */
 } BenchGemm;
 
 typedef struct {
@@ -483,6 +486,9 @@ static void bench_run_gemm(void *arg) {
     BenchGemmRun *r = arg;
     const BenchGemm *g = r->g;
     if (r->impl == BENCH_CUBLAS_IMPL) bench_cublas_gemm(r->blas, g);
+    else if (g->gpre)
+        r->ret = tc_gemm_gelu_back((TcImpl)r->impl, g->D, g->A, g->a_kmajor, g->B, g->b_kmajor, g->gpre, g->M,
+                                   g->N, g->K, (void *)r->stream);
     else if (r->impl == BENCH_WG_MFAST_IMPL)
         r->ret = tc_gemm_order(TC_WGMMA, 1 << 30, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
                                g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
@@ -519,9 +525,15 @@ static void bench_gemm_ref(const BenchGemm *g, const int *rows, double *prod) {
     free(Bf);
 }
 
+/* GELU's derivative (tanh approximation) in double: the fused row's reference. */
+static double bench_gelu_grad(double x) {
+    const double s = 0.7978845608028654, th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * s * (1 + 3 * 0.044715 * x * x);
+}
+
 /* Resets D to D0, runs once, reads the sampled rows back and returns the
- * error against prod (+ D0 when accumulating, + bias when with_bias), or
- * -1 when tc_gemm refused the implementation. */
+ * error against prod (+ D0 when accumulating, + bias when with_bias; times
+ * gelu'(pre) with gpre), or -1 when tc_gemm refused the implementation. */
 static double bench_gemm_check(BenchCtx *c, BenchGemmRun *r, const int *rows, const double *prod, int with_bias) {
     const BenchGemm *g = r->g;
     size_t es = g->d_fp32 ? 4 : 2;
@@ -541,6 +553,7 @@ static double bench_gemm_check(BenchCtx *c, BenchGemmRun *r, const int *rows, co
             double ref = prod[gi];
             if (g->accumulate) ref += bench_act(g->hD0, di, g->d_fp32 ? DT_F32 : DT_BF16);
             if (with_bias && g->hbias) ref += bf16_to_f32(g->hbias[n]);
+            if (g->hgpre) ref *= bench_gelu_grad(bf16_to_f32(g->hgpre[di]));
             double e = fabs(bench_act(got, gi, g->d_fp32 ? DT_F32 : DT_BF16) - ref);
             if (!(e <= dmax)) dmax = e;
             if (fabs(ref) > rmax) rmax = fabs(ref);
@@ -565,7 +578,8 @@ static const char *bench_impl_name(int impl) {
  * that each of ours can be printed as a fraction of it. */
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
     int impls[7], nimpl = 0;
-    impls[nimpl++] = BENCH_CUBLAS_IMPL;
+    /* the fused GELU-backward product has no cuBLAS row (cuBLAS's plain dinp is the row above) */
+    if (!g->gpre) impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
     impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
@@ -575,7 +589,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
      * once a wave in the m-fastest order: ping-pong in that order beside tc_gemm's bands */
     static const char *const banded[] = {"qkv dinp", "fc dinp", "fcproj fwd", "head dinp", "head dw"};
     for (size_t i = 0; i < sizeof banded / sizeof *banded; i++)
-        if (!strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
+        if (!g->gpre && !strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
     /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
     const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
                                    DEV_SCRATCH_BYTES / sizeof(float), c->stream);
@@ -615,11 +629,19 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         if (impls[j] == BENCH_CUBLAS_IMPL) cublas_ms = ms;
         double pct = 100.0 * cublas_ms / ms;
         char pcts[16];
-        if (impls[j] == BENCH_CUBLAS_IMPL) snprintf(pcts, sizeof pcts, "-");
+        if (impls[j] == BENCH_CUBLAS_IMPL || cublas_ms <= 0) snprintf(pcts, sizeof pcts, "-");
         else snprintf(pcts, sizeof pcts, "%.1f%%", pct);
         printf("%-14s %6d %6d %6d  %-9s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
                impl, ms, flops / (ms * 1e-3) / 1e12, pcts, err,
                bench_check(c, name, err, tol));
+        if (g->gpre) {  /* not a cuBLAS comparison; in the step in place of fcproj dinp and gelu_backward */
+            if (impls[j] == TC_MMA) c->step_mma[BENCH_P_BWD] += ms * BENCH_LAYERS;
+            if (impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP)) {
+                c->step_wgmma[BENCH_P_BWD] += ms * BENCH_LAYERS;
+                c->gemm_wgmma++;
+            }
+            continue;
+        }
         if (impls[j] == TC_MMA) bench_target_row(c, BENCH_T_MMA, g->label, pct);
         if (impls[j] == TC_WGMMA) bench_target_row(c, BENCH_T_PP, g->label, pct);
         if (impls[j] == TC_WGMMA_COOP) bench_target_row(c, BENCH_T_COOP, g->label, pct);
@@ -627,7 +649,8 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
-        const int calls = strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
+        const int calls = !strcmp(g->label, "fcproj dinp") ? 0  /* training runs "fcproj dinp+gelu'" */
+                          : strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
         if (impls[j] == TC_MMA) c->step_mma[phase] += ms * calls;
         if (trains) {
@@ -685,16 +708,24 @@ static void bench_gemm(BenchCtx *c) {
         void *out = dev_alloc(c->gpu, nout * 2);           /* [rows][OC] bf16 */
         void *dinp = dev_alloc(c->gpu, nin * 2);           /* [rows][C] bf16 */
         void *dw = dev_alloc(c->gpu, nw * 4);              /* [OC][C] fp32 */
-        BenchGemm g[3] = {
+        /* fcproj: its dinp again with GELU's backward in the epilogue (training's product):
+         * pre [rows][C] bf16 in [-4, 4), GELU's input (fc's output), dfch written into dinp */
+        const int fused = !strcmp(lin[l].name, "fcproj");
+        uint16_t *h_pre = fused ? bench_malloc(nin * 2) : NULL;   /* [rows][C] */
+        if (fused) bench_fill_bf16(h_pre, nin, seed + 7, -4, 4);
+        void *pre = fused ? bench_upload(c, h_pre, nin * 2) : NULL;   /* [rows][C] bf16 */
+        BenchGemm g[4] = {
             /* forward: M rows, N OC, K C; A = inp [M][K], B = w [N][K] */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, lin[l].bias ? bias : NULL, out, out0, h_inp, h_w,
              lin[l].bias ? h_bias : NULL, h_out0},
             /* dinp: M rows, N C, K OC; A = dout [M][K], B = w [K][N] */
             {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0},
             /* dw: M OC, N C, K rows; A = dout [K][M], B = inp [K][N]; fp32 */
-            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0}};
-        static const char *what[3] = {"fwd", "dinp", "dw"};
-        for (int p = 0; p < 3; p++) {
+            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0},
+            /* fcproj dinp+gelu': as dinp, D written (tc_gemm_gelu_back) */
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre}};
+        static const char *what[4] = {"fwd", "dinp", "dw", "dinp+gelu'"};
+        for (int p = 0; p < 3 + fused; p++) {
             snprintf(g[p].label, sizeof g[p].label, "%s %s", lin[l].name, what[p]);
             bench_gemm_product(c, &g[p]);
         }
@@ -708,6 +739,8 @@ static void bench_gemm(BenchCtx *c) {
         dev_free(c->gpu, out, nout * 2);
         dev_free(c->gpu, dinp, nin * 2);
         dev_free(c->gpu, dw, nw * 4);
+        if (pre) dev_free(c->gpu, pre, nin * 2);
+        free(h_pre);
         free(h_inp);
         free(h_w);
         free(h_bias);
@@ -1335,8 +1368,8 @@ static void bench_memory(BenchCtx *c) {
      k->B = B, k->T = T, k->V = V, k->Vp = Vp, k->cpu_rows = N, k->fp32_too = 1)
 #define BENCH_BUF(kd, cnt, l, hh, o) (k->buf[k->nbuf++] = (BenchBuf){kd, cnt, l, hh, o, 0})
 /* calls a GPT-2 124M step makes (gpt.c): ln1 a layer and lnf plain, ln2 fused with its residual
- * add, the MLP's residual add, GELU and three bias gradients (attproj, fc, fcproj; qkv's 3C wide
- * has no row) a layer, the rest once */
+ * add, the MLP's residual add, GELU's forward and three bias gradients (attproj, fc, fcproj; qkv's
+ * 3C wide has no row) a layer, the rest once; GELU's backward runs in fcproj dinp's epilogue */
 #define BENCH_STEP(ph, n) (k->step_phase = (ph), k->step_calls = (n))
 
     /* layernorm_forward: read inp N*C + w, b 2C; write out N*C (act); write mean, rstd 2N floats */
@@ -1389,9 +1422,10 @@ static void bench_memory(BenchCtx *c) {
     BENCH_BUF(A, n4, -4, 4, 0);      /* inp [N,4C] */
     k->act_elems = 2.0 * n4;
 
-    /* gelu_backward: read inp, dout n each, read + write dinp n (accumulates) (act) */
+    /* gelu_backward: read inp, dout n each, read + write dinp n (accumulates) (act); not in the
+     * step: training runs it inside fcproj's dinp product (the matmul row "fcproj dinp+gelu'") */
     BENCH_CASE("gelu_backward", gelu_backward, bench_run_gelub);
-    BENCH_STEP(BENCH_P_BWD, BENCH_LAYERS);
+    BENCH_STEP(BENCH_P_BWD, 0);
     snprintf(k->shape, sizeof k->shape, "%dx%d", N, 4 * C);
     k->n = n4;
     BENCH_BUF(A, n4, -1, 1, 1);      /* dinp [N,4C], accumulated */
