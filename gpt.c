@@ -684,8 +684,8 @@ static void layer_forward(GPT *m, GPTActs *a, int j, int B, int T) {
     tp_row_forward(m, a->proj, L.atty, w.attprojw, w.attprojb, N, Cl, C);
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); res2 is made in ln2's pass */
     tp_layernorm_forward(m, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2, x, a->proj, w.ln2w, w.ln2b, N);
-    tp_column_forward(m, L.fch, L.ln2, w.fcw, w.fcb, N, C, Fl);
-    o->gelu_forward(d, L.fchg, L.fch, (size_t)N * Fl);
+    /* fc (column-parallel: no communication) and GELU in one op; fch is kept for GELU's backward */
+    o->matmul_forward_gelu(d, L.fch, L.fchg, L.ln2, w.fcw, w.fcb, N, C, Fl);
     tp_row_forward(m, a->proj, L.fchg, w.fcprojw, w.fcprojb, N, Fl, C);
     o->add(d, L.res3, L.res2, a->proj, (size_t)tp_stream_rows(m, N) * C);
     params_release(m, u);

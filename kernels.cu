@@ -1561,6 +1561,23 @@ template <typename T>
 static void gelu_backward(Dev *d, void *dinp, const void *inp, const void *dout, size_t n) {
     map(d, (T *)dinp, (const T *)inp, (const T *)dout, n, GeluBackF(), true);
 }
+/* Ops.matmul_forward_gelu. bf16: one tc_gemm_gelu (GELU of the stored
+ * pre-activation in the epilogue: the bits of matmul_forward_bf16 then
+ * gelu_forward). float32: the two ops. */
+static void matmul_forward_gelu_bf16(Dev *d, void *out, void *gout, const void *inp, const void *w, const void *bias,
+                                     int N, int C, int OC) {
+    if (N <= 0 || OC <= 0 || C <= 0) {  /* as matmul_forward_bf16: nothing written; GELU of what out holds */
+        gelu_forward<bf16>(d, gout, out, (size_t)(N > 0 && OC > 0 ? N : 0) * (OC > 0 ? OC : 0));
+        return;
+    }
+    tc_gemm_gelu(TC_AUTO, out, gout, inp, 1, w, 1, bias, N, OC, C, d->stream);
+}
+static void matmul_forward_gelu_f32(Dev *d, void *out, void *gout, const void *inp, const void *w, const void *bias,
+                                    int N, int C, int OC) {
+    matmul_forward_f32(d, out, inp, w, bias, N, C, OC);
+    gelu_forward<float>(d, gout, out, (size_t)N * OC);
+}
+
 /* Ops.matmul_backward_gelu. bf16: one tc_gemm_gelu_back, tmp untouched
  * (the product, rounded, goes through GELU's derivative in the epilogue;
  * the bits of matmul_backward_bf16 into a zeroed tmp then gelu_backward
@@ -2317,6 +2334,7 @@ extern "C" const Ops cuda_ops = {
     .layernorm_backward = layernorm_backward<float>,
     .add_layernorm_forward = add_layernorm_forward<float>,
     .matmul_forward = matmul_forward_f32,
+    .matmul_forward_gelu = matmul_forward_gelu_f32,
     .matmul_backward = matmul_backward_f32,
     .matmul_backward_gelu = matmul_backward_gelu_f32,
     .attention_forward = attention_forward_f32,
@@ -2350,6 +2368,7 @@ extern "C" const Ops cuda_bf16_ops = {
     .layernorm_backward = layernorm_backward<bf16>,
     .add_layernorm_forward = add_layernorm_forward<bf16>,
     .matmul_forward = matmul_forward_bf16,
+    .matmul_forward_gelu = matmul_forward_gelu_bf16,
     .matmul_backward = matmul_backward_bf16,
     .matmul_backward_gelu = matmul_backward_gelu_bf16,
     .attention_forward = attention_forward_bf16,

@@ -397,6 +397,16 @@ __device__ __forceinline__ float mm_gelu_back(float v, bf16 pre) {
     const float g = __bfloat162float(__float2bfloat16_rn(v + 0.0f));
     return 0.0f + gelu_grad(__bfloat162float(pre)) * g;
 }
+/* The GELU-forward epilogue's element (tc_gemm_gelu): GELU's output from
+ * the stored, rounded pre-activation, as kernels.cu's gelu_forward makes it
+ * from the bf16 buffer: one rounding. */
+__device__ __forceinline__ bf16 mm_gelu_fwd(bf16 pre) {
+    return __float2bfloat16_rn(gelu_f(__bfloat162float(pre)));
+}
+__device__ __forceinline__ __nv_bfloat162 mm_gelu_fwd2(__nv_bfloat162 pre) {
+    const float2 f = __bfloat1622float2(pre);
+    return __floats2bfloat162_rn(gelu_f(f.x), gelu_f(f.y));
+}
 
 /* ---------------------------------------------------------------------------
  * The shared epilogue: one thread's pair (row, col), (row, col + 1), col even.
@@ -405,11 +415,13 @@ __device__ __forceinline__ float mm_gelu_back(float v, bf16 pre) {
  * vector. An accumulating store reads the old D; a plain one never does
  * (D may start as NaN). gpre [M][N] bf16 or NULL: the GELU-backward
  * epilogue (D bf16, written, no bias; mm_gelu_back), gpre's element at
- * D's place the pre-activation. */
+ * D's place the pre-activation. gout [M][N] bf16 or NULL: the GELU-forward
+ * epilogue (D bf16, written), GELU of D's stored element into gout's
+ * (mm_gelu_fwd); pair_ok then covers gout's alignment too. */
 
 __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, const bf16 *bias,
                                           int M, int N, int row, int col, float v0, float v1,
-                                          int pair_ok, const bf16 *gpre = nullptr) {
+                                          int pair_ok, const bf16 *gpre = nullptr, bf16 *gout = nullptr) {
     if (row >= M || col >= N) return;
     const bool two = col + 1 < N;
     if (bias) {
@@ -443,10 +455,18 @@ __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, c
                 v0 += old.x;
                 v1 += old.y;
             }
-            *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v0, v1);
+            const __nv_bfloat162 r = __floats2bfloat162_rn(v0, v1);
+            *(__nv_bfloat162 *)p = r;
+            if (gout) *(__nv_bfloat162 *)(gout + i) = mm_gelu_fwd2(r);
         } else {
-            p[0] = __float2bfloat16_rn(accumulate ? __bfloat162float(p[0]) + v0 : v0);
-            if (two) p[1] = __float2bfloat16_rn(accumulate ? __bfloat162float(p[1]) + v1 : v1);
+            const bf16 r0 = __float2bfloat16_rn(accumulate ? __bfloat162float(p[0]) + v0 : v0);
+            p[0] = r0;
+            if (gout) gout[i] = mm_gelu_fwd(r0);
+            if (two) {
+                const bf16 r1 = __float2bfloat16_rn(accumulate ? __bfloat162float(p[1]) + v1 : v1);
+                p[1] = r1;
+                if (gout) gout[i + 1] = mm_gelu_fwd(r1);
+            }
         }
     }
 }
@@ -455,11 +475,11 @@ __device__ __forceinline__ void mm_store2(void *D, int d_fp32, int accumulate, c
  * TC_SIMPLE: one thread an output element. Block 32 (n) x 8 (m); the grid
  * strides over m so any M fits gridDim.y.
  * D [M][N]; A [M][K] (a_kmajor) or [K][M]; B [N][K] (b_kmajor) or [K][N];
- * gpre [M][N] or NULL (mm_store2's). */
+ * gpre, gout [M][N] or NULL (mm_store2's). */
 
 __global__ void mm_simple_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, int a_kmajor,
                                  const bf16 *B, int b_kmajor, const bf16 *bias, int M, int N,
-                                 int K, const bf16 *gpre) {
+                                 int K, const bf16 *gpre, bf16 *gout) {
     const int n = blockIdx.x * 32 + threadIdx.x;
     if (n >= N) return;
     for (int m = blockIdx.y * 8 + threadIdx.y; m < M; m += gridDim.y * 8) {
@@ -477,7 +497,9 @@ __global__ void mm_simple_kernel(void *D, int d_fp32, int accumulate, const bf16
         } else {
             bf16 *p = (bf16 *)D + i;
             if (gpre) acc = mm_gelu_back(acc, gpre[i]);
-            *p = __float2bfloat16_rn(accumulate ? __bfloat162float(*p) + acc : acc);
+            const bf16 r = __float2bfloat16_rn(accumulate ? __bfloat162float(*p) + acc : acc);
+            *p = r;
+            if (gout) gout[i] = mm_gelu_fwd(r);
         }
     }
 }
@@ -598,7 +620,7 @@ template <bool AK, bool BK>
 __global__ void __launch_bounds__(MM_THREADS, 2)
 mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
               const bf16 *bias, int M, int N, int K, int pair_ok, float *work, int kps,
-              int pair_w, const bf16 *gpre) {
+              int pair_w, const bf16 *gpre, bf16 *gout) {
     extern __shared__ __align__(16) unsigned char mm_smem[];
     const uint32_t smem = sm90_smem_u32(mm_smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -667,6 +689,7 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
         bias = NULL;
         pair_ok = pair_w;
         gpre = NULL;
+        gout = NULL;
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -676,9 +699,9 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + wn * 32 + nt * 8 + 2 * t;
             mm_store2(out, d_fp32, accumulate, bias, M, N, row, col, acc[mt][nt][0],
-                      acc[mt][nt][1], pair_ok, gpre);
+                      acc[mt][nt][1], pair_ok, gpre, gout);
             mm_store2(out, d_fp32, accumulate, bias, M, N, row + 8, col, acc[mt][nt][2],
-                      acc[mt][nt][3], pair_ok, gpre);
+                      acc[mt][nt][3], pair_ok, gpre, gout);
         }
     }
 }
@@ -760,12 +783,14 @@ __global__ void mm_probe_kernel() {
  * round trips a chunk in bf16, 4 in float32. The same values either way.
  * gpre [M][N] bf16 or NULL: the GELU-backward epilogue (D bf16, written,
  * no bias; mm_gelu_back), its 16-byte pieces read where an accumulating
- * store reads the old D's (vec: gpre aligned as D). */
+ * store reads the old D's (vec: gpre aligned as D). gout [M][N] bf16 or
+ * NULL: the GELU-forward epilogue (D bf16, written), GELU of each stored
+ * piece into gout's (vec: gout aligned as D). */
 template <int NCH, int OFF, bool PRE>
 __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep, void *D, int d_fp32,
                                                int accumulate, const bf16 *bias, int M, int N,
                                                int row0, int n0, int vec, int lane,
-                                               const bf16 *gpre = nullptr) {
+                                               const bf16 *gpre = nullptr, bf16 *gout = nullptr) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ch = 0; ch < NCH; ch++) {
@@ -871,10 +896,18 @@ __device__ __forceinline__ void mm_wg_epilogue(const float (&d)[128], float *ep,
 #pragma unroll
                     for (int k = 0; k < 4; k++) w2[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
                     *p = out;
+                    if (gout) {
+                        uint4 go;
+                        __nv_bfloat162 *g2 = reinterpret_cast<__nv_bfloat162 *>(&go);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) g2[k] = mm_gelu_fwd2(w2[k]);
+                        *reinterpret_cast<uint4 *>(gout + (size_t)row * N + col) = go;
+                    }
                 } else {
 #pragma unroll
                     for (int k = 0; k < 4; k++)
-                        mm_store2(D, 0, accumulate, bias, M, N, row, col + 2 * k, x[2 * k], x[2 * k + 1], 0, gpre);
+                        mm_store2(D, 0, accumulate, bias, M, N, row, col + 2 * k, x[2 * k], x[2 * k + 1], 0, gpre,
+                                  gout);
                 }
             }
         }
@@ -1114,6 +1147,7 @@ struct MmWg {
     unsigned char *stg;  /* TS: the warpgroup's staging buffer, and its shared address */
     uint32_t stg_s;
     const bf16 *gpre;    /* [M][N] or NULL: the GELU-backward epilogue's pre-activation */
+    bf16 *gout;          /* [M][N] or NULL: the GELU-forward epilogue's second output */
 };
 
 /* Where item w's tile goes: part 0 to D (with bias, the old D when
@@ -1126,14 +1160,15 @@ struct MmWgOut {
     void *p;
     int fp32, acc, M, N, m0, n0, vec;
     const bf16 *bias, *gpre;
+    bf16 *gout;
 };
 template <int TM, int TN>
 __device__ __forceinline__ MmWgOut mm_wg_out(const MmWg &g, const MmWgItem &w, int slot_row) {
     if (w.part == 0)
-        return MmWgOut{g.D, g.d_fp32, g.accumulate, g.M, g.N, w.m0, w.n0, g.vec_ok, g.bias, g.gpre};
+        return MmWgOut{g.D, g.d_fp32, g.accumulate, g.M, g.N, w.m0, w.n0, g.vec_ok, g.bias, g.gpre, g.gout};
     if (g.walk.sk_len)
-        return MmWgOut{g.work + (size_t)(w.part - 1) * TM * TN, 1, 0, TM, TN, slot_row, 0, g.vec_w, NULL, NULL};
-    return MmWgOut{g.work + (size_t)(w.part - 1) * g.M * g.N, 1, 0, g.M, g.N, w.m0, w.n0, g.vec_w, NULL, NULL};
+        return MmWgOut{g.work + (size_t)(w.part - 1) * TM * TN, 1, 0, TM, TN, slot_row, 0, g.vec_w, NULL, NULL, NULL};
+    return MmWgOut{g.work + (size_t)(w.part - 1) * g.M * g.N, 1, 0, g.M, g.N, w.m0, w.n0, g.vec_w, NULL, NULL, NULL};
 }
 
 /* A consumer's wait for ring stage it % STAGES to land; returns the stage.
@@ -1198,7 +1233,7 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
 
         const MmWgOut o = mm_wg_out<WG_BM, WG_BN>(g, w, 0);
         mm_wg_epilogue<8, 0, false>(d, g.ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + c * 64 + warp * 16,
-                                    o.n0, o.vec, lane, o.gpre);
+                                    o.n0, o.vec, lane, o.gpre, o.gout);
     }
 }
 
@@ -1269,9 +1304,9 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
         }
         const MmWgOut o = mm_wg_out<PP_BM * CL, PP_BN>(g, w, rank * PP_BM);
         mm_wg_epilogue<4, 0, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + warp * 16, o.n0, o.vec, lane,
-                                   o.gpre);
+                                   o.gpre, o.gout);
         mm_wg_epilogue<4, 64, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + 64 + warp * 16, o.n0, o.vec,
-                                    lane, o.gpre);
+                                    lane, o.gpre, o.gout);
     }
     /* TS: the last stores have read the staging buffer before the block's shared memory goes */
     if constexpr (TS)
@@ -1294,13 +1329,14 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * launched in clusters of CL CTAs along x, grid CL x min(the clusters that
  * fit, columns of CL tiles x splits), a work item a column. group (>= 1):
  * m-tiles (CL > 1: columns) a band of the tile order (mm_wg_tile). gpre
- * [M][N] or NULL: the GELU-backward epilogue (mm_wg_epilogue's; never TS). */
+ * [M][N] or NULL: the GELU-backward epilogue, gout [M][N] or NULL: the
+ * GELU-forward one (mm_wg_epilogue's; never TS). */
 template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                 int vec_ok, float *work, int splits, int kps, int vec_w, int group, int sk_dp, int sk_len,
-                const bf16 *gpre) {
+                const bf16 *gpre, bf16 *gout) {
     static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
@@ -1348,6 +1384,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         g.stg = after + g.c * TS_STAGE_BYTES;
         g.stg_s = base + STAGES * STAGE_BYTES + g.c * TS_STAGE_BYTES;
         g.gpre = gpre;
+        g.gout = gout;
         if constexpr (PP)
             mm_wg_pingpong<AK, BK, CL, TS>(g);
         else
@@ -1766,28 +1803,28 @@ static MmSplit mm_split_wgmma(bool pp, int sms, int d_fp32, int M, int N, int K,
 
 static void mm_launch_simple(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                              const void *B, int b_kmajor, const void *bias, int M, int N, int K,
-                             const void *gpre, cudaStream_t stream) {
+                             const void *gpre, void *gout, cudaStream_t stream) {
     const int gy = mm_ceil_div(M, 8);
     dim3 grid((unsigned)mm_ceil_div(N, 32), (unsigned)(gy < 65535 ? gy : 65535));
     mm_simple_kernel<<<grid, dim3(32, 8), 0, stream>>>(D, d_fp32, accumulate, (const bf16 *)A,
                                                        a_kmajor, (const bf16 *)B, b_kmajor,
                                                        (const bf16 *)bias, M, N, K,
-                                                       (const bf16 *)gpre);
+                                                       (const bf16 *)gpre, (bf16 *)gout);
     LAUNCH_CHECK(mm_simple_kernel);
 }
 
 static void mm_launch_mma(void *D, int d_fp32, int accumulate, const void *A, int a_kmajor,
                           const void *B, int b_kmajor, const void *bias, int M, int N, int K,
-                          const MmSplit *sp, float *work, const void *gpre, cudaStream_t stream) {
+                          const MmSplit *sp, float *work, const void *gpre, void *gout, cudaStream_t stream) {
     dim3 grid((unsigned)mm_ceil_div(M, MM_BM), (unsigned)mm_ceil_div(N, MM_BN), (unsigned)sp->splits);
-    const int pair_ok = mm_pair_ok(D, d_fp32, N), pair_w = mm_pair_ok(work, 1, N);
+    const int pair_ok = mm_pair_ok(D, d_fp32, N) && ((uintptr_t)gout & 3) == 0, pair_w = mm_pair_ok(work, 1, N);
     const bf16 *a = (const bf16 *)A, *b = (const bf16 *)B, *bs = (const bf16 *)bias;
 #define MM_GO(AK, BK)                                                                         \
     mm_mma_kernel<AK, BK><<<grid, MM_THREADS, MM_SMEM_BYTES, stream>>>(D, d_fp32, accumulate, \
                                                                        a, b, bs, M, N, K,     \
                                                                        pair_ok, work,         \
                                                                        sp->kps, pair_w,       \
-                                                                       (const bf16 *)gpre)
+                                                                       (const bf16 *)gpre, (bf16 *)gout)
     if (a_kmajor && b_kmajor) MM_GO(true, true);
     else if (a_kmajor) MM_GO(true, false);
     else if (b_kmajor) MM_GO(false, true);
@@ -1825,7 +1862,7 @@ static int mm_band(int tiles_m, int tiles_n, long long items, int slots, double 
 static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, int group, const void *gpre,
-                            cudaStream_t stream) {
+                            void *gout, cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
@@ -1840,7 +1877,8 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
      * otherwise td stays zero and unused */
     CUtensorMap td;
     memset(&td, 0, sizeof td);
-    const bool ts = pp && !d_fp32 && !accumulate && !gpre && sp->splits == 1 && sm90_encode_2d(&td, D, N, M, 64, 64);
+    const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout && sp->splits == 1 &&
+                    sm90_encode_2d(&td, D, N, M, 64, 64);
     const int bm = pp ? PP_BM * cl : WG_BM, bn = pp ? PP_BN : WG_BN;
     const int tiles_m = mm_ceil_div(M, bm), tiles_n = mm_ceil_div(N, bn);
     const long long items = (long long)tiles_m * tiles_n * sp->splits;
@@ -1852,7 +1890,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
                         2.0 * N * K / sp->splits);
     if (group > tiles_m) group = tiles_m;  /* one band; group x tiles_n stays within the int tile count */
     /* work: split-K's [splits - 1][M][N], or stream-K's slots of [bm][bn] */
-    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N) && ((uintptr_t)gpre & 15) == 0,
+    const int vec_ok = mm_vec_ok(D, d_fp32, bias, N) && ((uintptr_t)gpre & 15) == 0 && ((uintptr_t)gout & 15) == 0,
               vec_w = mm_vec_ok(work, 1, NULL, sp->sk_len ? bn : N);
     const bf16 *bs = (const bf16 *)bias;
     cudaLaunchAttribute at[1];
@@ -1864,7 +1902,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
     /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
 #define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group, \
-                sp->sk_dp, sp->sk_len, (const bf16 *)gpre
+                sp->sk_dp, sp->sk_len, (const bf16 *)gpre, (bf16 *)gout
 #define WG_GO(AK, BK)                                                                                   \
     do {                                                                                                \
         if (cl > 1 && ts)                                                                               \
@@ -1948,16 +1986,17 @@ static bool mm_wg_plan(bool pp, int cl, const MmChoice *c, int force, int d_fp32
 }
 
 /* tc_gemm_order, with sk_force > 0 (a wgmma impl only) tc_gemm_streamk,
- * with gpre (D bf16, written, no bias) tc_gemm_gelu_back. */
+ * with gpre (D bf16, written, no bias) tc_gemm_gelu_back, with gout (D
+ * bf16, written) tc_gemm_gelu. */
 static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, int accumulate, const void *A,
                    int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
-                   size_t work_floats, cudaStream_t st, const void *gpre = nullptr) {
+                   size_t work_floats, cudaStream_t st, const void *gpre = nullptr, void *gout = nullptr) {
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
         impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
     if (impl == TC_SIMPLE) {
         if (M > 0 && N > 0)
-            mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, st);
+            mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, gout, st);
         return TC_SIMPLE;
     }
     if ((M <= 0 || N <= 0) && impl == TC_AUTO) return TC_SIMPLE;  /* nothing to write */
@@ -1972,7 +2011,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
         MmSplit sp;
         if (!mm_wg_plan(true, CL_CTAS, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
         if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                             M, N, K, &sp, work, group, gpre, st))
+                             M, N, K, &sp, work, group, gpre, gout, st))
             return -1;
         if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
         return TC_WGMMA_CLUSTER;
@@ -1986,7 +2025,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
             MmSplit sp;
             if (!mm_wg_plan(pp, 1, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
             if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                                M, N, K, &sp, work, group, gpre, st)) {
+                                M, N, K, &sp, work, group, gpre, gout, st)) {
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
             }
@@ -1998,7 +2037,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
             if (!empty) {
                 const MmSplit sp = mm_split_mma(c.sms, d_fp32, M, N, K, work_floats);
                 mm_launch_mma(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, &sp,
-                              work, gpre, st);
+                              work, gpre, gout, st);
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
             }
             return TC_MMA;
@@ -2006,7 +2045,7 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
         if (impl == TC_MMA) return -1;
     }
     /* TC_AUTO with nothing faster: the simple kernel takes any shape. */
-    mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, st);
+    mm_launch_simple(D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias, M, N, K, gpre, gout, st);
     return TC_SIMPLE;
 }
 
@@ -2038,6 +2077,13 @@ extern "C" int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmaj
                                  const void *pre, int M, int N, int K, void *stream) {
     if (!pre) return -1;
     return mm_gemm(impl, 0, 0, D, 0, 0, A, a_kmajor, B, b_kmajor, NULL, M, N, K, NULL, 0, (cudaStream_t)stream, pre);
+}
+
+extern "C" int tc_gemm_gelu(TcImpl impl, void *D, void *G, const void *A, int a_kmajor, const void *B, int b_kmajor,
+                            const void *bias, int M, int N, int K, void *stream) {
+    if (!G) return -1;
+    return mm_gemm(impl, 0, 0, D, 0, 0, A, a_kmajor, B, b_kmajor, bias, M, N, K, NULL, 0, (cudaStream_t)stream, NULL,
+                   G);
 }
 
 extern "C" int tc_gemm_splits(TcImpl impl, int d_fp32, const void *A, int a_kmajor, const void *B,

@@ -740,6 +740,15 @@ size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats)
     if (scratch_floats) *scratch_floats = n;
     return n;
 }
+void ops_matmul_forward_gelu_seq(const Ops *o, Dev *d, void *out, void *gout, const void *inp, const void *w,
+                                 const void *bias, int N, int C, int OC) {
+    o->matmul_forward(d, out, inp, w, bias, N, C, OC);
+    o->gelu_forward(d, gout, out, (size_t)N * OC);
+}
+static void t_matmul_forward_gelu(Dev *d, void *out, void *gout, const void *inp, const void *w, const void *bias,
+                                  int N, int C, int OC) {
+    ops_matmul_forward_gelu_seq(&cpu_ops, d, out, gout, inp, w, bias, N, C, OC);
+}
 void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
                                   const void *fch, int N, int C, int OC) {
     size_t n = (size_t)N * C, bytes = n * dt_size(o->dtype);
@@ -802,6 +811,7 @@ const Ops cpu_ops = {
     .layernorm_backward = t_layernorm_backward,
     .add_layernorm_forward = t_add_layernorm_forward,
     .matmul_forward = t_matmul_forward,
+    .matmul_forward_gelu = t_matmul_forward_gelu,
     .matmul_backward = t_matmul_backward,
     .matmul_backward_gelu = t_matmul_backward_gelu,
     .attention_forward = t_attention_forward,

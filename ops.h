@@ -45,6 +45,9 @@ void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout,
  * of the tables without one. */
 void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
                                   const void *fch, int N, int C, int OC);
+/* Ops.matmul_forward_gelu as table o's matmul_forward then gelu_forward. */
+void ops_matmul_forward_gelu_seq(const Ops *o, Dev *d, void *out, void *gout, const void *inp, const void *w,
+                                 const void *bias, int N, int C, int OC);
 void cpu_gelu_forward(Dev *d, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(Dev *d, float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_add(Dev *d, float *out, const float *a, const float *b, size_t n);

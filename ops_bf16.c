@@ -133,6 +133,11 @@ static void b_attention_backward(Dev *d, void *dqkv, float *scratch, const void 
     free(fg); free(fq);
 }
 
+static void b_matmul_forward_gelu(Dev *d, void *out, void *gout, const void *inp, const void *w, const void *bias,
+                                  int N, int C, int OC) {
+    ops_matmul_forward_gelu_seq(&cpu_bf16_ops, d, out, gout, inp, w, bias, N, C, OC);
+}
+
 static void b_matmul_backward_gelu(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
                                    const void *fch, int N, int C, int OC) {
     ops_matmul_backward_gelu_seq(&cpu_bf16_ops, d, dfch, tmp, dout, w, fch, N, C, OC);
@@ -202,6 +207,7 @@ const Ops cpu_bf16_ops = {
     .layernorm_backward = b_layernorm_backward,
     .add_layernorm_forward = b_add_layernorm_forward,
     .matmul_forward = b_matmul_forward,
+    .matmul_forward_gelu = b_matmul_forward_gelu,
     .matmul_backward = b_matmul_backward,
     .matmul_backward_gelu = b_matmul_backward_gelu,
     .attention_forward = b_attention_forward,

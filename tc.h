@@ -77,6 +77,17 @@ int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, c
 int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmajor, const void *B, int b_kmajor,
                       const void *pre, int M, int N, int K, void *stream);
 
+/* fc's product fused with GELU's forward: D[M,N] = A B + bias (bf16,
+ * written: the pre-activation, which GELU's backward reads) and G[M,N] =
+ * bf16(gelu(float(D))), GELU of the rounded pre-activation: the bits of
+ * tc_gemm (written) followed by kernels.cu's gelu_forward, in one pass (A,
+ * B, bias and the implementations as tc_gemm's; D and G never split). The
+ * TMA-store epilogue never takes it (TC_AUTO's kernel stores both through
+ * mm_wg_epilogue's 16-byte pieces instead). Returns as tc_gemm; -1 with G
+ * NULL. */
+int tc_gemm_gelu(TcImpl impl, void *D, void *G, const void *A, int a_kmajor, const void *B, int b_kmajor,
+                 const void *bias, int M, int N, int K, void *stream);
+
 /* The implementation tc_gemm with TC_AUTO runs for this product on this
  * device (the arguments as tc_gemm's; nothing is launched but, on a
  * device's first call, tc_gemm's one-time probe); a wgmma answer assumes the

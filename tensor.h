@@ -181,6 +181,12 @@ struct Ops {
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]; bias may be NULL. */
     void (*matmul_forward)(Dev *d, void *out, const void *inp, const void *w,
                            const void *bias, int N, int C, int OC);
+    /* fc's product and GELU in one op: out[N,OC] = inp[N,C] @ w[OC,C]^T +
+     * bias[OC] (bias may be NULL), and gout[N,OC] = gelu(out) from out as
+     * stored (rounded to the dtype): the bits of matmul_forward then
+     * gelu_forward (ops_matmul_forward_gelu_seq, what the CPU tables run). */
+    void (*matmul_forward_gelu)(Dev *d, void *out, void *gout, const void *inp, const void *w,
+                                const void *bias, int N, int C, int OC);
     /* Accumulates dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
      * Any of dinp, dw, dbias may be NULL to skip it (w is read only for
      * dinp, inp only for dw): the input gradient now and the weights' later

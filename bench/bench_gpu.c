@@ -451,6 +451,8 @@ typedef struct {
     const void *gpre;               /* device [M][N] bf16 or NULL: the GELU-backward epilogue's pre-activation
                                      * (tc_gemm_gelu_back: D written, gelu'(pre) times the product) */
     const uint16_t *hgpre;          /* its host copy */
+    void *gout;                     /* device [M][N] bf16 or NULL: the GELU-forward epilogue's second output
+                                     * (tc_gemm_gelu: D the pre-activation, gout GELU of it) */
 } BenchGemm;
 
 typedef struct {
@@ -486,6 +488,9 @@ static void bench_run_gemm(void *arg) {
     BenchGemmRun *r = arg;
     const BenchGemm *g = r->g;
     if (r->impl == BENCH_CUBLAS_IMPL) bench_cublas_gemm(r->blas, g);
+    else if (g->gout)
+        r->ret = tc_gemm_gelu((TcImpl)r->impl, g->D, g->gout, g->A, g->a_kmajor, g->B, g->b_kmajor, g->bias, g->M,
+                              g->N, g->K, (void *)r->stream);
     else if (g->gpre)
         r->ret = tc_gemm_gelu_back((TcImpl)r->impl, g->D, g->A, g->a_kmajor, g->B, g->b_kmajor, g->gpre, g->M,
                                    g->N, g->K, (void *)r->stream);
@@ -559,7 +564,25 @@ static double bench_gemm_check(BenchCtx *c, BenchGemmRun *r, const int *rows, co
             if (fabs(ref) > rmax) rmax = fabs(ref);
         }
     free(got);
-    return rmax > 0 ? dmax / rmax : dmax;
+    double err = rmax > 0 ? dmax / rmax : dmax;
+    if (g->gout) {  /* fc fwd+gelu: GELU's output against gelu(prod + bias) in double */
+        uint16_t *gg = bench_malloc((size_t)BENCH_GEMM_ROWS * N * 2);   /* [BENCH_GEMM_ROWS][N] */
+        for (int i = 0; i < BENCH_GEMM_ROWS; i++)
+            dev_to_host(c->gpu, gg + (size_t)i * N, (const uint16_t *)g->gout + (size_t)rows[i] * N, (size_t)N * 2);
+        double gmax = 0, grmax = 0;
+        for (int i = 0; i < BENCH_GEMM_ROWS; i++)
+            for (int n = 0; n < N; n++) {
+                double x = prod[(size_t)i * N + n] + (with_bias && g->hbias ? bf16_to_f32(g->hbias[n]) : 0);
+                double ref = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                double e = fabs(bf16_to_f32(gg[(size_t)i * N + n]) - ref);
+                if (!(e <= gmax)) gmax = e;
+                if (fabs(ref) > grmax) grmax = fabs(ref);
+            }
+        free(gg);
+        double gerr = grmax > 0 ? gmax / grmax : gmax;
+        if (!(gerr <= err)) err = gerr;
+    }
+    return err;
 }
 
 static const char *bench_impl_name(int impl) {
@@ -579,7 +602,7 @@ static const char *bench_impl_name(int impl) {
 static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
     int impls[7], nimpl = 0;
     /* the fused GELU-backward product has no cuBLAS row (cuBLAS's plain dinp is the row above) */
-    if (!g->gpre) impls[nimpl++] = BENCH_CUBLAS_IMPL;
+    if (!g->gpre && !g->gout) impls[nimpl++] = BENCH_CUBLAS_IMPL;
     if (c->simple) impls[nimpl++] = TC_SIMPLE;
     impls[nimpl++] = TC_MMA;
     impls[nimpl++] = TC_WGMMA_COOP;  /* the cooperative kernel, before ping-pong: beside it */
@@ -589,7 +612,7 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
      * once a wave in the m-fastest order: ping-pong in that order beside tc_gemm's bands */
     static const char *const banded[] = {"qkv dinp", "fc dinp", "fcproj fwd", "head dinp", "head dw"};
     for (size_t i = 0; i < sizeof banded / sizeof *banded; i++)
-        if (!g->gpre && !strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
+        if (!g->gpre && !g->gout && !strcmp(g->label, banded[i])) impls[nimpl++] = BENCH_WG_MFAST_IMPL;
     /* the kernel training's TC_AUTO takes here: its row counts in the step and the target */
     const int autoi = tc_gemm_auto(g->d_fp32, g->A, g->a_kmajor, g->B, g->b_kmajor, g->M, g->N, g->K,
                                    DEV_SCRATCH_BYTES / sizeof(float), c->stream);
@@ -634,10 +657,12 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         printf("%-14s %6d %6d %6d  %-9s %9.4f %9.1f %10s %10.2e%s\n", j ? "" : g->label, g->M, g->N, g->K,
                impl, ms, flops / (ms * 1e-3) / 1e12, pcts, err,
                bench_check(c, name, err, tol));
-        if (g->gpre) {  /* not a cuBLAS comparison; in the step in place of fcproj dinp and gelu_backward */
-            if (impls[j] == TC_MMA) c->step_mma[BENCH_P_BWD] += ms * BENCH_LAYERS;
+        if (g->gpre || g->gout) {  /* not a cuBLAS comparison; in the step in place of the plain product and
+                                    * GELU's pass (fcproj dinp + gelu_backward, fc fwd + gelu_forward) */
+            const int ph = g->gout ? BENCH_P_FWD : BENCH_P_BWD;
+            if (impls[j] == TC_MMA) c->step_mma[ph] += ms * BENCH_LAYERS;
             if (impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP)) {
-                c->step_wgmma[BENCH_P_BWD] += ms * BENCH_LAYERS;
+                c->step_wgmma[ph] += ms * BENCH_LAYERS;
                 c->gemm_wgmma++;
             }
             continue;
@@ -649,7 +674,8 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
-        const int calls = !strcmp(g->label, "fcproj dinp") ? 0  /* training runs "fcproj dinp+gelu'" */
+        const int calls = !strcmp(g->label, "fcproj dinp") || !strcmp(g->label, "fc fwd")
+                              ? 0  /* training runs "fcproj dinp+gelu'", "fc fwd+gelu" */
                           : strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
         if (impls[j] == TC_MMA) c->step_mma[phase] += ms * calls;
@@ -710,22 +736,26 @@ static void bench_gemm(BenchCtx *c) {
         void *dw = dev_alloc(c->gpu, nw * 4);              /* [OC][C] fp32 */
         /* fcproj: its dinp again with GELU's backward in the epilogue (training's product):
          * pre [rows][C] bf16 in [-4, 4), GELU's input (fc's output), dfch written into dinp */
-        const int fused = !strcmp(lin[l].name, "fcproj");
+        const int fused = !strcmp(lin[l].name, "fcproj"), fused_fwd = !strcmp(lin[l].name, "fc");
+        void *gout = fused_fwd ? dev_alloc(c->gpu, nout * 2) : NULL;   /* [rows][OC] bf16: fc fwd+gelu's GELU output */
         uint16_t *h_pre = fused ? bench_malloc(nin * 2) : NULL;   /* [rows][C] */
         if (fused) bench_fill_bf16(h_pre, nin, seed + 7, -4, 4);
         void *pre = fused ? bench_upload(c, h_pre, nin * 2) : NULL;   /* [rows][C] bf16 */
-        BenchGemm g[4] = {
+        BenchGemm g[5] = {
             /* forward: M rows, N OC, K C; A = inp [M][K], B = w [N][K] */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, lin[l].bias ? bias : NULL, out, out0, h_inp, h_w,
-             lin[l].bias ? h_bias : NULL, h_out0},
+             lin[l].bias ? h_bias : NULL, h_out0, NULL, NULL, NULL},
             /* dinp: M rows, N C, K OC; A = dout [M][K], B = w [K][N] */
-            {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0},
+            {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, NULL, NULL, NULL},
             /* dw: M OC, N C, K rows; A = dout [K][M], B = inp [K][N]; fp32 */
-            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0},
+            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0, NULL, NULL, NULL},
             /* fcproj dinp+gelu': as dinp, D written (tc_gemm_gelu_back) */
-            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre}};
-        static const char *what[4] = {"fwd", "dinp", "dw", "dinp+gelu'"};
-        for (int p = 0; p < 3 + fused; p++) {
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre, NULL},
+            /* fc fwd+gelu: as fwd, GELU of the stored pre-activation into gout too (tc_gemm_gelu) */
+            {"", rows, OC, C, 1, 1, 0, 0, inp, w, bias, out, out0, h_inp, h_w, h_bias, h_out0, NULL, NULL, gout}};
+        static const char *what[5] = {"fwd", "dinp", "dw", "dinp+gelu'", "fwd+gelu"};
+        for (int p = 0; p < 5; p++) {
+            if ((p == 3 && !fused) || (p == 4 && !fused_fwd)) continue;
             snprintf(g[p].label, sizeof g[p].label, "%s %s", lin[l].name, what[p]);
             bench_gemm_product(c, &g[p]);
         }
@@ -740,6 +770,7 @@ static void bench_gemm(BenchCtx *c) {
         dev_free(c->gpu, dinp, nin * 2);
         dev_free(c->gpu, dw, nw * 4);
         if (pre) dev_free(c->gpu, pre, nin * 2);
+        if (gout) dev_free(c->gpu, gout, nout * 2);
         free(h_pre);
         free(h_inp);
         free(h_w);
@@ -1368,8 +1399,8 @@ static void bench_memory(BenchCtx *c) {
      k->B = B, k->T = T, k->V = V, k->Vp = Vp, k->cpu_rows = N, k->fp32_too = 1)
 #define BENCH_BUF(kd, cnt, l, hh, o) (k->buf[k->nbuf++] = (BenchBuf){kd, cnt, l, hh, o, 0})
 /* calls a GPT-2 124M step makes (gpt.c): ln1 a layer and lnf plain, ln2 fused with its residual
- * add, the MLP's residual add, GELU's forward and three bias gradients (attproj, fc, fcproj; qkv's
- * 3C wide has no row) a layer, the rest once; GELU's backward runs in fcproj dinp's epilogue */
+ * add, the MLP's residual add and three bias gradients (attproj, fc, fcproj; qkv's 3C wide has no
+ * row) a layer, the rest once; GELU runs in fc fwd's and fcproj dinp's epilogues */
 #define BENCH_STEP(ph, n) (k->step_phase = (ph), k->step_calls = (n))
 
     /* layernorm_forward: read inp N*C + w, b 2C; write out N*C (act); write mean, rstd 2N floats */
@@ -1413,9 +1444,10 @@ static void bench_memory(BenchCtx *c) {
     BENCH_BUF(A, (size_t)C, -1, 1, 0);   /* bias [C] */
     k->act_elems = 4.0 * NC + 2.0 * C, k->other_bytes = 8.0 * N;
 
-    /* gelu_forward: read inp n, write out n (act) */
+    /* gelu_forward: read inp n, write out n (act); not in the step: training runs it inside fc's
+     * forward product (the matmul row "fc fwd+gelu") */
     BENCH_CASE("gelu_forward", gelu_forward, bench_run_geluf);
-    BENCH_STEP(BENCH_P_FWD, BENCH_LAYERS);
+    BENCH_STEP(BENCH_P_FWD, 0);
     snprintf(k->shape, sizeof k->shape, "%dx%d", N, 4 * C);
     k->n = n4;
     BENCH_BUF(A, n4, -1, 1, 1);      /* out [N,4C] */

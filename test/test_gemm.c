@@ -81,7 +81,7 @@ const char *emu_describe(void); /* test/emu/emu_rt.cpp: "cpu emulation, cp.async
 #endif
 
 static const char *groups[] = {"gemm simple", "gemm mma", "gemm wgmma", "gemm wgmma-coop", "gemm wgmma-cluster",
-                               "gemm auto", "gemm dinp+gelu'", "bias_grad"};
+                               "gemm auto", "gemm dinp+gelu'", "gemm fwd+gelu", "bias_grad"};
 
 #ifdef USE_CUDA
 
@@ -608,6 +608,88 @@ static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
     free(A); free(B); free(pre); free(zero); free(nan); free(prod); free(got); free(spec);
 }
 
+/* The GELU-forward epilogue (tc_gemm_gelu): fc's product D [M][N] = A B +
+ * bias (A [M][K], B [N][K] k-major, written) and G = GELU of D as stored.
+ * The specification: the same implementation's plain forward (tc_gemm),
+ * whose bits D must have, then GELU on the host in float from D's bf16
+ * (kernels.cu's expression, gelu.cuh, uncontracted), rounded once: G's
+ * bits under the emulation, within 1e-2 on a GPU (test_kernels holds the
+ * device's bits there). Both outputs start as NaN; odd: D and G one
+ * element past an allocation's start (the scalar epilogue). */
+__attribute__((optimize("fp-contract=off")))
+static uint16_t host_gelu(uint16_t x16) {
+    const float s = 0.7978845608028654f, x = bf16_to_f32(x16);
+    return bf16_from_f32(0.5f * x * (1.0f + tanhf(s * (x + 0.044715f * x * x * x))));
+}
+
+static void test_gelu_fwd(Test *t, int M, int N, int K, int odd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s", M, N, K, odd ? ", D and G unaligned" : "");
+    const size_t MN = (size_t)M * N, pad = odd ? 2 : 0;
+    uint16_t *A = host_bf16(t, (size_t)M * K), *B = host_bf16(t, (size_t)K * N), *bias = host_bf16(t, N);
+    uint16_t *nan = xmalloc(MN * 2), *plain_d = xmalloc(MN * 2), *got_d = xmalloc(MN * 2), *got_g = xmalloc(MN * 2);
+    memset(nan, 0xFF, MN * 2);
+    void *gA = gpu_put(t, A, (size_t)M * K * 2), *gB = gpu_put(t, B, (size_t)K * N * 2), *gbias = gpu_put(t, bias, N * 2);
+    char *gD_alloc = dev_alloc(&t->gpu, MN * 2 + pad), *gG_alloc = dev_alloc(&t->gpu, MN * 2 + pad);
+    void *gD = gD_alloc + pad, *gG = gG_alloc + pad;
+    for (int ii = 0; ii < NIMPLS; ii++) {
+        char name[160];
+        snprintf(name, sizeof name, "gemm %s fwd+gelu" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
+        dev_from_host(&t->gpu, gD, nan, MN * 2);
+        const int plain = tc_gemm(impls[ii].impl, gD, 0, 0, gA, 1, gB, 1, gbias, M, N, K, NULL, 0, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, plain_d, gD, MN * 2);
+        dev_from_host(&t->gpu, gD, nan, MN * 2);
+        dev_from_host(&t->gpu, gG, nan, MN * 2);
+        const int r = tc_gemm_gelu(impls[ii].impl, gD, gG, gA, 1, gB, 1, gbias, M, N, K, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, got_d, gD, MN * 2);
+        dev_to_host(&t->gpu, got_g, gG, MN * 2);
+        if (plain == -1) {
+            int expected;
+            const char *why = refusal(t, impls[ii].impl, &products[0], M, N, K, &expected);
+            const int untouched = memcmp(got_d, nan, MN * 2) == 0 && memcmp(got_g, nan, MN * 2) == 0;
+            char line[320];
+            snprintf(line, sizeof line, "%s: returned %d (the plain product -1: %s)%s", shape, r, why,
+                     untouched ? "" : ", but wrote an output");
+            if (r == -1 && untouched && expected) check_skip(&t->checks, name, line);
+            else check(&t->checks, 0, name, "%s", line);
+            continue;
+        }
+        size_t d_differ = 0, g_differ = 0;
+        double diff = 0.0, scale = 1e-6;
+        for (size_t i = 0; i < MN; i++) {
+            const uint16_t want = host_gelu(plain_d[i]);
+            d_differ += got_d[i] != plain_d[i];
+            g_differ += got_g[i] != want;
+            const double g = bf16_to_f32(got_g[i]), e = isnan(g) ? INFINITY : fabs(g - bf16_to_f32(want));
+            if (e > diff) diff = e;
+            if (fabs(bf16_to_f32(want)) > scale) scale = fabs(bf16_to_f32(want));
+        }
+#ifdef GEMM_EMU
+        const int ok = d_differ == 0 && g_differ == 0;
+#else
+        const int ok = d_differ == 0 && diff / scale <= TOL_BF16;
+#endif
+        check(&t->checks, ok && r == plain, name,
+              "%s: ran %s%s; the pre-activation: %zu of %zu values differ from the plain product's bits; GELU's "
+              "output: %zu differ from gelu of it (max rel err %.2e; %s)", shape, impl_name(r),
+              r == plain ? "" : " (not what the plain product ran)", d_differ, MN, g_differ, diff / scale,
+#ifdef GEMM_EMU
+              "the bits must be equal"
+#else
+              "the pre-activation's bits, GELU's tol 1e-2 on a GPU"
+#endif
+              );
+    }
+    dev_free(&t->gpu, gA, (size_t)M * K * 2);
+    dev_free(&t->gpu, gB, (size_t)K * N * 2);
+    dev_free(&t->gpu, gbias, (size_t)N * 2);
+    dev_free(&t->gpu, gD_alloc, MN * 2 + pad);
+    dev_free(&t->gpu, gG_alloc, MN * 2 + pad);
+    free(A); free(B); free(bias); free(nan); free(plain_d); free(got_d); free(got_g);
+}
+
 /* ---------------------------------------------------------------------------
  * Bias gradient: dbias[N] += column sums of dout [M][N], dout bf16 (the bf16
  * table's) or float32 (the fp32 table's), without a work buffer (a block a
@@ -735,6 +817,16 @@ int main(void) {
     test_gelu_back(&t, 1024, 3072, 768, 0);
 #endif
     test_gelu_back(&t, 328, 136, 72, 1);
+    /* The GELU-forward epilogue: the same kinds of shape, fc fwd's on a GPU (N 4C, K C) */
+    test_gelu_fwd(&t, 37, 77, 45, 0);
+    test_gelu_fwd(&t, 37, 77, 48, 0);
+    test_gelu_fwd(&t, 328, 136, 72, 0);
+#ifdef GEMM_EMU
+    test_gelu_fwd(&t, 256, 384, 288, 0);
+#else
+    test_gelu_fwd(&t, 1024, 3072, 768, 0);
+#endif
+    test_gelu_fwd(&t, 328, 136, 72, 1);
 
     for (int fp32 = 0; fp32 < 2; fp32++) {
         test_bias_grad(&t, 37, 77, fp32);

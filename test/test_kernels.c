@@ -267,6 +267,14 @@ static void test_matmul(Test *t, int N, int C, int OC, int with_optional) {
     cpu_ops.matmul_forward(&t->cpu, out, inp, w, bias, N, C, OC);
     t->gpu.ops->matmul_forward(&t->gpu, g_out, g_inp, g_w, g_bias, N, C, OC);
     compare_gpu(t, "matmul_forward", "out", shape, g_out, out, NO);
+    /* fc's product and GELU in one op */
+    float *gout = host_nan(NO), *g_gout = gpu_put(t, gout, NO * 4);
+    cpu_ops.matmul_forward_gelu(&t->cpu, out, gout, inp, w, bias, N, C, OC);
+    t->gpu.ops->matmul_forward_gelu(&t->gpu, g_out, g_gout, g_inp, g_w, g_bias, N, C, OC);
+    compare_gpu(t, "matmul_forward_gelu", "out", shape, g_out, out, NO);
+    compare_gpu(t, "matmul_forward_gelu", "gout", shape, g_gout, gout, NO);
+    gpu_drop(t, g_gout, NO * 4);
+    free(gout);
 
     float *dout = host_rand(t, NO, 1.0f), *dw = host_rand(t, OCC, 0.5f);
     float *dinp = with_optional ? host_rand(t, NC, 0.5f) : NULL;
@@ -856,6 +864,29 @@ static void test16_matmul(Test *t, Dev *c16, int N, int C, int OC) {
     c16->ops->matmul_forward(c16, out, inp, w, bias, N, C, OC);
     t->gpu.ops->matmul_forward(&t->gpu, g_out, g_inp, g_w, g_bias, N, C, OC);
     compare16(t, "matmul_forward", "out", shape, g_out, out, NO);
+    /* fc's product and GELU in one op: against the CPU bf16 table, and against this table's
+     * matmul_forward then gelu_forward on the device, bit for bit (both outputs) */
+    {
+        uint16_t *gout = h16_nan(NO), *f_out = xmalloc(NO * 2), *f_g = xmalloc(NO * 2), *s_out = xmalloc(NO * 2),
+                 *s_g = xmalloc(NO * 2);
+        void *g_gout = gpu_put(t, gout, NO * 2);
+        c16->ops->matmul_forward_gelu(c16, out, gout, inp, w, bias, N, C, OC);
+        t->gpu.ops->matmul_forward_gelu(&t->gpu, g_out, g_gout, g_inp, g_w, g_bias, N, C, OC);
+        compare16(t, "matmul_forward_gelu", "out", shape, g_out, out, NO);
+        compare16(t, "matmul_forward_gelu", "gout", shape, g_gout, gout, NO);
+        dev_to_host(&t->gpu, f_out, g_out, NO * 2);
+        dev_to_host(&t->gpu, f_g, g_gout, NO * 2);
+        ops_matmul_forward_gelu_seq(t->gpu.ops, &t->gpu, g_out, g_gout, g_inp, g_w, g_bias, N, C, OC);
+        dev_to_host(&t->gpu, s_out, g_out, NO * 2);
+        dev_to_host(&t->gpu, s_g, g_gout, NO * 2);
+        size_t d_out = 0, d_g = 0;
+        for (size_t i = 0; i < NO; i++) d_out += f_out[i] != s_out[i], d_g += f_g[i] != s_g[i];
+        check(&t->checks, d_out == 0 && d_g == 0, tagged("bf16 matmul_forward_gelu bits"),
+              "%s: %zu (out) and %zu (gout) of %zu values differ from matmul_forward then gelu_forward on the "
+              "device (must be 0)", shape, d_out, d_g, NO);
+        gpu_drop(t, g_gout, NO * 2);
+        free(gout); free(f_out); free(f_g); free(s_out); free(s_g);
+    }
     uint16_t *dout = h16_rand(t, NO, 1.0f), *dinp = h16_rand(t, NC, 0.5f);
     float *dw = host_rand(t, OCC, 0.5f), *dbias = host_rand(t, OC, 0.5f);
     void *g_dout = gpu_put(t, dout, NO * 2), *g_dinp = gpu_put(t, dinp, NC * 2);
