@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of twenty-three bugs planted in a copy of it, one at a time:
+# caught with each of twenty-five bugs planted in a copy of it, one at a time:
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -43,7 +43,10 @@
 #     accumulator (the bits of the two passes lost: test_gemm's
 #     "dinp+gelu'" checks compare bits); fch read from the next row; the
 #     fused product sent through the TMA-store epilogue, which knows no
-#     GELU;
+#     GELU; in the GELU-forward epilogue (fc's product and GELU of it,
+#     tc_gemm_gelu): GELU computed from the unrounded pre-activation (test_gemm's
+#     "fwd+gelu" compares bits); the TMA-store path taken (no GELU output:
+#     it stays NaN);
 #   - in stream-K (the float32 D's last wave shared out by k-blocks, a
 #     fix-up kernel adding the shared tiles' parts in walker order): a
 #     shared tile's last part dropped; its first part in work added twice;
@@ -221,6 +224,12 @@ mutant "GELU backward: the derivative read from the next row of fch (ping-pong e
     '(gpre ? gpre : (const bf16 *)D) + at)' \
     '(gpre ? gpre + (size_t)((row ^ 1) - row) * N : (const bf16 *)D) + at)' check
 mutant "GELU backward: the fused product stored through TMA, whose epilogue has no GELU (host)" \
-    'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' \
-    'const bool ts = pp && !d_fp32 && !accumulate &&' check
+    'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
+    'const bool ts = pp && !d_fp32 && !accumulate && !gout &&' check
+mutant "GELU forward: GELU of the unrounded pre-activation, not of the stored bf16 (epilogue)" \
+    'for (int k = 0; k < 4; k++) g2[k] = mm_gelu_fwd2(w2[k]);' \
+    'for (int k = 0; k < 4; k++) g2[k] = __floats2bfloat162_rn(gelu_f(x[2 * k]), gelu_f(x[2 * k + 1]));' check
+mutant "GELU forward: the fused product stored through TMA, which writes no GELU output (host)" \
+    'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
+    'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' check
 exit $status
