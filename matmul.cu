@@ -240,8 +240,31 @@
  *   epilogue is the written forward's; the fused product takes the
  *   ping-pong kernel's vector epilogue, whose reads ping-pong hides, as
  *   dinp does today); never split (bf16 D). TC_AUTO picks the kernel as
- *   for the plain dinp. ptxas (nvcc 13.0, sm_90a -Xptxas -v): see
- *   bench/NOTES.md, "GELU's derivative in fcproj dinp's epilogue".
+ *   for the plain dinp.
+ *
+ * The GELU-forward epilogue (tc_gemm_gelu; every kernel, gout non-NULL):
+ *   fc's product stores its pre-activation D = bf16(sum + bias) as the
+ *   plain forward does (GELU's backward reads it) and, from each stored
+ *   bf16 (not the float sum), G = bf16(gelu_f(float(D))) into gout
+ *   (mm_gelu_fwd): the bits of the product then kernels.cu's
+ *   gelu_forward, whose pass (read 2, write 2 bytes an element) is gone
+ *   for one more 2-byte store an element in the epilogue. Where it stores:
+ *   the plain forward takes the TMA-store epilogue (TS) on the ping-pong
+ *   and cluster kernels, whose two 16 KB staging buffers bring the block
+ *   to 230400 of the 232448 bytes an SM gives; a second output through
+ *   TMA would need two more (no room beside 6 stages of 32 KB: a stage
+ *   would go) or a second pass through the same buffer per half (the
+ *   second store's staging waiting on wait_group.read of the first, so
+ *   half the epilogue no longer overlaps its stores). So this product
+ *   alone takes the vector epilogue (mm_wg_epilogue: the 8 warps' 2.5 KB
+ *   chunks, PP_SMEM_BYTES, 16-byte stores of both outputs), whose work
+ *   ping-pong hides under the other warpgroup's math as it hides dinp's;
+ *   the plain forward keeps TS. bench's "fc fwd+gelu" row against "fc
+ *   fwd" says what that costs. Under --recompute-mode gelu the forward
+ *   still fuses (its fchg slot is written and read by fcproj as before);
+ *   backward's recompute of fchg stays gelu_forward from the kept fch.
+ *   ptxas (nvcc 13.0, sm_90a -Xptxas -v): bench/NOTES.md, "GELU's
+ *   derivative in fcproj dinp's epilogue", has the registers.
  *
  * Tile order (the three wgmma kernels): a persistent block walks items
  *   blockIdx.x + j gridDim.x, so a wave of `slots` consecutive tiles runs at

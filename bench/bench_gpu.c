@@ -26,6 +26,12 @@
  *    head dinp, head dw) ping-pong in the m-fastest order ("wg-mfast",
  *    tc_gemm_order: the walk before the bands), beside cuBLAS's cublasGemmEx on the same buffers, layouts
  *    and beta. cuBLAS is linked into this benchmark only, never into train.
+ *    Two fused rows, training's products (no cuBLAS beside them): "fc
+ *    fwd+gelu" (tc_gemm_gelu: the forward and GELU of it, checked against
+ *    gelu of the double product too) and "fcproj dinp+gelu'"
+ *    (tc_gemm_gelu_back: dinp written through GELU's derivative, checked
+ *    against gelu'(pre) times the double product); the step sums them in
+ *    place of fc fwd, fcproj dinp and the two GELU rows.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
  *    favours cuBLAS by a hair).
