@@ -263,8 +263,12 @@
  *   fwd" says what that costs. Under --recompute-mode gelu the forward
  *   still fuses (its fchg slot is written and read by fcproj as before);
  *   backward's recompute of fchg stays gelu_forward from the kept fch.
- *   ptxas (nvcc 13.0, sm_90a -Xptxas -v): bench/NOTES.md, "GELU's
- *   derivative in fcproj dinp's epilogue", has the registers.
+ *   ptxas (nvcc 13.0, -arch=sm_90a -Xptxas -v) with both GELU epilogues
+ *   in: all twenty mm_wgmma_kernel instantiations still 168 registers at
+ *   the launch, no stack frame, no spills; mm_mma_kernel 120-127 (of the
+ *   128 that __launch_bounds__(256, 2) allows), no spills;
+ *   mm_simple_kernel 34. The GELU code sits behind runtime pointers
+ *   (gpre, gout): one kernel per layout, no new instantiation.
  *
  * Tile order (the three wgmma kernels): a persistent block walks items
  *   blockIdx.x + j gridDim.x, so a wave of `slots` consecutive tiles runs at

@@ -528,6 +528,41 @@ static void test_streamk(Test *t, const Product *p, int M, int N, int K, int si,
  * D and pre one element past an allocation's start (no pair or 16-byte
  * piece aligned: the scalar epilogue on every kernel). */
 
+/* The fused products' bar: the bits under the emulation (the device's
+ * tanhf is this host's), bf16's tolerance on a GPU. */
+#ifdef GEMM_EMU
+#define GELU_BITS 1
+#else
+#define GELU_BITS 0
+#endif
+
+/* A fused product's line where the plain one (product p) was refused: a
+ * SKIP when the fused one returned -1 too (r), wrote nothing (untouched)
+ * and the refusal is expected here, else a FAIL. */
+static void gelu_refused(Test *t, const char *name, const char *shape, TcImpl impl, const Product *p, int M, int N,
+                         int K, int r, int untouched) {
+    int expected;
+    const char *why = refusal(t, impl, p, M, N, K, &expected);
+    char line[320];
+    snprintf(line, sizeof line, "%s: returned %d (the plain product -1: %s)%s", shape, r, why,
+             untouched ? "" : ", but wrote an output");
+    if (r == -1 && untouched && expected) check_skip(&t->checks, name, line);
+    else check(&t->checks, 0, name, "%s", line);
+}
+
+/* The plain product for a fused one's specification: D (MN bf16) set to
+ * start, tc_gemm with impl (A k-major; B k-major or not; bias), D read back
+ * into host; returns tc_gemm's answer. */
+static int gelu_plain(Test *t, TcImpl impl, void *gD, const void *start, int accumulate, const void *gA, const void *gB,
+                      int b_kmajor, const void *gbias, int M, int N, int K, void *host) {
+    const size_t bytes = (size_t)M * N * 2;
+    dev_from_host(&t->gpu, gD, start, bytes);
+    const int r = tc_gemm(impl, gD, 0, accumulate, gA, 1, gB, b_kmajor, gbias, M, N, K, NULL, 0, t->gpu.stream);
+    dev_sync(&t->gpu);
+    dev_to_host(&t->gpu, host, gD, bytes);
+    return r;
+}
+
 __attribute__((optimize("fp-contract=off")))
 static float host_gelu_grad(float x) {
     const float s = 0.7978845608028654f;
@@ -557,23 +592,13 @@ static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
     for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s dinp+gelu'" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
-        dev_from_host(&t->gpu, gD, zero, MN * 2);
-        const int plain = tc_gemm(impls[ii].impl, gD, 0, 1, gA, 1, gB, 0, NULL, M, N, K, NULL, 0, t->gpu.stream);
-        dev_sync(&t->gpu);
-        dev_to_host(&t->gpu, prod, gD, MN * 2);
+        const int plain = gelu_plain(t, impls[ii].impl, gD, zero, 1, gA, gB, 0, NULL, M, N, K, prod);
         dev_from_host(&t->gpu, gD, nan, MN * 2);
         const int r = tc_gemm_gelu_back(impls[ii].impl, gD, gA, 1, gB, 0, gpre, M, N, K, t->gpu.stream);
         dev_sync(&t->gpu);
         dev_to_host(&t->gpu, got, gD, MN * 2);
         if (plain == -1) {
-            int expected;
-            const char *why = refusal(t, impls[ii].impl, &products[1], M, N, K, &expected);
-            const int untouched = memcmp(got, nan, MN * 2) == 0;
-            char line[320];
-            snprintf(line, sizeof line, "%s: returned %d (the plain product -1: %s)%s", shape, r, why,
-                     untouched ? "" : ", but wrote the output");
-            if (r == -1 && untouched && expected) check_skip(&t->checks, name, line);
-            else check(&t->checks, 0, name, "%s", line);
+            gelu_refused(t, name, shape, impls[ii].impl, &products[1], M, N, K, r, memcmp(got, nan, MN * 2) == 0);
             continue;
         }
         size_t differ = 0;
@@ -585,21 +610,11 @@ static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
             if (e > diff) diff = e;
             if (fabs(bf16_to_f32(spec[i])) > scale) scale = fabs(bf16_to_f32(spec[i]));
         }
-#ifdef GEMM_EMU
-        const int ok = differ == 0;
-#else
-        const int ok = diff / scale <= TOL_BF16;
-#endif
+        const int ok = GELU_BITS ? differ == 0 : diff / scale <= TOL_BF16;
         check(&t->checks, ok && r == plain, name,
               "%s: ran %s%s; %zu of %zu values differ in their bits from the plain product then gelu' "
               "(max rel err %.2e; %s)", shape, impl_name(r), r == plain ? "" : " (not what the plain product ran)",
-              differ, MN, diff / scale,
-#ifdef GEMM_EMU
-              "the bits must be equal"
-#else
-              "tol 1e-2 on a GPU"
-#endif
-              );
+              differ, MN, diff / scale, GELU_BITS ? "the bits must be equal" : "tol 1e-2 on a GPU");
     }
     dev_free(&t->gpu, gA, (size_t)M * K * 2);
     dev_free(&t->gpu, gB, (size_t)K * N * 2);
@@ -635,10 +650,7 @@ static void test_gelu_fwd(Test *t, int M, int N, int K, int odd) {
     for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s fwd+gelu" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
-        dev_from_host(&t->gpu, gD, nan, MN * 2);
-        const int plain = tc_gemm(impls[ii].impl, gD, 0, 0, gA, 1, gB, 1, gbias, M, N, K, NULL, 0, t->gpu.stream);
-        dev_sync(&t->gpu);
-        dev_to_host(&t->gpu, plain_d, gD, MN * 2);
+        const int plain = gelu_plain(t, impls[ii].impl, gD, nan, 0, gA, gB, 1, gbias, M, N, K, plain_d);
         dev_from_host(&t->gpu, gD, nan, MN * 2);
         dev_from_host(&t->gpu, gG, nan, MN * 2);
         const int r = tc_gemm_gelu(impls[ii].impl, gD, gG, gA, 1, gB, 1, gbias, M, N, K, t->gpu.stream);
@@ -646,14 +658,8 @@ static void test_gelu_fwd(Test *t, int M, int N, int K, int odd) {
         dev_to_host(&t->gpu, got_d, gD, MN * 2);
         dev_to_host(&t->gpu, got_g, gG, MN * 2);
         if (plain == -1) {
-            int expected;
-            const char *why = refusal(t, impls[ii].impl, &products[0], M, N, K, &expected);
-            const int untouched = memcmp(got_d, nan, MN * 2) == 0 && memcmp(got_g, nan, MN * 2) == 0;
-            char line[320];
-            snprintf(line, sizeof line, "%s: returned %d (the plain product -1: %s)%s", shape, r, why,
-                     untouched ? "" : ", but wrote an output");
-            if (r == -1 && untouched && expected) check_skip(&t->checks, name, line);
-            else check(&t->checks, 0, name, "%s", line);
+            gelu_refused(t, name, shape, impls[ii].impl, &products[0], M, N, K, r,
+                         memcmp(got_d, nan, MN * 2) == 0 && memcmp(got_g, nan, MN * 2) == 0);
             continue;
         }
         size_t d_differ = 0, g_differ = 0;
@@ -666,21 +672,12 @@ static void test_gelu_fwd(Test *t, int M, int N, int K, int odd) {
             if (e > diff) diff = e;
             if (fabs(bf16_to_f32(want)) > scale) scale = fabs(bf16_to_f32(want));
         }
-#ifdef GEMM_EMU
-        const int ok = d_differ == 0 && g_differ == 0;
-#else
-        const int ok = d_differ == 0 && diff / scale <= TOL_BF16;
-#endif
+        const int ok = d_differ == 0 && (GELU_BITS ? g_differ == 0 : diff / scale <= TOL_BF16);
         check(&t->checks, ok && r == plain, name,
               "%s: ran %s%s; the pre-activation: %zu of %zu values differ from the plain product's bits; GELU's "
               "output: %zu differ from gelu of it (max rel err %.2e; %s)", shape, impl_name(r),
               r == plain ? "" : " (not what the plain product ran)", d_differ, MN, g_differ, diff / scale,
-#ifdef GEMM_EMU
-              "the bits must be equal"
-#else
-              "the pre-activation's bits, GELU's tol 1e-2 on a GPU"
-#endif
-              );
+              GELU_BITS ? "the bits must be equal" : "the pre-activation's bits, GELU's tol 1e-2 on a GPU");
     }
     dev_free(&t->gpu, gA, (size_t)M * K * 2);
     dev_free(&t->gpu, gB, (size_t)K * N * 2);
@@ -804,29 +801,23 @@ int main(void) {
         test_streamk(&t, &products[3], 328, 136, 1000, si, three[si][0], 2);
     }
 
-    /* The GELU-backward epilogue: unaligned N (every tensor-core kernel
-     * refuses, TC_AUTO falls back), partial tiles in M and N (N % 8 == 0, not
-     * a multiple of 128), the emulation's fc shape / GPT-2's fcproj dinp
-     * (N = 4C, K = C), and the scalar epilogue (D, pre unaligned). */
-    test_gelu_back(&t, 37, 77, 48, 0);
-    test_gelu_back(&t, 328, 136, 72, 0);
-    test_gelu_back(&t, 130, 40, 64, 0);
+    /* The GELU epilogues (M, N, K, D unaligned): backward, unaligned N (every
+     * tensor-core kernel refuses, TC_AUTO falls back), partial tiles in M and
+     * N (N % 8 == 0, not a multiple of 128), the emulation's fc shape /
+     * GPT-2's fcproj dinp (N = 4C, K = C), the scalar epilogue (D, pre
+     * unaligned); forward, the same kinds, K unaligned first, and fc fwd's
+     * shape on a GPU (N 4C, K C). */
 #ifdef GEMM_EMU
-    test_gelu_back(&t, 256, 384, 288, 0);
+#define GEMM_FC 256, 384, 288
 #else
-    test_gelu_back(&t, 1024, 3072, 768, 0);
+#define GEMM_FC 1024, 3072, 768
 #endif
-    test_gelu_back(&t, 328, 136, 72, 1);
-    /* The GELU-forward epilogue: the same kinds of shape, fc fwd's on a GPU (N 4C, K C) */
-    test_gelu_fwd(&t, 37, 77, 45, 0);
-    test_gelu_fwd(&t, 37, 77, 48, 0);
-    test_gelu_fwd(&t, 328, 136, 72, 0);
-#ifdef GEMM_EMU
-    test_gelu_fwd(&t, 256, 384, 288, 0);
-#else
-    test_gelu_fwd(&t, 1024, 3072, 768, 0);
-#endif
-    test_gelu_fwd(&t, 328, 136, 72, 1);
+    static const int gelu_back[5][4] = {{37, 77, 48, 0}, {328, 136, 72, 0}, {130, 40, 64, 0}, {GEMM_FC, 0},
+                                        {328, 136, 72, 1}};
+    static const int gelu_fwd[5][4] = {{37, 77, 45, 0}, {37, 77, 48, 0}, {328, 136, 72, 0}, {GEMM_FC, 0},
+                                       {328, 136, 72, 1}};
+    for (int i = 0; i < 5; i++) test_gelu_back(&t, gelu_back[i][0], gelu_back[i][1], gelu_back[i][2], gelu_back[i][3]);
+    for (int i = 0; i < 5; i++) test_gelu_fwd(&t, gelu_fwd[i][0], gelu_fwd[i][1], gelu_fwd[i][2], gelu_fwd[i][3]);
 
     for (int fp32 = 0; fp32 < 2; fp32++) {
         test_bias_grad(&t, 37, 77, fp32);
