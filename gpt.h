@@ -172,7 +172,7 @@ struct GPT {
     void *datty;     /* [B,T,C/tp]  gradient of the attention output */
     void *dqkv;      /* [B,T,3C/tp] */
     void *dfch;      /* [B,T,4C/tp] gradient of the fc output (pre-GELU) */
-    void *dfchg;     /* [B,T,4C/tp] gradient of the GELU output */
+    void *dfchg;     /* [B,T,4C/tp] gradient of the GELU output: matmul_backward_gelu's scratch (unused by the CUDA bf16 table's fused op) */
     void *full;      /* [B,T,C] sequence parallelism: a gathered or to-be-scattered copy */
     float *datt;     /* [datt_floats] attention backward scratch (ops->attention_floats) */
     size_t datt_floats;
