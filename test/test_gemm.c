@@ -745,6 +745,20 @@ static void test_bias_grad(Test *t, int M, int N, int fp32) {
 
 #endif /* USE_CUDA */
 
+/* Whether the part `name` of this test runs: TEST_GEMM_PARTS, a comma-separated list of
+ * products (every product on four shapes, split-K, the tile orders), streamk-plan (a shape
+ * whose plan takes stream-K: 20 s of the emulation's 30), streamk (forced), gelu and bias,
+ * says which (unset or empty: all), so that test_gemm_mutants.sh runs for each planted bug
+ * only the part that watches it. */
+static int part_on(const char *name) {
+    const char *s = getenv("TEST_GEMM_PARTS");
+    size_t n = strlen(name);
+    if (!s || !*s) return 1;
+    for (const char *p = s; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == s || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+    return 0;
+}
+
 int main(void) {
     Checks checks = {0, 0, 0};
 #ifdef USE_CUDA
@@ -772,16 +786,18 @@ int main(void) {
         {1024, 3072, 768}, /* GPT-2 small's fc layer */
 #endif
     };
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 4 && part_on("products"); s++)
         for (int p = 0; p < NPRODUCTS; p++)
             test_gemm(&t, &products[p], shapes[s][0], shapes[s][1], shapes[s][2], 0);
     /* Split-K, on weight gradients with few output tiles and a long K: an
      * awkward one, and (on a GPU) GPT-2 small's attention projection. */
-    test_gemm(&t, &products[2], 128, 264, 1000, 1);
-    test_gemm(&t, &products[2], 64, 136, 520, 2);
+    if (part_on("products")) {
+        test_gemm(&t, &products[2], 128, 264, 1000, 1);
+        test_gemm(&t, &products[2], 64, 136, 520, 2);
 #ifndef GEMM_EMU
-    test_gemm(&t, &products[2], 768, 768, 16384, 1);
+        test_gemm(&t, &products[2], 768, 768, 16384, 1);
 #endif
+    }
     /* Stream-K where the plan takes it (133 tiles of 128 x 128, 67 columns
      * of the cluster's: one wave and one tile; 16 k-blocks: the last tile's
      * over 16 walkers), then forced: one tile of
@@ -790,8 +806,8 @@ int main(void) {
      * partial) of every kernel, tiles of the full waves whole, bands of 2
      * (the last one narrower) and m-fastest; the fp32 forward (bias, D
      * written) held to the reference. */
-    test_gemm(&t, &products[2], 17024, 8, 1024, 3);
-    for (int si = 0; si < 3; si++) {
+    if (part_on("streamk-plan")) test_gemm(&t, &products[2], 17024, 8, 1024, 3);
+    for (int si = 0; si < 3 && part_on("streamk"); si++) {
         /* 328 x 136 is 6 tiles (ping-pong), 3 (cooperative), 4 (columns of the cluster's): the first
          * count leaves whole tiles, a full wave, before the last */
         static const int one_tile[6] = {1, 2, 3, 4, 7, 13};
@@ -816,10 +832,12 @@ int main(void) {
                                         {328, 136, 72, 1}};
     static const int gelu_fwd[5][4] = {{37, 77, 45, 0}, {37, 77, 48, 0}, {328, 136, 72, 0}, {GEMM_FC, 0},
                                        {328, 136, 72, 1}};
-    for (int i = 0; i < 5; i++) test_gelu_back(&t, gelu_back[i][0], gelu_back[i][1], gelu_back[i][2], gelu_back[i][3]);
-    for (int i = 0; i < 5; i++) test_gelu_fwd(&t, gelu_fwd[i][0], gelu_fwd[i][1], gelu_fwd[i][2], gelu_fwd[i][3]);
+    for (int i = 0; i < 5 && part_on("gelu"); i++)
+        test_gelu_back(&t, gelu_back[i][0], gelu_back[i][1], gelu_back[i][2], gelu_back[i][3]);
+    for (int i = 0; i < 5 && part_on("gelu"); i++)
+        test_gelu_fwd(&t, gelu_fwd[i][0], gelu_fwd[i][1], gelu_fwd[i][2], gelu_fwd[i][3]);
 
-    for (int fp32 = 0; fp32 < 2; fp32++) {
+    for (int fp32 = 0; fp32 < 2 && part_on("bias"); fp32++) {
         test_bias_grad(&t, 37, 77, fp32);
         test_bias_grad(&t, 1, 5, fp32);
         test_bias_grad(&t, 1024, 3072, fp32);

@@ -61,7 +61,9 @@
 # barrier bug must stop the run with the emulation's own message about a
 # named barrier ("emu: bar.sync ...", "emu: bar.arrive ...", "... named
 # barrier ..."), since the numbers stay right. Each mutant is test/test_gemm.c
-# linked with the mutated matmul.cu through test/emu/emu_transform, run on
+# linked with the mutated matmul.cu through test/emu/emu_transform, run
+# (only the part of test_gemm that watches the bug: TEST_GEMM_PARTS, the
+# forced stream-K checks without the 20-second shape whose plan takes it) on
 # an emulated sm_90a with one SM (one block walks every tile, so both
 # warpgroups take turns), copies landing late; the cluster mutants with two
 # SMs (one cluster of two CTAs walks every column of tiles; one SM cannot
@@ -87,9 +89,10 @@ build() {
     ${CC:-gcc} -O1 -std=gnu11 -fopenmp -DUSE_CUDA -DGEMM_EMU -I. -I"$CUDA_HOME/include" -w -o "$D/test_gemm_mutant" \
         test/test_gemm.c "$D/matmul_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++
 }
-# run LOG SMS: the built test on an emulated sm_90a with SMS SMs; $rc, $nfail
+# run LOG SMS [PARTS]: the built test on an emulated sm_90a with SMS SMs, only test_gemm's
+# PARTS (TEST_GEMM_PARTS; all when empty); $rc, $nfail
 run() {
-    EMU_ARCH=sm_90a EMU_SMS=$2 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
+    TEST_GEMM_PARTS=$3 EMU_ARCH=sm_90a EMU_SMS=$2 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
     rc=$?
     nfail=$(grep -c '^FAIL ' "$1")
 }
@@ -99,7 +102,7 @@ if ! build matmul.cu > "$D/build.log" 2>&1; then
     exit 1
 fi
 for sms in 1 2; do
-    run "$D/ref.log" $sms
+    run "$D/ref.log" $sms products,streamk,gelu,bias   # every part a mutant runs
     if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
         echo "FAIL gemm mutants: the unmutated matmul.cu failed with $sms SM(s) (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref.log" | cut -c1-200)"
         exit 1
@@ -107,8 +110,10 @@ for sms in 1 2; do
     echo "PASS gemm mutants: the unmutated kernels pass the same run with $sms SM(s) ($(grep -c '^PASS ' "$D/ref.log") checks)"
 done
 
-# mutant NAME OLD NEW EXPECT [SMS]: EXPECT is check (a FAIL line or a stop), emu (the emulation's message
-# about a named barrier), cluster (its message about the cluster) or cuda (matmul.cu's "CUDA error" exit)
+# mutant NAME OLD NEW EXPECT [SMS [PARTS]]: EXPECT is check (a FAIL line or a stop), emu (the emulation's
+# message about a named barrier), cluster (its message about the cluster) or cuda (matmul.cu's "CUDA
+# error" exit); PARTS the part of test_gemm that watches the bug (products unless given: each part
+# runs 5-30 s under the emulation, all of them about 30, and a mutant's run is most of its cost)
 mutant() {
     python3 - "$2" "$3" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; status=1; return; }
 import sys
@@ -120,7 +125,7 @@ PY
     if ! build "$D/matmul.cu" > "$D/build.log" 2>&1; then
         echo "FAIL gemm mutant $1: did not build: $(tail -n 1 "$D/build.log")"; status=1; return
     fi
-    run "$D/run.log" "${5:-1}"
+    run "$D/run.log" "${5:-1}" "${6:-products}"
     said=$(grep -m1 '^emu: ' "$D/run.log" | cut -c1-220)
     first=$(grep -m1 '^FAIL ' "$D/run.log" | cut -c6- | cut -c1-160)
     if [ "$4" = emu ]; then
@@ -199,37 +204,37 @@ mutant "tile order: a narrower last band decoded as a whole one (walk)" \
     'return make_int2(first + r % group, r / group);' check
 mutant "stream-K: a shared tile's last part dropped (fix-up)" \
     'for (int b = b0 + 1; b < b1; b++) s +=' \
-    'for (int b = b0 + 1; b < b1 - 1; b++) s +=' check
+    'for (int b = b0 + 1; b < b1 - 1; b++) s +=' check 1 streamk
 mutant "stream-K: a shared tile's first part in work summed twice (fix-up)" \
     'for (int b = b0 + 1; b < b1; b++) s +=' \
-    'for (int b = b0; b < b1; b++) s +=' check
+    'for (int b = b0; b < b1; b++) s +=' check 1 streamk
 mutant "stream-K: the parts summed last to first, not in walker order (fix-up)" \
     'float s = p[0];
         for (int b = b0 + 1; b < b1; b++) s += p[(size_t)(b - b0) * area];' \
     'float s = p[(size_t)(b1 - 1 - b0) * area];
-        for (int b = b1 - 2; b >= b0; b--) s += p[(size_t)(b - b0) * area];' check
+        for (int b = b1 - 2; b >= b0; b--) s += p[(size_t)(b - b0) * area];' check 1 streamk
 mutant "stream-K: a walker's k-blocks one past its share's end (walk)" \
     'kb1 = (int)min(g1 - t0, (long long)k.nk);' \
-    'kb1 = (int)min(g1 - t0 + 1, (long long)k.nk);' check
+    'kb1 = (int)min(g1 - t0 + 1, (long long)k.nk);' check 1 streamk
 mutant "stream-K: a segment that starts inside a tile sent to D, not work (walk)" \
     'part = kb0 == 0 ? 0 : b;' \
-    'part = 0;' check
+    'part = 0;' check 1 streamk
 mutant "stream-K: the fix-up's tiles decoded m-fastest, not in the walk's bands (fix-up)" \
     'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, group)' \
-    'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, tiles_m)' check
+    'mm_wg_tile(sk_dp + (int)blockIdx.x, tiles_m, tiles, tiles_m)' check 1 streamk
 mutant "GELU backward: the derivative times the unrounded accumulator, not its bf16 (epilogue)" \
     'const float g = __bfloat162float(__float2bfloat16_rn(v + 0.0f));' \
-    'const float g = v + 0.0f;' check
+    'const float g = v + 0.0f;' check 1 gelu
 mutant "GELU backward: the derivative read from the next row of fch (ping-pong epilogue's reads)" \
     '(gpre ? gpre : (const bf16 *)D) + at)' \
-    '(gpre ? gpre + (size_t)((row ^ 1) - row) * N : (const bf16 *)D) + at)' check
+    '(gpre ? gpre + (size_t)((row ^ 1) - row) * N : (const bf16 *)D) + at)' check 1 gelu
 mutant "GELU backward: the fused product stored through TMA, whose epilogue has no GELU (host)" \
     'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
-    'const bool ts = pp && !d_fp32 && !accumulate && !gout &&' check
+    'const bool ts = pp && !d_fp32 && !accumulate && !gout &&' check 1 gelu
 mutant "GELU forward: GELU of the unrounded pre-activation, not of the stored bf16 (epilogue)" \
     'for (int k = 0; k < 4; k++) g2[k] = mm_gelu_fwd2(w2[k]);' \
-    'for (int k = 0; k < 4; k++) g2[k] = __floats2bfloat162_rn(gelu_f(x[2 * k]), gelu_f(x[2 * k + 1]));' check
+    'for (int k = 0; k < 4; k++) g2[k] = __floats2bfloat162_rn(gelu_f(x[2 * k]), gelu_f(x[2 * k + 1]));' check 1 gelu
 mutant "GELU forward: the fused product stored through TMA, which writes no GELU output (host)" \
     'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
-    'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' check
+    'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' check 1 gelu
 exit $status

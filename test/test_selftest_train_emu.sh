@@ -1,8 +1,9 @@
 #!/bin/sh
 # test/test_selftest_train_emu.sh: the self-test stops a run whose GPU kernel
 # is wrong, before step 1, naming the kernel. In a scratch copy of the
-# sources (test/emu/scratch.sh) kernels.cu's GELU loses a factor (x^2 for
-# x^3 in its cubic term: a typo no compiler sees), test/train_emu is rebuilt
+# sources (test/emu/scratch.sh) the GPU's GELU (gelu.cuh, kernels.cu's pass
+# and matmul.cu's fused epilogue alike) loses a factor (x^2 for x^3 in its
+# cubic term: a typo no compiler sees), test/train_emu is rebuilt
 # over the emulated kernels and trains on --device cuda; the run must exit
 # 1 with "error: self-test: kernel gelu_forward ..." and no step line, and
 # with --no-self-test it must train (the check is what stopped it).
@@ -18,10 +19,10 @@ SCRATCH=selftest
 . test/emu/scratch.sh
 tar -cf - test/emu/train test/train_emu 2>/dev/null | tar -xf - -C "$S"
 M="--data test/fixtures/ref_tokens.bin --layers 2 --heads 2 --dim 32 --max-seq 16 --vocab 61 --seq 8 --steps 2 --device cuda"
-if ! patch_in kernels.cu 'return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));' \
-                         'return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x)));' ||
+if ! patch_in gelu.cuh 'return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));' \
+                       'return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x)));' ||
    ! make -C "$S" --no-print-directory test/train_emu > "$S/build.log" 2>&1; then
-    echo "FAIL selftest_train: could not patch kernels.cu or rebuild: $(grep -m1 error "$S/build.log")"
+    echo "FAIL selftest_train: could not patch gelu.cuh or rebuild: $(grep -m1 error "$S/build.log")"
     exit 1
 fi
 for dt in fp32 bf16; do
