@@ -1,7 +1,8 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of twenty-five bugs planted in a copy of it, one at a time:
+# caught with each of twenty-five bugs planted in a copy of it, one a copy
+# (the copies built and run one a core):
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
 #     and frees the other's stages);
@@ -78,84 +79,96 @@ if [ ! -x test/test_gemm_emu ] || [ ! -x test/emu/emu_transform ] || [ ! -f test
     exit 0
 fi
 D=test/out/gemm_mutant
-mkdir -p "$D"
-status=0
+rm -rf "$D"; mkdir -p "$D/ref"
 
-# build SRC: test_gemm over matmul.cu's copy SRC into $D/test_gemm_mutant; 0 when it built
+# build SRC DIR: test_gemm over matmul.cu's copy SRC into DIR/test_gemm_mutant; 0 when it built
 build() {
-    test/emu/emu_transform "$1" matmul.cu "$D/matmul_emu.cpp" &&
+    test/emu/emu_transform "$1" matmul.cu "$2/matmul_emu.cpp" &&
     ${CXX:-g++} -O1 -std=c++17 -fno-strict-aliasing -DMM_EMU_SM90A -Itest/emu -I. -I"$CUDA_HOME/include" -w \
-        -c "$D/matmul_emu.cpp" -o "$D/matmul_emu.o" &&
-    ${CC:-gcc} -O1 -std=gnu11 -fopenmp -DUSE_CUDA -DGEMM_EMU -I. -I"$CUDA_HOME/include" -w -o "$D/test_gemm_mutant" \
-        test/test_gemm.c "$D/matmul_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++
+        -c "$2/matmul_emu.cpp" -o "$2/matmul_emu.o" &&
+    ${CC:-gcc} -O1 -std=gnu11 -fopenmp -DUSE_CUDA -DGEMM_EMU -I. -I"$CUDA_HOME/include" -w -o "$2/test_gemm_mutant" \
+        test/test_gemm.c "$2/matmul_emu.o" test/emu/emu_rt.o test/emu/emu_dev.o -lm -lstdc++
 }
-# run LOG SMS [PARTS]: the built test on an emulated sm_90a with SMS SMs, only test_gemm's
-# PARTS (TEST_GEMM_PARTS; all when empty); $rc, $nfail
+# run LOG SMS PARTS DIR: DIR's test on an emulated sm_90a with SMS SMs, only test_gemm's
+# PARTS (TEST_GEMM_PARTS), one thread; $rc, $nfail
 run() {
-    TEST_GEMM_PARTS=$3 EMU_ARCH=sm_90a EMU_SMS=$2 EMU_CP=late EMU_ORDER=up timeout 600 "./$D/test_gemm_mutant" > "$1" 2>&1
+    TEST_GEMM_PARTS=$3 EMU_ARCH=sm_90a EMU_SMS=$2 EMU_CP=late EMU_ORDER=up OMP_NUM_THREADS=1 \
+        timeout 600 "./$4/test_gemm_mutant" > "$1" 2>&1
     rc=$?
     nfail=$(grep -c '^FAIL ' "$1")
 }
 
-if ! build matmul.cu > "$D/build.log" 2>&1; then
-    echo "FAIL gemm mutants: the unmutated matmul.cu did not build: $(tail -n 1 "$D/build.log")"
+if ! build matmul.cu "$D/ref" > "$D/ref/build.log" 2>&1; then
+    echo "FAIL gemm mutants: the unmutated matmul.cu did not build: $(tail -n 1 "$D/ref/build.log")"
     exit 1
 fi
-for sms in 1 2; do   # the parts the mutants run with that many SMs (the cluster's: products)
-    if [ $sms -eq 1 ]; then run "$D/ref.log" 1 products,streamk,gelu,bias; else run "$D/ref.log" 2 products; fi
+# the parts the mutants run with that many SMs (the cluster's: products), side by side
+(run "$D/ref/1.log" 1 products,streamk,gelu,bias "$D/ref"; echo "$rc" > "$D/ref/1.rc") &
+(run "$D/ref/2.log" 2 products "$D/ref"; echo "$rc" > "$D/ref/2.rc") &
+wait
+for sms in 1 2; do
+    rc=$(cat "$D/ref/$sms.rc"); nfail=$(grep -c '^FAIL ' "$D/ref/$sms.log")
     if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
-        echo "FAIL gemm mutants: the unmutated matmul.cu failed with $sms SM(s) (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref.log" | cut -c1-200)"
+        echo "FAIL gemm mutants: the unmutated matmul.cu failed with $sms SM(s) (exit $rc, $nfail FAIL lines): $(grep -m1 -E '^FAIL |emu: ' "$D/ref/$sms.log" | cut -c1-200)"
         exit 1
     fi
-    echo "PASS gemm mutants: the unmutated kernels pass the same run with $sms SM(s) ($(grep -c '^PASS ' "$D/ref.log") checks)"
+    echo "PASS gemm mutants: the unmutated kernels pass the same run with $sms SM(s) ($(grep -c '^PASS ' "$D/ref/$sms.log") checks)"
 done
 
 # mutant NAME OLD NEW EXPECT [SMS [PARTS]]: EXPECT is check (a FAIL line or a stop), emu (the emulation's
 # message about a named barrier), cluster (its message about the cluster) or cuda (matmul.cu's "CUDA
 # error" exit); PARTS the part of test_gemm that watches the bug (products unless given: each part
-# runs 5-30 s under the emulation, all of them about 30, and a mutant's run is most of its cost)
+# runs 5-30 s under the emulation, all of them about 30, and a mutant's build and run are its cost).
+# The mutants run one a core, each in its own directory $D/N, and print in this file's order at the end.
+nproc=$(nproc 2>/dev/null || echo 2)
+n=0
 mutant() {
-    python3 - "$2" "$3" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; status=1; return; }
+    n=$((n + 1))
+    mkdir -p "$D/$n"
+    (mutant_one "$D/$n" "$@" > "$D/$n/out" 2>&1) &
+    [ $((n % nproc)) -eq 0 ] && wait
+}
+# mutant_one DIR NAME OLD NEW EXPECT [SMS [PARTS]]: plants, builds, runs and judges one mutant in DIR
+mutant_one() {
+    M=$1; shift
+    python3 - "$2" "$3" "$M/matmul.cu" <<'PY' || { echo "FAIL gemm mutant $1: the planted change no longer applies to matmul.cu"; return; }
 import sys
 s = open("matmul.cu").read()
 old, new = sys.argv[1], sys.argv[2]
 if s.count(old) != 1: sys.exit(1)
-open("test/out/gemm_mutant/matmul.cu", "w").write(s.replace(old, new))
+open(sys.argv[3], "w").write(s.replace(old, new))
 PY
-    if ! build "$D/matmul.cu" > "$D/build.log" 2>&1; then
-        echo "FAIL gemm mutant $1: did not build: $(tail -n 1 "$D/build.log")"; status=1; return
+    if ! build "$M/matmul.cu" "$M" > "$M/build.log" 2>&1; then
+        echo "FAIL gemm mutant $1: did not build: $(tail -n 1 "$M/build.log")"; return
     fi
-    run "$D/run.log" "${5:-1}" "${6:-products}"
-    said=$(grep -m1 '^emu: ' "$D/run.log" | cut -c1-220)
-    first=$(grep -m1 '^FAIL ' "$D/run.log" | cut -c6- | cut -c1-160)
+    run "$M/run.log" "${5:-1}" "${6:-products}" "$M"
+    said=$(grep -m1 '^emu: ' "$M/run.log" | cut -c1-220)
+    first=$(grep -m1 '^FAIL ' "$M/run.log" | cut -c6- | cut -c1-160)
     if [ "$4" = emu ]; then
         if [ "$rc" -ne 0 ] && echo "$said" | grep -q -e 'bar\.' -e 'named barrier'; then
             echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
         else
             echo "FAIL gemm mutant $1: the emulation did not stop it at a named barrier (exit $rc, $nfail FAIL lines${said:+, said: $said})"
-            status=1
         fi
     elif [ "$4" = cluster ]; then
         if [ "$rc" -ne 0 ] && echo "$said" | grep -q -e 'cluster'; then
             echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
         else
             echo "FAIL gemm mutant $1: the emulation did not stop it with a message about the cluster (exit $rc, $nfail FAIL lines${said:+, said: $said})"
-            status=1
         fi
     elif [ "$4" = cuda ]; then
-        cuda=$(grep -m1 '^CUDA error: ' "$D/run.log" | cut -c1-220)
+        cuda=$(grep -m1 '^CUDA error: ' "$M/run.log" | cut -c1-220)
         if [ "$rc" -ne 0 ] && [ -n "$cuda" ]; then
             echo "PASS gemm mutant $1: the launch was refused (exit $rc): $cuda"
         else
             echo "FAIL gemm mutant $1: no launch error (exit $rc, $nfail FAIL lines${said:+, said: $said})"
-            status=1
         fi
     elif [ "$nfail" -gt 0 ]; then
         echo "PASS gemm mutant $1: caught by $nfail check(s), first: $first"
     elif [ "$rc" -ne 0 ] && [ -n "$said" ]; then
         echo "PASS gemm mutant $1: stopped by the emulation (exit $rc): $said"
     else
-        echo "FAIL gemm mutant $1: test_gemm passed with the bug planted (exit $rc)"; status=1
+        echo "FAIL gemm mutant $1: test_gemm passed with the bug planted (exit $rc)"
     fi
 }
 mutant "ring position without the other warpgroup's k-blocks (kernel)" \
@@ -237,4 +250,12 @@ mutant "GELU forward: GELU of the unrounded pre-activation, not of the stored bf
 mutant "GELU forward: the fused product stored through TMA, which writes no GELU output (host)" \
     'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
     'const bool ts = pp && !d_fp32 && !accumulate && !gpre &&' check 1 gelu
+wait
+status=0
+i=0
+while [ $i -lt $n ]; do
+    i=$((i + 1))
+    cat "$D/$i/out"
+    grep -q '^FAIL ' "$D/$i/out" && status=1
+done
 exit $status
