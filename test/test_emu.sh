@@ -18,7 +18,8 @@ tmp=test/out/test_emu.tmp
 status=0
 # queue NAME PROGRAM SETTINGS...: adds a run to the queue, which flush runs
 # on every core (each run is one process, one OpenMP thread) and prints in
-# the queue's order: each run's output, and a FAIL line of its own when it
+# the queue's order: each run's output, a line "time NAME (SETTINGS): Ns"
+# (where the suite's minutes go), and a FAIL line of its own when it
 # exited non-zero without printing one (an emu: error).
 jobs=test/out/test_emu.jobs
 : > "$jobs"
@@ -29,7 +30,8 @@ flush() {
     while read -r label prog settings; do
         i=$((i + 1))
         # shellcheck disable=SC2086
-        (env OMP_NUM_THREADS=1 $settings "./$prog" > "$tmp.$i" 2>&1; echo $? > "$tmp.$i.rc") &
+        (t0=$(date +%s); env OMP_NUM_THREADS=1 $settings "./$prog" > "$tmp.$i" 2>&1; echo $? > "$tmp.$i.rc"
+         echo $(($(date +%s) - t0)) > "$tmp.$i.s") &
         [ $((i % nproc)) -eq 0 ] && wait
     done < "$jobs"
     wait
@@ -37,12 +39,13 @@ flush() {
     while read -r label prog settings; do
         i=$((i + 1))
         cat "$tmp.$i"
+        echo "time $label ($settings): $(cat "$tmp.$i.s")s"
         rc=$(cat "$tmp.$i.rc")
         if [ "$rc" -ne 0 ]; then
             status=1
             grep -q '^FAIL ' "$tmp.$i" || echo "FAIL $label ($settings): $prog exited with status $rc"
         fi
-        rm -f "$tmp.$i" "$tmp.$i.rc"
+        rm -f "$tmp.$i" "$tmp.$i.rc" "$tmp.$i.s"
     done < "$jobs"
     : > "$jobs"
 }
@@ -132,12 +135,14 @@ for t in test/test_comm_nccl_emu test/test_3d_nccl_emu; do
         echo "SKIP ${name#test_} (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
         continue
     fi
+    t0=$(date +%s)
     case "$t" in
         *comm*) EMU_GPUS=8 OMP_NUM_THREADS=1 "./$t" --nccl --ranks 8 > "$tmp" 2>&1 ;;
         *) OMP_NUM_THREADS=1 "./$t" > "$tmp" 2>&1 ;;
     esac
     rc=$?
     cat "$tmp"
+    echo "time ${name#test_} (emulated NCCL): $(($(date +%s) - t0))s"
     if [ "$rc" -ne 0 ]; then
         status=1
         grep -q '^FAIL ' "$tmp" || echo "FAIL ${name#test_} (emulated NCCL): $t exited with status $rc"
@@ -149,9 +154,11 @@ done
 # consumer warpgroups alternate inside training (with 132 SMs these small
 # products give a block one tile, and only the first warpgroup runs).
 if [ -x test/test_model_emu ] && [ -x test/train_emu ]; then
+    t0=$(date +%s)
     EMU_ARCH=sm_90a EMU_SMS=1 EMU_CP=late EMU_ORDER=down ./test/test_model_emu > "$tmp" 2>&1
     rc=$?
     sed 's/(cpu emulation)/(cpu emulation of sm_90a)/' "$tmp"
+    echo "time model (cpu emulation of sm_90a, 1 SM): $(($(date +%s) - t0))s"
     if [ "$rc" -ne 0 ]; then
         status=1
         grep -q '^FAIL ' "$tmp" || echo "FAIL model (cpu emulation of sm_90a): test/test_model_emu exited with status $rc"
