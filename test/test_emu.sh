@@ -17,24 +17,29 @@ mkdir -p test/out
 tmp=test/out/test_emu.tmp
 status=0
 # queue NAME PROGRAM SETTINGS...: adds a run to the queue, which flush runs
-# on every core (each run is one process, one OpenMP thread) and prints in
-# the queue's order: each run's output, a line "time NAME (SETTINGS): Ns"
+# on every core, a new run starting as soon as one ends (each run is one
+# process, one OpenMP thread; a FIFO holds a token a free core), and prints
+# in the queue's order: each run's output, a line "time NAME (SETTINGS): Ns"
 # (where the suite's minutes go), and a FAIL line of its own when it
-# exited non-zero without printing one (an emu: error).
+# exited non-zero without printing one (an emu: error). Queue the longest
+# runs first: the last to start then end together.
 jobs=test/out/test_emu.jobs
 : > "$jobs"
 nproc=$(nproc 2>/dev/null || echo 2)
 queue() { echo "$*" >> "$jobs"; }
 flush() {
+    rm -f "$tmp.fifo"; mkfifo "$tmp.fifo"; exec 3<>"$tmp.fifo"; rm -f "$tmp.fifo"
+    k=0; while [ $k -lt "$nproc" ]; do echo >&3; k=$((k + 1)); done
     i=0
     while read -r label prog settings; do
         i=$((i + 1))
+        read -r _ <&3   # a free core
         # shellcheck disable=SC2086
-        (t0=$(date +%s); env OMP_NUM_THREADS=1 $settings "./$prog" > "$tmp.$i" 2>&1; echo $? > "$tmp.$i.rc"
-         echo $(($(date +%s) - t0)) > "$tmp.$i.s") &
-        [ $((i % nproc)) -eq 0 ] && wait
+        (t0=$(date +%s); env OMP_NUM_THREADS=1 $settings "./$prog" < /dev/null > "$tmp.$i" 2>&1
+         echo $? > "$tmp.$i.rc"; echo $(($(date +%s) - t0)) > "$tmp.$i.s"; echo >&3) &
     done < "$jobs"
     wait
+    exec 3>&-
     i=0
     while read -r label prog settings; do
         i=$((i + 1))
@@ -49,17 +54,20 @@ flush() {
     done < "$jobs"
     : > "$jobs"
 }
-for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
+# The whole training program's CUDA path, queued first (test_3d_emu is the
+# longest run): test/test_model_emu (the model on --device cuda, fp32 and
+# bf16, against the PyTorch fixture, in-process and through test/train_emu)
+# and test/test_3d_emu (test_3d's CUDA layouts, the ranks sharing the
+# emulated GPU over the shared-memory backend, against the CPU's one rank),
+# once each, in the default settings: the kernels' four settings are
+# test_kernels_emu's below. Then the kernels, longest runs first.
+for t in test/test_3d_emu test/test_model_emu test/test_selftest_emu; do
     name=$(basename "$t" _emu)
-    if [ ! -x "$t" ]; then
+    if [ ! -x "$t" ] || [ ! -x test/train_emu ]; then
         echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
         continue
     fi
-    for cp in early late; do
-        for order in up down; do
-            queue "${name#test_}" "$t" EMU_CP=$cp EMU_ORDER=$order
-        done
-    done
+    queue "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
 done
 # matmul.cu's sm_90a kernel (TC_WGMMA: TMA, mbarriers, warp-specialised
 # wgmma, a persistent grid) on an emulated H100: test_gemm_emu in the four
@@ -81,6 +89,18 @@ if [ -x test/test_kernels_emu ]; then
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
 fi
+for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
+    name=$(basename "$t" _emu)
+    if [ ! -x "$t" ]; then
+        echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+        continue
+    fi
+    for cp in early late; do
+        for order in up down; do
+            queue "${name#test_}" "$t" EMU_CP=$cp EMU_ORDER=$order
+        done
+    done
+done
 # The runtime's asynchronous streams, timings and race detector, with
 # deliberate bugs (test/test_streams_emu.cpp), in each timing; once with
 # three emulated GPUs.
@@ -92,21 +112,6 @@ if [ -x test/test_streams_emu ]; then
 else
     echo "SKIP streams (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
 fi
-flush
-# The whole training program's CUDA path: test/test_model_emu (the model on
-# --device cuda, fp32 and bf16, against the PyTorch fixture, in-process and
-# through test/train_emu) and test/test_3d_emu (test_3d's CUDA layouts, the
-# ranks sharing the emulated GPU over the shared-memory backend, against the
-# CPU's one rank), once each, in the default settings: the kernels' four
-# settings are test_kernels_emu's above.
-for t in test/test_model_emu test/test_3d_emu test/test_selftest_emu; do
-    name=$(basename "$t" _emu)
-    if [ ! -x "$t" ] || [ ! -x test/train_emu ]; then
-        echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
-        continue
-    fi
-    queue "${name#test_}" "$t" EMU_CP=early EMU_ORDER=up
-done
 flush
 # The model once more with its compute stream late (EMU_STREAMS=first-late:
 # kernels run only when the host synchronizes), which tensor.c's copies
