@@ -242,6 +242,44 @@
  *   dinp does today); never split (bf16 D). TC_AUTO picks the kernel as
  *   for the plain dinp.
  *
+ * fc's bias gradient from the same epilogue (tc_gemm_gelu_back's dbias;
+ *   the ping-pong, cluster and cooperative kernels, mm_wg_bias_sums): the
+ *   product's output dfch is fc's output gradient, so dbias[n] += sum over
+ *   rows of dfch[row][n] is the column sums of what the epilogue just
+ *   stored. Why the bits are today's: tc_bias_grad's split path (taken
+ *   wherever N % 8 == 0, D 16-byte aligned, more than one chunk of 128
+ *   rows and room for chunks x N floats in the work buffer) sums the rows
+ *   in chunks of 128 (MM_BG_ROWS), each chunk's column as 8 row lanes
+ *   (rows y, y + 8, ... from 0.0f) added in order 0..7, into work
+ *   [chunks][N], then tc_partials_add adds the chunks in order. A wgmma
+ *   tile is 128 rows at a multiple of 128, exactly one chunk, so after the
+ *   tile's threads have stored its bf16 dfch they meet at a named barrier
+ *   (bar.sync orders the participants' global stores before the reads:
+ *   PP_BAR_EPI + c over the warpgroup's 128 threads in ping-pong, whose
+ *   TMA-store epilogue, the barrier's other user, never runs the fused
+ *   product; PP_BAR_BG over both consumer warpgroups' 256 in the
+ *   cooperative 128 x 256 tile), and thread t sums column n0 + t of the
+ *   stored tile in that order, reading the bf16 values back (from L1 / L2)
+ *   and writing work [m0 / 128][n0 + t] (rows past M skipped as the split
+ *   kernel skips them; the cluster's CTA whose tile lies past M writes
+ *   nothing); after the kernel the same tc_partials_add, so dbias gets
+ *   the very additions of tc_bias_grad(dout = dfch). The work buffer is
+ *   the caller's (the Dev's scratch in training): the fused product, a
+ *   bf16 D, takes no split-K or stream-K part, so nothing else holds it
+ *   while the kernel runs. Where the fused path does not apply (TC_SIMPLE,
+ *   TC_MMA, N % 8 != 0, D unaligned, M <= 128, no room in the work
+ *   buffer: every case where tc_bias_grad takes its whole path, and the
+ *   kernels without the sums) tc_bias_grad runs after the product: the
+ *   same bits everywhere. What it saves: tc_bias_grad's pass over dfch
+ *   (fc's: 100.7 MB read at GPT-2 124M's 16384 x 3072, a layer) and its
+ *   split kernel's launch. What it costs: a second read of each stored
+ *   tile, 32 KB (128 x 128 bf16) a tile, a thread 128 loads of one
+ *   column, each row lane's 16 issued together (8 round trips to L2, not
+ *   128), from L1 / L2 right after the stores, plus one barrier; in ping-pong that runs under the other warpgroup's
+ *   mainloop (bench/NOTES.md, "fc's bias gradient from fcproj dinp's
+ *   epilogue", has the prediction). bgw is a runtime pointer: no new
+ *   instantiation.
+ *
  * The GELU-forward epilogue (tc_gemm_gelu; every kernel, gout non-NULL):
  *   fc's product stores its pre-activation D = bf16(sum + bias) as the
  *   plain forward does (GELU's backward reads it) and, from each stored
@@ -381,7 +419,8 @@
  * a fixed order (no atomics, the same bits every run): with a work buffer,
  * chunks of rows in parallel, then the chunks added in order by
  * tc_partials_add (which kernels.cu's LayerNorm backward uses too);
- * without, a block a 32 columns over all rows.
+ * without, a block a 32 columns over all rows. The GELU-backward product
+ * reproduces the first from its tiles (above).
  *
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
@@ -1257,8 +1296,13 @@ __device__ __forceinline__ void mm_wg_bias_sums(float *bgw, const bf16 *D, int M
     const bf16 *col = D + n;
     float tot = 0.0f;
     for (int y = 0; y < 8; y++) {
+        /* a lane's 16 loads unrolled, all in flight at once (the adds stay in row order) */
         float s = 0.0f;
-        for (int m = m0 + y; m < m1; m += 8) s += __bfloat162float(col[(size_t)m * N]);
+#pragma unroll
+        for (int i = 0; i < MM_BG_ROWS / 8; i++) {
+            const int m = m0 + y + 8 * i;
+            if (m < m1) s += __bfloat162float(col[(size_t)m * N]);
+        }
         tot = y == 0 ? s : tot + s;
     }
     bgw[(size_t)(m0 / MM_BG_ROWS) * N + n] = tot;
