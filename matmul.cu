@@ -275,9 +275,10 @@
  *   split kernel's launch. What it costs: a second read of each stored
  *   tile, 32 KB (128 x 128 bf16) a tile, a thread 128 loads of one
  *   column, each row lane's 16 issued together (8 round trips to L2, not
- *   128), from L1 / L2 right after the stores, plus one barrier; in ping-pong that runs under the other warpgroup's
- *   mainloop (bench/NOTES.md, "fc's bias gradient from fcproj dinp's
- *   epilogue", has the prediction). bgw is a runtime pointer: no new
+ *   128), from L1 / L2 right after the stores, plus one barrier; in
+ *   ping-pong that runs under the other warpgroup's mainloop where the
+ *   epilogue has room (bench/NOTES.md, "fc's bias gradient from fcproj
+ *   dinp's epilogue", has the prediction). bgw is a runtime pointer: no new
  *   instantiation; ptxas (nvcc 13.0, -arch=sm_90a -Xptxas -v) with the
  *   sums in: all twenty mm_wgmma_kernel instantiations still 168
  *   registers at the launch, no stack frame, no spills.
@@ -1419,7 +1420,8 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
                                    o.gpre, o.gout);
         mm_wg_epilogue<4, 64, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + 64 + warp * 16, o.n0, o.vec,
                                     lane, o.gpre, o.gout);
-        if (g.bgw) mm_wg_bias_sums(g.bgw, (const bf16 *)o.p, o.M, o.N, o.m0, o.n0, warp * 32 + lane, PP_BAR_EPI + c, 128);
+        if (g.bgw)
+            mm_wg_bias_sums(g.bgw, (const bf16 *)o.p, o.M, o.N, o.m0, o.n0, warp * 32 + lane, PP_BAR_EPI + c, 128);
     }
     /* TS: the last stores have read the staging buffer before the block's shared memory goes */
     if constexpr (TS)

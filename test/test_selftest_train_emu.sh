@@ -30,7 +30,8 @@ fi
 for dt in fp32 bf16; do
     (cd "$S" && timeout 120 ./test/train_emu $M --dtype $dt) > "$S/run.log" 2>&1
     rc=$?
-    line=$(grep -m1 -e 'error: self-test: kernel gelu_forward' -e 'error: self-test: kernel matmul_forward_gelu' "$S/run.log")
+    line=$(grep -m1 -e 'error: self-test: kernel gelu_forward' -e 'error: self-test: kernel matmul_forward_gelu' \
+        "$S/run.log")
     steps=$(grep -c '^step ' "$S/run.log")
     if [ $rc -eq 1 ] && [ -n "$line" ] && [ "$steps" -eq 0 ]; then
         echo "PASS selftest_train: a wrong GELU ($dt) stops the run before step 1: $line"
