@@ -33,7 +33,9 @@
  *    against gelu'(pre) times the double product, with fc's bias gradient
  *    summed from its stored tiles as training runs it); the step sums them
  *    in place of fc fwd, fcproj dinp, the two GELU rows and fc's
- *    bias_grad row.
+ *    bias_grad row. "fcproj dinp+gelu' nosum" is the same product without
+ *    the bias sums (not in the step): their cost is the difference, to set
+ *    against fc's bias_grad row that they replace.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
  *    favours cuBLAS by a hair).
@@ -684,7 +686,8 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
-        const int calls = !strcmp(g->label, "fcproj dinp") || !strcmp(g->label, "fc fwd")
+        const int calls = !strcmp(g->label, "fcproj dinp") || !strcmp(g->label, "fc fwd") ||
+                                  strstr(g->label, "nosum")
                               ? 0  /* training runs "fcproj dinp+gelu'", "fc fwd+gelu" */
                           : strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
@@ -753,7 +756,7 @@ static void bench_gemm(BenchCtx *c) {
         void *pre = fused ? bench_upload(c, h_pre, nin * 2) : NULL;   /* [rows][C] bf16 */
         float *gdb = fused ? dev_alloc(c->gpu, (size_t)C * 4) : NULL;  /* [C] fp32: fc's bias gradient */
         if (gdb) dev_zero(c->gpu, gdb, (size_t)C * 4);
-        BenchGemm g[5] = {
+        BenchGemm g[6] = {
             /* forward: M rows, N OC, K C; A = inp [M][K], B = w [N][K] */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, lin[l].bias ? bias : NULL, out, out0, h_inp, h_w,
              lin[l].bias ? h_bias : NULL, h_out0, NULL, NULL, NULL, NULL},
@@ -769,10 +772,14 @@ static void bench_gemm(BenchCtx *c) {
              NULL},
             /* fc fwd+gelu: as fwd, GELU of the stored pre-activation into gout too (tc_gemm_gelu) */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, bias, out, out0, h_inp, h_w, h_bias, h_out0, NULL, NULL, NULL,
-             gout}};
-        static const char *what[5] = {"fwd", "dinp", "dw", "dinp+gelu'", "fwd+gelu"};
-        for (int p = 0; p < 5; p++) {
-            if ((p == 3 && !fused) || (p == 4 && !fused_fwd)) continue;
+             gout},
+            /* fcproj dinp+gelu' without the bias sums (dbias NULL): the fused sums' cost is the
+             * difference, to be set against fc's bias_grad row (not in the step) */
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre, NULL,
+             NULL}};
+        static const char *what[6] = {"fwd", "dinp", "dw", "dinp+gelu'", "fwd+gelu", "dinp+gelu' nosum"};
+        for (int p = 0; p < 6; p++) {
+            if (((p == 3 || p == 5) && !fused) || (p == 4 && !fused_fwd)) continue;
             snprintf(g[p].label, sizeof g[p].label, "%s %s", lin[l].name, what[p]);
             bench_gemm_product(c, &g[p]);
         }
