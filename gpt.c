@@ -761,9 +761,11 @@ static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerD
         tp_row_backward(m, NULL, dw->fcprojw, dw->fcprojb, dres3, L.fchg, w.fcprojw, N, Fl, C);
     /* fcproj's input gradient through GELU's backward in one op (the
      * product local to the rank, as the row-parallel linear's is; m->dfchg
-     * its scratch where the table runs the two ops) */
-    o->matmul_backward_gelu(d, dl->fch, m->dfchg, dres3, w.fcprojw, L.fch, N, Fl, C);
-    tp_column_backward(m, dl->ln2_full, dw->fcw, dw->fcb, dl->fch, L.ln2, w.fcw, N, C, Fl);
+     * its scratch where the table runs the two ops), with fc's bias
+     * gradient from the same pass (NULL in a split backward's B: W sums it
+     * from the stash) */
+    o->matmul_backward_gelu(d, dl->fch, dw->fcb, m->dfchg, dres3, w.fcprojw, L.fch, N, Fl, C);
+    tp_column_backward(m, dl->ln2_full, dw->fcw, NULL, dl->fch, L.ln2, w.fcw, N, C, Fl);
     tp_layernorm_backward(m, m->dx, dl->ln2_full, dl->ln2, L.res2, w.ln2w, dw->ln2w, dw->ln2b, L.ln2_mean,
                           L.ln2_rstd, N);
     /* attention: res2 = x + attproj(attention(qkv(ln1(x)))) */

@@ -36,6 +36,7 @@
 
 extern "C" {
 #include "tensor.h"
+#include "ops.h"
 #include "tc.h"
 }
 #include "gelu.cuh"
@@ -1581,21 +1582,21 @@ static void matmul_forward_gelu_f32(Dev *d, void *out, void *gout, const void *i
 /* Ops.matmul_backward_gelu. bf16: one tc_gemm_gelu_back, tmp untouched
  * (the product, rounded, goes through GELU's derivative in the epilogue;
  * the bits of matmul_backward_bf16 into a zeroed tmp then gelu_backward
- * into a zeroed dfch). float32: the two ops, as the specification runs
- * them (ops.c's ops_matmul_backward_gelu_seq, whose steps these are). */
-static void matmul_backward_gelu_bf16(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+ * into a zeroed dfch; with dbias, the column sums of the stored dfch in
+ * tc_bias_grad's order from the same epilogue, in the Dev's scratch, which
+ * the bf16 product never takes: matmul_backward_bf16's bits). float32:
+ * the specification itself (ops.c's ops_matmul_backward_gelu_seq) over
+ * this table's ops. */
+static void matmul_backward_gelu_bf16(Dev *d, void *dfch, float *dbias, void *tmp, const void *dout, const void *w,
                                       const void *fch, int N, int C, int OC) {
     if (N <= 0 || C <= 0) return;
     /* OC 0 too: the simple kernel's empty sum, gelu'(fch) * 0 as the two ops give */
-    tc_gemm_gelu_back(TC_AUTO, dfch, dout, 1, w, 0, fch, N, C, OC, d->stream);
+    tc_gemm_gelu_back(TC_AUTO, dfch, dout, 1, w, 0, fch, dbias, N, C, OC, (float *)d->scratch,
+                      DEV_SCRATCH_BYTES / sizeof(float), d->stream);
 }
-static void matmul_backward_gelu_f32(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+static void matmul_backward_gelu_f32(Dev *d, void *dfch, float *dbias, void *tmp, const void *dout, const void *w,
                                      const void *fch, int N, int C, int OC) {
-    const size_t n = (size_t)N * C;
-    dev_zero(d, tmp, n * sizeof(float));
-    matmul_backward_f32(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);
-    dev_zero(d, dfch, n * sizeof(float));
-    gelu_backward<float>(d, dfch, fch, tmp, n);
+    ops_matmul_backward_gelu_seq(&cuda_ops, d, dfch, dbias, tmp, dout, w, fch, N, C, OC);
 }
 
 template <typename T>

@@ -242,6 +242,47 @@
  *   dinp does today); never split (bf16 D). TC_AUTO picks the kernel as
  *   for the plain dinp.
  *
+ * fc's bias gradient from the same epilogue (tc_gemm_gelu_back's dbias;
+ *   the ping-pong, cluster and cooperative kernels, mm_wg_bias_sums): the
+ *   product's output dfch is fc's output gradient, so dbias[n] += sum over
+ *   rows of dfch[row][n] is the column sums of what the epilogue just
+ *   stored. Why the bits are today's: tc_bias_grad's split path (taken
+ *   wherever N % 8 == 0, D 16-byte aligned, more than one chunk of 128
+ *   rows and room for chunks x N floats in the work buffer) sums the rows
+ *   in chunks of 128 (MM_BG_ROWS), each chunk's column as 8 row lanes
+ *   (rows y, y + 8, ... from 0.0f) added in order 0..7, into work
+ *   [chunks][N], then tc_partials_add adds the chunks in order. A wgmma
+ *   tile is 128 rows at a multiple of 128, exactly one chunk, so after the
+ *   tile's threads have stored its bf16 dfch they meet at a named barrier
+ *   (bar.sync orders the participants' global stores before the reads:
+ *   PP_BAR_EPI + c over the warpgroup's 128 threads in ping-pong, whose
+ *   TMA-store epilogue, the barrier's other user, never runs the fused
+ *   product; PP_BAR_BG over both consumer warpgroups' 256 in the
+ *   cooperative 128 x 256 tile), and thread t sums column n0 + t of the
+ *   stored tile in that order, reading the bf16 values back (from L1 / L2)
+ *   and writing work [m0 / 128][n0 + t] (rows past M skipped as the split
+ *   kernel skips them; the cluster's CTA whose tile lies past M writes
+ *   nothing); after the kernel the same tc_partials_add, so dbias gets
+ *   the very additions of tc_bias_grad(dout = dfch). The work buffer is
+ *   the caller's (the Dev's scratch in training): the fused product, a
+ *   bf16 D, takes no split-K or stream-K part, so nothing else holds it
+ *   while the kernel runs. Where the fused path does not apply (TC_SIMPLE,
+ *   TC_MMA, N % 8 != 0, D unaligned, M <= 128, no room in the work
+ *   buffer: every case where tc_bias_grad takes its whole path, and the
+ *   kernels without the sums) tc_bias_grad runs after the product: the
+ *   same bits everywhere. What it saves: tc_bias_grad's pass over dfch
+ *   (fc's: 100.7 MB read at GPT-2 124M's 16384 x 3072, a layer) and its
+ *   split kernel's launch. What it costs: a second read of each stored
+ *   tile, 32 KB (128 x 128 bf16) a tile, a thread 128 loads of one
+ *   column, each row lane's 16 issued together (8 round trips to L2, not
+ *   128), from L1 / L2 right after the stores, plus one barrier; in
+ *   ping-pong that runs under the other warpgroup's mainloop where the
+ *   epilogue has room (bench/NOTES.md, "fc's bias gradient from fcproj
+ *   dinp's epilogue", has the prediction). bgw is a runtime pointer: no new
+ *   instantiation; ptxas (nvcc 13.0, -arch=sm_90a -Xptxas -v) with the
+ *   sums in: all twenty mm_wgmma_kernel instantiations still 168
+ *   registers at the launch, no stack frame, no spills.
+ *
  * The GELU-forward epilogue (tc_gemm_gelu; every kernel, gout non-NULL):
  *   fc's product stores its pre-activation D = bf16(sum + bias) as the
  *   plain forward does (GELU's backward reads it) and, from each stored
@@ -381,7 +422,8 @@
  * a fixed order (no atomics, the same bits every run): with a work buffer,
  * chunks of rows in parallel, then the chunks added in order by
  * tc_partials_add (which kernels.cu's LayerNorm backward uses too);
- * without, a block a 32 columns over all rows.
+ * without, a block a 32 columns over all rows. The GELU-backward product
+ * reproduces the first from its tiles (above).
  *
  * State: one capability word per device (std::atomic, written once on the
  * first call that runs on that device: whether the MMA and WGMMA kernels
@@ -769,6 +811,14 @@ mm_mma_kernel(void *D, int d_fp32, int accumulate, const bf16 *A, const bf16 *B,
  * 8 KB in the 128-byte swizzle, in place of the 8 warps' epilogue chunks;
  * named barrier PP_BAR_EPI + c gathers warpgroup c's 128 threads around it. */
 #define PP_BAR_EPI 3
+/* The bias sums of the GELU-backward product (mm_wg_bias_sums): ping-pong
+ * and cluster kernels gather a warpgroup at PP_BAR_EPI + c (never TS
+ * there), the cooperative kernel both consumer warpgroups (256 threads) at
+ * PP_BAR_BG. */
+#define PP_BAR_BG 5
+/* Rows a chunk of tc_bias_grad's split sums (mm_bias_grad_split_kernel),
+ * and so a tile's rows in the fused sums: 128 = PP_BM = WG_BM. */
+#define MM_BG_ROWS 128
 #define TS_STAGE_BYTES (2 * WG_BOX_BYTES)            /* 16384 a consumer warpgroup */
 #define PP_TS_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + 2 * TS_STAGE_BYTES + 1024)
                                                       /* 230400 of the 232448 (227 KB) an SM gives */
@@ -1175,6 +1225,7 @@ struct MmWg {
     uint32_t stg_s;
     const bf16 *gpre;    /* [M][N] or NULL: the GELU-backward epilogue's pre-activation */
     bf16 *gout;          /* [M][N] or NULL: the GELU-forward epilogue's second output */
+    float *bgw;          /* [ceil(M / 128)][N] or NULL: the bias sums of the stored tiles (mm_wg_bias_sums) */
 };
 
 /* Where item w's tile goes: part 0 to D (with bias, the old D when
@@ -1229,6 +1280,37 @@ __device__ __forceinline__ void mm_wg_drain(float (&d)[128], uint64_t *empty_bar
     mm_wg_release<CL>(empty_bar, prev, lane);
 }
 
+/* fc's bias gradient from the GELU-backward product's tiles (bgw): after
+ * the `nt` threads that stored the 128 x nt tile at (m0, n0) of D [M][N]
+ * bf16 meet at named barrier `bar` (bar.sync orders their global stores
+ * before the reads below), thread t sums column n0 + t of the stored bf16
+ * rows m0 .. min(M, m0 + 128) - 1 exactly as mm_bias_grad_split_kernel
+ * sums that chunk: 8 row lanes (rows m0 + y, m0 + y + 8, ..., each from
+ * 0.0f), added in order 0..7, into bgw [m0 / 128][n] (columns >= N and
+ * tiles past M write nothing). tc_partials_add then adds the chunks, so
+ * dbias gets tc_bias_grad's bits. The reads are the tile just stored (32
+ * KB, from L1 / L2). */
+__device__ __forceinline__ void mm_wg_bias_sums(float *bgw, const bf16 *D, int M, int N, int m0, int n0, int t,
+                                                int bar, int nt) {
+    sm90_bar_sync(bar, nt);
+    const int n = n0 + t;
+    if (m0 >= M || n >= N) return;
+    const int m1 = min(M, m0 + MM_BG_ROWS);
+    const bf16 *col = D + n;
+    float tot = 0.0f;
+    for (int y = 0; y < 8; y++) {
+        /* a lane's 16 loads unrolled, all in flight at once (the adds stay in row order) */
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MM_BG_ROWS / 8; i++) {
+            const int m = m0 + y + 8 * i;
+            if (m < m1) s += __bfloat162float(col[(size_t)m * N]);
+        }
+        tot = y == 0 ? s : tot + s;
+    }
+    bgw[(size_t)(m0 / MM_BG_ROWS) * N + n] = tot;
+}
+
 /* mm_wgmma_kernel<false>'s consumers, the cooperative schedule: both
  * warpgroups on every 128 x 256 tile, warpgroup c its rows 64c..64c+63. */
 template <bool AK, bool BK>
@@ -1261,6 +1343,10 @@ __device__ __forceinline__ void mm_wg_coop(const MmWg &g) {
         const MmWgOut o = mm_wg_out<WG_BM, WG_BN>(g, w, 0);
         mm_wg_epilogue<8, 0, false>(d, g.ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + c * 64 + warp * 16,
                                     o.n0, o.vec, lane, o.gpre, o.gout);
+        /* the tile's 128 rows are both warpgroups': a 256-column sum each thread's */
+        if (g.bgw)
+            mm_wg_bias_sums(g.bgw, (const bf16 *)o.p, o.M, o.N, o.m0, o.n0, c * 128 + warp * 32 + lane, PP_BAR_BG,
+                            256);
     }
 }
 
@@ -1334,6 +1420,8 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
                                    o.gpre, o.gout);
         mm_wg_epilogue<4, 64, true>(d, ep, o.p, o.fp32, o.acc, o.bias, o.M, o.N, o.m0 + 64 + warp * 16, o.n0, o.vec,
                                     lane, o.gpre, o.gout);
+        if (g.bgw)
+            mm_wg_bias_sums(g.bgw, (const bf16 *)o.p, o.M, o.N, o.m0, o.n0, warp * 32 + lane, PP_BAR_EPI + c, 128);
     }
     /* TS: the last stores have read the staging buffer before the block's shared memory goes */
     if constexpr (TS)
@@ -1357,13 +1445,15 @@ __device__ __forceinline__ void mm_wg_pingpong(const MmWg &g) {
  * fit, columns of CL tiles x splits), a work item a column. group (>= 1):
  * m-tiles (CL > 1: columns) a band of the tile order (mm_wg_tile). gpre
  * [M][N] or NULL: the GELU-backward epilogue, gout [M][N] or NULL: the
- * GELU-forward one (mm_wg_epilogue's; never TS). */
+ * GELU-forward one (mm_wg_epilogue's; never TS). bgw [ceil(M / 128)][N] or
+ * NULL (with gpre only; N % 8 == 0): each stored tile's column sums into
+ * its chunk's row (mm_wg_bias_sums). */
 template <bool PP, bool AK, bool BK, int CL = 1, bool TS = false>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 const __grid_constant__ CUtensorMap tmD, void *D, int d_fp32, int accumulate, const bf16 *bias, int M, int N, int K,
                 int vec_ok, float *work, int splits, int kps, int vec_w, int group, int sk_dp, int sk_len,
-                const bf16 *gpre, bf16 *gout) {
+                const bf16 *gpre, bf16 *gout, float *bgw) {
     static_assert(PP || !TS, "the TMA-store epilogue is the ping-pong schedule's");
 #if SM90_BUILD
     constexpr int BM = PP ? PP_BM : WG_BM, BN = PP ? PP_BN : WG_BN, STAGES = PP ? PP_STAGES : WG_STAGES;
@@ -1412,6 +1502,7 @@ mm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__
         g.stg_s = base + STAGES * STAGE_BYTES + g.c * TS_STAGE_BYTES;
         g.gpre = gpre;
         g.gout = gout;
+        g.bgw = bgw;
         if constexpr (PP)
             mm_wg_pingpong<AK, BK, CL, TS>(g);
         else
@@ -1472,8 +1563,6 @@ mm_bias_grad_kernel(float *dbias, const T *dout, int M, int N) {
         dbias[n] += t;
     }
 }
-
-#define MM_BG_ROWS 128
 
 // work [gridDim.y][N]: the column sums of dout's rows [y * MM_BG_ROWS, +MM_BG_ROWS)
 template <typename T>
@@ -1889,7 +1978,7 @@ static int mm_band(int tiles_m, int tiles_n, long long items, int slots, double 
 static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int accumulate, const void *A,
                             int a_kmajor, const void *B, int b_kmajor, const void *bias, int M,
                             int N, int K, const MmSplit *sp, float *work, int group, const void *gpre,
-                            void *gout, cudaStream_t stream) {
+                            void *gout, float *bgw, cudaStream_t stream) {
     CUtensorMap ta, tb;
     const bool ok_a = a_kmajor ? sm90_encode_2d(&ta, A, K, M, WG_BK, WG_BM)
                                : sm90_encode_2d(&ta, A, M, K, 64, WG_BK);
@@ -1929,7 +2018,7 @@ static bool mm_launch_wgmma(bool pp, int cl, int slots, void *D, int d_fp32, int
     const cudaLaunchConfig_t cfg = {dim3((unsigned)grid), dim3(WG_THREADS), (size_t)smem, stream, at, 1};
     /* one launch of kernel instance KERNEL: through cfg (clusters) or <<<>>> with SMEM bytes */
 #define WG_ARGS ta, tb, td, D, d_fp32, accumulate, bs, M, N, K, vec_ok, work, sp->splits, sp->kps, vec_w, group, \
-                sp->sk_dp, sp->sk_len, (const bf16 *)gpre, (bf16 *)gout
+                sp->sk_dp, sp->sk_len, (const bf16 *)gpre, (bf16 *)gout, bgw
 #define WG_GO(AK, BK)                                                                                   \
     do {                                                                                                \
         if (cl > 1 && ts)                                                                               \
@@ -2014,10 +2103,13 @@ static bool mm_wg_plan(bool pp, int cl, const MmChoice *c, int force, int d_fp32
 
 /* tc_gemm_order, with sk_force > 0 (a wgmma impl only) tc_gemm_streamk,
  * with gpre (D bf16, written, no bias) tc_gemm_gelu_back, with gout (D
- * bf16, written) tc_gemm_gelu. */
+ * bf16, written) tc_gemm_gelu. bgw (with gpre): the wgmma kernels' bias
+ * sums of the stored tiles into bgw [ceil(M / 128)][N] (mm_wg_bias_sums),
+ * *bg_done set when a kernel that writes them ran (the others ignore bgw). */
 static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, int accumulate, const void *A,
                    int a_kmajor, const void *B, int b_kmajor, const void *bias, int M, int N, int K, float *work,
-                   size_t work_floats, cudaStream_t st, const void *gpre = nullptr, void *gout = nullptr) {
+                   size_t work_floats, cudaStream_t st, const void *gpre = nullptr, void *gout = nullptr,
+                   float *bgw = nullptr, bool *bg_done = nullptr) {
     if (impl != TC_AUTO && impl != TC_SIMPLE && impl != TC_MMA && impl != TC_WGMMA &&
         impl != TC_WGMMA_COOP && impl != TC_WGMMA_CLUSTER)
         return -1;
@@ -2038,8 +2130,9 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
         MmSplit sp;
         if (!mm_wg_plan(true, CL_CTAS, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
         if (!mm_launch_wgmma(true, CL_CTAS, c.clusters, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                             M, N, K, &sp, work, group, gpre, gout, st))
+                             M, N, K, &sp, work, group, gpre, gout, bgw, st))
             return -1;
+        if (bg_done) *bg_done = bgw != nullptr;
         if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
         return TC_WGMMA_CLUSTER;
     }
@@ -2052,7 +2145,8 @@ static int mm_gemm(TcImpl impl, int group, int sk_force, void *D, int d_fp32, in
             MmSplit sp;
             if (!mm_wg_plan(pp, 1, &c, sk_force, d_fp32, M, N, K, work_floats, &sp)) return -1;
             if (mm_launch_wgmma(pp, 1, c.sms, D, d_fp32, accumulate, A, a_kmajor, B, b_kmajor, bias,
-                                M, N, K, &sp, work, group, gpre, gout, st)) {
+                                M, N, K, &sp, work, group, gpre, gout, bgw, st)) {
+                if (bg_done) *bg_done = bgw != nullptr;
                 if (sp.splits > 1) mm_launch_sum((float *)D, work, sp.splits - 1, mn, st);
                 return ran;
             }
@@ -2100,10 +2194,30 @@ extern "C" int tc_gemm(TcImpl impl, void *D, int d_fp32, int accumulate, const v
                          work_floats, stream);
 }
 
+/* Whether tc_bias_grad sums dout [M][N] (dout_fp32 0 or 1) in chunks of
+ * MM_BG_ROWS rows into work (its split path), whose order the wgmma
+ * kernels' fused sums reproduce (mm_wg_bias_sums). */
+static bool mm_bg_split(const void *dout, int M, int N, const float *work, size_t work_floats) {
+    const int chunks = mm_ceil_div(M, MM_BG_ROWS);
+    return work && N % 8 == 0 && ((uintptr_t)dout & 15) == 0 && chunks > 1 && chunks <= 65535 &&
+           (size_t)chunks * N <= work_floats;
+}
+
 extern "C" int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmajor, const void *B, int b_kmajor,
-                                 const void *pre, int M, int N, int K, void *stream) {
+                                 const void *pre, float *dbias, int M, int N, int K, float *work, size_t work_floats,
+                                 void *stream) {
     if (!pre) return -1;
-    return mm_gemm(impl, 0, 0, D, 0, 0, A, a_kmajor, B, b_kmajor, NULL, M, N, K, NULL, 0, (cudaStream_t)stream, pre);
+    cudaStream_t st = (cudaStream_t)stream;
+    /* the product itself takes no work buffer (bf16 D: no split-K, no
+     * stream-K), so work holds only the bias sums while it runs */
+    float *bgw = dbias && M > 0 && N > 0 && mm_bg_split(D, M, N, work, work_floats) ? work : NULL;
+    bool fused = false;
+    const int r = mm_gemm(impl, 0, 0, D, 0, 0, A, a_kmajor, B, b_kmajor, NULL, M, N, K, NULL, 0, st, pre, NULL, bgw,
+                          &fused);
+    if (r < 0 || !dbias || M <= 0 || N <= 0) return r;
+    if (fused) tc_partials_add(dbias, work, mm_ceil_div(M, MM_BG_ROWS), N, stream);
+    else tc_bias_grad(dbias, D, 0, M, N, work, work_floats, stream);
+    return r;
 }
 
 extern "C" int tc_gemm_gelu(TcImpl impl, void *D, void *G, const void *A, int a_kmajor, const void *B, int b_kmajor,
@@ -2140,8 +2254,7 @@ template <typename T>
 static void bias_grad(float *dbias, const T *dout, int M, int N, float *work, size_t work_floats,
                       cudaStream_t stream) {
     const int chunks = mm_ceil_div(M, MM_BG_ROWS);
-    const bool split = work && N % 8 == 0 && ((uintptr_t)dout & 15) == 0 && chunks > 1 &&
-                       chunks <= 65535 && (size_t)chunks * N <= work_floats;
+    const bool split = mm_bg_split(dout, M, N, work, work_floats);
     if (!split) {
         mm_bias_grad_kernel<T><<<(unsigned)mm_ceil_div(N, 32), dim3(32, 16), 0, stream>>>(dbias, dout, M, N);
         LAUNCH_CHECK(mm_bias_grad_kernel);

@@ -749,17 +749,19 @@ static void t_matmul_forward_gelu(Dev *d, void *out, void *gout, const void *inp
                                   int N, int C, int OC) {
     ops_matmul_forward_gelu_seq(&cpu_ops, d, out, gout, inp, w, bias, N, C, OC);
 }
-void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
-                                  const void *fch, int N, int C, int OC) {
+void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, float *dbias, void *tmp, const void *dout,
+                                  const void *w, const void *fch, int N, int C, int OC) {
     size_t n = (size_t)N * C, bytes = n * dt_size(o->dtype);
     dev_zero(d, tmp, bytes);
     o->matmul_backward(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);
     dev_zero(d, dfch, bytes);
     o->gelu_backward(d, dfch, fch, tmp, n);
+    /* the bias of the layer whose output is fch: dfch [N,C] is its dout */
+    if (dbias) o->matmul_backward(d, NULL, NULL, dbias, dfch, NULL, NULL, N, C, C);
 }
-static void t_matmul_backward_gelu(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+static void t_matmul_backward_gelu(Dev *d, void *dfch, float *dbias, void *tmp, const void *dout, const void *w,
                                    const void *fch, int N, int C, int OC) {
-    ops_matmul_backward_gelu_seq(&cpu_ops, d, dfch, tmp, dout, w, fch, N, C, OC);
+    ops_matmul_backward_gelu_seq(&cpu_ops, d, dfch, dbias, tmp, dout, w, fch, N, C, OC);
 }
 static void t_gelu_forward(Dev *d, void *out, const void *inp, size_t n) {
     cpu_gelu_forward(d, out, inp, n);

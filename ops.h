@@ -43,8 +43,8 @@ void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout,
 /* Ops.matmul_backward_gelu as the two ops of table o in sequence (tensor.h
  * has the contract): the specification of the fused forms, and the entry
  * of the tables without one. */
-void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
-                                  const void *fch, int N, int C, int OC);
+void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, float *dbias, void *tmp, const void *dout,
+                                  const void *w, const void *fch, int N, int C, int OC);
 /* Ops.matmul_forward_gelu as table o's matmul_forward then gelu_forward. */
 void ops_matmul_forward_gelu_seq(const Ops *o, Dev *d, void *out, void *gout, const void *inp, const void *w,
                                  const void *bias, int N, int C, int OC);

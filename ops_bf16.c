@@ -138,9 +138,9 @@ static void b_matmul_forward_gelu(Dev *d, void *out, void *gout, const void *inp
     ops_matmul_forward_gelu_seq(&cpu_bf16_ops, d, out, gout, inp, w, bias, N, C, OC);
 }
 
-static void b_matmul_backward_gelu(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+static void b_matmul_backward_gelu(Dev *d, void *dfch, float *dbias, void *tmp, const void *dout, const void *w,
                                    const void *fch, int N, int C, int OC) {
-    ops_matmul_backward_gelu_seq(&cpu_bf16_ops, d, dfch, tmp, dout, w, fch, N, C, OC);
+    ops_matmul_backward_gelu_seq(&cpu_bf16_ops, d, dfch, dbias, tmp, dout, w, fch, N, C, OC);
 }
 
 static void b_gelu_forward(Dev *d, void *out, const void *inp, size_t n) {

@@ -295,6 +295,29 @@ static int test_matmul_at(Selftest *s, int oc) {
         !cmp_f32(s, "matmul_backward", "dw", g_dw, dw, OCC) ||
         !cmp_f32(s, "matmul_backward", "dbias", g_dbias, dbias, oc))
         return -1;
+
+    /* the fused forms: fc's product and GELU of it (both outputs pure), and
+     * an input gradient through GELU's derivative (dfch [N,C] pure, fch its
+     * GELU input), without and with the bias gradient of fch's layer (dbias
+     * [C] accumulated); tmp is scratch */
+    void *out2 = h_act_nan(s, NO), *gout = h_act_nan(s, NO);
+    void *g_out2 = g_put(s, out2, A(NO)), *g_gout = g_put(s, gout, A(NO));
+    R->matmul_forward_gelu(CPU, out2, gout, inp, w, bias, N, C, oc);
+    G->matmul_forward_gelu(GPU, g_out2, g_gout, g_inp, g_w, g_bias, N, C, oc);
+    if (!cmp_act(s, "matmul_forward_gelu", "out", g_out2, out2, NO) ||
+        !cmp_act(s, "matmul_forward_gelu", "gout", g_gout, gout, NO))
+        return -1;
+    void *fch = h_act(s, NC, 4.0f, 0), *tmp = h_act_nan(s, NC);
+    void *g_fch = g_put(s, fch, A(NC)), *g_tmp = g_put(s, tmp, A(NC));
+    float *fdb = h_f32(s, C, 0.5f, 0), *g_fdb = g_put(s, fdb, C * 4);
+    for (int with_db = 0; with_db < 2; with_db++) {
+        void *dfch = h_act_nan(s, NC), *g_dfch = g_put(s, dfch, A(NC));
+        R->matmul_backward_gelu(CPU, dfch, with_db ? fdb : NULL, tmp, dout, w, fch, N, C, oc);
+        G->matmul_backward_gelu(GPU, g_dfch, with_db ? g_fdb : NULL, g_tmp, g_dout, g_w, g_fch, N, C, oc);
+        if (!cmp_act(s, "matmul_backward_gelu", "dfch", g_dfch, dfch, NC) ||
+            (with_db && !cmp_f32(s, "matmul_backward_gelu", "dbias", g_fdb, fdb, C)))
+            return -1;
+    }
     return 0;
 }
 
@@ -302,7 +325,7 @@ static int test_matmul_at(Selftest *s, int oc) {
  * tiles), and OC (the path for rows that are not 16 bytes). */
 static int test_matmul(Selftest *s) {
     if (test_matmul_at(s, OC1) || test_matmul_at(s, OC)) return -1;
-    s->res->ops += 2;
+    s->res->ops += 4;  /* matmul_forward, matmul_backward and the two fused forms */
     return 0;
 }
 

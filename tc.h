@@ -73,9 +73,18 @@ int tc_gemm_order(TcImpl impl, int group, void *D, int d_fp32, int accumulate, c
  * writes the product (A, B and the implementations as tc_gemm's; no
  * split, bf16 D being never split). TC_AUTO runs what tc_gemm would for
  * that product, with the plain epilogue (mm_wg_epilogue) where it would
- * store through TMA. Returns as tc_gemm; -1 with pre NULL. */
+ * store through TMA. dbias [N] float32 or NULL: fc's bias gradient too,
+ * dbias[n] += the column sums of the stored D, tc_bias_grad's bits
+ * (tc_bias_grad(dbias, D, 0, M, N, work, work_floats) after the product):
+ * where tc_bias_grad would sum chunks of 128 rows into work, the wgmma
+ * kernels sum each stored tile into work in that order in their epilogue
+ * and tc_partials_add adds the chunks; elsewhere tc_bias_grad runs after
+ * the product. work [work_floats] float32 scratch (may be NULL), used only
+ * for those sums. Returns as tc_gemm (dbias untouched on -1); -1 with pre
+ * NULL. */
 int tc_gemm_gelu_back(TcImpl impl, void *D, const void *A, int a_kmajor, const void *B, int b_kmajor,
-                      const void *pre, int M, int N, int K, void *stream);
+                      const void *pre, float *dbias, int M, int N, int K, float *work, size_t work_floats,
+                      void *stream);
 
 /* fc's product fused with GELU's forward: D[M,N] = A B + bias (bf16,
  * written: the pre-activation, which GELU's backward reads) and G[M,N] =

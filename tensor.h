@@ -201,9 +201,13 @@ struct Ops {
      * gelu_backward(dfch, fch, tmp): the product rounded to the dtype, then
      * the derivative's product rounded once. tmp [N,C] of the dtype: scratch
      * that the op may overwrite (the CUDA bf16 table's fused GEMM epilogue
-     * never touches it). The weights' and bias's gradients stay
+     * never touches it). dbias [C] float32 or NULL: the bias gradient of
+     * the layer that made fch too, dbias[c] += sum_n dfch[n,c], with the
+     * bits of matmul_backward(NULL, NULL, dbias, dfch) after the rest
+     * (the CUDA bf16 table sums the tiles it stores in the epilogue, in
+     * that op's order). fcproj's weight and bias gradients stay
      * matmul_backward's (dinp NULL). */
-    void (*matmul_backward_gelu)(Dev *d, void *dfch, void *tmp, const void *dout, const void *w,
+    void (*matmul_backward_gelu)(Dev *d, void *dfch, float *dbias, void *tmp, const void *dout, const void *w,
                                  const void *fch, int N, int C, int OC);
     /* Causal self-attention. qkv [B,T,3C] holds q, k, v at channel offsets
      * 0, C, 2C; head h uses channels [h*hs, (h+1)*hs), hs = C/NH;

@@ -30,8 +30,12 @@
  *    fwd+gelu" (tc_gemm_gelu: the forward and GELU of it, checked against
  *    gelu of the double product too) and "fcproj dinp+gelu'"
  *    (tc_gemm_gelu_back: dinp written through GELU's derivative, checked
- *    against gelu'(pre) times the double product); the step sums them in
- *    place of fc fwd, fcproj dinp and the two GELU rows.
+ *    against gelu'(pre) times the double product, with fc's bias gradient
+ *    summed from its stored tiles as training runs it); the step sums them
+ *    in place of fc fwd, fcproj dinp, the two GELU rows and fc's
+ *    bias_grad row. "fcproj dinp+gelu' nosum" is the same product without
+ *    the bias sums (not in the step): their cost is the difference, to set
+ *    against fc's bias_grad row that they replace.
  *    TFLOP/s = 2MNK / time. cuBLAS's forward adds no bias (cublasGemmEx has
  *    no bias epilogue; the bias is N reads of an M x N product, so this
  *    favours cuBLAS by a hair).
@@ -457,6 +461,8 @@ typedef struct {
     const void *gpre;               /* device [M][N] bf16 or NULL: the GELU-backward epilogue's pre-activation
                                      * (tc_gemm_gelu_back: D written, gelu'(pre) times the product) */
     const uint16_t *hgpre;          /* its host copy */
+    float *gdb;                     /* device [N] float32 or NULL (with gpre): fc's bias gradient summed from
+                                     * the stored tiles too (tc_gemm_gelu_back's dbias, accumulated) */
     void *gout;                     /* device [M][N] bf16 or NULL: the GELU-forward epilogue's second output
                                      * (tc_gemm_gelu: D the pre-activation, gout GELU of it) */
 } BenchGemm;
@@ -498,8 +504,8 @@ static void bench_run_gemm(void *arg) {
         r->ret = tc_gemm_gelu((TcImpl)r->impl, g->D, g->gout, g->A, g->a_kmajor, g->B, g->b_kmajor, g->bias, g->M,
                               g->N, g->K, (void *)r->stream);
     else if (g->gpre)
-        r->ret = tc_gemm_gelu_back((TcImpl)r->impl, g->D, g->A, g->a_kmajor, g->B, g->b_kmajor, g->gpre, g->M,
-                                   g->N, g->K, (void *)r->stream);
+        r->ret = tc_gemm_gelu_back((TcImpl)r->impl, g->D, g->A, g->a_kmajor, g->B, g->b_kmajor, g->gpre, g->gdb,
+                                   g->M, g->N, g->K, r->work, r->work_floats, (void *)r->stream);
     else if (r->impl == BENCH_WG_MFAST_IMPL)
         r->ret = tc_gemm_order(TC_WGMMA, 1 << 30, g->D, g->d_fp32, g->accumulate, g->A, g->a_kmajor, g->B,
                                g->b_kmajor, g->bias, g->M, g->N, g->K, r->work, r->work_floats,
@@ -680,7 +686,8 @@ static void bench_gemm_product(BenchCtx *c, const BenchGemm *g) {
         const int trains = impls[j] == autoi && (autoi == TC_WGMMA || autoi == TC_WGMMA_COOP);
         if (trains) bench_target_row(c, BENCH_T_WGMMA, g->label, pct);
         /* the step: every layer's linear, the head's once; fwd in forward, dinp and dw in backward */
-        const int calls = !strcmp(g->label, "fcproj dinp") || !strcmp(g->label, "fc fwd")
+        const int calls = !strcmp(g->label, "fcproj dinp") || !strcmp(g->label, "fc fwd") ||
+                                  strstr(g->label, "nosum")
                               ? 0  /* training runs "fcproj dinp+gelu'", "fc fwd+gelu" */
                           : strncmp(g->label, "head", 4) ? BENCH_LAYERS : 1;
         const int phase = strstr(g->label, " fwd") ? BENCH_P_FWD : BENCH_P_BWD;
@@ -747,21 +754,32 @@ static void bench_gemm(BenchCtx *c) {
         uint16_t *h_pre = fused ? bench_malloc(nin * 2) : NULL;   /* [rows][C] */
         if (fused) bench_fill_bf16(h_pre, nin, seed + 7, -4, 4);
         void *pre = fused ? bench_upload(c, h_pre, nin * 2) : NULL;   /* [rows][C] bf16 */
-        BenchGemm g[5] = {
+        float *gdb = fused ? dev_alloc(c->gpu, (size_t)C * 4) : NULL;  /* [C] fp32: fc's bias gradient */
+        if (gdb) dev_zero(c->gpu, gdb, (size_t)C * 4);
+        BenchGemm g[6] = {
             /* forward: M rows, N OC, K C; A = inp [M][K], B = w [N][K] */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, lin[l].bias ? bias : NULL, out, out0, h_inp, h_w,
-             lin[l].bias ? h_bias : NULL, h_out0, NULL, NULL, NULL},
+             lin[l].bias ? h_bias : NULL, h_out0, NULL, NULL, NULL, NULL},
             /* dinp: M rows, N C, K OC; A = dout [M][K], B = w [K][N] */
-            {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, NULL, NULL, NULL},
+            {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, NULL, NULL, NULL,
+             NULL},
             /* dw: M OC, N C, K rows; A = dout [K][M], B = inp [K][N]; fp32 */
-            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0, NULL, NULL, NULL},
-            /* fcproj dinp+gelu': as dinp, D written (tc_gemm_gelu_back) */
-            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre, NULL},
+            {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0, NULL, NULL, NULL,
+             NULL},
+            /* fcproj dinp+gelu': as dinp, D written, with fc's bias gradient from its tiles
+             * (tc_gemm_gelu_back with dbias, as training runs it) */
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre, gdb,
+             NULL},
             /* fc fwd+gelu: as fwd, GELU of the stored pre-activation into gout too (tc_gemm_gelu) */
-            {"", rows, OC, C, 1, 1, 0, 0, inp, w, bias, out, out0, h_inp, h_w, h_bias, h_out0, NULL, NULL, gout}};
-        static const char *what[5] = {"fwd", "dinp", "dw", "dinp+gelu'", "fwd+gelu"};
-        for (int p = 0; p < 5; p++) {
-            if ((p == 3 && !fused) || (p == 4 && !fused_fwd)) continue;
+            {"", rows, OC, C, 1, 1, 0, 0, inp, w, bias, out, out0, h_inp, h_w, h_bias, h_out0, NULL, NULL, NULL,
+             gout},
+            /* fcproj dinp+gelu' without the bias sums (dbias NULL): the fused sums' cost is the
+             * difference, to be set against fc's bias_grad row (not in the step) */
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, pre, h_pre, NULL,
+             NULL}};
+        static const char *what[6] = {"fwd", "dinp", "dw", "dinp+gelu'", "fwd+gelu", "dinp+gelu' nosum"};
+        for (int p = 0; p < 6; p++) {
+            if (((p == 3 || p == 5) && !fused) || (p == 4 && !fused_fwd)) continue;
             snprintf(g[p].label, sizeof g[p].label, "%s %s", lin[l].name, what[p]);
             bench_gemm_product(c, &g[p]);
         }
@@ -776,6 +794,7 @@ static void bench_gemm(BenchCtx *c) {
         dev_free(c->gpu, dinp, nin * 2);
         dev_free(c->gpu, dw, nw * 4);
         if (pre) dev_free(c->gpu, pre, nin * 2);
+        if (gdb) dev_free(c->gpu, gdb, (size_t)C * 4);
         if (gout) dev_free(c->gpu, gout, nout * 2);
         free(h_pre);
         free(h_inp);
@@ -1405,8 +1424,9 @@ static void bench_memory(BenchCtx *c) {
      k->B = B, k->T = T, k->V = V, k->Vp = Vp, k->cpu_rows = N, k->fp32_too = 1)
 #define BENCH_BUF(kd, cnt, l, hh, o) (k->buf[k->nbuf++] = (BenchBuf){kd, cnt, l, hh, o, 0})
 /* calls a GPT-2 124M step makes (gpt.c): ln1 a layer and lnf plain, ln2 fused with its residual
- * add, the MLP's residual add and three bias gradients (attproj, fc, fcproj; qkv's 3C wide has no
- * row) a layer, the rest once; GELU runs in fc fwd's and fcproj dinp's epilogues */
+ * add, the MLP's residual add and two bias gradients (attproj, fcproj; qkv's 3C wide has no row)
+ * a layer, the rest once; GELU runs in fc fwd's and fcproj dinp's epilogues, and fc's bias
+ * gradient in fcproj dinp's */
 #define BENCH_STEP(ph, n) (k->step_phase = (ph), k->step_calls = (n))
 
     /* layernorm_forward: read inp N*C + w, b 2C; write out N*C (act); write mean, rstd 2N floats */
@@ -1489,8 +1509,10 @@ static void bench_memory(BenchCtx *c) {
     BENCH_BUF(F, (size_t)C, -1, 1, 1);         /* dbias [C], accumulated */
     BENCH_BUF(A, NC, -1, 1, 0);                /* dout [N,C] */
     k->act_elems = (double)NC, k->other_bytes = 8.0 * C;
+    /* fc's: not in the step; training sums it in fcproj dinp's epilogue (the matmul row
+     * "fcproj dinp+gelu'", which now times the sums and their tc_partials_add too) */
     BENCH_CASE("bias_grad", matmul_backward, bench_run_biasg4);
-    BENCH_STEP(BENCH_P_BWD, BENCH_LAYERS);
+    BENCH_STEP(BENCH_P_BWD, 0);
     snprintf(k->shape, sizeof k->shape, "%dx%d", N, 4 * C);
     BENCH_BUF(F, (size_t)4 * C, -1, 1, 1);     /* dbias [4C], accumulated */
     BENCH_BUF(A, 4 * NC, -1, 1, 0);            /* dout [N,4C] */

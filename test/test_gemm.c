@@ -589,12 +589,20 @@ static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
     char *gpre_alloc = dev_alloc(&t->gpu, MN * 2 + pad), *gD_alloc = dev_alloc(&t->gpu, MN * 2 + pad);
     void *gpre = gpre_alloc + pad, *gD = gD_alloc + pad;
     dev_from_host(&t->gpu, gpre, pre, MN * 2);
+    /* the bias sums' dbias [N] (its start db0) and work */
+    float *db0 = xmalloc((size_t)N * 4), *db_fused = xmalloc((size_t)N * 4), *db_spec = xmalloc((size_t)N * 4),
+          *wnan = xmalloc(WORK_FLOATS * 4);
+    for (int i = 0; i < N; i++) db0[i] = urand(t);
+    memset(wnan, 0xFF, WORK_FLOATS * 4);
+    uint16_t *got_b = xmalloc(MN * 2);
+    float *gdb = dev_alloc(&t->gpu, (size_t)N * 4), *gwork = dev_alloc(&t->gpu, WORK_FLOATS * 4);
     for (int ii = 0; ii < NIMPLS; ii++) {
         char name[160];
         snprintf(name, sizeof name, "gemm %s dinp+gelu'" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
         const int plain = gelu_plain(t, impls[ii].impl, gD, zero, 1, gA, gB, 0, NULL, M, N, K, prod);
         dev_from_host(&t->gpu, gD, nan, MN * 2);
-        const int r = tc_gemm_gelu_back(impls[ii].impl, gD, gA, 1, gB, 0, gpre, M, N, K, t->gpu.stream);
+        const int r = tc_gemm_gelu_back(impls[ii].impl, gD, gA, 1, gB, 0, gpre, NULL, M, N, K, NULL, 0,
+                                        t->gpu.stream);
         dev_sync(&t->gpu);
         dev_to_host(&t->gpu, got, gD, MN * 2);
         if (plain == -1) {
@@ -615,12 +623,39 @@ static void test_gelu_back(Test *t, int M, int N, int K, int odd) {
               "%s: ran %s%s; %zu of %zu values differ in their bits from the plain product then gelu' "
               "(max rel err %.2e; %s)", shape, impl_name(r), r == plain ? "" : " (not what the plain product ran)",
               differ, MN, diff / scale, GELU_BITS ? "the bits must be equal" : "tol 1e-2 on a GPU");
+
+        /* fc's bias gradient from the same product (dbias random, accumulated; the
+         * Dev's scratch as work, NaN-filled): the bits of tc_bias_grad of the
+         * stored D after it, and D's bits as without it */
+        snprintf(name, sizeof name, "gemm %s dinp+gelu' bias sums" GEMM_TAG_FMT, impls[ii].name, GEMM_TAG);
+        dev_from_host(&t->gpu, gD, nan, MN * 2);
+        dev_from_host(&t->gpu, gdb, db0, (size_t)N * 4);
+        dev_from_host(&t->gpu, gwork, wnan, WORK_FLOATS * 4);
+        const int rb = tc_gemm_gelu_back(impls[ii].impl, gD, gA, 1, gB, 0, gpre, gdb, M, N, K, gwork, WORK_FLOATS,
+                                         t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, got_b, gD, MN * 2);
+        dev_to_host(&t->gpu, db_fused, gdb, (size_t)N * 4);
+        dev_from_host(&t->gpu, gdb, db0, (size_t)N * 4);
+        tc_bias_grad(gdb, gD, 0, M, N, gwork, WORK_FLOATS, t->gpu.stream);
+        dev_sync(&t->gpu);
+        dev_to_host(&t->gpu, db_spec, gdb, (size_t)N * 4);
+        size_t d_db = 0;
+        for (int i = 0; i < N; i++) d_db += memcmp(&db_fused[i], &db_spec[i], 4) != 0;
+        const int same_d = memcmp(got_b, got, MN * 2) == 0;
+        check(&t->checks, rb == r && same_d && d_db == 0, name,
+              "%s: ran %s%s; %zu of %d bias sums differ in their bits from tc_bias_grad of the stored D "
+              "(must be 0); D %s", shape, impl_name(rb), rb == r ? "" : " (not what it ran without the sums)",
+              d_db, N, same_d ? "as without the sums" : "DIFFERS from the product without the sums");
     }
     dev_free(&t->gpu, gA, (size_t)M * K * 2);
     dev_free(&t->gpu, gB, (size_t)K * N * 2);
     dev_free(&t->gpu, gpre_alloc, MN * 2 + pad);
     dev_free(&t->gpu, gD_alloc, MN * 2 + pad);
+    dev_free(&t->gpu, gdb, (size_t)N * 4);
+    dev_free(&t->gpu, gwork, WORK_FLOATS * 4);
     free(A); free(B); free(pre); free(zero); free(nan); free(prod); free(got); free(spec);
+    free(got_b); free(db0); free(db_fused); free(db_spec); free(wnan);
 }
 
 /* The GELU-forward epilogue (tc_gemm_gelu): fc's product D [M][N] = A B +

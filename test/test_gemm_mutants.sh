@@ -1,7 +1,7 @@
 #!/bin/sh
 # test/test_gemm_mutants.sh: matmul.cu's ping-pong wgmma kernel (TC_WGMMA)
 # and its cluster form (TC_WGMMA_CLUSTER) under the CPU emulation must be
-# caught with each of twenty-five bugs planted in a copy of it, one a copy
+# caught with each of twenty-eight bugs planted in a copy of it, one a copy
 # (the copies built and run one a core):
 #   - in the kernel: a consumer warpgroup that does not count the other's
 #     k-blocks into its position in the stage ring (it then waits on, reads
@@ -44,7 +44,15 @@
 #     accumulator (the bits of the two passes lost: test_gemm's
 #     "dinp+gelu'" checks compare bits); fch read from the next row; the
 #     fused product sent through the TMA-store epilogue, which knows no
-#     GELU; in the GELU-forward epilogue (fc's product and GELU of it,
+#     GELU; in the bias sums that epilogue takes for fc's bias gradient
+#     (tc_gemm_gelu_back's dbias, mm_wg_bias_sums): the 8 row lanes of a
+#     chunk added 7..0 (test_gemm's "bias sums" checks compare bits with
+#     tc_bias_grad of the stored D), a tile's sums written to the next
+#     chunk's row (the last chunk's row stays the NaN work starts with),
+#     the named barrier before the re-read dropped (the emulation's
+#     warp-greedy schedule runs warp 0 on into its column sums before
+#     warps 1-3 have stored their rows, which are still the NaN the
+#     output starts as); in the GELU-forward epilogue (fc's product and GELU of it,
 #     tc_gemm_gelu): GELU computed from the unrounded pre-activation (test_gemm's
 #     "fwd+gelu" compares bits); the TMA-store path taken (no GELU output:
 #     it stays NaN);
@@ -244,6 +252,16 @@ mutant "GELU backward: the derivative read from the next row of fch (ping-pong e
 mutant "GELU backward: the fused product stored through TMA, whose epilogue has no GELU (host)" \
     'const bool ts = pp && !d_fp32 && !accumulate && !gpre && !gout &&' \
     'const bool ts = pp && !d_fp32 && !accumulate && !gout &&' check 1 gelu
+mutant "bias sums: the 8 row lanes added 7..0, not in the split kernel's order (epilogue)" \
+    'const int m = m0 + y + 8 * i;' \
+    'const int m = m0 + (7 - y) + 8 * i;' check 1 gelu
+mutant "bias sums: a tile's sums written to the next chunk's row of work (epilogue)" \
+    'bgw[(size_t)(m0 / MM_BG_ROWS) * N + n] = tot;' \
+    'bgw[(size_t)(m0 / MM_BG_ROWS + 1) * N + n] = tot;' check 1 gelu
+mutant "bias sums: no named barrier between the tile's stores and their re-read (epilogue)" \
+    '    sm90_bar_sync(bar, nt);
+    const int n = n0 + t;' \
+    '    const int n = n0 + t;' check 1 gelu
 mutant "GELU forward: GELU of the unrounded pre-activation, not of the stored bf16 (epilogue)" \
     'for (int k = 0; k < 4; k++) g2[k] = mm_gelu_fwd2(w2[k]);' \
     'for (int k = 0; k < 4; k++) g2[k] = __floats2bfloat162_rn(gelu_f(x[2 * k]), gelu_f(x[2 * k + 1]));' check 1 gelu

@@ -290,11 +290,15 @@ static void test_matmul(Test *t, int N, int C, int OC, int with_optional) {
     /* fcproj's input gradient through GELU's backward (fch [N,C] GELU's input; dfch written) */
     float *fch = host_rand(t, NC, 4.0f), *dfch = host_nan(NC), *tmp = host_nan(NC);
     float *g_fch = gpu_put(t, fch, NC * 4), *g_dfch = gpu_put(t, dfch, NC * 4), *g_tmp = gpu_put(t, tmp, NC * 4);
-    cpu_ops.matmul_backward_gelu(&t->cpu, dfch, tmp, dout, w, fch, N, C, OC);
-    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    /* with_optional: fc's bias gradient too, accumulated into random values */
+    float *fdb = with_optional ? host_rand(t, C, 0.5f) : NULL, *g_fdb = fdb ? gpu_put(t, fdb, C * 4) : NULL;
+    cpu_ops.matmul_backward_gelu(&t->cpu, dfch, fdb, tmp, dout, w, fch, N, C, OC);
+    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_fdb, g_tmp, g_dout, g_w, g_fch, N, C, OC);
     compare_gpu(t, "matmul_backward_gelu", "dfch", shape, g_dfch, dfch, NC);
+    if (fdb) compare_gpu(t, "matmul_backward_gelu", "dbias", shape, g_fdb, fdb, C);
     gpu_drop(t, g_fch, NC * 4); gpu_drop(t, g_dfch, NC * 4); gpu_drop(t, g_tmp, NC * 4);
-    free(fch); free(dfch); free(tmp);
+    if (fdb) gpu_drop(t, g_fdb, C * 4);
+    free(fch); free(dfch); free(tmp); free(fdb);
 
     gpu_drop(t, g_inp, NC * 4); gpu_drop(t, g_w, OCC * 4); gpu_drop(t, g_out, NO * 4);
     gpu_drop(t, g_bias, OC * 4); gpu_drop(t, g_dout, NO * 4); gpu_drop(t, g_dw, OCC * 4);
@@ -904,22 +908,45 @@ static void test16_matmul(Test *t, Dev *c16, int N, int C, int OC) {
     uint16_t *fch = h16_rand(t, NC, 4.0f), *dfch = h16_nan(NC), *tmp = h16_nan(NC);
     void *g_fch = gpu_put(t, fch, NC * 2), *g_dfch = gpu_put(t, dfch, NC * 2), *g_tmp = gpu_put(t, tmp, NC * 2);
     void *g_seq = gpu_put(t, dfch, NC * 2);
-    c16->ops->matmul_backward_gelu(c16, dfch, tmp, dout, w, fch, N, C, OC);
-    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    c16->ops->matmul_backward_gelu(c16, dfch, NULL, tmp, dout, w, fch, N, C, OC);
+    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, NULL, g_tmp, g_dout, g_w, g_fch, N, C, OC);
     compare16(t, "matmul_backward_gelu", "dfch", shape, g_dfch, dfch, NC);
     uint16_t *fused = xmalloc(NC * 2), *seq = xmalloc(NC * 2), *tmp_after = xmalloc(NC * 2);
     dev_to_host(&t->gpu, fused, g_dfch, NC * 2);
     dev_to_host(&t->gpu, tmp_after, g_tmp, NC * 2);
-    ops_matmul_backward_gelu_seq(t->gpu.ops, &t->gpu, g_seq, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    ops_matmul_backward_gelu_seq(t->gpu.ops, &t->gpu, g_seq, NULL, g_tmp, g_dout, g_w, g_fch, N, C, OC);
     dev_to_host(&t->gpu, seq, g_seq, NC * 2);
     size_t differ = 0;
     for (size_t i = 0; i < NC; i++) differ += fused[i] != seq[i];
     uint16_t *nan16 = h16_nan(NC);
     const int tmp_kept = memcmp(tmp_after, nan16, NC * 2) == 0;  /* g_tmp started as these NaNs */
-    free(nan16);
     check(&t->checks, differ == 0 && tmp_kept, tagged("bf16 matmul_backward_gelu bits"),
           "%s: %zu of %zu values differ from matmul_backward into zeros then gelu_backward on the device "
           "(must be 0); the scratch %s", shape, differ, NC, tmp_kept ? "untouched" : "WRITTEN (the fused form never writes it)");
+    /* with fc's bias gradient (dbias [C] accumulated into random values):
+     * against the CPU bf16 table, and bit for bit against this table's own
+     * sequence (the product, gelu_backward, then matmul_backward's column
+     * sums of the stored dfch); dfch's bits as without it */
+    float *fdb = host_rand(t, C, 0.5f);
+    float *g_fdb = gpu_put(t, fdb, C * 4), *g_sdb = gpu_put(t, fdb, C * 4);
+    dev_from_host(&t->gpu, g_dfch, nan16, NC * 2);
+    c16->ops->matmul_backward_gelu(c16, dfch, fdb, tmp, dout, w, fch, N, C, OC);
+    t->gpu.ops->matmul_backward_gelu(&t->gpu, g_dfch, g_fdb, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    compare16f(t, "matmul_backward_gelu", "dbias", shape, g_fdb, fdb, C);
+    ops_matmul_backward_gelu_seq(t->gpu.ops, &t->gpu, g_seq, g_sdb, g_tmp, g_dout, g_w, g_fch, N, C, OC);
+    float *f_db = xmalloc(C * 4), *s_db = xmalloc(C * 4);
+    dev_to_host(&t->gpu, fused, g_dfch, NC * 2);
+    dev_to_host(&t->gpu, seq, g_seq, NC * 2);
+    dev_to_host(&t->gpu, f_db, g_fdb, C * 4);
+    dev_to_host(&t->gpu, s_db, g_sdb, C * 4);
+    size_t d_dfch = 0, d_db = 0;
+    for (size_t i = 0; i < NC; i++) d_dfch += fused[i] != seq[i];
+    for (int i = 0; i < C; i++) d_db += memcmp(&f_db[i], &s_db[i], 4) != 0;
+    check(&t->checks, d_dfch == 0 && d_db == 0, tagged("bf16 matmul_backward_gelu bias bits"),
+          "%s: %zu of %d bias sums and %zu of %zu dfch values differ from the product, gelu_backward, then "
+          "matmul_backward's bias sums on the device (must be 0)", shape, d_db, C, d_dfch, NC);
+    gpu_drop(t, g_fdb, C * 4); gpu_drop(t, g_sdb, C * 4);
+    free(fdb); free(f_db); free(s_db); free(nan16);
     gpu_drop(t, g_fch, NC * 2); gpu_drop(t, g_dfch, NC * 2); gpu_drop(t, g_tmp, NC * 2); gpu_drop(t, g_seq, NC * 2);
     free(fch); free(dfch); free(tmp); free(fused); free(seq); free(tmp_after);
     gpu_drop(t, g_inp, NC * 2); gpu_drop(t, g_w, OCC * 2); gpu_drop(t, g_bias, OC * 2); gpu_drop(t, g_out, NO * 2);

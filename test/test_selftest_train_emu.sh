@@ -5,7 +5,9 @@
 # and matmul.cu's fused epilogue alike) loses a factor (x^2 for x^3 in its
 # cubic term: a typo no compiler sees), test/train_emu is rebuilt
 # over the emulated kernels and trains on --device cuda; the run must exit
-# 1 with "error: self-test: kernel gelu_forward ..." and no step line, and
+# 1 with "error: self-test: kernel gelu_forward ..." (or matmul_forward_gelu,
+# fc's product with GELU in its epilogue, which the self-test's matmul group
+# checks first) and no step line, and
 # with --no-self-test it must train (the check is what stopped it).
 # test_selftest_emu checks the self-test itself op by op. (Its tolerances,
 # 1e-4 in fp32 and 1e-2 in bf16 of the largest value, let small slips pass:
@@ -28,7 +30,8 @@ fi
 for dt in fp32 bf16; do
     (cd "$S" && timeout 120 ./test/train_emu $M --dtype $dt) > "$S/run.log" 2>&1
     rc=$?
-    line=$(grep -m1 'error: self-test: kernel gelu_forward' "$S/run.log")
+    line=$(grep -m1 -e 'error: self-test: kernel gelu_forward' -e 'error: self-test: kernel matmul_forward_gelu' \
+        "$S/run.log")
     steps=$(grep -c '^step ' "$S/run.log")
     if [ $rc -eq 1 ] && [ -n "$line" ] && [ "$steps" -eq 0 ]; then
         echo "PASS selftest_train: a wrong GELU ($dt) stops the run before step 1: $line"
