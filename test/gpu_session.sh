@@ -15,7 +15,8 @@
 #                                  tests 52-56 s, bench 69-90 s), 8 logs
 #   sh test/gpu_session.sh profile ncu on the kernels that matter only (issue 42): the
 #                                  wgmma GEMMs (ping-pong, cooperative, cluster) at fcproj
-#                                  dinp and attproj dinp, cuBLAS's beside them,
+#                                  dinp and attproj dinp, cuBLAS's beside them, training's
+#                                  fused fcproj dinp+gelu' with and without fc's bias sums,
 #                                  attention's forward and deterministic backward and
 #                                  attention_sm90.cu's, picked in bench_gpu by their NVTX
 #                                  ranges (--nvtx-include) and --launch-count, and the
@@ -100,7 +101,8 @@ profile() {  # the kernels issue 42 names, and nothing else: bench_gpu's rows by
         --nvtx-include "gemm fcproj dinp cublas/" --nvtx-include "gemm attproj dinp cublas/" \
         --nvtx-include "gemm fcproj dinp wg-coop/" --nvtx-include "gemm attproj dinp wg-coop/" \
         --nvtx-include "gemm fcproj dinp wg-clus/" --nvtx-include "gemm attproj dinp wg-clus/" \
-        --launch-count 24 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
+        --nvtx-include "gemm fcproj dinp+gelu' wgmma/" --nvtx-include "gemm fcproj dinp+gelu' nosum wgmma/" \
+        --launch-count 30 $NCU_SECTIONS ./bench/bench_gpu --only gemm --reps 1 --warmup 0
     grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|Duration|Issue Slots Busy|Tensor|Stall|Achieved Occupancy|Registers Per' \
         "$logs/profile_gemm.log" | head -80
     # shellcheck disable=SC2086
