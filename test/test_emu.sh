@@ -54,8 +54,17 @@ flush() {
     done < "$jobs"
     : > "$jobs"
 }
-# The whole training program's CUDA path, queued first (test_3d_emu is the
-# longest run): test/test_model_emu (the model on --device cuda, fp32 and
+# The multi-GPU path, queued first (the longest run, its ranks on every
+# core): test/test_3d_nccl_emu, test_3d's GPU layouts (DDP, the parameter
+# server, ZeRO 1-3, offload, tp, sp, each schedule, make train's 4- and
+# 8-GPU layouts) over comm_nccl.c and the emulated NCCL, one emulated GPU a
+# rank, in two stream timings, against the CPU's one rank.
+if [ -x test/test_3d_nccl_emu ]; then
+    queue 3d_nccl test/test_3d_nccl_emu
+else
+    echo "SKIP 3d (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+fi
+# The whole training program's CUDA path (test_3d_emu the next longest run): test/test_model_emu (the model on --device cuda, fp32 and
 # bf16, against the PyTorch fixture, in-process and through test/train_emu)
 # and test/test_3d_emu (test_3d's CUDA layouts, the ranks sharing the
 # emulated GPU over the shared-memory backend, against the CPU's one rank),
@@ -78,8 +87,11 @@ if [ -x test/test_gemm_emu ]; then
     for cp in early late; do
         for order in up down; do
             for sms in 132 1; do
-                # with one SM no plan takes stream-K: its 20-second shape runs at 132 only
-                parts=; [ $sms -eq 1 ] && parts=TEST_GEMM_PARTS=products,streamk,gelu,bias
+                # the 20-second shape whose plan takes stream-K (streamk-plan) runs once, at 132
+                # SMs (with one SM no plan takes it; the forced stream-K checks run in every setting)
+                parts=TEST_GEMM_PARTS=products,streamk,gelu,bias
+                [ $sms -eq 132 ] && [ $cp$order = earlyup ] && parts=
+
                 queue gemm_sm_90a test/test_gemm_emu EMU_ARCH=sm_90a EMU_SMS=$sms EMU_CP=$cp EMU_ORDER=$order $parts
             done
         done
@@ -129,30 +141,21 @@ if [ -x test/test_nccl_emu ]; then
 else
     echo "SKIP nccl_emu (cpu emulation): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
 fi
-# The multi-GPU path: comm_nccl.c over the emulated NCCL, one emulated GPU a
-# rank. test_comm's whole table over it (8 ranks), then test_3d's GPU
-# layouts (DDP, the parameter server, ZeRO 1-3, offload, tp, sp, each
-# schedule, make train's 4- and 8-GPU layouts) in two stream timings against
-# the CPU's one rank. Each forks its own ranks: they run one after another.
-for t in test/test_comm_nccl_emu test/test_3d_nccl_emu; do
-    name=$(basename "$t" _nccl_emu)
-    if [ ! -x "$t" ]; then
-        echo "SKIP ${name#test_} (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
-        continue
-    fi
+# comm_nccl.c over the emulated NCCL, one emulated GPU a rank: test_comm's
+# whole table over it (8 ranks), alone (its ranks fill every core).
+if [ -x test/test_comm_nccl_emu ]; then
     t0=$(date +%s)
-    case "$t" in
-        *comm*) EMU_GPUS=8 OMP_NUM_THREADS=1 "./$t" --nccl --ranks 8 > "$tmp" 2>&1 ;;
-        *) OMP_NUM_THREADS=1 "./$t" > "$tmp" 2>&1 ;;
-    esac
+    EMU_GPUS=8 OMP_NUM_THREADS=1 ./test/test_comm_nccl_emu --nccl --ranks 8 > "$tmp" 2>&1
     rc=$?
     cat "$tmp"
-    echo "time ${name#test_} (emulated NCCL): $(($(date +%s) - t0))s"
+    echo "time comm (emulated NCCL): $(($(date +%s) - t0))s"
     if [ "$rc" -ne 0 ]; then
         status=1
-        grep -q '^FAIL ' "$tmp" || echo "FAIL ${name#test_} (emulated NCCL): $t exited with status $rc"
+        grep -q '^FAIL ' "$tmp" || echo "FAIL comm (emulated NCCL): test/test_comm_nccl_emu exited with status $rc"
     fi
-done
+else
+    echo "SKIP comm (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
+fi
 # The model once more on the emulated H100, its matmuls through TC_WGMMA
 # (its names say so: test_model's own tag is a constant), on one SM: each
 # persistent block then takes every tile, so the ping-pong kernel's two
