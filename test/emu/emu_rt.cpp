@@ -1367,13 +1367,19 @@ EmuRuntime &emu_rt(void) {
  * (which wait for the device); each cudaMalloc, cudaMallocHost, cudaFree and
  * cudaFreeHost counts as an allocation. At the range's end one line goes to
  * stderr, whatever the counts:
- *   emu: device D: step S: N blocking synchronizations, M allocations[: what; ...]
- * each `what` naming the call and the stream's last op before it. Counting
- * is per thread: comm.c's watchdog only queries events, which never block. */
+ *   emu: device D: step S: N blocking synchronizations, M allocations, K kernels,
+ *        C copies and memsets, L NCCL calls[: what; ...]
+ * each `what` naming the call and the stream's last op before it; K, C and
+ * L count the device work the thread queued in the range (on a GPU each
+ * kernel's launch and its gap from the one before are the step's cost
+ * beyond the kernels' own times: bench/NOTES.md, "The graph-capture
+ * question"). Counting is per thread: comm.c's watchdog only queries
+ * events, which never block. */
 struct EmuStepCount {
     int depth = 0;          /* NVTX ranges open on this thread */
     std::string name;       /* the outermost one's */
     long syncs = 0, allocs = 0;
+    long kernels = 0, copies = 0, nccl = 0;  /* device work it queued: launches, copies and memsets, NCCL calls */
     std::string calls;      /* what was counted, for the line */
 };
 thread_local EmuStepCount emu_sc;
@@ -1590,6 +1596,10 @@ uint64_t emu_enqueue(EmuStream *s, EmuStreamOp *op, bool work = true) {
     if (work) {
         s->works++;
         if (rt.trace_waits || emu_step_counts_on()) s->last_work = op->name;
+        if (emu_sc.depth && emu_step_counts_on())
+            (!op->name.compare(0, 4, "cuda") ? emu_sc.copies
+             : !op->name.compare(0, 4, "nccl") || !op->name.compare(0, 7, "group {") ? emu_sc.nccl
+                                                                                      : emu_sc.kernels)++;
     }
     s->q.push_back(EmuQueued{std::unique_ptr<EmuStreamOp>(op), rt.host, false, work});
     const uint64_t seq = ++s->enqueued;
@@ -2032,7 +2042,7 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t n, s
 int nvtxRangePushA(const char *message) {
     if (emu_sc.depth++ == 0) {
         emu_sc.name = message ? message : "";
-        emu_sc.syncs = emu_sc.allocs = 0;
+        emu_sc.syncs = emu_sc.allocs = emu_sc.kernels = emu_sc.copies = emu_sc.nccl = 0;
         emu_sc.calls.clear();
     }
     return emu_sc.depth - 1;
@@ -2040,9 +2050,10 @@ int nvtxRangePushA(const char *message) {
 int nvtxRangePop(void) {
     if (!emu_sc.depth) return -1;
     if (--emu_sc.depth == 0 && emu_step_counts_on())
-        fprintf(stderr, "emu: device %d: %s: %ld blocking synchronization%s, %ld allocation%s%s\n", emu_device,
-                emu_sc.name.c_str(), emu_sc.syncs, emu_sc.syncs == 1 ? "" : "s", emu_sc.allocs,
-                emu_sc.allocs == 1 ? "" : "s", emu_sc.calls.c_str());
+        fprintf(stderr, "emu: device %d: %s: %ld blocking synchronization%s, %ld allocation%s, %ld kernels, %ld copies "
+                "and memsets, %ld NCCL calls%s\n", emu_device, emu_sc.name.c_str(), emu_sc.syncs,
+                emu_sc.syncs == 1 ? "" : "s", emu_sc.allocs, emu_sc.allocs == 1 ? "" : "s", emu_sc.kernels,
+                emu_sc.copies, emu_sc.nccl, emu_sc.calls.c_str());
     return emu_sc.depth;
 }
 
