@@ -1046,7 +1046,7 @@ static void layernorm_backward(Dev *d, void *dinp, float *dw, float *db, const v
  * Matmul: one tiled kernel for the three products of a linear layer.
  *
  *   forward  out [N,OC]  = inp [N,C]   @ w^T  ([C,OC], w read along C)
- *   backward dinp [N,C] += dout [N,OC] @ w    ([OC,C])
+ *   backward dinp [N,C]  = dout [N,OC] @ w    ([OC,C]; written)
  *            dw [OC,C]  += dout^T      @ inp  ([N,C])
  *
  * All three are D[M,P] (+)= A[M,K] @ B[K,P]; they differ only in which index
@@ -1215,8 +1215,8 @@ static void matmul_forward_f32(Dev *d, void *out, const void *inp, const void *w
 static void matmul_backward_f32(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                                 const void *inp, const void *w, int N, int C, int OC) {
     const float *g = (const float *)dout;
-    // dinp[n,c] += sum_o dout[n,o] w[o,c]: A = dout (k = o contiguous), B[o,c] = w[o*C + c].
-    if (dinp) matmul_tiled<true, false>(d, (float *)dinp, g, (const float *)w, NULL, N, C, OC, OC, C, C, 1);
+    // dinp[n,c] = sum_o dout[n,o] w[o,c] (written): A = dout (k = o contiguous), B[o,c] = w[o*C + c].
+    if (dinp) matmul_tiled<true, false>(d, (float *)dinp, g, (const float *)w, NULL, N, C, OC, OC, C, C, 0);
     // dw[o,c] += sum_n dout[n,o] inp[n,c]: A[o,n] = dout[n*OC + o], B[n,c] = inp[n*C + c].
     if (dw) matmul_tiled<false, false>(d, dw, g, (const float *)inp, NULL, OC, C, N, OC, C, C, 1);
     if (dbias) tc_bias_grad(dbias, g, 1, N, OC, (float *)d->scratch, DEV_SCRATCH_BYTES / sizeof(float), d->stream);
@@ -1234,7 +1234,8 @@ static void matmul_forward_bf16(Dev *d, void *out, const void *inp, const void *
 static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                                  const void *inp, const void *w, int N, int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;  // nothing to add
-    if (dinp) tc_gemm(TC_AUTO, dinp, 0, 1, dout, 1, w, 0, NULL, N, C, OC, NULL, 0, d->stream);
+    /* dinp written (bf16, no read of the old D): the ping-pong kernel stores it through TMA */
+    if (dinp) tc_gemm(TC_AUTO, dinp, 0, 0, dout, 1, w, 0, NULL, N, C, OC, NULL, 0, d->stream);
     /* dw may run split-K, its parts in the Dev's scratch (stream-ordered, as every user of it) */
     if (dw)
         tc_gemm(TC_AUTO, dw, 1, 1, dout, 0, inp, 0, NULL, OC, C, N, (float *)d->scratch,

@@ -212,7 +212,7 @@ void cpu_matmul_backward_naive(Dev *d, real *dinp, real *dw, real *dbias, const 
             for (int c = 0; c < C; c++) {
                 real s = 0;
                 for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
-                dinp[(size_t)n * C + c] += s;
+                dinp[(size_t)n * C + c] = s;
             }
     }
     if (dw) {
@@ -239,7 +239,7 @@ void cpu_matmul_forward(Dev *d, float *out, const float *inp, const float *w, co
 
 void cpu_matmul_backward(Dev *d, float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC) {
-    if (dinp) gemm(N, C, OC, dout, OC, 1, w, C, 1, dinp, C, 1, NULL);  /* dout [N,OC] w [OC,C] */
+    if (dinp) gemm(N, C, OC, dout, OC, 1, w, C, 1, dinp, C, 0, NULL);  /* dout [N,OC] w [OC,C], written */
     if (dw) gemm(OC, C, N, dout, 1, OC, inp, C, 1, dw, C, 1, NULL);    /* dout^T [OC,N] inp [N,C] */
     if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
@@ -752,8 +752,7 @@ static void t_matmul_forward_gelu(Dev *d, void *out, void *gout, const void *inp
 void ops_matmul_backward_gelu_seq(const Ops *o, Dev *d, void *dfch, float *dbias, void *tmp, const void *dout,
                                   const void *w, const void *fch, int N, int C, int OC) {
     size_t n = (size_t)N * C, bytes = n * dt_size(o->dtype);
-    dev_zero(d, tmp, bytes);
-    o->matmul_backward(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);
+    o->matmul_backward(d, tmp, NULL, NULL, dout, NULL, w, N, C, OC);   /* tmp written */
     dev_zero(d, dfch, bytes);
     o->gelu_backward(d, dfch, fch, tmp, n);
     /* the bias of the layer whose output is fch: dfch [N,C] is its dout */

@@ -107,7 +107,9 @@ static void b_matmul_forward(Dev *d, void *out, const void *inp, const void *w, 
 static void b_matmul_backward(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                               const void *inp, const void *w, int N, int C, int OC) {
     size_t ni = (size_t)N * C;
-    float *fdx = wide(dinp, ni), *fg = wide(dout, (size_t)N * OC), *fx = wide(inp, ni);
+    float *fdx = dinp ? calloc(ni + 1, sizeof(float)) : NULL;  /* written: nothing to widen */
+    if (dinp && !fdx) { fprintf(stderr, "error: out of host memory (%zu floats)\n", ni); exit(1); }
+    float *fg = wide(dout, (size_t)N * OC), *fx = wide(inp, ni);
     float *fw = dinp ? wide(w, (size_t)OC * C) : NULL;  /* only the input gradient reads w */
     cpu_matmul_backward(d, fdx, dw, dbias, fg, fx, fw, N, C, OC);
     if (dinp) narrow_free(dinp, fdx, ni);

@@ -273,8 +273,8 @@ static int test_layernorm(Selftest *s) {
     return 0;
 }
 
-/* The linear layer at N x C -> oc with a bias; backward accumulates dinp,
- * dw and dbias. */
+/* The linear layer at N x C -> oc with a bias; backward writes dinp (NaN
+ * before it) and accumulates dw and dbias. */
 static int test_matmul_at(Selftest *s, int oc) {
     const size_t NC = (size_t)N * C, NO = (size_t)N * oc, OCC = (size_t)oc * C;
     void *inp = h_act(s, NC, 1.0f, 0), *w = h_act(s, OCC, 1.0f, 0), *bias = h_act(s, oc, 1.0f, 0);
@@ -285,7 +285,7 @@ static int test_matmul_at(Selftest *s, int oc) {
     G->matmul_forward(GPU, g_out, g_inp, g_w, g_bias, N, C, oc);
     if (!cmp_act(s, "matmul_forward", "out", g_out, out, NO)) return -1;
 
-    void *dout = h_act(s, NO, 1.0f, 0), *dinp = h_act(s, NC, 0.5f, 0);
+    void *dout = h_act(s, NO, 1.0f, 0), *dinp = h_act_nan(s, NC);
     float *dw = h_f32(s, OCC, 0.5f, 0), *dbias = h_f32(s, oc, 0.5f, 0);
     void *g_dout = g_put(s, dout, A(NO)), *g_dinp = g_put(s, dinp, A(NC));
     float *g_dw = g_put(s, dw, OCC * 4), *g_dbias = g_put(s, dbias, oc * 4);

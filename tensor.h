@@ -187,10 +187,14 @@ struct Ops {
      * gelu_forward (ops_matmul_forward_gelu_seq, what the CPU tables run). */
     void (*matmul_forward_gelu)(Dev *d, void *out, void *gout, const void *inp, const void *w,
                                 const void *bias, int N, int C, int OC);
-    /* Accumulates dinp[N,C] += dout @ w, dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout.
-     * Any of dinp, dw, dbias may be NULL to skip it (w is read only for
-     * dinp, inp only for dw): the input gradient now and the weights' later
-     * is the split backward of the zero-bubble schedules. */
+    /* Writes dinp[N,C] = dout @ w (its old contents ignored); accumulates
+     * dw[OC,C] += dout^T @ inp, dbias[OC] += sum_n dout. Any of dinp, dw,
+     * dbias may be NULL to skip it (w is read only for dinp, inp only for
+     * dw): the input gradient now and the weights' later is the split
+     * backward of the zero-bubble schedules. dinp is written, not added to,
+     * so that no pass zeroes it first and the GPU's product stores it
+     * without reading it (matmul.cu's TMA-store epilogue): the same bits as
+     * a product into zeros, 0 + x being x. */
     void (*matmul_backward)(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                             const void *inp, const void *w, int N, int C, int OC);
     /* The MLP's fcproj input gradient through GELU's backward, in one op:

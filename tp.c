@@ -174,11 +174,11 @@ void tp_row_forward(GPT *m, void *out, const void *in, const void *w, const void
     tp_g_forward(m, out, out, N);
 }
 
-/* Both linears' backward is the same matmul: the collectives are their
- * callers' (f's after a column-parallel one, g's before a row-parallel one). */
+/* Both linears' backward is the same matmul (dinp written, dw and db
+ * added to): the collectives are their callers' (f's after a
+ * column-parallel one, g's before a row-parallel one). */
 static void linear_backward(GPT *m, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                             const void *w, int N, int IC, int OC) {
-    if (dinp) dev_zero(m->dev, dinp, (size_t)N * IC * m->esz);
     m->dev->ops->matmul_backward(m->dev, dinp, dw, db, dout, inp, w, N, IC, OC);
 }
 

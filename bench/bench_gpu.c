@@ -16,7 +16,8 @@
  *    is printed too, but no kernel reaches it: a copy is what is reachable).
  *  - matmul: tc_gemm (tc.h) in the three products of each linear layer
  *    (qkv, attproj, fc, fcproj, head): forward (bias, bf16 out), dinp
- *    (bf16, accumulated) and dw (float32, accumulated), with mma.sync, with
+ *    (bf16, written, as training's since 2026-11-28) and dw (float32,
+ *    accumulated), with mma.sync, with
  *    wgmma in ping-pong ("wgmma", TC_WGMMA: what training runs on sm_90a)
  *    and wgmma cooperative ("wg-coop", TC_WGMMA_COOP: the kernel before
  *    ping-pong, timed beside it), the ping-pong kernel in clusters of two
@@ -760,8 +761,9 @@ static void bench_gemm(BenchCtx *c) {
             /* forward: M rows, N OC, K C; A = inp [M][K], B = w [N][K] */
             {"", rows, OC, C, 1, 1, 0, 0, inp, w, lin[l].bias ? bias : NULL, out, out0, h_inp, h_w,
              lin[l].bias ? h_bias : NULL, h_out0, NULL, NULL, NULL, NULL},
-            /* dinp: M rows, N C, K OC; A = dout [M][K], B = w [K][N] */
-            {"", rows, C, OC, 1, 0, 0, 1, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, NULL, NULL, NULL,
+            /* dinp: M rows, N C, K OC; A = dout [M][K], B = w [K][N]; written, as training's
+             * (Ops.matmul_backward: the ping-pong kernel stores it through TMA) */
+            {"", rows, C, OC, 1, 0, 0, 0, dout, w, NULL, dinp, dinp0, h_dout, h_w, NULL, h_dinp0, NULL, NULL, NULL,
              NULL},
             /* dw: M OC, N C, K rows; A = dout [K][M], B = inp [K][N]; fp32 */
             {"", OC, C, rows, 0, 0, 1, 1, dout, inp, NULL, dw, dw0, h_dout, h_inp, NULL, h_dw0, NULL, NULL, NULL,

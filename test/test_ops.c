@@ -6,7 +6,9 @@
  * compare each input's gradient with (L(x + h) - L(x - h)) / 2h, h = 1e-5,
  * over every element of small random inputs of awkward sizes. Backward ops
  * accumulate, so their gradient buffers start from random values that are
- * subtracted after, which checks the += as well. AdamW is checked against
+ * subtracted after, which checks the += as well; where an op writes a
+ * gradient instead (matmul's dinp) nothing is subtracted, which checks that
+ * it overwrites. AdamW is checked against
  * torch's formula written out by hand, the float32 table against the
  * float64 one, and the float32 e^x on NaN and infinite inputs.
  */
@@ -41,10 +43,11 @@ static double *rand_buf(size_t n, double scale) {
 }
 
 /* One op under test: forward computes L = sum(out * r); backward adds the
- * gradient of L into the gradient buffers of the inputs. */
+ * gradient of L into the gradient buffers of the inputs, or writes it
+ * there for the inputs in `written` (bit j: input j). */
 typedef struct Case {
     const char *name;
-    int nin;
+    int nin, written;
     double *in[4];        /* inputs */
     size_t n[4];          /* their sizes */
     double *grad[4];      /* their gradients, from backward */
@@ -82,7 +85,7 @@ static void run_case(Checks *c, Case *k) {
             k->in[j][i] = x - H;
             double down = k->loss(k);
             k->in[j][i] = x;
-            double fd = (up - down) / (2 * H), ad = k->grad[j][i] - start[j][i];
+            double fd = (up - down) / (2 * H), ad = k->grad[j][i] - (k->written >> j & 1 ? 0 : start[j][i]);
             diff = fmax(diff, fabs(fd - ad));
             mag = fmax(mag, fabs(fd));
         }
@@ -324,7 +327,7 @@ int main(void) {
     k.nin = 3; k.n[0] = 99; k.n[1] = 77; k.n[2] = 7;
     k.in[0] = rand_buf(99, 1); k.in[1] = rand_buf(77, 1); k.in[2] = rand_buf(7, 1);
     k.out = malloc(63 * 8); k.r = rand_buf(63, 1);
-    k.loss = mm_loss; k.backward = mm_back;
+    k.loss = mm_loss; k.backward = mm_back; k.written = 1;   /* dinp written, dw and db added to */
     run_case(&c, &k);
 
     case_free(&k);

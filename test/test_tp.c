@@ -191,7 +191,7 @@ static void unit_linears(Checks *c) {
     /* column-parallel: rank r holds output rows [r*OCl, (r+1)*OCl) of w and b */
     int OCl = OC / tp, Cl = C / tp;
     float *yc = calloc((size_t)N * OC, 4), *dxc = calloc((size_t)N * C, 4), *dwc = calloc((size_t)OC * C, 4), *dbc = calloc(OC, 4);
-    float *yr = calloc((size_t)N * OCl, 4), *dyr = calloc((size_t)N * OCl, 4);
+    float *yr = calloc((size_t)N * OCl, 4), *dyr = calloc((size_t)N * OCl, 4), *dxp = calloc((size_t)N * C, 4);
     for (int r = 0; r < tp; r++) {
         o->matmul_forward(NULL, yr, x, w + (size_t)r * OCl * C, b + r * OCl, N, C, OCl);
         for (int n = 0; n < N; n++)
@@ -199,9 +199,10 @@ static void unit_linears(Checks *c) {
                 yc[(size_t)n * OC + r * OCl + k] = yr[(size_t)n * OCl + k];   /* all-gather of columns */
                 dyr[(size_t)n * OCl + k] = dy[(size_t)n * OC + r * OCl + k];
             }
-        /* backward: dx partial sums (f's all-reduce), dw and db rows local */
-        o->matmul_backward(NULL, dxc, dwc + (size_t)r * OCl * C, dbc + r * OCl, dyr, x,
+        /* backward: dx partial sums (rank r's written, then f's all-reduce), dw and db rows local */
+        o->matmul_backward(NULL, dxp, dwc + (size_t)r * OCl * C, dbc + r * OCl, dyr, x,
                            w + (size_t)r * OCl * C, N, C, OCl);
+        for (size_t i = 0; i < (size_t)N * C; i++) dxc[i] += dxp[i];
     }
     double e1 = fmax(rel(yc, y, (size_t)N * OC), fmax(rel(dxc, dx, (size_t)N * C), fmax(rel(dwc, dw, (size_t)OC * C), rel(dbc, db, OC))));
     check(c, e1 <= 1e-6, "unit: column-parallel linear, 4 slices",
@@ -226,7 +227,7 @@ static void unit_linears(Checks *c) {
     check(c, e2 <= 1e-6, "unit: row-parallel linear, 4 slices",
           "forward output (summed, bias once) and backward dx, dw (sliced), db (every rank) vs unsplit: %.2e (bound 1e-6)", e2);
     free(x); free(w); free(b); free(dy); free(y); free(dx); free(dw); free(db); free(yc); free(dxc);
-    free(dwc); free(dbc); free(yr); free(dyr); free(yrow); free(part); free(xr); free(wr); free(dxr);
+    free(dwc); free(dbc); free(yr); free(dyr); free(dxp); free(yrow); free(part); free(xr); free(wr); free(dxr);
     free(dxrow); free(dwrow); free(dbrow); free(dwr);
 }
 
