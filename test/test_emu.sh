@@ -7,11 +7,12 @@
 # through attention.cu and matmul.cu, over tensor.c's Dev), each in the four
 # settings of the emulation (cp.async landing early or late, the first warp
 # after a barrier the lowest or the highest). Their check names end in
-# "(cpu emulation, ...)". Then the training program's CUDA path and the
-# emulated NCCL (below).
+# "(cpu emulation, ...)". Beside them, the training program's CUDA path and
+# the emulated NCCL (below).
 # Without the binaries (no CUDA headers where make ran) each prints one SKIP
-# line. The runs are independent processes, so they run on every core, and
-# their outputs are printed in a fixed order.
+# line. The runs are independent processes, so they run on every core (a
+# pool, longest first), and their outputs are printed in a fixed order, each
+# with its seconds.
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p test/out
 tmp=test/out/test_emu.tmp
@@ -64,12 +65,13 @@ if [ -x test/test_3d_nccl_emu ]; then
 else
     echo "SKIP 3d (emulated NCCL): not built (no nccl.h or no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
 fi
-# The whole training program's CUDA path (test_3d_emu the next longest run): test/test_model_emu (the model on --device cuda, fp32 and
-# bf16, against the PyTorch fixture, in-process and through test/train_emu)
-# and test/test_3d_emu (test_3d's CUDA layouts, the ranks sharing the
-# emulated GPU over the shared-memory backend, against the CPU's one rank),
-# once each, in the default settings: the kernels' four settings are
-# test_kernels_emu's below. Then the kernels, longest runs first.
+# The whole training program's CUDA path: test/test_3d_emu (test_3d's CUDA
+# layouts, the ranks sharing the emulated GPU over the shared-memory
+# backend, against the CPU's one rank; the next longest run) and
+# test/test_model_emu (the model on --device cuda, fp32 and bf16, against
+# the PyTorch fixture, in-process and through test/train_emu), once each,
+# in the default settings: the kernels' four settings are test_kernels_emu's
+# below. Then the kernels, longest runs first.
 for t in test/test_3d_emu test/test_model_emu test/test_selftest_emu; do
     name=$(basename "$t" _emu)
     if [ ! -x "$t" ] || [ ! -x test/train_emu ]; then
@@ -91,7 +93,6 @@ if [ -x test/test_gemm_emu ]; then
                 # SMs (with one SM no plan takes it; the forced stream-K checks run in every setting)
                 parts=TEST_GEMM_PARTS=products,streamk,gelu,bias
                 [ $sms -eq 132 ] && [ $cp$order = earlyup ] && parts=
-
                 queue gemm_sm_90a test/test_gemm_emu EMU_ARCH=sm_90a EMU_SMS=$sms EMU_CP=$cp EMU_ORDER=$order $parts
             done
         done
