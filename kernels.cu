@@ -1233,7 +1233,11 @@ static void matmul_forward_bf16(Dev *d, void *out, const void *inp, const void *
 
 static void matmul_backward_bf16(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                                  const void *inp, const void *w, int N, int C, int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) return;  // nothing to add
+    if (N <= 0 || C <= 0) return;  // nothing to write or add
+    if (OC <= 0) {                 // an empty sum: dinp written as zeros, nothing to add
+        if (dinp) dev_zero(d, dinp, (size_t)N * C * sizeof(bf16));
+        return;
+    }
     /* dinp written (bf16, no read of the old D): the ping-pong kernel stores it through TMA */
     if (dinp) tc_gemm(TC_AUTO, dinp, 0, 0, dout, 1, w, 0, NULL, N, C, OC, NULL, 0, d->stream);
     /* dw may run split-K, its parts in the Dev's scratch (stream-ordered, as every user of it) */
