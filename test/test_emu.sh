@@ -103,7 +103,7 @@ if [ -x test/test_kernels_emu ]; then
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=early EMU_ORDER=up
     queue kernels_sm_90a test/test_kernels_emu EMU_ARCH=sm_90a EMU_CP=late EMU_ORDER=down
 fi
-for t in test/test_flash_emu test/test_gemm_emu test/test_kernels_emu; do
+for t in test/test_kernels_emu test/test_gemm_emu test/test_flash_emu; do   # longest first
     name=$(basename "$t" _emu)
     if [ ! -x "$t" ]; then
         echo "SKIP ${name#test_} (cpu emulation): not built (no \$CUDA_HOME/include/cuda_bf16.h where make ran)"
