@@ -22,11 +22,17 @@
 #include <stdlib.h>
 #include "ops.h"
 
+/* A new float32 buffer of n zeros. */
+static float *zeros(size_t n) {
+    float *f = calloc(n + 1, sizeof(float));
+    if (!f) { fprintf(stderr, "error: out of host memory (%zu floats)\n", n); exit(1); }
+    return f;
+}
+
 /* n bf16 values widened into a new float32 buffer (NULL stays NULL). */
 static float *wide(const void *src, size_t n) {
     if (!src) return NULL;
-    float *f = calloc(n + 1, sizeof(float));  /* calloc: gcc cannot see the loop fills it */
-    if (!f) { fprintf(stderr, "error: out of host memory (%zu floats)\n", n); exit(1); }
+    float *f = zeros(n);  /* zeroed: gcc cannot see the loop fills it */
     const uint16_t *h = src;
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
     return f;
@@ -107,8 +113,7 @@ static void b_matmul_forward(Dev *d, void *out, const void *inp, const void *w, 
 static void b_matmul_backward(Dev *d, void *dinp, float *dw, float *dbias, const void *dout,
                               const void *inp, const void *w, int N, int C, int OC) {
     size_t ni = (size_t)N * C;
-    float *fdx = dinp ? calloc(ni + 1, sizeof(float)) : NULL;  /* written: nothing to widen */
-    if (dinp && !fdx) { fprintf(stderr, "error: out of host memory (%zu floats)\n", ni); exit(1); }
+    float *fdx = dinp ? zeros(ni) : NULL;  /* written: nothing to widen */
     float *fg = wide(dout, (size_t)N * OC), *fx = wide(inp, ni);
     float *fw = dinp ? wide(w, (size_t)OC * C) : NULL;  /* only the input gradient reads w */
     cpu_matmul_backward(d, fdx, dw, dbias, fg, fx, fw, N, C, OC);
