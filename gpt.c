@@ -35,7 +35,6 @@
 #include "gpt.h"
 #include "layout.h"
 #include "safe.h"
-#include "layout.h"
 #include "tp.h"
 #include "cp.h"
 
@@ -95,12 +94,7 @@ static int set_layers(const GPT *m) {
 }
 
 int gpt_config_check(GPTConfig *cfg, char *err, size_t errlen) {
-    if (cfg->layers < 1 || cfg->heads < 1 || cfg->dim < 1 || cfg->max_seq < 1 || cfg->vocab < 1) {
-        snprintf(err, errlen, "model sizes must be positive (layers %d, heads %d, dim %d, max-seq %d, vocab %d)",
-                 cfg->layers, cfg->heads, cfg->dim, cfg->max_seq, cfg->vocab);
-        return -1;
-    }
-    /* What the program can run (safe.h): bounded before any size is computed. */
+    /* Positive, and what the program can run (safe.h): bounded before any size is computed. */
     if (safe_range("layers", cfg->layers, 1, SAFE_MAX_LAYERS, err, errlen) != 0 ||
         safe_range("heads", cfg->heads, 1, SAFE_MAX_HEADS, err, errlen) != 0 ||
         safe_range("dim", cfg->dim, 1, SAFE_MAX_DIM, err, errlen) != 0 ||
@@ -349,8 +343,7 @@ static float normal_at(uint64_t seed, int tensor, uint64_t k) {
 }
 
 void gpt_init_random(GPT *m, uint64_t seed) {
-    float *host = malloc(m->num_params * sizeof(float) + 1);
-    if (!host) { fprintf(stderr, "error: out of host memory initialising the model\n"); exit(1); }
+    float *host = safe_malloc(m->num_params * sizeof(float), "the model's initial values");
     float resid_std = 0.02f / sqrtf(2.0f * m->cfg.layers);
     LayoutRuns w;
     LayoutRun r;
@@ -478,11 +471,7 @@ void gpt_acts_free(GPT *m, GPTActs *a) {
 static void set_tokens(GPT *m, GPTActs *a, const int *ids, size_t bt) {
     dev_from_host(m->dev, a->tokens, ids, bt * sizeof(int));
     if (!a->embed_plan) return;
-    int *plan = malloc((2 * bt + 1) * sizeof(int));
-    if (!plan) {
-        fprintf(stderr, "error: out of host memory (embedding plan)\n");
-        exit(1);
-    }
+    int *plan = safe_malloc((2 * bt + 1) * sizeof(int), "the embedding plan");
     a->embed_runs = dev_embed_plan(ids, (int)bt, plan);
     size_t used = (size_t)a->embed_runs + 1 + (size_t)plan[a->embed_runs];
     dev_from_host(m->dev, a->embed_plan, plan, used * sizeof(int));
