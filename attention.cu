@@ -21,10 +21,11 @@
  *   out   [B,T,C]   bf16, written by forward.
  *   lse   [B,NH,T]  fp32, written by forward, read by backward.
  *   dout  [B,T,C]   bf16, the gradient of out.
- *   dqkv  [B,T,3C]  bf16, ACCUMULATED by backward (+=), same layout as qkv.
+ *   dqkv  [B,T,3C]  bf16, WRITTEN by backward (every element, as 0 + the
+ *                   gradient: the bits of adding into zeros), same layout as qkv.
  *   scratch         fp32, tc_flash_scratch_floats(B,T,C,NH) elements:
  *     dqacc [B,T,C]   the fp32 dQ accumulator (unscaled: the 1/sqrt(hs)
- *                     is applied when it is added into dqkv), zeroed here
+ *                     is applied when it is written into dqkv), zeroed here
  *                     on every call;
  *     Dvec  [B,NH,T]  D_t = sum_c dout[t,c] out[t,c] over the head's channels.
  *
@@ -65,11 +66,11 @@
  *                       dS^T goes to shared memory (bf16) and the block
  *                       computes dQ_blk = dS K (BQ x hs, each warp a 16-row
  *                       by hs or hs/2 slice), added into dqacc with fp32
- *                       atomicAdd. dK (times scale) and dV are added into
- *                       dqkv (read, add, round once to bf16, write) from
+ *                       atomicAdd. dK (times scale) and dV are written into
+ *                       dqkv (0 + the sum, rounded once to bf16) from
  *                       registers at the end: one block owns those rows and
  *                       channels, so there is no race.
- *   fa_bwd_dq_kernel    dqkv[.., q channels] += bf16(scale * dqacc).
+ *   fa_bwd_dq_kernel    dqkv[.., q channels] = bf16(0 + scale * dqacc).
  * Because dQ is summed with atomics, the order of its float additions varies
  * from run to run: this backward's dq is NOT bitwise reproducible
  * (differences of a few fp32 ulps before the bf16 rounding, so occasionally
@@ -79,7 +80,7 @@
  * --deterministic): fa_bwd_kernel<HS, false> computes dK and dV alone, and
  * fa_bwd_dq_det_kernel<HS>, shaped as the forward (a block per 64 query
  * rows, key tiles streaming), recomputes S and dP and sums dQ = dS K in
- * registers, key tiles in order, then adds it to dqkv: no atomics and no
+ * registers, key tiles in order, then writes it to dqkv: no atomics and no
  * dqacc, at the price of S and dP twice (7 tile products per (key, query)
  * tile pair instead of 5).
  *
@@ -182,7 +183,7 @@
  * folded into the scale (the stored lse is converted back to natural log).
  * P (forward and backward) and dS are rounded to bf16 once, to be mma
  * operands; l sums the unrounded fp32 P. Outputs are rounded to bf16 once:
- * out = bf16(O / l); dqkv = bf16(dqkv + gradient) with the addition in fp32.
+ * out = bf16(O / l); dqkv = bf16(0 + gradient), in fp32 then rounded once.
  * Dvec uses the bf16 out the forward wrote (as FlashAttention-2 does).
  *
  * Requirements. tc_flash_* (the pair calls too) return -1, writing
@@ -427,14 +428,13 @@ __device__ __forceinline__ bool fa_straddles(const FaPair &p, int k0, int q0, in
     return fa_kpos(p, k0 + FA_BKV - 1, T) > fa_qpos(p, q0, T) || q0 + rows > T;
 }
 
-/* p[0..1] += a[0..1] s, as bf16 (read, add in fp32, round once) or fp32:
- * the backward's dK, dV and dQ into dqkv, or into the ring's fp32 sums. */
-__device__ __forceinline__ void fa_add2(bf16 *p, float a0, float a1, float s) {
-    __nv_bfloat162 *p2 = reinterpret_cast<__nv_bfloat162 *>(p);
-    const float2 o = __bfloat1622float2(*p2);
-    *p2 = __floats2bfloat162_rn(o.x + a0 * s, o.y + a1 * s);
+/* The backward's dK, dV and dQ out of registers, by the output's type:
+ * bf16, dqkv, written as bf16(0 + a s) (tensor.h: the bits of adding into
+ * zeros, nothing read); fp32, a ring step's sums, p[0..1] += a[0..1] s. */
+__device__ __forceinline__ void fa_put2(bf16 *p, float a0, float a1, float s) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(0.f + a0 * s, 0.f + a1 * s);
 }
-__device__ __forceinline__ void fa_add2(float *p, float a0, float a1, float s) {
+__device__ __forceinline__ void fa_put2(float *p, float a0, float a1, float s) {
     float2 *p2 = reinterpret_cast<float2 *>(p);
     const float2 o = *p2;
     *p2 = make_float2(o.x + a0 * s, o.y + a1 * s);
@@ -719,8 +719,8 @@ static __global__ void __launch_bounds__(256)
 /* Backward, step 2: one block per (b, h, 64-key block).
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaBwd<HS>::SMEM.
  * dk, dv: (b 0, row 0, head 0) of the key and value gradients, rows dkv_ld
- * apart, accumulated here (GO bf16: dqkv's k and v channels, dkv_ld 3C;
- * GO float: a ring step's fp32 dkv, dkv_ld 2C). dqacc [B,T,C] fp32 (atomics;
+ * apart (fa_put2: GO bf16, dqkv's k and v channels, dkv_ld 3C, written;
+ * GO float, a ring step's fp32 dkv, dkv_ld 2C, accumulated). dqacc [B,T,C] fp32 (atomics;
  * DQ false: unused, dQ is fa_bwd_dq_det_kernel's), Dvec [B,NH,T],
  * dout [B,T,C], lse [B,NH,T]; q, k, v as `in` says. */
 template <int HS, bool DQ, typename GO>
@@ -914,8 +914,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     fa_cp_wait<0>();  /* a block no query sees issued loads and no loop */
 
-    /* dK (times scale), dV into their sums: this block alone owns these rows
-     * and channels (bf16: read, add in fp32, round once). */
+    /* dK (times scale), dV out (fa_put2): this block alone owns these rows
+     * and channels (bf16: written, a block no query sees writes zeros). */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int t = kv0 + key_lo + 8 * r;
@@ -923,8 +923,8 @@ __global__ void __launch_bounds__(FA_THREADS)
         const size_t at = ((size_t)b * T + t) * dkv_ld + (size_t)h * HS + tg * 2;
 #pragma unroll
         for (int nt = 0; nt < DT; nt++) {
-            fa_add2(dk_out + at + nt * 8, dk[nt][2 * r], dk[nt][2 * r + 1], scale);
-            fa_add2(dv_out + at + nt * 8, dv[nt][2 * r], dv[nt][2 * r + 1], 1.f);
+            fa_put2(dk_out + at + nt * 8, dk[nt][2 * r], dk[nt][2 * r + 1], scale);
+            fa_put2(dv_out + at + nt * 8, dv[nt][2 * r], dv[nt][2 * r + 1], 1.f);
         }
     }
 }
@@ -937,15 +937,16 @@ __global__ void __launch_bounds__(FA_THREADS)
  *     P  = exp(S scale - lse)           0 where key > query (diagonal tile)
  *     dS = P (dP - D)                   fp32, in place in S
  *     dQ += dS K                        dS rounded to bf16 as the A operand
- * then dqkv[q channels] += bf16(scale dQ) straight from registers. Each dQ
+ * then dqkv[q channels] = bf16(0 + scale dQ) straight from registers. Each dQ
  * element is summed by one thread, key tiles in order: the same bits every
  * run. The price is S and dP computed a second time (fa_bwd_kernel<HS,
  * false> computes them too, for dK and dV): 7 tile products a (key, query)
  * tile pair instead of 5, and no atomics.
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaDq<HS>::SMEM:
  * Q [64][LD], dO [64][LD], K [2][64][LD], V [2][64][LD]. dq: (b 0, row 0,
- * head 0) of the query gradient, rows dq_ld apart, accumulated (GO bf16:
- * dqkv's q channels, dq_ld 3C; GO float: a ring step's fp32 dq, dq_ld C). */
+ * head 0) of the query gradient, rows dq_ld apart (fa_put2: GO bf16, dqkv's
+ * q channels, dq_ld 3C, written; GO float, a ring step's fp32 dq, dq_ld C,
+ * accumulated). */
 template <int HS> struct FaDq {
     static constexpr int LD = FaTile<HS>::LD;
     static constexpr int TILE = 64 * LD;
@@ -1063,11 +1064,11 @@ __global__ void __launch_bounds__(FA_THREADS)
         if (t >= T) continue;
         GO *row = dq_out + ((size_t)b * T + t) * dq_ld + (size_t)h * HS + tg * 2;
 #pragma unroll
-        for (int nt = 0; nt < DT; nt++) fa_add2(row + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1], scale);
+        for (int nt = 0; nt < DT; nt++) fa_put2(row + nt * 8, dq[nt][2 * r], dq[nt][2 * r + 1], scale);
     }
 }
 
-/* Backward, step 3: dqkv[b,t,c] += bf16(scale * dqacc[b,t,c]) for c < C,
+/* Backward, step 3: dqkv[b,t,c] = bf16(0 + scale * dqacc[b,t,c]) for c < C,
  * eight channels (16 bytes of dqkv, 32 of dqacc) per thread, grid-stride. */
 static __global__ void __launch_bounds__(256)
     fa_bwd_dq_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ dqacc, size_t rows, int C,
@@ -1080,14 +1081,13 @@ static __global__ void __launch_bounds__(256)
         const int c = (int)(i % c8) * 8;
         uint4 *pd = reinterpret_cast<uint4 *>(dqkv + r * 3 * C + c);
         const float4 *pa = reinterpret_cast<const float4 *>(dqacc + r * C + c);
-        uint4 d = *pd;
+        uint4 d;
         const float4 a0 = pa[0], a1 = pa[1];
         __nv_bfloat162 *d2 = reinterpret_cast<__nv_bfloat162 *>(&d);
-        float2 x;
-        x = __bfloat1622float2(d2[0]); d2[0] = __floats2bfloat162_rn(x.x + scale * a0.x, x.y + scale * a0.y);
-        x = __bfloat1622float2(d2[1]); d2[1] = __floats2bfloat162_rn(x.x + scale * a0.z, x.y + scale * a0.w);
-        x = __bfloat1622float2(d2[2]); d2[2] = __floats2bfloat162_rn(x.x + scale * a1.x, x.y + scale * a1.y);
-        x = __bfloat1622float2(d2[3]); d2[3] = __floats2bfloat162_rn(x.x + scale * a1.z, x.y + scale * a1.w);
+        d2[0] = __floats2bfloat162_rn(0.f + scale * a0.x, 0.f + scale * a0.y);
+        d2[1] = __floats2bfloat162_rn(0.f + scale * a0.z, 0.f + scale * a0.w);
+        d2[2] = __floats2bfloat162_rn(0.f + scale * a1.x, 0.f + scale * a1.y);
+        d2[3] = __floats2bfloat162_rn(0.f + scale * a1.z, 0.f + scale * a1.w);
         *pd = d;
     }
 }
@@ -1137,7 +1137,7 @@ static void fa_forward_launch(bf16 *out, float *acc, float *lse, const FaIn &in,
 /* dqacc NULL: the deterministic backward (dK, dV by fa_bwd_kernel<HS,
  * false>, dQ by fa_bwd_dq_det_kernel); else dQ by atomics into dqacc (GO
  * bf16 only). dq (rows dq_ld apart), dk and dv (rows dkv_ld apart) are
- * accumulated: dqkv's channels, or a ring step's fp32 sums. */
+ * dqkv's channels, written, or a ring step's fp32 sums, accumulated. */
 template <int HS, typename GO>
 static void fa_backward_launch(GO *dq, size_t dq_ld, GO *dk, GO *dv, size_t dkv_ld, float *dqacc,
                                const float *Dvec, const bf16 *dout, const FaIn &in,

@@ -394,15 +394,15 @@ f3_fwd_kernel(const __grid_constant__ CUtensorMap tm, bf16 *__restrict__ out, fl
  *                        dS^T = P^T (dP^T - D)
  *                        dV  += P^T dO, dK += dS^T Q       (A from
  *                               registers, B mn-major, m64n{HS}k16)
- *                      then dqkv's k and v channels += scale dK, dV (read,
- *                      add in fp32, round once): one block owns those rows;
+ *                      then dqkv's k and v channels = scale dK, dV (written
+ *                      as 0 + the sum, rounded once): one block owns those rows;
  *   f3_bwd_dq          (f3_bwd_kernel<true, HS>) grid (B*NH, ceil(T/128)):
  *                      a block owns 128 queries
  *                      (Q and dO loaded once), consumer c queries 64c..;
  *                      key tiles of 64 (K and V) stream through the ring:
  *                        S = Q_c K^T, dP = dO_c V^T; P, dS as above (the
  *                        mask key > query); dQ += dS K (A from registers)
- *                      then dqkv's q channels += scale dQ. No atomics: the
+ *                      then dqkv's q channels = scale dQ. No atomics: the
  *                      same bits every run.
  * Shared memory: tiles of HS channels are HS/64 TMA boxes of 64 channels
  * side by side (the forward's convention): the block's own two tiles of
@@ -463,11 +463,10 @@ __global__ void f3_bwd_dot_kernel(float *__restrict__ Dvec, const bf16 *__restri
 }
 
 #if SM90_BUILD
-/* dst[0..1] += scale * (x0, x1), bf16 pair, the sum in fp32 and rounded once. */
-__device__ __forceinline__ void f3_add2(bf16 *dst, float x0, float x1) {
-    __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(dst);
-    const float2 old = __bfloat1622float2(*p);
-    *p = __floats2bfloat162_rn(old.x + x0, old.y + x1);
+/* dst[0..1] = (x0, x1), a bf16 pair written as 0 + x rounded once: the
+ * bits of adding into zeros (tensor.h's attention_backward), nothing read. */
+__device__ __forceinline__ void f3_put2(bf16 *dst, float x0, float x1) {
+    *reinterpret_cast<__nv_bfloat162 *>(dst) = __floats2bfloat162_rn(0.f + x0, 0.f + x1);
 }
 
 /* The A fragments of k-steps 0..3 from a 64-wide fp32 fragment x (n-tiles
@@ -571,10 +570,10 @@ __device__ __forceinline__ void f3_bwd_products(float (&x)[32], float (&y)[32], 
 
 /* The consumers' write-back into dqkv [B,T,3C], head bw.h's HS channels of
  * this thread's rows t0, t0 + 8 (those < T), x and y m64n{HS} fp32 fragments:
- * KV, the k channels += scale x and the v channels += y (f3_bwd_dkv's dK,
- * dV); otherwise the q channels += scale x (f3_bwd_dq's dQ; y unread). */
+ * KV, the k channels = scale x and the v channels = y (f3_bwd_dkv's dK,
+ * dV); otherwise the q channels = scale x (f3_bwd_dq's dQ; y unread). */
 template <bool KV, int HS>
-__device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F3Bwd &bw, int t0, int T, int C,
+__device__ __forceinline__ void f3_bwd_put_rows(bf16 *__restrict__ dqkv, const F3Bwd &bw, int t0, int T, int C,
                                                 float scale, const float (&x)[HS / 2], const float (&y)[HS / 2]) {
     const size_t C3 = (size_t)3 * C;
 #pragma unroll
@@ -586,10 +585,10 @@ __device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F
         for (int dt = 0; dt < HS / 8; dt++) {
             if constexpr (KV) {
                 const int ch = dt * 8 + bw.tg * 2;
-                f3_add2(row + C + ch, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
-                f3_add2(row + 2 * (size_t)C + ch, y[4 * dt + 2 * r], y[4 * dt + 2 * r + 1]);
+                f3_put2(row + C + ch, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
+                f3_put2(row + 2 * (size_t)C + ch, y[4 * dt + 2 * r], y[4 * dt + 2 * r + 1]);
             } else {
-                f3_add2(row + dt * 8 + bw.tg * 2, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
+                f3_put2(row + dt * 8 + bw.tg * 2, scale * x[4 * dt + 2 * r], scale * x[4 * dt + 2 * r + 1]);
             }
         }
     }
@@ -597,7 +596,7 @@ __device__ __forceinline__ void f3_bwd_add_rows(bf16 *__restrict__ dqkv, const F
 
 /* f3_bwd_kernel<false, HS>'s consumers: the block's 128 keys (K, V)
  * against query tiles of 64 (Q, dO) from its first key to T; dqkv's k and
- * v channels += scale dK, dV (the header's f3_bwd_dkv). */
+ * v channels = scale dK, dV (the header's f3_bwd_dkv). */
 template <int HS>
 __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
                                            const float *__restrict__ Dvec, int T, int C, float scale,
@@ -648,13 +647,13 @@ __device__ __forceinline__ void f3_bwd_dkv(const F3Bwd &bw, bf16 *__restrict__ d
         __syncwarp();
         if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
     }
-    /* dqkv's k and v channels of this thread's two keys += scale dK, dV */
-    f3_bwd_add_rows<true, HS>(dqkv, bw, key_r, T, C, scale, dk, dv);
+    /* dqkv's k and v channels of this thread's two keys = scale dK, dV */
+    f3_bwd_put_rows<true, HS>(dqkv, bw, key_r, T, C, scale, dk, dv);
 }
 
 /* f3_bwd_kernel<true, HS>'s consumers: the block's 128 queries (Q, dO)
  * against key tiles of 64 (K, V) up to its last query; dqkv's q channels
- * += scale dQ (the header's f3_bwd_dq). */
+ * = scale dQ (the header's f3_bwd_dq). */
 template <int HS>
 __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dqkv, const float *__restrict__ lse,
                                           const float *__restrict__ Dvec, int T, int C, float scale,
@@ -695,8 +694,8 @@ __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dq
         __syncwarp();
         if (lane == 0) sm90_mbar_arrive(sm90_smem_u32(&bw.empty[s]));
     }
-    /* dqkv's q channels of this thread's two queries += scale dQ */
-    f3_bwd_add_rows<false, HS>(dqkv, bw, q_r, T, C, scale, dq, dq);
+    /* dqkv's q channels of this thread's two queries = scale dQ */
+    f3_bwd_put_rows<false, HS>(dqkv, bw, q_r, T, C, scale, dq, dq);
 }
 #endif
 
@@ -704,7 +703,7 @@ __device__ __forceinline__ void f3_bwd_dq(const F3Bwd &bw, bf16 *__restrict__ dq
  * HS (64, 128): DQ false is f3_bwd_dkv (tq, td boxes {64, 64}, tk {64,
  * 128}: the block owns 128 keys), DQ true is f3_bwd_dq (tq, td boxes
  * {64, 128}, tk {64, 64}: the block owns 128 queries); a tile of HS
- * channels is HS/64 boxes. qkv [B*T][3C], dout [B*T][C]; dqkv [B,T,3C] +=
+ * channels is HS/64 boxes. qkv [B*T][3C], dout [B*T][C]; dqkv [B,T,3C] =
  * the k and v channels (dkv) or the q channels (dq); lse, Dvec [B,NH,T].
  * Grid (B*NH, ceil(T/128)), 384 threads, F3BSmem<HS>::SMEM dynamic. */
 template <bool DQ, int HS>

@@ -760,7 +760,6 @@ static void layer_backprop(GPT *m, GPTActs *a, int j, int B, int T, const LayerD
     /* attention: res2 = x + attproj(attention(qkv(ln1(x)))) */
     const void *dres2 = tp_g_backward(m, dl->attproj, m->dx, N);
     tp_row_backward(m, m->datty, dw->attprojw, dw->attprojb, dres2, L.atty, w.attprojw, N, Cl, C);
-    dev_zero(d, dl->qkv, (size_t)N * 3 * Cl * m->esz);
     if (m->cp) cp_attention_backward(m->cp, dl->qkv, m->datty, L.qkv, L.atty, L.att, B, T * m->cp->N, Cl, NHl);
     else o->attention_backward(d, dl->qkv, m->datt, m->datty, L.qkv, L.atty, L.att, B, T, Cl, NHl);
     tp_column_backward(m, dl->ln1_full, dw->qkvw, dw->qkvb, dl->qkv, L.ln1, w.qkvw, N, C, 3 * Cl);

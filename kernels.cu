@@ -1381,10 +1381,10 @@ __global__ void attention_qkv_backward_kernel(T *dqkv, const float *datt, const 
             dk += datt[at] * ld(qkv_b, (size_t)t3 * C3 + c);
             dv += att[at] * ld(dout, (b * Tn + t3) * C + c);
         }
-        size_t o = (b * Tn + t) * C3 + c;
-        st(dqkv, o, ld(dqkv, o) + dq);
-        st(dqkv, o + C, ld(dqkv, o + C) + dk);
-        st(dqkv, o + 2 * (size_t)C, ld(dqkv, o + 2 * (size_t)C) + dv);
+        size_t o = (b * Tn + t) * C3 + c;  /* written, as 0 + the sum (tensor.h) */
+        st(dqkv, o, 0.0f + dq);
+        st(dqkv, o + C, 0.0f + dk);
+        st(dqkv, o + 2 * (size_t)C, 0.0f + dv);
     }
 }
 

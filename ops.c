@@ -296,7 +296,8 @@ void cpu_attention_forward_naive(Dev *d, real *out, real *att, const real *qkv, 
 }
 
 /* A (batch, head) pair owns its channels of dqkv at every position, so the
- * threads split pairs and no two ever write the same element. */
+ * threads split pairs and no two ever write the same element; each pair
+ * zeroes its channels, then sums into them. */
 OPS_PUBLIC
 void cpu_attention_backward_naive(Dev *d, real *dqkv, real *datt, const real *dout,
                                   const real *qkv, const real *att, int B, int T, int C, int NH) {
@@ -305,6 +306,9 @@ void cpu_attention_backward_naive(Dev *d, real *dqkv, real *datt, const real *do
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++)
+                for (int part = 0; part < 3; part++)
+                    memset(dqkv + ((size_t)b * T + t) * 3 * C + part * C + h * hs, 0, hs * sizeof(real));
             for (int t = 0; t < T; t++) {
                 size_t row = (((size_t)b * NH + h) * T + t) * T;
                 const real *a = att + row;  /* [T] */
@@ -379,7 +383,8 @@ void cpu_attention_forward(Dev *d, float *out, float *att, const float *qkv, int
 }
 
 /* A (batch, head) pair owns its channels of dqkv at every position, so the
- * threads split pairs and no two ever write the same element. */
+ * threads split pairs and no two ever write the same element; each pair
+ * zeroes its channels, then the products sum into them. */
 void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH) {
     int hs = C / NH;
@@ -394,6 +399,8 @@ void cpu_attention_backward(Dev *d, float *dqkv, float *datt, const float *dout,
             const float *g = dout + (size_t)b * T * C + h * hs;       /* [T,hs] at C */
             const float *a = att + ((size_t)b * NH + h) * T * T;     /* [T,T] */
             float *ds = datt + ((size_t)b * NH + h) * T * T;         /* [T,T] */
+            for (int t = 0; t < T; t++)
+                for (int part = 0; part < 3; part++) memset(dq + t * ld + part * C, 0, hs * sizeof(float));
             /* dP = dO V^T, then dS = P * (dP - sum P dP) * scale, zero past t */
             for (int r0 = 0; r0 < T; r0 += AT_ROWS) {
                 int r1 = r0 + AT_ROWS < T ? r0 + AT_ROWS : T;

@@ -134,7 +134,7 @@ static void b_attention_backward(Dev *d, void *dqkv, float *scratch, const void 
                                  const void *qkv, const void *out, const float *state, int B,
                                  int T, int C, int NH) {
     size_t n = (size_t)B * T * C;
-    float *fd = wide(dqkv, 3 * n), *fg = wide(dout, n), *fq = wide(qkv, 3 * n);
+    float *fd = zeros(3 * n), *fg = wide(dout, n), *fq = wide(qkv, 3 * n);  /* dqkv written: nothing to widen */
     cpu_attention_backward(d, fd, scratch, fg, fq, state, B, T, C, NH);
     narrow_free(dqkv, fd, 3 * n);
     free(fg); free(fq);

@@ -344,7 +344,7 @@ static int test_attention_at(Selftest *s, int c, int nh) {
     G->attention_forward(GPU, g_out, g_state, g_qkv, B, T, c, nh);
     if (!cmp_act(s, "attention_forward", "out", g_out, out, BTC)) return -1;
 
-    void *dout = h_act(s, BTC, 1.0f, 0), *dqkv = h_act(s, QKV, 0.05f, 0);
+    void *dout = h_act(s, BTC, 1.0f, 0), *dqkv = h_act_nan(s, QKV);   /* written: NaN before */
     void *g_dout = g_put(s, dout, A(BTC)), *g_dqkv = g_put(s, dqkv, A(QKV));
     dev_from_host(GPU, g_out, out, A(BTC));
     R->attention_backward(CPU, dqkv, scratch, dout, qkv, out, state, B, T, c, nh);

@@ -222,7 +222,10 @@ struct Ops {
      * one log-sum-exp a row, [B,NH,T]). */
     void (*attention_forward)(Dev *d, void *out, float *state, const void *qkv,
                               int B, int T, int C, int NH);
-    /* Accumulates dqkv [B,T,3C], given forward's qkv, out and state.
+    /* Writes dqkv [B,T,3C] (every element: each head's q, k and v
+     * channels at every position), given forward's qkv, out and state; as
+     * if accumulated onto zeros, so a kernel that adds into its output
+     * stores 0 + its sum and the bits match the zeroed buffer's.
      * scratch is float32 of *scratch_floats elements that the op may overwrite. */
     void (*attention_backward)(Dev *d, void *dqkv, float *scratch, const void *dout,
                                const void *qkv, const void *out, const float *state,

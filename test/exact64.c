@@ -26,13 +26,12 @@ void exact64_linear(double *out, double *dx, double *dw, double *db, const float
 }
 
 void exact64_attention(double *o, double *dqkv, const float *qkv, const float *go,
-                       const float *dq0, int B, int T, int C, int NH) {
+                       int B, int T, int C, int NH) {
     Dev d = {0};
     size_t nq = (size_t)B * T * 3 * C, na = (size_t)B * NH * T * T;
     double *QKV = exact64_widen(qkv, nq), *GO = exact64_widen(go, (size_t)B * T * C);
     double *att = calloc(na, sizeof(double)), *scratch = calloc(na, sizeof(double));
     if (!att || !scratch) abort();
-    for (size_t i = 0; i < nq; i++) dqkv[i] = dq0[i];
     cpu_attention_forward_naive(&d, o, att, QKV, B, T, C, NH);  /* att [B,NH,T,T]: probabilities */
     cpu_attention_backward_naive(&d, dqkv, scratch, GO, QKV, att, B, T, C, NH);
     free(QKV); free(GO); free(att); free(scratch);

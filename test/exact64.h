@@ -10,8 +10,8 @@ void exact64_linear(double *out, double *dx, double *dw, double *db, const float
                     const float *w, const float *b, const float *g, int N, int C, int OC);
 
 /* o[B,T,C] = causal attention of qkv[B,T,3C] over NH heads; then
- * dqkv[B,T,3C] = dq0 + the gradient of qkv from dout go[B,T,C]. */
+ * dqkv[B,T,3C] = the gradient of qkv from dout go[B,T,C]. */
 void exact64_attention(double *o, double *dqkv, const float *qkv, const float *go,
-                       const float *dq0, int B, int T, int C, int NH);
+                       int B, int T, int C, int NH);
 
 #endif

@@ -9,15 +9,15 @@
  *                    outputs, bf16 probabilities inside the kernels);
  *   lse:             max |gpu - ref|, tolerance 1e-3 (fp32 statistics).
  * out and lse start as NaN on the GPU, so an element the kernel forgets to
- * write fails; dqkv starts from random bf16 values (a quarter of the
- * gradient's size) that the reference adds too, so a kernel that overwrites
- * instead of accumulating fails; the scratch starts as NaN, so a dQ
- * accumulator that is not zeroed fails. Forward runs twice and its bits
- * must match (it uses no atomics; the default backward's dq does, so it is
- * not checked for bits). The deterministic backward (no atomics) runs twice
- * from the same start, scratch NaN again each time: the same figures as
- * the backward, and the same bits both times. Shapes are ragged (T = 37,
- * 200) and GPT-2's (T 1024, 12 heads of 64), with amp 4 for peaky rows.
+ * write fails; dqkv starts as NaN too (the backward writes every element,
+ * tensor.h), so a kernel that reads it or leaves one fails; the scratch
+ * starts as NaN, so a dQ accumulator that is not zeroed fails. Forward
+ * runs twice and its bits must match (it uses no atomics; the default
+ * backward's dq does, so it is not checked for bits). The deterministic
+ * backward (no atomics) runs twice from the same start, scratch NaN again
+ * each time: the same figures as the backward, and the same bits both
+ * times. Shapes are ragged (T = 37, 200) and GPT-2's (T 1024, 12 heads
+ * of 64), with amp 4 for peaky rows.
  *
  * The ring's chunk pairs (tc_flash_pair_forward / _backward, context
  * parallelism's steps) have their own section below, run_pair_case.
@@ -26,8 +26,8 @@
  * wgmma) and backward (tc_flash_backward_sm90), head sizes 64 and 128,
  * have a block of their own ("flash sm90"): out and lse
  * against the same reference and tolerances, out within 1e-2 of
- * attention.cu's tc_flash_forward, dq, dk, dv accumulated onto a random
- * dqkv (scratch NaN), the same bits run to run, over shapes
+ * attention.cu's tc_flash_forward, dq, dk, dv written over a NaN dqkv
+ * (scratch NaN too), the same bits run to run, over shapes
  * with odd B*NH and T not a multiple of its 128-row tiles (one to eight
  * query blocks, so its two-stage ring wraps). Where it cannot run (not an
  * sm_90a build on a compute capability 9.0 device; under the emulation
@@ -77,7 +77,8 @@ static float urand(Rng *r) { return check_urand(&r->s); }  /* uniform in [-1, 1)
 /* The float64 reference, one (b, h) pair per iteration: each pair owns its
  * channels of dqkv at every position, so the pairs never write the same
  * element. qkv [B,T,3C], dout [B,T,C] as floats (exact bf16 values);
- * out [B,T,C], lse [B,NH,T] written; dqkv [B,T,3C] accumulated (+=). */
+ * out [B,T,C], lse [B,NH,T] written; dqkv [B,T,3C] accumulated (+=) onto
+ * the zeros the caller gives. */
 static void reference(int B, int T, int C, int NH, const float *qkv, const float *dout,
                       double *out, double *lse, double *dqkv) {
     const int hs = C / NH;
@@ -173,15 +174,12 @@ static double max_abs(const double *x, size_t rows, size_t step, size_t off, siz
     return m;
 }
 
-/* dqkv16 [BT,3C]: backward's random starting values, a quarter of each
- * part's (q, k, v) largest reference gradient rgrad; want = start + rgrad. */
-static void dqkv_start(uint16_t *dqkv16, double *want, const double *rgrad, size_t BT, int C, Rng *rng) {
-    double part_max[3];
-    for (int p = 0; p < 3; p++) part_max[p] = max_abs(rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
+/* dqkv16 [BT,3C]: backward's starting values, NaN (the backward writes
+ * every element, tensor.h); want = rgrad. */
+static void dqkv_start(uint16_t *dqkv16, double *want, const double *rgrad, size_t BT, int C) {
     for (size_t i = 0; i < BT * 3 * C; i++) {
-        int p = (int)((i % (3 * (size_t)C)) / C);
-        dqkv16[i] = bf16_from_f32((float)(0.25 * part_max[p]) * urand(rng));
-        want[i] = (double)bf16_to_f32(dqkv16[i]) + rgrad[i];
+        dqkv16[i] = 0xFFFF;
+        want[i] = rgrad[i];
     }
 }
 
@@ -223,10 +221,10 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
     if (!rout || !rlse || !rgrad) { fprintf(stderr, "test_flash: out of host memory\n"); exit(1); }
     reference(B, T, C, NH, qkvf, doutf, rout, rlse, rgrad);
 
-    /* dqkv's starting values, a quarter of each part's gradient scale */
+    /* dqkv's starting values: NaN */
     uint16_t *dqkv16 = xmalloc(nqkv * 2);
     double *want = xmalloc(nqkv * sizeof(double));
-    dqkv_start(dqkv16, want, rgrad, BT, C, rng);
+    dqkv_start(dqkv16, want, rgrad, BT, C);
 
     void *g_qkv = gpu_put(d, qkv16, nqkv * 2);
     void *g_dout = gpu_put(d, dout16, nout * 2);
@@ -285,7 +283,7 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
                           : INFINITY;
         snprintf(name, sizeof name, "flash backward %s %s", parts[p], shape);
         check(c, e <= TOL_REL, name,
-              "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)", e, nout,
+              "max rel err %.2e over %zu values, written over NaN (tol %.0e)", e, nout,
               TOL_REL);
     }
 
@@ -310,7 +308,7 @@ static void run_case(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int hs, 
                            : INFINITY;
         snprintf(name, sizeof name, "flash backward deterministic %s %s", parts[p], shape);
         check(c, e <= TOL_REL, name,
-              "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)", e, nout,
+              "max rel err %.2e over %zu values, written over NaN (tol %.0e)", e, nout,
               TOL_REL);
     }
     size_t ddiff = 0;
@@ -706,11 +704,11 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
     snprintf(name, sizeof name, "flash sm90 determinism forward %s", shape);
     check(c, ndiff == 0, name, "%zu of %zu out and lse values differ between two runs", ndiff, nout + nlse);
 
-    /* The backward (heads of 64 and 128), from this forward's out and lse, onto a
-     * random dqkv (a quarter of each part's gradient scale), the scratch
-     * NaN each time; twice, for the bits. */
+    /* The backward (heads of 64 and 128), from this forward's out and lse, over a
+     * NaN dqkv (every element written), the scratch NaN each time; twice,
+     * for the bits. */
     {
-        dqkv_start(dqkv16, want, rgrad, BT, C, rng);
+        dqkv_start(dqkv16, want, rgrad, BT, C);
         void *nan = xmalloc(nscratch * sizeof(float));
         memset(nan, 0xFF, nscratch * sizeof(float));
         int rb = 0;
@@ -731,7 +729,7 @@ static int run_case_sm90(Checks *c, Dev *d, Rng *rng, int B, int T, int NH, int 
             for (int p = 0; p < 3; p++) {
                 double e = rel_err_bf16(res16[0], want, rgrad, BT, 3 * (size_t)C, (size_t)p * C, C);
                 snprintf(name, sizeof name, "flash sm90 backward %s %s", parts[p], shape);
-                check(c, e <= TOL_REL, name, "max rel err %.2e over %zu values, accumulated onto random (tol %.0e)",
+                check(c, e <= TOL_REL, name, "max rel err %.2e over %zu values, written over NaN (tol %.0e)",
                       e, nout, TOL_REL);
             }
             size_t bdiff = 0;

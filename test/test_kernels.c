@@ -327,7 +327,7 @@ static void test_attention(Test *t, int B, int T, int C, int NH) {
 
     /* backward from the reference's att on both sides; datt is scratch */
     dev_from_host(&t->gpu, g_att, att, ATT * 4);
-    float *dout = host_rand(t, BTC, 1.0f), *dqkv = host_rand(t, QKV, 0.5f);
+    float *dout = host_rand(t, BTC, 1.0f), *dqkv = host_nan(QKV);   /* written: NaN before */
     float *datt = host_nan(ATT);
     float *g_dout = gpu_put(t, dout, BTC * 4), *g_dqkv = gpu_put(t, dqkv, QKV * 4);
     float *g_datt = gpu_put(t, datt, ATT * 4);
@@ -969,7 +969,7 @@ static void test16_attention(Test *t, Dev *c16, int B, int T, int C, int NH) {
     c16->ops->attention_forward(c16, out, state, qkv, B, T, C, NH);
     t->gpu.ops->attention_forward(&t->gpu, g_out, g_state, g_qkv, B, T, C, NH);
     compare16(t, "attention_forward", "out", shape, g_out, out, BTC);
-    uint16_t *dout = h16_rand(t, BTC, 1.0f), *dqkv = h16_rand(t, QKV, 0.05f);
+    uint16_t *dout = h16_rand(t, BTC, 1.0f), *dqkv = h16_nan(QKV);   /* written: NaN before */
     void *g_dout = gpu_put(t, dout, BTC * 2), *g_dqkv = gpu_put(t, dqkv, QKV * 2);
     dev_from_host(&t->gpu, g_out, out, BTC * 2);  /* the GPU's state with the CPU's out: within bf16 */
     c16->ops->attention_backward(c16, dqkv, scratch, dout, qkv, out, state, B, T, C, NH);

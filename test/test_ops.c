@@ -337,7 +337,7 @@ int main(void) {
     k.in[0] = rand_buf(k.n[0], 1);
     k.out = malloc(60 * 8); k.r = rand_buf(60, 1);
     k.aux1 = malloc(2 * 2 * 25 * 8); k.aux2 = malloc(2 * 2 * 25 * 8);
-    k.loss = att_loss; k.backward = att_back;
+    k.loss = att_loss; k.backward = att_back; k.written = 1;   /* dqkv written */
     run_case(&c, &k);
 
     case_free(&k);
