@@ -2012,14 +2012,23 @@ static double sum(Dev *d, const float *x, size_t n) { return reduce_to_host(d, x
  * bits as the CPU's: each element's parts depend on it and the grid alone,
  * and every sum of parts is a whole number of units below 2^50, exact in
  * double in any order, so each block adds its sums to the NormAcc with
- * atomics. (Where a guessed grid proves wrong its sums may round; they are
+ * atomics, and one launch takes a pass over all of a rank's runs (up to
+ * NORM_RUNS_MAX of them, by value in the launch's parameters: nothing to
+ * upload). (Where a guessed grid proves wrong its sums may round; they are
  * never used.) */
 enum { NORM_EXP = 0, NORM_ADD = 1, NORM_REDO = 2 };
+#define NORM_RUNS_MAX 128   /* 2 KB of parameters, within the 4 KB every card takes */
+struct NormRunsArg {
+    const float *x[NORM_RUNS_MAX];
+    size_t n[NORM_RUNS_MAX];
+    int count;
+};
 
-// NORM_EXP: a->e = max(a->e, the largest biased exponent of x [n]); NORM_ADD: that, and
-// a->s[k] += part k of x^2 on g summed over x; NORM_REDO: a->r[k] += the same on the grid of
-// a->e (everyone's exponent by now) where it is not guess (nor 255), else nothing
-__global__ void norm_kernel(NormAcc *a, const float *x, size_t n, NormGrid g, int mode, int guess) {
+// Over the runs r.x[k] [r.n[k]]: NORM_EXP: a->e = max(a->e, their largest biased exponent);
+// NORM_ADD: that, and a->s[k] += part k of x^2 on g summed over them; NORM_REDO: a->r[k] +=
+// the same on the grid of a->e (everyone's exponent by now) where it is not guess (nor 255),
+// else nothing
+__global__ void norm_kernel(NormAcc *a, NormRunsArg r, NormGrid g, int mode, int guess) {
     __shared__ double shared_d[32];
     __shared__ float shared_f[32];
     double *sums = a->s;
@@ -2031,18 +2040,21 @@ __global__ void norm_kernel(NormAcc *a, const float *x, size_t n, NormGrid g, in
     }
     double s0 = 0, s1 = 0, s2 = 0;
     unsigned e = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
-        if (mode == NORM_EXP) continue;
-        double y = (double)x[i] * x[i] * g.scale;
-        double p0 = (y + g.c[0]) - g.c[0];
-        y -= p0;
-        double p1 = (y + g.c[1]) - g.c[1];
-        y -= p1;
-        s0 += p0;
-        s1 += p1;
-        s2 += (y + g.c[2]) - g.c[2];
+    for (int k = 0; k < r.count; k++) {
+        const float *x = r.x[k];
+        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < r.n[k];
+             i += (size_t)gridDim.x * blockDim.x) {
+            e = max(e, (__float_as_uint(x[i]) >> 23) & 0xffu);
+            if (mode == NORM_EXP) continue;
+            double y = (double)x[i] * x[i] * g.scale;
+            double p0 = (y + g.c[0]) - g.c[0];
+            y -= p0;
+            double p1 = (y + g.c[1]) - g.c[1];
+            y -= p1;
+            s0 += p0;
+            s1 += p1;
+            s2 += (y + g.c[2]) - g.c[2];
+        }
     }
     float b = block_max((float)e, shared_f);
     if (mode != NORM_EXP) {
@@ -2071,22 +2083,34 @@ __global__ void norm_pack_kernel(NormAcc *a, int guess, int bits) {
     norm_pack_limbs(e == guess ? a->s : a->r, &g, a->limbs);
 }
 
-static void norm_launch(Dev *d, NormAcc *a, const float *x, size_t n, NormGrid g, int mode, int guess) {
-    if (!n) return;
-    unsigned blocks = (unsigned)ceil_div(n, SUM_THREADS);
-    if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
-    norm_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(a, x, n, g, mode, guess);
-    LAUNCH_CHECK(norm_kernel);
+// One launch for each NORM_RUNS_MAX runs (all of a rank's on any layout
+// this program makes), as many blocks as the largest run fills.
+static void norm_launch(Dev *d, NormAcc *a, const NormRun *runs, int nruns, NormGrid g, int mode, int guess) {
+    for (int k0 = 0; k0 < nruns; k0 += NORM_RUNS_MAX) {
+        NormRunsArg r{};
+        size_t most = 0;
+        r.count = nruns - k0 < NORM_RUNS_MAX ? nruns - k0 : NORM_RUNS_MAX;
+        for (int k = 0; k < r.count; k++) {
+            r.x[k] = runs[k0 + k].x;
+            r.n[k] = runs[k0 + k].n;
+            if (r.n[k] > most) most = r.n[k];
+        }
+        if (!most) continue;
+        unsigned blocks = (unsigned)ceil_div(most, SUM_THREADS);
+        if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
+        norm_kernel<<<blocks, SUM_THREADS, 0, STREAM(d)>>>(a, r, g, mode, guess);
+        LAUNCH_CHECK(norm_kernel);
+    }
 }
 
-static void norm_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g) {
-    norm_launch(d, a, x, n, g ? *g : NormGrid{}, g ? NORM_ADD : NORM_EXP, 0);
+static void norm_add(Dev *d, NormAcc *a, const NormRun *runs, int nruns, const NormGrid *g) {
+    norm_launch(d, a, runs, nruns, g ? *g : NormGrid{}, g ? NORM_ADD : NORM_EXP, 0);
 }
 
-static void norm_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits) {
+static void norm_redo(Dev *d, NormAcc *a, const NormRun *runs, int nruns, int guess, int bits) {
     NormGrid g{};
     g.bits = bits;
-    norm_launch(d, a, x, n, g, NORM_REDO, guess);
+    norm_launch(d, a, runs, nruns, g, NORM_REDO, guess);
 }
 
 static void norm_pack(Dev *d, NormAcc *a, int guess, int bits) {

@@ -677,16 +677,18 @@ int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double a
     return (int)(t.e >> 23);
 }
 
-/* The Ops steps of the norm on the CPU: the NormAcc is in host memory. */
-void cpu_norm_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g) {
-    int e = g ? cpu_sumsq_grid(d, x, n, g, a->s) : cpu_exp_max(d, x, n);
-    if (e > a->e) a->e = e;
+/* The Ops steps of the norm on the CPU, run by run: the NormAcc is in host memory. */
+void cpu_norm_add(Dev *d, NormAcc *a, const NormRun *runs, int nruns, const NormGrid *g) {
+    for (int k = 0; k < nruns; k++) {
+        int e = g ? cpu_sumsq_grid(d, runs[k].x, runs[k].n, g, a->s) : cpu_exp_max(d, runs[k].x, runs[k].n);
+        if (e > a->e) a->e = e;
+    }
 }
 
-void cpu_norm_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits) {
+void cpu_norm_redo(Dev *d, NormAcc *a, const NormRun *runs, int nruns, int guess, int bits) {
     if (a->e == guess || a->e == 255) return;
     const NormGrid g = norm_grid_at(a->e, bits);
-    cpu_sumsq_grid(d, x, n, &g, a->r);
+    for (int k = 0; k < nruns; k++) cpu_sumsq_grid(d, runs[k].x, runs[k].n, &g, a->r);
 }
 
 void cpu_norm_pack(Dev *d, NormAcc *a, int guess, int bits) {

@@ -72,8 +72,8 @@ double cpu_sum(Dev *d, const float *x, size_t n);
 int cpu_exp_max(Dev *d, const float *x, size_t n);
 int cpu_sumsq_grid(Dev *d, const float *x, size_t n, const NormGrid *g, double acc[3]);
 /* Ops.norm_add, norm_redo and norm_pack on a NormAcc in host memory. */
-void cpu_norm_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g);
-void cpu_norm_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits);
+void cpu_norm_add(Dev *d, NormAcc *a, const NormRun *runs, int nruns, const NormGrid *g);
+void cpu_norm_redo(Dev *d, NormAcc *a, const NormRun *runs, int nruns, int guess, int bits);
 void cpu_norm_pack(Dev *d, NormAcc *a, int guess, int bits);
 /* Float32 elements of the reference attention's state and scratch (both [B,NH,T,T]). */
 size_t cpu_attention_floats(int B, int T, int C, int NH, size_t *scratch_floats);

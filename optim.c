@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "optim.h"
+#include "safe.h"
 
 float optim_lr(const OptConfig *o, int step) {
     if (step < o->warmup) return o->lr * (float)(step + 1) / (float)o->warmup;
@@ -40,19 +41,19 @@ double optim_norm_unpack(const int32_t limbs[NORM_LIMBS], const NormGrid *g) {
     return s / g->scale;
 }
 
-/* One pass's visit of a run: the first adds on the guessed grid, the
- * second redoes on the found one where the device says so. */
-typedef struct NormVisit {
-    Dev *d;
-    NormAcc *acc;
-    const NormGrid *g;   /* the guessed grid; NULL: no guess, exponents only */
-    int guess, bits, redo;
-} NormVisit;
+/* The rank's runs, gathered for the two passes (each one Ops call). */
+typedef struct NormRuns {
+    NormRun *r;
+    int n, cap;
+} NormRuns;
 
-static void norm_visit(void *arg, const float *x, size_t n) {
-    NormVisit *v = arg;
-    if (v->redo) v->d->ops->norm_redo(v->d, v->acc, x, n, v->guess, v->bits);
-    else v->d->ops->norm_add(v->d, v->acc, x, n, v->g);
+static void norm_gather(void *arg, const float *x, size_t n) {
+    NormRuns *q = arg;
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 16;
+        q->r = safe_realloc(q->r, (size_t)q->cap * sizeof *q->r, "the norm's runs");
+    }
+    q->r[q->n++] = (NormRun){x, n};
 }
 
 _Static_assert(offsetof(NormAcc, limbs) == offsetof(NormAcc, e) + sizeof(int32_t),
@@ -64,12 +65,13 @@ double optim_norm(Dev *d, NormAcc *acc, int *guess, size_t n, OptimNormRuns *run
      * is decided from the combined exponent, the same on all of them. */
     const int g0 = *guess;
     const NormGrid g = optim_norm_grid(g0, n);
-    NormVisit v = {d, acc, g0 >= 0 ? &g : NULL, g0, g.bits, 0};
+    NormRuns q = {NULL, 0, 0};
+    runs(ctx, norm_gather, &q);
     dev_zero(d, acc, sizeof *acc);
-    runs(ctx, norm_visit, &v);                 /* exponents, and the sums on the guessed grid */
-    reduce(ctx, &acc->e, 1, 1);                /* everyone's largest exponent */
-    v.redo = 1;
-    runs(ctx, norm_visit, &v);                 /* again on its grid, where the guess was wrong */
+    d->ops->norm_add(d, acc, q.r, q.n, g0 >= 0 ? &g : NULL);  /* exponents, and the sums on the guessed grid */
+    reduce(ctx, &acc->e, 1, 1);                               /* everyone's largest exponent */
+    d->ops->norm_redo(d, acc, q.r, q.n, g0, g.bits);          /* again on its grid, where the guess was wrong */
+    free(q.r);
     d->ops->norm_pack(d, acc, g0, g.bits);
     reduce(ctx, acc->limbs, NORM_LIMBS, 0);
     int32_t out[1 + NORM_LIMBS];               /* e, then the limbs: contiguous in NormAcc */
@@ -111,8 +113,7 @@ static void adam_segment(void *ctx, size_t off, size_t n, int tensor) {
     size_t k = off - s->offset, st = s->state + k;
     if (a->nsegs == a->cap) {
         a->cap = a->cap ? 2 * a->cap : 64;
-        a->segs = realloc(a->segs, (size_t)a->cap * sizeof *a->segs);
-        if (!a->segs) { fprintf(stderr, "error: out of host memory (optimizer segments)\n"); exit(1); }
+        a->segs = safe_realloc(a->segs, (size_t)a->cap * sizeof *a->segs, "the optimizer's segments");
     }
     a->segs[a->nsegs++] = (AdamSeg){s->param + k, s->grad + k, a->m + st, a->v + st, n,
                                     gpt_tensor_decays(tensor) ? a->o->wd : 0.0f, s->lp ? s->lp + k : NULL};

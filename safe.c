@@ -80,6 +80,15 @@ void *safe_malloc(size_t bytes, const char *what) {
     return p;
 }
 
+void *safe_realloc(void *p, size_t bytes, const char *what) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) {
+        fprintf(stderr, "error: out of memory allocating %s (%zu bytes)\n", what, bytes);
+        exit(1);
+    }
+    return q;
+}
+
 void *safe_calloc(size_t n, size_t size, const char *what) {
     size_t bytes;
     if (safe_mul(n, size, &bytes)) {

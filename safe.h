@@ -63,6 +63,9 @@ int safe_range(const char *what, long long v, long long lo, long long hi, char *
  * allocating <what> (<bytes> bytes)" (a genuine out-of-memory at run time);
  * bytes 0 allocates 1. */
 void *safe_malloc(size_t bytes, const char *what);
+/* realloc that names what failed, as safe_malloc does: p grown (or made)
+ * to bytes, its contents kept. */
+void *safe_realloc(void *p, size_t bytes, const char *what);
 /* calloc that names what failed: n zeroed elements of `size` bytes; exits 1
  * like safe_malloc when memory runs out or n x size does not fit in size_t;
  * a count or size of 0 allocates 1 byte. The one checked allocator of

@@ -73,6 +73,14 @@ typedef struct NormGrid {
     int bits;
 } NormGrid;
 
+/* A run of float32 gradients, x [n], that the norm counts: a rank passes
+ * all of its runs to one call of Ops.norm_add and of norm_redo, so that a
+ * GPU launches once a pass however the layout cuts its gradients. */
+typedef struct NormRun {
+    const float *x;
+    size_t n;
+} NormRun;
+
 /* The gradient norm's working state on a rank, where its gradients live
  * (device memory on a GPU), so that the passes, the combining over ranks
  * and the choice between the guessed grid and the found one all happen
@@ -279,17 +287,19 @@ struct Ops {
     double (*sumsq)(Dev *d, const float *x, size_t n);
     double (*sum)(Dev *d, const float *x, size_t n);
     /* The global gradient norm's steps (optim.h, "The gradient norm"), on
-     * a NormAcc in the op's device memory, nothing read back. norm_add:
-     * a->e = max(a->e, the largest biased exponent (0..255, 255 for an
-     * Inf or NaN) among x[n]'s floats), and with a grid g, a->s[k] += the
-     * sum over x[n] of part k of x^2 on g, exact, so any order gives the
-     * same bits. norm_redo, once a->e holds every rank's exponent: where it
-     * differs from guess (the exponent g was made for) and is not 255,
-     * a->r[k] += the same sums on the grid of a->e (norm_grid_at(a->e,
-     * bits)); else nothing. norm_pack: a->limbs = the sums of that grid
-     * (a->s when a->e is guess, else a->r) as limbs, zero for 255. */
-    void (*norm_add)(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g);
-    void (*norm_redo)(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits);
+     * a NormAcc in the op's device memory, nothing read back, over the
+     * rank's nruns runs (host array; the gradients in the op's memory).
+     * norm_add: a->e = max(a->e, the largest biased exponent (0..255, 255
+     * for an Inf or NaN) among the runs' floats), and with a grid g,
+     * a->s[k] += the sum over them of part k of x^2 on g, exact, so any
+     * order gives the same bits. norm_redo, once a->e holds every rank's
+     * exponent: where it differs from guess (the exponent g was made for)
+     * and is not 255, a->r[k] += the same sums on the grid of a->e
+     * (norm_grid_at(a->e, bits)); else nothing. norm_pack: a->limbs = the
+     * sums of that grid (a->s when a->e is guess, else a->r) as limbs,
+     * zero for 255. */
+    void (*norm_add)(Dev *d, NormAcc *a, const NormRun *runs, int nruns, const NormGrid *g);
+    void (*norm_redo)(Dev *d, NormAcc *a, const NormRun *runs, int nruns, int guess, int bits);
     void (*norm_pack)(Dev *d, NormAcc *a, int guess, int bits);
 };
 

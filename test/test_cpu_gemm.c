@@ -266,18 +266,22 @@ static double norm_pieces(const float *x, size_t n, const size_t *cuts, int ncut
  * numbers as they are): a run of gradients whose largest exponent stays,
  * jumps up 40 binades, and down 80, each norm the same bits as the two
  * passes', with one read of the gradients where the guess holds and two
- * where it does not (a read seen by what it adds: norm_add always reads;
- * norm_redo reads when r changes). */
+ * where it does not (a read seen by what it adds: norm_add always reads its
+ * runs; norm_redo reads them when r changes). Each pass is one call with
+ * both runs (Ops.norm_add's contract: a GPU launches once a pass). */
 static int norm_reads;   /* runs read by the two steps below, this test's only */
-static void counting_add(Dev *d, NormAcc *a, const float *x, size_t n, const NormGrid *g) {
-    norm_reads++;
-    cpu_norm_add(d, a, x, n, g);
+static int norm_calls;   /* calls of the two */
+static void counting_add(Dev *d, NormAcc *a, const NormRun *runs, int nruns, const NormGrid *g) {
+    norm_reads += nruns;
+    norm_calls++;
+    cpu_norm_add(d, a, runs, nruns, g);
 }
-static void counting_redo(Dev *d, NormAcc *a, const float *x, size_t n, int guess, int bits) {
+static void counting_redo(Dev *d, NormAcc *a, const NormRun *runs, int nruns, int guess, int bits) {
     double r[3];
     memcpy(r, a->r, sizeof r);
-    cpu_norm_redo(d, a, x, n, guess, bits);
-    norm_reads += memcmp(r, a->r, sizeof r) != 0;
+    cpu_norm_redo(d, a, runs, nruns, guess, bits);
+    norm_reads += memcmp(r, a->r, sizeof r) != 0 ? nruns : 0;
+    norm_calls++;
 }
 typedef struct { const float *x; size_t n; } GuessCtx;
 static void guess_runs(void *ctx, OptimNormVisit *visit, void *arg) {
@@ -297,19 +301,22 @@ static void test_norm_guess(Checks *c, const float *x, size_t n) {
     ops.norm_redo = counting_redo;
     Dev d = {.kind = DEV_CPU, .ops = &ops};
     NormAcc acc;
-    int guess = -1, same = 1, passes_ok = 1;
+    int guess = -1, same = 1, passes_ok = 1, calls_ok = 1;
     char got_passes[32] = "";
     for (int k = 0; k < 6; k++) {
         GuessCtx q = {run[k], n};
         norm_reads = 0;
+        norm_calls = 0;
         double got = optim_norm(&d, &acc, &guess, n, guess_runs, guess_reduce, &q);
+        calls_ok &= norm_calls == 2;
         double want = sqrt(norm_pieces(run[k], n, NULL, 0, 2));
         same &= !memcmp(&got, &want, sizeof got);
         passes_ok &= norm_reads == 2 * want_passes[k];
         snprintf(got_passes + strlen(got_passes), sizeof got_passes - strlen(got_passes), " %g", norm_reads / 2.0);
     }
-    check(c, same && passes_ok, "norm: a guessed grid, right or wrong, gives the two passes' bits",
-          "6 steps, the exponent kept, up 40, down 80: same bits %d, passes%s (want 2 1 2 2 1 2)", same, got_passes);
+    check(c, same && passes_ok && calls_ok, "norm: a guessed grid, right or wrong, gives the two passes' bits",
+          "6 steps, the exponent kept, up 40, down 80: same bits %d, passes%s (want 2 1 2 2 1 2), "
+          "one call a pass for both runs %d", same, got_passes, calls_ok);
     free(up);
     free(down);
 }

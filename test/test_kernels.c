@@ -551,17 +551,22 @@ static void test_adamw_segs(Test *t) {
 }
 
 /* One norm's steps on both tables over x [n] (g_x on the GPU), as
- * optim_norm takes them, x seen as two runs: the exponents alone (no
- * guess), then with a guess right and one wrong (3 binades low, so its
- * first pass's sums round and only e, r and the limbs must agree), each
- * followed by the redo and the pack (any grid will do: 20 bits a part).
- * Checks the GPU's NormAcc has the CPU's bits. */
-static void test_norm_steps(Test *t, const char *shape, const float *x, const float *g_x, size_t n) {
+ * optim_norm takes them: the CPU's x as two runs, the GPU's as `cuts`
+ * runs (300: more than one launch takes, some of them empty where n is
+ * small); the exponents alone (no guess), then with a guess right and one
+ * wrong (3 binades low, so its first pass's sums round and only e, r and
+ * the limbs must agree), each followed by the redo and the pack (any grid
+ * will do: 20 bits a part). Checks the GPU's NormAcc has the CPU's bits:
+ * the sums are exact, so no cut of the runs changes them. */
+static void test_norm_steps(Test *t, const char *shape, const float *x, const float *g_x, size_t n, int cuts) {
     Dev *c = &t->cpu, *g = &t->gpu;
     NormAcc want, got, *g_acc = dev_alloc(g, sizeof *g_acc);
     size_t h = n / 2;
+    const NormRun two[2] = {{x, h}, {x + h, n - h}};
+    NormRun *gr = xmalloc((size_t)cuts * sizeof *gr);
+    for (int k = 0; k < cuts; k++) gr[k] = (NormRun){g_x + n * k / cuts, n * (k + 1) / cuts - n * k / cuts};
     memset(&want, 0, sizeof want);
-    for (int k = 0; k < 2; k++) cpu_ops.norm_add(c, &want, x + k * h, k ? n - h : h, NULL);
+    cpu_ops.norm_add(c, &want, two, 2, NULL);
     const int e = want.e;
     const int guesses[3] = {-1, e, e - 3};
     int ok = 1;
@@ -571,14 +576,10 @@ static void test_norm_steps(Test *t, const char *shape, const float *x, const fl
         const NormGrid *gp = guesses[i] < 0 ? NULL : &grid;
         memset(&want, 0, sizeof want);
         dev_zero(g, g_acc, sizeof *g_acc);
-        for (int k = 0; k < 2; k++) {
-            cpu_ops.norm_add(c, &want, x + k * h, k ? n - h : h, gp);
-            g->ops->norm_add(g, g_acc, g_x + k * h, k ? n - h : h, gp);
-        }
-        for (int k = 0; k < 2; k++) {   /* one rank: its exponent is everyone's */
-            cpu_ops.norm_redo(c, &want, x + k * h, k ? n - h : h, guesses[i], 20);
-            g->ops->norm_redo(g, g_acc, g_x + k * h, k ? n - h : h, guesses[i], 20);
-        }
+        cpu_ops.norm_add(c, &want, two, 2, gp);
+        g->ops->norm_add(g, g_acc, gr, cuts, gp);
+        cpu_ops.norm_redo(c, &want, two, 2, guesses[i], 20);   /* one rank: its exponent is everyone's */
+        g->ops->norm_redo(g, g_acc, gr, cuts, guesses[i], 20);
         cpu_ops.norm_pack(c, &want, guesses[i], 20);
         g->ops->norm_pack(g, g_acc, guesses[i], 20);
         dev_to_host(g, &got, g_acc, sizeof got);
@@ -589,8 +590,9 @@ static void test_norm_steps(Test *t, const char *shape, const float *x, const fl
         snprintf(what + strlen(what), sizeof what - strlen(what), "%s guess %d: e %d (cpu %d), limb0 %d (cpu %d)",
                  i ? ";" : "", guesses[i], got.e, want.e, got.limbs[0], want.limbs[0]);
     }
-    check(&t->checks, ok, tagged("norm_add/redo/pack"), "%s: %s", shape, what);
+    check(&t->checks, ok, tagged("norm_add/redo/pack"), "%s, the GPU's as %d runs: %s", shape, cuts, what);
     gpu_drop(t, g_acc, sizeof *g_acc);
+    free(gr);
 }
 
 /* Sums in double against a double host loop. The GPU adds in another order,
@@ -619,11 +621,12 @@ static void test_sums(Test *t, size_t n) {
     /* the gradient norm's steps: the CPU's bits (optim.h, "The gradient norm") */
     if (n) x[n / 3] = -1e3f;   /* the largest exponent in the middle of a block */
     dev_from_host(&t->gpu, g_x, x, n * 4);
-    test_norm_steps(t, shape, x, g_x, n);
+    test_norm_steps(t, shape, x, g_x, n, 2);
+    test_norm_steps(t, shape, x, g_x, n, 300);
     if (n) {   /* an Inf: exponent 255, and nothing summed or packed */
         x[n / 2] = INFINITY;
         dev_from_host(&t->gpu, g_x, x, n * 4);
-        test_norm_steps(t, shape, x, g_x, n);
+        test_norm_steps(t, shape, x, g_x, n, 300);
     }
     gpu_drop(t, g_x, n * 4);
     free(x);
@@ -652,9 +655,11 @@ static void test_zero_sizes(Test *t) {
     o->xent_grad(g, NULL, NULL, NULL, 0, 8, 8, 8, 1.0f);
     o->adamw(g, NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f);
     NormGrid grid = norm_grid_at(1, 20);
-    o->norm_add(g, NULL, NULL, 0, &grid);   /* NULL: an acc touched would fault */
+    const NormRun empty[2] = {{NULL, 0}, {NULL, 0}};
+    o->norm_add(g, NULL, empty, 2, &grid);   /* NULL: an acc touched would fault */
+    o->norm_add(g, NULL, empty, 2, NULL);
+    o->norm_redo(g, NULL, empty, 2, 1, 20);
     o->norm_add(g, NULL, NULL, 0, NULL);
-    o->norm_redo(g, NULL, NULL, 0, 1, 20);
     double s = o->sum(g, NULL, 0) + o->sumsq(g, NULL, 0);
     dev_sync(g);
     check(&t->checks, s == 0.0, tagged("zero sizes"), "every op with n = 0 or N = 0 returned, sums %g", s);
