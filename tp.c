@@ -83,13 +83,8 @@ void tp_g_forward(GPT *m, void *out, void *partial, int N) {
     size_t C = m->cfg.dim;
     DType t = m->dev->dtype;
     if (m->tp == 1) { if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz); return; }
-    if (sp_on(m)) {
-        /* NCCL's in-place reduce-scatter leaves the shard at its own place in
-         * the input; out == partial (the row linear's case) is that form plus a move */
-        size_t n = (size_t)N / m->tp * C;
-        void *mine = out == partial ? elem(m, partial, m->tp_rank * n) : out;
-        m->tpc.reduce_scatter(m->tpc.ctx, mine, partial, n, t);
-        if (mine != out) dev_copy(m->dev, out, mine, n * m->esz);
+    if (sp_on(m)) {   /* out of place: partial [N,C] is the scratch, out gets this rank's rows */
+        m->tpc.reduce_scatter(m->tpc.ctx, out, partial, (size_t)N / m->tp * C, t);
     } else {
         m->tpc.all_reduce(m->tpc.ctx, partial, (size_t)N * C, t);
         if (out != partial) dev_copy(m->dev, out, partial, (size_t)N * C * m->esz);
@@ -168,10 +163,14 @@ void tp_column_forward(GPT *m, void *out, const void *in, const void *w, const v
     m->dev->ops->matmul_forward(m->dev, out, in, w, b, N, IC, OC);
 }
 
+/* With sequence parallelism the partial sums go to the scratch m->full and
+ * are reduce-scattered from there into out's first N/tp rows (NCCL's
+ * out-of-place form: no copy after it); else all-reduced in out. */
 void tp_row_forward(GPT *m, void *out, const void *in, const void *w, const void *b, int N, int IC,
                     int OC) {
-    m->dev->ops->matmul_forward(m->dev, out, in, w, m->tp_rank == 0 ? b : NULL, N, IC, OC);
-    tp_g_forward(m, out, out, N);
+    void *partial = sp_on(m) ? m->full : out;
+    m->dev->ops->matmul_forward(m->dev, partial, in, w, m->tp_rank == 0 ? b : NULL, N, IC, OC);
+    tp_g_forward(m, out, partial, N);
 }
 
 /* Both linears' backward is the same matmul (dinp written, dw and db

@@ -25,7 +25,8 @@ void tp_attach(GPT *m, TPGroup *t, CommGroup *g, Dev *dev, int sp);
 int tp_stream_rows(const GPT *m, int N);
 
 /* g, after a row-parallel linear: partial [N,C] summed over the tp group,
- * this rank's rows of the sum into out [rows,C] (out may be partial). */
+ * this rank's rows of the sum into out [rows,C] (out may be partial
+ * without sequence parallelism; with it, out and partial do not overlap). */
 void tp_g_forward(GPT *m, void *out, void *partial, int N);
 /* g's backward: the gradient of the stream dx [rows,C] made whole [N,C]
  * for the row-parallel linear's backward, into keep when not NULL (a split
