@@ -129,8 +129,12 @@ static void layernorm_grads(GPT *m, void *dx, float *dw, float *db, const void *
         dev_zero(d, m->sp_dw, 2 * (size_t)C * 4);
         d->ops->layernorm_backward(d, dx, m->sp_dw, m->sp_dw + C, dln, x, w, mean, rstd, rows, C);
         m->tpc.all_reduce(m->tpc.ctx, m->sp_dw, 2 * (size_t)C, DT_F32);
-        d->ops->accumulate(d, dw, m->sp_dw, C);
-        d->ops->accumulate(d, db, m->sp_dw + C, C);
+        if (db == dw + C) {   /* side by side, as the model lays them out: one add */
+            d->ops->accumulate(d, dw, m->sp_dw, 2 * (size_t)C);
+        } else {
+            d->ops->accumulate(d, dw, m->sp_dw, C);
+            d->ops->accumulate(d, db, m->sp_dw + C, C);
+        }
     } else {
         d->ops->layernorm_backward(d, dx, dw, db, dln, x, w, mean, rstd, rows, C);
     }
