@@ -720,9 +720,9 @@ static __global__ void __launch_bounds__(256)
  * grid (B*NH, ceil(T/64)), block 128, dynamic shared memory FaBwd<HS>::SMEM.
  * dk, dv: (b 0, row 0, head 0) of the key and value gradients, rows dkv_ld
  * apart (fa_put2: GO bf16, dqkv's k and v channels, dkv_ld 3C, written;
- * GO float, a ring step's fp32 dkv, dkv_ld 2C, accumulated). dqacc [B,T,C] fp32 (atomics;
- * DQ false: unused, dQ is fa_bwd_dq_det_kernel's), Dvec [B,NH,T],
- * dout [B,T,C], lse [B,NH,T]; q, k, v as `in` says. */
+ * GO float, a ring step's fp32 dkv, dkv_ld 2C, accumulated). dqacc
+ * [B,T,C] fp32 (atomics; DQ false: unused, dQ is fa_bwd_dq_det_kernel's),
+ * Dvec [B,NH,T], dout [B,T,C], lse [B,NH,T]; q, k, v as `in` says. */
 template <int HS, bool DQ, typename GO>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_bwd_kernel(GO *__restrict__ dk_out, GO *__restrict__ dv_out, size_t dkv_ld,
