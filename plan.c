@@ -93,30 +93,35 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     double N = (double)gpt_shard_params(cfg, &s);
     /* memory: the ZeRO paper's accounting (zero_memory_formula, which
      * train's memory line prints beside what it allocated) */
+    /* the Layout's dtype (the search's: float32 on CPUs, bf16 on GPUs; --plan-layout's, the run's) */
+    const int bf16 = l->dtype == DT_BF16, gpu = !c->cpu;
     ZeroMemory zm;
     memset(&zm, 0, sizeof zm);
-    zero_memory_formula(N, D, l->zero, !c->cpu, 0, 0, &zm);
+    zero_memory_formula(N, D, l->zero, bf16, 0, 0, &zm);
     r->params = zm.f_params;
     r->grads = zm.f_grads;
     r->optim = zm.f_optim;
     GPT m;   /* only the fields gpt_acts_formula reads */
     memset(&m, 0, sizeof m);
     m.cfg = *cfg; m.tp = tp; m.tpc.sp = l->sp; m.nlayers = s.nlayers; m.has_head = s.has_head;
-    m.recompute = l->recompute; m.esz = c->cpu ? 4 : 2;
+    m.recompute = l->recompute; m.esz = bf16 ? 2 : 4;
     m.nchunks = V; m.split_backward = s.split_backward;
     m.chunk_first[0] = 0;
     for (int k = 0; k < V; k++) m.chunk_first[k + 1] = m.chunk_first[k] + s.chunk_nlayers[k];
     /* T: the tokens of a sequence this rank holds (cp.c: 2 of its 2N chunks); every activation has T rows */
     size_t C = cfg->dim, NH = cfg->heads, B = l->batch, T = seq / ncp;
-    /* attention's state a set: the CPU's softmax probabilities, or a log-sum-exp a row (flash; cp's ring) */
-    size_t att = c->cpu && ncp == 1 ? B * (NH / tp) * T * T : B * (NH / tp) * T;
+    /* attention's state a set: the softmax probabilities (the CPU's tables; a GPU's plain
+     * kernels in float32), or a log-sum-exp a row (flash, a GPU's in bf16, taken to have a
+     * head size flash takes (32, 64, 128): other sizes run the plain kernels; cp's ring) */
+    const int probs = ncp == 1 && !(gpu && bf16);
+    size_t att = probs ? B * (NH / tp) * T * T : B * (NH / tp) * T;
     /* pp.c's sets: those of the head's chunk carry the head's buffers (pp_stage_sets) */
     int head_sets = 0, other_sets = 0;
     if (pp_stage_sets(l->schedule, P, M, V, stage, &head_sets, &other_sets) != 0) return -1;
     r->sets = head_sets + other_sets;
-    r->acts = (double)head_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
+    r->acts = (double)head_sets * gpt_acts_formula(&m, (int)B, (int)T, att, gpu);
     m.has_head = 0;
-    r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, !c->cpu);
+    r->acts += (double)other_sets * gpt_acts_formula(&m, (int)B, (int)T, att, gpu);
     m.has_head = s.has_head;
     /* cp's own buffers (cp.c's cp_reserve), made once and kept: the ring's
      * kv[2] [B,T,2C/tp] in the dtype (the block in hand and the one arriving:
@@ -127,16 +132,16 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
      * line counts them with the activations; so does the planner. */
     double kv = (double)B * T * 2 * (C / tp);   /* one block of the ring, in elements */
     if (ncp > 1)
-        r->ring = 2 * kv * m.esz + 2 * kv * 4 + 4.0 * B * (NH / tp) * T + (c->cpu ? 0 : kv / 2 * 4) +
+        r->ring = 2 * kv * m.esz + 2 * kv * 4 + 4.0 * B * (NH / tp) * T + (gpu ? kv / 2 * 4 : 0) +
                   (s.has_embed ? 2 * 4.0 * T * C : 0);
     r->acts += r->ring;
     /* the backward's scratch, one for all the sets (gpt.c's scratch_rows, and
-     * attention's backward: on one CPU rank the gradient of the B NH T T
-     * probabilities, on one GPU flash's dq accumulator [B,T,C/tp] and D
+     * attention's backward: with the probabilities the gradient of the B NH
+     * T T of them, with flash its dq accumulator [B,T,C/tp] and D
      * [B,NH/tp,T] floats, attention.cu's tc_flash_scratch_floats; under cp
      * the ring's buffers above). Not in train's activations: its memory line
      * prints it apart, as the planner does. */
-    size_t att_scratch = ncp > 1 ? 0 : c->cpu ? B * (NH / tp) * T * T : B * T * (C / tp) + B * (NH / tp) * T;
+    size_t att_scratch = ncp > 1 ? 0 : probs ? B * (NH / tp) * T * T : B * T * (C / tp) + B * (NH / tp) * T;
     r->scratch = (double)gpt_scratch_formula(&m, (int)B, (int)T, att_scratch);
     /* ZeRO-2/3's transient float32 unit buffers (zero.c's pool), a bound:
      * the gradients of the unit in backward and of the one before it (whose
@@ -287,7 +292,7 @@ static double ring_time(const GPTConfig *cfg, const PlanCluster *c, const Layout
     double kv = l->batch * Tl * 2 * Cl;   /* elements of a block */
     double a = c->cpu ? 0 : 2.0 * l->batch * Tl * Tl * Cl / (c->tflops * 1e12 * MFU_RATE);
     int inside = l->tp * N <= c->per_node;
-    double t_kv = link_time(c, kv * (c->cpu ? 4 : 2), 1, inside), t_dkv = link_time(c, kv * 4, 1, inside);
+    double t_kv = link_time(c, kv * dt_size(l->dtype), 1, inside), t_dkv = link_time(c, kv * 4, 1, inside);
     double fwd = (N - 1) * fmax(0, t_kv - a), bwd = (N - 1) * fmax(0, t_kv + t_dkv - 2 * a) + t_dkv;
     return l->micro_batches * ((w->layers + w->recomputed) * fwd + w->layers * bwd);
 }

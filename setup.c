@@ -392,7 +392,6 @@ void setup_check(Run *r) {
 int setup_plan_layout(Run *r) {
     const Layout *l = &r->a.layout;
     PlanCluster c = host_cluster(r, l->dp * l->cp * l->tp * l->pp, r->kind == DEV_CUDA);
-    if (r->kind == DEV_CUDA && l->dtype == DT_F32) c.cpu = 1;   /* float32 activations */
     if (l->dp_mode == DP_PS) safe_die_usage("--plan-layout: the planner does not model --dp-mode ps");
     if (plan_layout_print(stdout, &r->cfg, &c, l) != 0) safe_die_usage("--plan-layout: the model does not divide that way");
     return 0;

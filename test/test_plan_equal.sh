@@ -137,6 +137,9 @@ check "cp 2 x pp 2 zero 1" --ranks 4 --cp 2 --pp 2 --zero 1 $C --micro-batches 4
 check "dp 2 x cp 2 zero 3" --ranks 4 --dp 2 --cp 2 --zero 3 $C --micro-batches 2
 check "cp 2 x pp 2 zb-h1 --recompute" --ranks 4 --cp 2 --pp 2 --schedule zb-h1 $C --micro-batches 4 --recompute
 check "dp 2 x cp 2 x tp 2 --sp zero 1" --ranks 8 --dp 2 --cp 2 --tp 2 --sp --zero 1 $C
+# the dtype the run was given, not the device's usual one: bf16 on the CPU
+# (the planner once sized it as float32: activations 1.8x, no bf16 copy)
+check "cpu bf16, dp 2 tp 2 zero 1" --ranks 4 --dp 2 --tp 2 --zero 1 --dtype bf16 --micro-batches 2
 # the emulated GPU, bf16: head size 64, so that attention is the flash kernels
 if [ -x test/train_emu ]; then
     TRAIN=test/train_emu
@@ -146,6 +149,10 @@ if [ -x test/train_emu ]; then
     check "cuda bf16, cp 2" --ranks 2 --cp 2
     check "cuda bf16, cp 2 --recompute" --ranks 2 --cp 2 --recompute
     check "cuda bf16, cp 2 x tp 2 --sp" --ranks 4 --cp 2 --tp 2 --sp
+    # float32 on a GPU: the plain attention kernels' probabilities, the
+    # embedding plan, cp's float32 accumulator (the planner once sized it
+    # as a CPU run, without the last two)
+    check "cuda fp32, cp 2" --ranks 2 --cp 2 --dtype fp32
 else
     echo "SKIP cuda bf16 (the emulated GPU): test/train_emu not built (no CUDA headers where make ran)"
 fi
