@@ -1095,8 +1095,6 @@ static __global__ void __launch_bounds__(256)
 /* ---------------------------------------------------------------------------
  * Host side. */
 
-static int fa_hs_ok(int hs) { return hs == 32 || hs == 64 || hs == 128; }
-
 /* 1 when the kernels take this shape, 0 when the caller must fall back (the
  * only -1 of tc_flash_*); exits on a shape or pointer no caller may pass. */
 static int fa_usable(const char *fn, int C, int NH, const void *const *ptrs, int nptrs) {
@@ -1104,7 +1102,7 @@ static int fa_usable(const char *fn, int C, int NH, const void *const *ptrs, int
         fprintf(stderr, "%s: C = %d is not a positive multiple of NH = %d\n", fn, C, NH);
         exit(1);
     }
-    if (C % 8 != 0 || !fa_hs_ok(C / NH)) return 0;
+    if (C % 8 != 0 || !tc_flash_supports(C / NH)) return 0;
     for (int i = 0; i < nptrs; i++) {
         if ((uintptr_t)ptrs[i] & 15) {
             fprintf(stderr, "%s: buffer %p is not 16-byte aligned\n", fn, ptrs[i]);
@@ -1166,8 +1164,6 @@ static void fa_backward_launch(GO *dq, size_t dq_ld, GO *dk, GO *dv, size_t dkv_
                                                                   scale, scale_log2);
     LAUNCH_CHECK(fa_bwd_dq_det_kernel);
 }
-
-extern "C" int tc_flash_supports(int hs) { return fa_hs_ok(hs); }
 
 extern "C" size_t tc_flash_scratch_floats(int B, int T, int C, int NH) {
     return (size_t)B * T * C + (size_t)B * NH * T;  /* dqacc [B,T,C] + Dvec [B,NH,T] */

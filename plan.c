@@ -29,6 +29,7 @@
 #include "safe.h"
 #include "pp.h"
 #include "zero.h"
+#include "tc.h"
 
 #define MFU_RATE 0.5    /* achieved fraction of peak in the matmuls */
 #define DP_HIDDEN 0.8   /* fraction of the dp reduction hidden behind backward (buckets) */
@@ -111,9 +112,10 @@ int plan_rank(const GPTConfig *cfg, const PlanCluster *c, const Layout *l, int s
     /* T: the tokens of a sequence this rank holds (cp.c: 2 of its 2N chunks); every activation has T rows */
     size_t C = cfg->dim, NH = cfg->heads, B = l->batch, T = seq / ncp;
     /* attention's state a set: the softmax probabilities (the CPU's tables; a GPU's plain
-     * kernels in float32), or a log-sum-exp a row (flash, a GPU's in bf16, taken to have a
-     * head size flash takes (32, 64, 128): other sizes run the plain kernels; cp's ring) */
-    const int probs = ncp == 1 && !(gpu && bf16);
+     * kernels, in float32 or at a head size flash does not take), or a log-sum-exp a row
+     * (flash, a GPU's in bf16, kernels.cu's use_flash; cp's ring) */
+    const int flash = gpu && bf16 && (C / tp) % 8 == 0 && tc_flash_supports((int)(C / NH));
+    const int probs = ncp == 1 && !flash;
     size_t att = probs ? B * (NH / tp) * T * T : B * (NH / tp) * T;
     /* pp.c's sets: those of the head's chunk carry the head's buffers (pp_stage_sets) */
     int head_sets = 0, other_sets = 0;

@@ -193,7 +193,8 @@ int tc_flash_pair_backward(float *dq, float *dkv, const void *qkv, const void *k
                            const float *lse, const float *D, const void *dout, int B, int T,
                            int C, int NH, int N, int r, int s, void *stream);
 
-/* Whether the flash kernels take head size hs (C/NH). */
-int tc_flash_supports(int hs);
+/* Whether the flash kernels take head size hs (C/NH): 32, 64 or 128.
+ * Inline, so that the planner (built without CUDA too) asks the same rule. */
+static inline int tc_flash_supports(int hs) { return hs == 32 || hs == 64 || hs == 128; }
 
 #endif

@@ -153,6 +153,8 @@ if [ -x test/train_emu ]; then
     # embedding plan, cp's float32 accumulator (the planner once sized it
     # as a CPU run, without the last two)
     check "cuda fp32, cp 2" --ranks 2 --cp 2 --dtype fp32
+    # heads of 16, which the flash kernels do not take: bf16 on the plain ones
+    check "cuda bf16, heads of 16, dp 2" --ranks 2 --dp 2 --heads 8
 else
     echo "SKIP cuda bf16 (the emulated GPU): test/train_emu not built (no CUDA headers where make ran)"
 fi
