@@ -20,7 +20,7 @@
 #                                  attention's forward and deterministic backward and
 #                                  attention_sm90.cu's, picked in bench_gpu by their NVTX
 #                                  ranges (--nvtx-include) and --launch-count, and the
-#                                  LayerNorm kernels by name: tensor pipe utilisation,
+#                                  LayerNorm and crossentropy kernels by name: tensor pipe utilisation,
 #                                  stall reasons, occupancy, memory (about 3 minutes)
 #   sh test/gpu_session.sh profile-all  ncu's time a kernel name over 2 training steps of
 #                                  make bench's model (about 7 minutes)
@@ -118,6 +118,13 @@ profile() {  # the kernels issue 42 names, and nothing else: bench_gpu's rows by
         $NCU_SECTIONS ./bench/bench_gpu --only memory --reps 1 --warmup 0
     grep -E '^  [A-Za-z_].*\(|Memory Throughput|DRAM Throughput|Duration|Bank Conflicts|Achieved Occupancy|Registers Per' \
         "$logs/profile_lnb.log" | head -40
+    # crossentropy, the largest memory-bound row (57.7% of copy on the H200): its exp chain
+    # or its memory (compute against memory throughput, the pipes, stalls)
+    # shellcheck disable=SC2086
+    step profile_xent 60 ncu --clock-control none --kernel-name regex:crossentropy_kernel --launch-count 1 \
+        $NCU_SECTIONS ./bench/bench_gpu --only memory --reps 1 --warmup 0
+    grep -E '^  [A-Za-z_].*\(|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Duration|Issue Slots Busy|Stall|Achieved Occupancy|Registers Per' \
+        "$logs/profile_xent.log" | head -30
 }
 if [ "$part" = profile ]; then profile; exit 0; fi
 if [ "$part" = profile-all ]; then
