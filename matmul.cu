@@ -138,10 +138,10 @@
  *     runs while the other warpgroup computes. The ordering changes no
  *     value: only the time.
  *   - Why ping-pong and not TMA stores (cp.async.bulk.tensor shared ->
- *     global): the worst rows accumulated then (dinp: D += ..., into
- *     zeros; since 2026-11-28 training writes dinp, and the bf16 products
- *     that write take the TMA stores below), so their epilogue
- *     read the old D before it could store; a TMA store hides only the
+ *     global): when this was chosen the worst rows accumulated (dinp: D
+ *     += ..., into zeros), so their epilogue read the old D before it
+ *     could store (training now writes dinp, through the TMA stores
+ *     below); a TMA store hides only the
  *     stores, while ping-pong hides the reads, the adds and the stores
  *     alike, with the same epilogue (its reads of a chunk issued before it
  *     waits: mm_wg_epilogue's PRE) and no staging buffer to guard

@@ -42,13 +42,13 @@ double optim_norm_unpack(const int32_t limbs[NORM_LIMBS], const NormGrid *g) {
 }
 
 /* The rank's runs, gathered for the two passes (each one Ops call). */
-typedef struct NormRuns {
+typedef struct NormRunList {
     NormRun *r;
     int n, cap;
-} NormRuns;
+} NormRunList;
 
 static void norm_gather(void *arg, const float *x, size_t n) {
-    NormRuns *q = arg;
+    NormRunList *q = arg;
     if (q->n == q->cap) {
         q->cap = q->cap ? 2 * q->cap : 16;
         q->r = safe_realloc(q->r, (size_t)q->cap * sizeof *q->r, "the norm's runs");
@@ -65,7 +65,7 @@ double optim_norm(Dev *d, NormAcc *acc, int *guess, size_t n, OptimNormRuns *run
      * is decided from the combined exponent, the same on all of them. */
     const int g0 = *guess;
     const NormGrid g = optim_norm_grid(g0, n);
-    NormRuns q = {NULL, 0, 0};
+    NormRunList q = {NULL, 0, 0};
     runs(ctx, norm_gather, &q);
     dev_zero(d, acc, sizeof *acc);
     d->ops->norm_add(d, acc, q.r, q.n, g0 >= 0 ? &g : NULL);  /* exponents, and the sums on the guessed grid */
